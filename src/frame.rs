@@ -1,0 +1,62 @@
+//! Record framing inside a segment.
+//!
+//! Every frame starts at an 8-byte aligned offset with an 8-byte header, little endian:
+//! `len: u32` (payload bytes of this frame) then `kind: u32`. The payload follows; the next
+//! frame starts at the next multiple of 8, so a reader can view a `Pod` payload in place.
+//!
+//! A record that fits in one segment (`8 + len <= segment_size`) is one `WHOLE` frame and never
+//! spans: if it does not fit in what is left, the producer seals the segment and starts the
+//! next. A larger record is a `FIRST` frame that fills its segment to the end, `MIDDLE` frames
+//! that fill whole segments, and a `LAST` frame at the start of a segment. `ABORT` (at the start
+//! of a segment, or in place of the frame that was being written) ends a spanning record that
+//! the producer gave up; the reader reports [`crate::Error::RecordAborted`] for it.
+//!
+//! Kinds carry a tag in their upper half so that garbage is unlikely to parse as a frame.
+
+pub(crate) const HEADER: usize = 8;
+
+pub(crate) const WHOLE: u32 = 0x5346_0001;
+pub(crate) const FIRST: u32 = 0x5346_0002;
+pub(crate) const MIDDLE: u32 = 0x5346_0003;
+pub(crate) const LAST: u32 = 0x5346_0004;
+pub(crate) const ABORT: u32 = 0x5346_0005;
+
+#[inline]
+pub(crate) const fn align8(x: usize) -> usize {
+    (x + 7) & !7
+}
+
+#[inline]
+pub(crate) fn encode(len: u32, kind: u32) -> u64 {
+    ((kind as u64) << 32) | len as u64
+}
+
+/// `(len, kind)`.
+#[inline]
+pub(crate) fn decode(word: u64) -> (u32, u32) {
+    (word as u32, (word >> 32) as u32)
+}
+
+/// Offset just past a frame of `len` payload bytes that starts at `at`.
+#[inline]
+pub(crate) const fn next_frame(at: usize, len: usize) -> usize {
+    align8(at + HEADER + len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip_and_alignment() {
+        for len in [0u32, 1, 7, 8, 9, 4087, 4088, u32::MAX] {
+            for kind in [WHOLE, FIRST, MIDDLE, LAST, ABORT] {
+                assert_eq!(decode(encode(len, kind)), (len, kind));
+            }
+        }
+        assert_eq!(next_frame(0, 0), 8);
+        assert_eq!(next_frame(0, 1), 16);
+        assert_eq!(next_frame(8, 8), 24);
+        assert_eq!(next_frame(16, 4072), 4096);
+    }
+}

@@ -1,0 +1,103 @@
+//! Handing an anonymous (memfd) region to a child process.
+//!
+//! The creator keeps its own descriptor; a [`PeerHandle`] holds a second one, close-on-exec so
+//! that it leaks into no other child. [`PeerHandle::pass_to`] arranges for one `Command` to
+//! inherit it (the flag is cleared between fork and exec in that child only) and puts its
+//! number in an environment variable; the child calls `Consumer::from_env(var)` (or
+//! `Producer::from_env`). Drop the handle after spawning: the parent's copy is not needed.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use crate::error::{Error, Result};
+use crate::shared::Shared;
+
+/// The other end of an anonymous region, to give to a child process.
+pub struct PeerHandle {
+    fd: OwnedFd,
+    region: String,
+}
+
+impl PeerHandle {
+    pub(crate) fn new(shared: &Shared) -> Result<PeerHandle> {
+        Ok(PeerHandle {
+            fd: crate::region::dup_fd(shared)?,
+            region: shared.name.clone(),
+        })
+    }
+
+    /// Makes the child spawned by `cmd` inherit the region's descriptor and find its number in
+    /// environment variable `var`.
+    pub fn pass_to(&self, cmd: &mut Command, var: &str) {
+        let raw = self.fd.as_raw_fd();
+        cmd.env(var, raw.to_string());
+        // SAFETY: the closure runs in the child between fork and exec and calls only fcntl,
+        // which is async-signal-safe; `raw` stays open in the parent until spawn returns
+        // because `self` is borrowed for this call and must outlive the spawn (documented).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// The region's name, for messages.
+    pub fn region_name(&self) -> &str {
+        &self.region
+    }
+
+    /// Gives up the handle's descriptor (to pass it some other way, e.g. over a Unix socket).
+    pub fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+}
+
+impl AsFd for PeerHandle {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+pub(crate) fn fd_region_name(fd: &OwnedFd) -> String {
+    format!(
+        "memfd:shmflow(fd {} in pid {})",
+        fd.as_raw_fd(),
+        std::process::id()
+    )
+}
+
+/// Takes ownership of the descriptor whose number is in `var`.
+pub(crate) fn fd_from_env(var: &str) -> Result<OwnedFd> {
+    let region = format!("${var}");
+    let value = std::env::var(var).map_err(|_| Error::InvalidConfig {
+        region: region.clone(),
+        field: "environment variable",
+        expected: "the number of an inherited region descriptor (see PeerHandle::pass_to)".into(),
+        found: 0,
+    })?;
+    let raw: i32 = value.trim().parse().map_err(|_| Error::InvalidConfig {
+        region: region.clone(),
+        field: "environment variable",
+        expected: format!("a descriptor number, got {value:?}"),
+        found: 0,
+    })?;
+    // SAFETY: F_GETFD only asks whether `raw` is open.
+    if raw < 0 || unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
+        return Err(Error::InvalidConfig {
+            region,
+            field: "inherited descriptor",
+            expected: "an open descriptor (was the handle passed with PeerHandle::pass_to?)".into(),
+            found: raw as u64,
+        });
+    }
+    // Keep it from leaking further into our own children.
+    // SAFETY: plain fcntl on an open descriptor.
+    unsafe { libc::fcntl(raw, libc::F_SETFD, libc::FD_CLOEXEC) };
+    // SAFETY: the parent passed this descriptor for us to own; nothing else in this process
+    // refers to it (it was inherited, not opened here).
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}

@@ -1,0 +1,72 @@
+//! # shmflow
+//!
+//! Serialized records between processes on one machine through shared memory, with Flink-style
+//! backpressure. A channel is one shared-memory region holding a pool of fixed-size
+//! **segments** and two lock-free rings: the producer frames records into a free segment and
+//! hands it to the consumer through the *data ring*; the consumer reads the records in place
+//! and hands the segment back through the *return ring*. The producer can only write into a
+//! segment that came back, so a slow consumer slows the producer down: nothing is dropped and
+//! nothing is buffered without bound.
+//!
+//! ```no_run
+//! use shmflow::{Consumer, Geometry, Producer};
+//!
+//! # fn main() -> shmflow::Result<()> {
+//! // Process A
+//! let mut tx = Producer::create("/demo", Geometry::default())?;
+//! tx.send(b"hello")?;
+//! let mut claim = tx.claim(8)?; // serialize in place
+//! claim.copy_from_slice(&42u64.to_le_bytes());
+//! claim.commit();
+//! tx.flush()?;
+//!
+//! // Process B
+//! let mut rx = Consumer::open("/demo")?;
+//! while let Some(record) = rx.recv()? {
+//!     println!("{:?}", record.as_bytes());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Invariants the code keeps (and the loom models in `loom-tests/` check):
+//! - every segment is in exactly one place: the return ring, the producer's hand, the data
+//!   ring, or the consumer's hand; both rings have capacity N, so a push never fails;
+//! - the consumer never reads a byte before the producer's Release store of the commit word
+//!   that covers it, and the producer never writes a segment before the consumer's Release
+//!   push that returned it;
+//! - a side parks only after announcing it and re-checking, and the other side wakes it
+//!   whenever it has announced (see `wait.rs`): no lost wake-up;
+//! - everything read from shared memory is validated before use ([`Error::Corrupt`]).
+
+#![warn(missing_docs)]
+
+mod error;
+#[cfg(not(loom))]
+mod flusher;
+mod frame;
+#[cfg(not(loom))]
+mod handoff;
+pub mod layout;
+mod metrics;
+mod reader;
+#[cfg(not(loom))]
+mod region;
+mod ring;
+mod shared;
+mod sync;
+mod wait;
+mod writer;
+
+pub use error::{End, Error, Result};
+#[cfg(not(loom))]
+pub use handoff::PeerHandle;
+pub use layout::Geometry;
+pub use reader::{Consumer, Record, DEFAULT_MAX_RECORD_LEN};
+pub use wait::WaitStrategy;
+pub use writer::{Claim, FlushPolicy, Producer, RecordWriter};
+
+/// Hooks for the loom models in `loom-tests/`: the library's real ring, producer and consumer
+/// over a region on the heap. Only built with `--cfg loom`.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_api;

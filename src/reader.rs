@@ -1,0 +1,667 @@
+//! The consumer end: takes segments from the data ring in order, reads the frames committed in
+//! each, and returns a segment to the producer once it has read everything in it and the
+//! producer has sealed it.
+//!
+//! Everything read from the region is untrusted: the segment index (ring), the commit word
+//! (generation must match the ring position, offset 8-aligned, within the segment, never going
+//! back) and every frame header (known kind, length within what is committed, spanning parts
+//! in a valid order and place) are checked before use; a violation is [`Error::Corrupt`].
+//! Loops are bounded: one call moves past at most `N + 1` segments before it reports "nothing
+//! yet", so a peer that floods empty segments cannot trap the reader.
+
+use std::io;
+#[cfg(not(loom))]
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use crate::error::{End, Error, Result};
+use crate::frame::{self, HEADER};
+use crate::layout::{commit, END_DETACHED};
+use crate::metrics::{monotonic_ns, Local};
+use crate::ring::{RingRx, RingTx};
+use crate::shared::Shared;
+use crate::sync::{Arc, Ordering};
+use crate::wait::{self, Deadline, WaitStrategy};
+
+/// Default limit on a record's total length for the reader (spanning records are otherwise
+/// unbounded): 4 GiB.
+pub const DEFAULT_MAX_RECORD_LEN: u64 = 4 << 30;
+
+#[derive(Clone, Copy, Debug)]
+struct ReadSeg {
+    seg: u32,
+    gen: u32,
+    /// Next frame to read.
+    rd: usize,
+    /// Last committed offset seen (validated).
+    committed: usize,
+    sealed: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    at: usize,
+    len: usize,
+    kind: u32,
+}
+
+#[derive(Default)]
+struct Counters {
+    records: Local,
+    bytes: Local,
+    taken: Local,
+    returned: Local,
+    wakes: Local,
+    idle_ns: Local,
+}
+
+/// The reading end of a channel. Single-threaded (`Send`, not `Sync`).
+pub struct Consumer {
+    shared: Arc<Shared>,
+    data: RingRx,
+    ret: RingTx,
+    cur: Option<ReadSeg>,
+    /// Between a FIRST frame and its LAST (or ABORT).
+    in_span: bool,
+    /// A spanning record was dropped unread: skip its remaining parts first.
+    skipping: bool,
+    wait: WaitStrategy,
+    max_record_len: u64,
+    counters: Counters,
+}
+
+impl Consumer {
+    /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
+    /// consumer. The name is unlinked when this consumer is dropped.
+    #[cfg(not(loom))]
+    pub fn create(name: &str, geometry: crate::Geometry) -> Result<Consumer> {
+        Consumer::attach(crate::region::create_named(name, geometry)?)
+    }
+
+    /// Opens a named region created by the producer and attaches as its consumer.
+    #[cfg(not(loom))]
+    pub fn open(name: &str) -> Result<Consumer> {
+        Consumer::attach(crate::region::open_named(name, true)?)
+    }
+
+    /// Creates an anonymous (memfd) region and attaches as its consumer; the returned handle
+    /// gives the producer end to a child process.
+    #[cfg(not(loom))]
+    pub fn create_anonymous(geometry: crate::Geometry) -> Result<(Consumer, crate::PeerHandle)> {
+        let shared = crate::region::create_memfd(geometry)?;
+        let handle = crate::PeerHandle::new(&shared)?;
+        Ok((Consumer::attach(shared)?, handle))
+    }
+
+    /// Attaches as consumer to a region whose descriptor was inherited.
+    #[cfg(not(loom))]
+    pub fn from_fd(fd: OwnedFd) -> Result<Consumer> {
+        let name = crate::handoff::fd_region_name(&fd);
+        Consumer::attach(crate::region::open_fd(name, fd, true)?)
+    }
+
+    /// Attaches as consumer to the region whose descriptor number is in environment variable
+    /// `var` (set by [`crate::PeerHandle::pass_to`]).
+    #[cfg(not(loom))]
+    pub fn from_env(var: &str) -> Result<Consumer> {
+        Consumer::from_fd(crate::handoff::fd_from_env(var)?)
+    }
+
+    pub(crate) fn attach(shared: Arc<Shared>) -> Result<Consumer> {
+        crate::shared::attach(&shared, End::Consumer)?;
+        let h = shared.header();
+        let n = shared.n() as u64;
+        let data_head = h.cons.data_head.load(Ordering::Acquire);
+        let ret_tail = h.cons.ret_tail.load(Ordering::Acquire);
+        let ret_head = h.prod.ret_head.load(Ordering::Acquire);
+        if data_head != 0 || ret_tail != n || ret_head > n {
+            return Err(Error::corrupt(
+                &shared.name,
+                "consumer cursors at attach",
+                format!("data head 0 and return tail {n}"),
+                data_head.max(ret_tail),
+            ));
+        }
+        Ok(Consumer {
+            data: RingRx::new(0, 0),
+            ret: RingTx::new(ret_head, ret_tail),
+            shared,
+            cur: None,
+            in_span: false,
+            skipping: false,
+            wait: WaitStrategy::default(),
+            max_record_len: DEFAULT_MAX_RECORD_LEN,
+            counters: Counters::default(),
+        })
+    }
+
+    /// Name of the region.
+    pub fn region_name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Segment size and count of the channel.
+    pub fn geometry(&self) -> crate::Geometry {
+        self.shared.geometry
+    }
+
+    /// Sets how blocking calls wait (see [`WaitStrategy`]).
+    pub fn set_wait_strategy(&mut self, wait: WaitStrategy) {
+        self.wait = wait;
+    }
+
+    /// Longest record (in total, over its parts) the reader accepts before it reports
+    /// [`Error::RecordTooLarge`]: the producer is not trusted to bound it.
+    pub fn set_max_record_len(&mut self, max: u64) {
+        self.max_record_len = max;
+    }
+
+    fn producer_detached(&self) -> bool {
+        // Acquire: pairs with the producer's Release when it detaches, after its last seal.
+        self.shared.header().producer.state.load(Ordering::Acquire) == END_DETACHED
+    }
+
+    fn corrupt(&self, field: &'static str, expected: String, found: u64) -> Error {
+        Error::corrupt(&self.shared.name, field, expected, found)
+    }
+
+    // ----- segments ------------------------------------------------------------------------
+
+    fn release_current(&mut self) -> Result<()> {
+        let Some(c) = self.cur.take() else {
+            return Ok(());
+        };
+        // Release (inside push): our reads of the segment happen before the producer reuses it.
+        self.ret.push(&self.shared.return_ring(), c.seg)?;
+        let h = self.shared.header();
+        self.counters
+            .returned
+            .add(&h.consumer_counters.segments_returned, 1);
+        if wait::notify(&h.producer_park) {
+            self.counters.wakes.add(&h.consumer_counters.wakes, 1);
+        }
+        Ok(())
+    }
+
+    fn refresh_commit(&mut self) -> Result<()> {
+        let seg_size = self.shared.segment_size();
+        let c = self.cur.expect("a segment in hand");
+        // Acquire: pairs with the producer's Release store, so the frames before the offset
+        // are visible.
+        let word = self.shared.commit(c.seg).load(Ordering::Acquire);
+        let (gen, sealed, off) = commit::unpack(word);
+        if gen != c.gen {
+            return Err(self.corrupt(
+                "segment commit generation",
+                format!("{} (the data-ring position)", c.gen),
+                gen as u64,
+            ));
+        }
+        let off = off as usize;
+        if off > seg_size || off % 8 != 0 || off < c.committed {
+            return Err(self.corrupt(
+                "segment committed offset",
+                format!("a multiple of 8 between {} and {seg_size}", c.committed),
+                off as u64,
+            ));
+        }
+        let c = self.cur.as_mut().expect("a segment in hand");
+        c.committed = off;
+        c.sealed = sealed;
+        Ok(())
+    }
+
+    fn parse(&self, c: ReadSeg) -> Result<Frame> {
+        let at = c.rd;
+        self.shared.tracker.read(c.seg as usize, at, HEADER);
+        // SAFETY: `at + 8 <= committed <= segment_size` (rd < committed, both multiples of 8),
+        // the segment is in our hand, and `at` is 8-aligned in an 8-aligned segment.
+        let word =
+            u64::from_le(unsafe { (self.shared.segment_ptr(c.seg).add(at) as *const u64).read() });
+        let (len, kind) = frame::decode(word);
+        let len = len as usize;
+        let avail = c.committed - at - HEADER;
+        if len > avail {
+            return Err(self.corrupt(
+                "frame length",
+                format!("at most {avail} (committed bytes left)"),
+                len as u64,
+            ));
+        }
+        let f = Frame { at, len, kind };
+        match kind {
+            frame::WHOLE | frame::FIRST if self.in_span => Err(self.corrupt(
+                "frame kind",
+                "MIDDLE, LAST or ABORT inside a spanning record".into(),
+                kind as u64,
+            )),
+            frame::MIDDLE | frame::LAST | frame::ABORT if !self.in_span => Err(self.corrupt(
+                "frame kind",
+                "WHOLE or FIRST outside a spanning record".into(),
+                kind as u64,
+            )),
+            frame::WHOLE => Ok(f),
+            frame::FIRST | frame::MIDDLE if kind == frame::MIDDLE && at != 0 => Err(self.corrupt(
+                "spanning part offset",
+                "0 (a MIDDLE part starts its segment)".into(),
+                at as u64,
+            )),
+            frame::FIRST | frame::MIDDLE => {
+                if !c.sealed || frame::next_frame(at, len) != c.committed {
+                    return Err(self.corrupt(
+                        "spanning part end",
+                        "the sealed end of its segment".into(),
+                        frame::next_frame(at, len) as u64,
+                    ));
+                }
+                Ok(f)
+            }
+            frame::LAST | frame::ABORT if at != 0 => Err(self.corrupt(
+                "spanning part offset",
+                "0 (a LAST or ABORT part starts its segment)".into(),
+                at as u64,
+            )),
+            frame::LAST | frame::ABORT => Ok(f),
+            _ => Err(self.corrupt(
+                "frame kind",
+                "a shmflow frame tag (0x5346000N)".into(),
+                kind as u64,
+            )),
+        }
+    }
+
+    /// The next committed frame, if any, without waiting. Does not move past it.
+    fn poll_frame(&mut self) -> Result<Option<Frame>> {
+        let mut hops = 0;
+        loop {
+            let Some(c) = self.cur else {
+                let Some(seg) = self.data.pop(&self.shared.data_ring())? else {
+                    return Ok(None);
+                };
+                let gen = (self.data.position() - 1) as u32;
+                self.cur = Some(ReadSeg {
+                    seg,
+                    gen,
+                    rd: 0,
+                    committed: 0,
+                    sealed: false,
+                });
+                let h = self.shared.header();
+                self.counters
+                    .taken
+                    .add(&h.consumer_counters.segments_taken, 1);
+                continue;
+            };
+            if c.rd < c.committed {
+                return self.parse(c).map(Some);
+            }
+            if !c.sealed {
+                self.refresh_commit()?;
+                let c = self.cur.expect("still in hand");
+                if c.rd < c.committed {
+                    continue;
+                }
+                if !c.sealed {
+                    return Ok(None);
+                }
+            }
+            self.release_current()?;
+            hops += 1;
+            if hops > self.shared.n() {
+                return Ok(None);
+            }
+        }
+    }
+
+    fn advance(&mut self, f: Frame) {
+        let c = self.cur.as_mut().expect("a segment in hand");
+        c.rd = frame::next_frame(f.at, f.len);
+    }
+
+    /// The next frame, waiting as `deadline` allows; `None` at end of stream.
+    fn wait_frame(&mut self, deadline: Deadline) -> Result<Option<Frame>> {
+        if let Some(f) = self.poll_frame()? {
+            return Ok(Some(f));
+        }
+        let shared = self.shared.clone();
+        let h = shared.header();
+        let start = monotonic_ns();
+        if !matches!(deadline, Deadline::Now) {
+            h.consumer_counters
+                .idle_since_ns
+                .store(start, Ordering::Relaxed);
+        }
+        let got = wait::wait_for(&h.consumer_park, self.wait, deadline, || {
+            if let Some(f) = self.poll_frame()? {
+                return Ok(Some(Some(f)));
+            }
+            if self.producer_detached() {
+                // Everything sealed before the detach is visible now: look once more.
+                return Ok(Some(self.poll_frame()?));
+            }
+            Ok(None)
+        });
+        if !matches!(deadline, Deadline::Now) {
+            h.consumer_counters
+                .idle_since_ns
+                .store(0, Ordering::Relaxed);
+            let idle = monotonic_ns().saturating_sub(start);
+            self.counters
+                .idle_ns
+                .add(&h.consumer_counters.idle_ns, idle);
+        }
+        got
+    }
+
+    fn count_record(&mut self, len: u64) {
+        let h = self.shared.header();
+        self.counters.records.add(&h.consumer_counters.records, 1);
+        self.counters.bytes.add(&h.consumer_counters.bytes, len);
+    }
+
+    /// Moves past the rest of a spanning record that was dropped unread.
+    fn skip_rest(&mut self, deadline: Deadline) -> Result<()> {
+        while self.skipping {
+            let Some(f) = self.wait_frame(deadline)? else {
+                self.skipping = false;
+                self.in_span = false;
+                return Ok(());
+            };
+            self.advance(f);
+            if f.kind != frame::MIDDLE {
+                self.skipping = false;
+                self.in_span = false;
+            }
+        }
+        Ok(())
+    }
+
+    fn recv_inner(&mut self, deadline: Deadline) -> Result<Option<Record<'_>>> {
+        if self.skipping {
+            self.skip_rest(deadline)?;
+        }
+        let Some(f) = self.wait_frame(deadline)? else {
+            return Ok(None);
+        };
+        self.advance(f);
+        let kind = if f.kind == frame::WHOLE {
+            self.count_record(f.len as u64);
+            RecordKind::Single {
+                at: f.at + HEADER,
+                len: f.len,
+            }
+        } else {
+            debug_assert_eq!(f.kind, frame::FIRST);
+            self.in_span = true;
+            if f.len as u64 > self.max_record_len {
+                self.skipping = true;
+                return Err(self.too_large(f.len as u64));
+            }
+            RecordKind::Span {
+                next: Some((f.at + HEADER, f.len)),
+                ended: false,
+                total: f.len as u64,
+            }
+        };
+        Ok(Some(Record {
+            consumer: self,
+            kind,
+            reading: None,
+        }))
+    }
+
+    fn too_large(&self, len: u64) -> Error {
+        Error::RecordTooLarge {
+            region: self.shared.name.clone(),
+            len,
+            max: self.max_record_len,
+        }
+    }
+
+    /// Receives the next record, blocking until one is committed. `Ok(None)` is end of
+    /// stream: the producer detached and every record it committed has been read.
+    pub fn recv(&mut self) -> Result<Option<Record<'_>>> {
+        self.recv_inner(Deadline::Never)
+    }
+
+    /// Receives the next record if one is committed, else [`Error::WouldBlock`].
+    pub fn try_recv(&mut self) -> Result<Option<Record<'_>>> {
+        self.recv_inner(Deadline::Now)
+    }
+
+    /// Receives the next record, waiting at most `timeout` ([`Error::Timeout`]).
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Record<'_>>> {
+        self.recv_inner(Deadline::after(timeout))
+    }
+
+    /// Hands every record that is available now (at most `max`) to `f`, without waiting;
+    /// returns how many. Stops early at end of stream or when `f` fails.
+    pub fn drain<F>(&mut self, max: usize, mut f: F) -> Result<usize>
+    where
+        F: FnMut(Record<'_>) -> Result<()>,
+    {
+        let mut n = 0;
+        while n < max {
+            match self.try_recv() {
+                Ok(Some(r)) => {
+                    f(r)?;
+                    n += 1;
+                }
+                Ok(None) | Err(Error::WouldBlock) => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Detaches: the producer's next blocking call returns [`Error::Closed`]. Dropping the
+    /// consumer does the same.
+    pub fn close(self) {}
+
+    /// True once the producer has detached (records may still be waiting to be read).
+    pub fn producer_closed(&self) -> bool {
+        self.producer_detached()
+    }
+
+    /// View of `len` bytes at `at` in the segment in hand.
+    fn view(&self, at: usize, len: usize) -> &[u8] {
+        let c = self
+            .cur
+            .expect("a record's segment is in hand while the record lives");
+        debug_assert!(at + len <= c.committed);
+        self.shared.tracker.read(c.seg as usize, at, len);
+        // SAFETY: `at + len <= committed <= segment_size` (validated in `parse`), the segment
+        // is in our hand and is not returned while the borrow lives (returning needs `&mut`).
+        // A hostile producer could still change the bytes under us: the slice is then garbled
+        // but stays inside the mapping.
+        unsafe { std::slice::from_raw_parts(self.shared.segment_ptr(c.seg).add(at), len) }
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let h = self.shared.header();
+        // Release: our last reads of the region happen before the producer sees us gone.
+        h.consumer.state.store(END_DETACHED, Ordering::Release);
+        wait::notify(&h.producer_park);
+    }
+}
+
+enum RecordKind {
+    Single {
+        at: usize,
+        len: usize,
+    },
+    Span {
+        next: Option<(usize, usize)>,
+        ended: bool,
+        total: u64,
+    },
+}
+
+/// One received record, borrowing the consumer (and, for records in one segment, the shared
+/// memory they sit in: no copy).
+pub struct Record<'a> {
+    consumer: &'a mut Consumer,
+    kind: RecordKind,
+    /// For `io::Read`: the part being read and how far.
+    reading: Option<(usize, usize, usize)>,
+}
+
+impl Record<'_> {
+    /// The bytes, in place, for a record within one segment; `None` for a spanning record
+    /// (use [`Record::next_part`], [`Record::to_vec`] or `io::Read`).
+    pub fn as_bytes(&self) -> Option<&[u8]> {
+        match self.kind {
+            RecordKind::Single { at, len } => Some(self.consumer.view(at, len)),
+            RecordKind::Span { .. } => None,
+        }
+    }
+
+    /// A `Pod` value viewed in place, if the record is in one segment and its size and
+    /// alignment fit `T` (payloads are 8-byte aligned).
+    pub fn as_pod<T: bytemuck::Pod>(&self) -> Option<&T> {
+        bytemuck::try_from_bytes(self.as_bytes()?).ok()
+    }
+
+    /// The length, known up front for a record within one segment.
+    pub fn len(&self) -> Option<usize> {
+        match self.kind {
+            RecordKind::Single { len, .. } => Some(len),
+            RecordKind::Span { .. } => None,
+        }
+    }
+
+    /// True for an empty record in one segment.
+    pub fn is_empty(&self) -> bool {
+        self.len() == Some(0)
+    }
+
+    /// True if the record spans segments.
+    pub fn is_spanning(&self) -> bool {
+        matches!(self.kind, RecordKind::Span { .. })
+    }
+
+    fn next_part_at(&mut self) -> Result<Option<(usize, usize)>> {
+        let c = &mut *self.consumer;
+        match &mut self.kind {
+            RecordKind::Single { at, len } => {
+                let part = (*at, *len);
+                // Yield once: mark as consumed by turning it into an ended span.
+                self.kind = RecordKind::Span {
+                    next: None,
+                    ended: true,
+                    total: part.1 as u64,
+                };
+                Ok(Some(part))
+            }
+            RecordKind::Span { next, ended, total } => {
+                if let Some(p) = next.take() {
+                    return Ok(Some(p));
+                }
+                if *ended {
+                    return Ok(None);
+                }
+                let Some(f) = c.wait_frame(Deadline::Never)? else {
+                    // The producer detached in the middle of the record.
+                    c.in_span = false;
+                    *ended = true;
+                    return Err(Error::RecordAborted {
+                        region: c.shared.name.clone(),
+                    });
+                };
+                c.advance(f);
+                match f.kind {
+                    frame::MIDDLE => {}
+                    frame::LAST => {
+                        c.in_span = false;
+                        *ended = true;
+                    }
+                    _ => {
+                        debug_assert_eq!(f.kind, frame::ABORT);
+                        c.in_span = false;
+                        *ended = true;
+                        return Err(Error::RecordAborted {
+                            region: c.shared.name.clone(),
+                        });
+                    }
+                }
+                *total += f.len as u64;
+                if *total > c.max_record_len {
+                    return Err(c.too_large(*total));
+                }
+                if *ended {
+                    let t = *total;
+                    c.count_record(t);
+                }
+                Ok(Some((f.at + HEADER, f.len)))
+            }
+        }
+    }
+
+    /// The next part of the record, in place (no copy); `None` after the last. A record in one
+    /// segment has one part. For a spanning record each call may wait for the producer, and
+    /// moving to the next part gives the previous segment back (which is why a part borrows
+    /// the record mutably: parts of records larger than the pool cannot all be held at once).
+    pub fn next_part(&mut self) -> Result<Option<&[u8]>> {
+        match self.next_part_at()? {
+            Some((at, len)) => Ok(Some(self.consumer.view(at, len))),
+            None => Ok(None),
+        }
+    }
+
+    /// Appends the whole record to `out` (one copy; spanning records are reassembled).
+    pub fn read_all_into(mut self, out: &mut Vec<u8>) -> Result<()> {
+        if let RecordKind::Single { at, len } = self.kind {
+            out.extend_from_slice(self.consumer.view(at, len));
+            return Ok(());
+        }
+        while let Some((at, len)) = self.next_part_at()? {
+            out.extend_from_slice(self.consumer.view(at, len));
+        }
+        Ok(())
+    }
+
+    /// The whole record as one contiguous `Vec` (one copy).
+    pub fn to_vec(self) -> Result<Vec<u8>> {
+        let mut v = Vec::with_capacity(self.len().unwrap_or(0));
+        self.read_all_into(&mut v)?;
+        Ok(v)
+    }
+}
+
+impl io::Read for Record<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if let Some((at, len, pos)) = self.reading {
+                if pos < len {
+                    let n = buf.len().min(len - pos);
+                    buf[..n].copy_from_slice(&self.consumer.view(at + pos, n)[..n]);
+                    self.reading = Some((at, len, pos + n));
+                    return Ok(n);
+                }
+                self.reading = None;
+            }
+            match self.next_part_at()? {
+                Some((at, len)) => self.reading = Some((at, len, 0)),
+                None => return Ok(0),
+            }
+        }
+    }
+}
+
+impl Drop for Record<'_> {
+    fn drop(&mut self) {
+        if let RecordKind::Span { ended: false, .. } = self.kind {
+            self.consumer.skipping = true;
+        }
+    }
+}
+
+#[cfg(loom)]
+impl Consumer {
+    /// The segment in the consumer's hand (for the loom census).
+    pub fn held_segment(&self) -> Option<u32> {
+        self.cur.map(|c| c.seg)
+    }
+}

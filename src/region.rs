@@ -1,0 +1,355 @@
+//! Creating, opening and mapping the shared-memory object that holds one channel, and
+//! attaching an end to it.
+//!
+//! Rules, in one place:
+//! - A named region is created with `shm_open(O_CREAT | O_EXCL, 0600)`; an existing name is
+//!   [`Error::AlreadyExists`]. The side that created it unlinks the name when its end is
+//!   dropped; the peer's mapping stays valid, but nobody new can open the name after that.
+//! - Opening checks the owner (must be this effective user) and the mode (no group or other
+//!   bits), then the magic, layout version, geometry and size before anything else is read.
+//! - An anonymous region is a sealed `memfd` (it cannot shrink or grow under a peer).
+//! - Each end attaches at most once: `FREE → ATTACHED → DETACHED`.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::layout::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
+use crate::shared::Shared;
+use crate::sync::{Arc, Ordering};
+
+/// The mapping and the descriptor behind a region.
+pub(crate) struct Mapping {
+    map: memmap2::MmapRaw,
+    fd: OwnedFd,
+    /// Set for the creator of a named region: the name to unlink on drop.
+    unlink: Option<CString>,
+}
+
+impl Mapping {
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Some(name) = &self.unlink {
+            // SAFETY: `name` is a valid NUL-terminated string. Failure (already removed by
+            // `shmflow clean` or by hand) leaves nothing to do.
+            unsafe { libc::shm_unlink(name.as_ptr()) };
+        }
+        let _ = &self.map; // unmapped by MmapRaw's own drop, after the unlink
+    }
+}
+
+fn last_os(region: &str, op: &'static str) -> Error {
+    Error::io(region, op, io::Error::last_os_error())
+}
+
+fn c_name(name: &str) -> Result<CString> {
+    let ok = name.starts_with('/')
+        && name.len() > 1
+        && name.len() <= 255
+        && !name[1..].contains('/')
+        && !name.contains('\0');
+    if !ok {
+        return Err(Error::InvalidConfig {
+            region: name.to_owned(),
+            field: "region name",
+            expected: "'/' followed by 1 to 254 characters without '/' or NUL".into(),
+            found: name.len() as u64,
+        });
+    }
+    Ok(CString::new(name).expect("checked for NUL above"))
+}
+
+fn map(region: &str, fd: &OwnedFd, len: usize, writable: bool) -> Result<memmap2::MmapRaw> {
+    let mut opts = memmap2::MmapOptions::new();
+    opts.len(len);
+    // Prefault: the first touch of each page would otherwise happen on the hot path.
+    opts.populate();
+    let res = if writable {
+        opts.map_raw(fd.as_raw_fd())
+    } else {
+        opts.map_raw_read_only(fd.as_raw_fd())
+    };
+    res.map_err(|e| Error::io(region, "mmap", e))
+}
+
+fn finish_create(
+    name: String,
+    fd: OwnedFd,
+    geometry: Geometry,
+    unlink: Option<CString>,
+) -> Result<Arc<Shared>> {
+    let size = geometry.region_size();
+    // SAFETY: plain syscall on a descriptor we own.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
+        let e = last_os(&name, "ftruncate");
+        if let Some(n) = &unlink {
+            // SAFETY: valid C string; we created this name a moment ago.
+            unsafe { libc::shm_unlink(n.as_ptr()) };
+        }
+        return Err(e);
+    }
+    let map = match map(&name, &fd, size, true) {
+        Ok(m) => m,
+        Err(e) => {
+            if let Some(n) = &unlink {
+                // SAFETY: as above.
+                unsafe { libc::shm_unlink(n.as_ptr()) };
+            }
+            return Err(e);
+        }
+    };
+    let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
+    let mapping = Mapping { map, fd, unlink };
+    // SAFETY: the mapping is `size` = region_size bytes, page aligned, owned by `mapping`.
+    let shared = unsafe { Shared::from_mapping(name, geometry, base, mapping) };
+    shared.init_header(std::process::id());
+    Ok(Arc::new(shared))
+}
+
+/// Creates a named region (`O_EXCL`, mode 0600).
+pub(crate) fn create_named(name: &str, geometry: Geometry) -> Result<Arc<Shared>> {
+    geometry.validate(name)?;
+    let cname = c_name(name)?;
+    // SAFETY: valid C string; the returned descriptor is checked and then owned.
+    let raw = unsafe {
+        libc::shm_open(
+            cname.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::EEXIST) {
+            Error::AlreadyExists {
+                region: name.to_owned(),
+            }
+        } else {
+            Error::io(name, "shm_open(O_CREAT|O_EXCL)", e)
+        });
+    }
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // The umask may have removed bits, never added them; fchmod makes 0600 exact.
+    // SAFETY: plain syscall on our descriptor.
+    unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) };
+    finish_create(name.to_owned(), fd, geometry, Some(cname))
+}
+
+/// Creates an anonymous, sealed memfd region.
+pub(crate) fn create_memfd(geometry: Geometry) -> Result<Arc<Shared>> {
+    let name = "memfd:shmflow";
+    geometry.validate(name)?;
+    // SAFETY: valid C string; the returned descriptor is checked and then owned.
+    let raw = unsafe {
+        libc::memfd_create(
+            c"shmflow".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if raw < 0 {
+        return Err(last_os(name, "memfd_create"));
+    }
+    // SAFETY: fresh descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let name = format!("memfd:shmflow(fd {raw}, pid {})", std::process::id());
+    // SAFETY: plain syscall on our descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), geometry.region_size() as libc::off_t) } != 0 {
+        return Err(last_os(&name, "ftruncate"));
+    }
+    // Seal the size: a peer can then never truncate the object under our mapping (SIGBUS).
+    // SAFETY: plain fcntl on our descriptor.
+    if unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+        )
+    } != 0
+    {
+        return Err(last_os(&name, "fcntl(F_ADD_SEALS)"));
+    }
+    finish_create(name, fd, geometry, None)
+}
+
+/// Opens an existing named region.
+pub(crate) fn open_named(name: &str, writable: bool) -> Result<Arc<Shared>> {
+    let cname = c_name(name)?;
+    let flags = if writable {
+        libc::O_RDWR
+    } else {
+        libc::O_RDONLY
+    };
+    // SAFETY: valid C string; the descriptor is checked and then owned.
+    let raw = unsafe { libc::shm_open(cname.as_ptr(), flags | libc::O_CLOEXEC, 0) };
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        return Err(if e.raw_os_error() == Some(libc::ENOENT) {
+            Error::NotFound {
+                region: name.to_owned(),
+            }
+        } else {
+            Error::io(name, "shm_open", e)
+        });
+    }
+    // SAFETY: fresh descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    check_owner_and_mode(name, &fd)?;
+    open_fd(name.to_owned(), fd, writable)
+}
+
+/// A named region must belong to this user and be closed to everyone else.
+fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
+    // SAFETY: zeroed stat is a valid out-buffer for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(last_os(name, "fstat"));
+    }
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if st.st_uid != euid {
+        return Err(Error::InvalidConfig {
+            region: name.to_owned(),
+            field: "owner uid",
+            expected: format!("this user's uid {euid}: a region of another user is not trusted"),
+            found: st.st_uid as u64,
+        });
+    }
+    if st.st_mode & 0o077 != 0 {
+        return Err(Error::InvalidConfig {
+            region: name.to_owned(),
+            field: "permission bits",
+            expected: "0600 (no access for group or others)".into(),
+            found: (st.st_mode & 0o777) as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Maps and validates a region from a descriptor (named or inherited memfd).
+pub(crate) fn open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Arc<Shared>> {
+    // SAFETY: zeroed stat is a valid out-buffer for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid descriptor and out-pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(last_os(&name, "fstat"));
+    }
+    let mut size = st.st_size as u64;
+    // A creator that is still between shm_open and ftruncate shows size 0: give it a moment.
+    let start = Instant::now();
+    while size == 0 && start.elapsed() < Duration::from_millis(500) {
+        std::thread::sleep(Duration::from_millis(2));
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(last_os(&name, "fstat"));
+        }
+        size = st.st_size as u64;
+    }
+    if size < HEADER_SIZE as u64 {
+        return Err(Error::SizeMismatch {
+            region: name,
+            expected: HEADER_SIZE as u64,
+            found: size,
+        });
+    }
+    // Map only the header first: the geometry decides how much of the rest to trust.
+    let head = map(&name, &fd, HEADER_SIZE, false)?;
+    let hdr_base = head.as_ptr();
+    // SAFETY: the header mapping is HEADER_SIZE bytes, aligned, and `Header` fits in it; we
+    // only read atomics from it while `head` lives.
+    let hdr = unsafe { &*(hdr_base as *const crate::layout::Header) };
+    let mut magic = hdr.magic.load(Ordering::Acquire);
+    while magic == 0 && start.elapsed() < Duration::from_millis(500) {
+        std::thread::sleep(Duration::from_millis(2));
+        magic = hdr.magic.load(Ordering::Acquire);
+    }
+    if magic != MAGIC {
+        return Err(Error::BadMagic {
+            region: name,
+            found: magic,
+        });
+    }
+    let version = hdr.version.load(Ordering::Relaxed);
+    if version != LAYOUT_VERSION {
+        return Err(Error::VersionMismatch {
+            region: name,
+            expected: LAYOUT_VERSION,
+            found: version,
+        });
+    }
+    let header_size = hdr.header_size.load(Ordering::Relaxed);
+    if header_size as usize != HEADER_SIZE {
+        return Err(Error::corrupt(
+            &name,
+            "header_size",
+            HEADER_SIZE.to_string(),
+            header_size as u64,
+        ));
+    }
+    let geometry = Geometry {
+        segment_size: hdr.segment_size.load(Ordering::Relaxed),
+        segment_count: hdr.segment_count.load(Ordering::Relaxed),
+    };
+    let recorded = hdr.total_size.load(Ordering::Relaxed);
+    drop(head);
+    geometry.validate(&name).map_err(|e| match e {
+        Error::InvalidConfig {
+            region,
+            field,
+            expected,
+            found,
+        } => Error::Corrupt {
+            region,
+            field,
+            expected,
+            found,
+        },
+        other => other,
+    })?;
+    let expected = geometry.region_size() as u64;
+    if recorded != expected {
+        return Err(Error::corrupt(
+            &name,
+            "total_size",
+            expected.to_string(),
+            recorded,
+        ));
+    }
+    if size != expected {
+        return Err(Error::SizeMismatch {
+            region: name,
+            expected,
+            found: size,
+        });
+    }
+    let map = map(&name, &fd, expected as usize, writable)?;
+    let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
+    let mapping = Mapping {
+        map,
+        fd,
+        unlink: None,
+    };
+    // SAFETY: mapping of exactly region_size bytes for this validated geometry.
+    Ok(Arc::new(unsafe {
+        Shared::from_mapping(name, geometry, base, mapping)
+    }))
+}
+
+/// A duplicate of the region's descriptor, for handing to a child process.
+pub(crate) fn dup_fd(shared: &Shared) -> Result<OwnedFd> {
+    match &shared.backing() {
+        crate::shared::Backing::Mapped(m) => m
+            .fd()
+            .try_clone()
+            .map_err(|e| Error::io(&shared.name, "dup", e)),
+    }
+}

@@ -1,0 +1,227 @@
+//! A lock-free single-producer single-consumer ring of segment indices.
+//!
+//! Both rings of a channel (data: producer → consumer, return: consumer → producer) are this
+//! type. Cursors are monotonic `u64` counters (they never wrap in practice); slot `i % cap`
+//! holds the value pushed at position `i`. Each side keeps its own cursor locally — the copy in
+//! shared memory is only a publication for the peer, never read back — and caches the peer's
+//! cursor so that the common case touches no line the peer writes.
+//!
+//! The capacity equals the number of segments and every segment is in exactly one place, so a
+//! push never finds the ring full; if it does, the peer has put a segment in two places and the
+//! push fails with [`Error::Corrupt`] instead of overwriting.
+
+use crate::error::{Error, Result};
+use crate::sync::{AtomicU64, Ordering};
+
+/// The shared parts of one ring.
+pub(crate) struct RingRef<'a> {
+    pub slots: &'a [AtomicU64],
+    /// Written by the popping side.
+    pub head: &'a AtomicU64,
+    /// Written by the pushing side.
+    pub tail: &'a AtomicU64,
+    /// Values must be below this (the segment count).
+    pub limit: u64,
+    /// For errors: which region, which ring.
+    pub region: &'a str,
+    pub name: &'static str,
+}
+
+/// The pushing side's private state.
+#[derive(Debug)]
+pub(crate) struct RingTx {
+    tail: u64,
+    head_cache: u64,
+}
+
+/// The popping side's private state.
+#[derive(Debug)]
+pub(crate) struct RingRx {
+    head: u64,
+    tail_cache: u64,
+}
+
+impl RingTx {
+    /// A pushing side whose ring already holds `tail - head` values.
+    pub(crate) fn new(head: u64, tail: u64) -> Self {
+        RingTx {
+            tail,
+            head_cache: head,
+        }
+    }
+
+    /// Position the next push will take (the count of pushes so far).
+    pub(crate) fn position(&self) -> u64 {
+        self.tail
+    }
+
+    pub(crate) fn push(&mut self, ring: &RingRef<'_>, value: u32) -> Result<()> {
+        let cap = ring.slots.len() as u64;
+        if self.tail - self.head_cache >= cap {
+            // Acquire: the peer's read of the slot we are about to overwrite happened before.
+            let head = ring.head.load(Ordering::Acquire);
+            let used = self.tail.wrapping_sub(head);
+            if used > cap || head < self.head_cache {
+                return Err(Error::corrupt(
+                    ring.region,
+                    ring.name,
+                    format!("a head between {} and {}", self.head_cache, self.tail),
+                    head,
+                ));
+            }
+            self.head_cache = head;
+            if used == cap {
+                return Err(Error::corrupt(
+                    ring.region,
+                    ring.name,
+                    format!("a free slot: a ring of {cap} never fills when every segment is in one place"),
+                    used,
+                ));
+            }
+        }
+        ring.slots[(self.tail % cap) as usize].store(value as u64, Ordering::Relaxed);
+        self.tail += 1;
+        // Release: the slot (and whatever the value hands over) is visible before the cursor.
+        #[cfg(not(shmflow_broken = "ring_relaxed"))]
+        ring.tail.store(self.tail, Ordering::Release);
+        #[cfg(shmflow_broken = "ring_relaxed")]
+        ring.tail.store(self.tail, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl RingRx {
+    pub(crate) fn new(head: u64, tail: u64) -> Self {
+        RingRx {
+            head,
+            tail_cache: tail,
+        }
+    }
+
+    /// Position the next pop will take (the count of pops so far).
+    pub(crate) fn position(&self) -> u64 {
+        self.head
+    }
+
+    /// Values ready without looking at the peer's cursor again.
+    fn refresh(&mut self, ring: &RingRef<'_>) -> Result<u64> {
+        let cap = ring.slots.len() as u64;
+        // Acquire: pairs with the Release in `push`, so the slot is visible.
+        let tail = ring.tail.load(Ordering::Acquire);
+        let ready = tail.wrapping_sub(self.head);
+        if ready > cap || tail < self.tail_cache {
+            return Err(Error::corrupt(
+                ring.region,
+                ring.name,
+                format!(
+                    "a tail between {} and {}",
+                    self.tail_cache.max(self.head),
+                    self.head + cap
+                ),
+                tail,
+            ));
+        }
+        self.tail_cache = tail;
+        Ok(ready)
+    }
+
+    /// Values ready to pop (reads the peer's cursor).
+    pub(crate) fn ready(&mut self, ring: &RingRef<'_>) -> Result<u64> {
+        self.refresh(ring)
+    }
+
+    pub(crate) fn pop(&mut self, ring: &RingRef<'_>) -> Result<Option<u32>> {
+        if self.head == self.tail_cache && self.refresh(ring)? == 0 {
+            return Ok(None);
+        }
+        let cap = ring.slots.len() as u64;
+        let value = ring.slots[(self.head % cap) as usize].load(Ordering::Relaxed);
+        if value >= ring.limit {
+            return Err(Error::corrupt(
+                ring.region,
+                ring.name,
+                format!("a segment index below {}", ring.limit),
+                value,
+            ));
+        }
+        self.head += 1;
+        // Release: our read of the slot happens before the peer may overwrite it.
+        ring.head.store(self.head, Ordering::Release);
+        Ok(Some(value as u32))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    struct Owned {
+        slots: Vec<AtomicU64>,
+        head: AtomicU64,
+        tail: AtomicU64,
+    }
+
+    fn owned(cap: usize) -> Owned {
+        Owned {
+            slots: (0..cap).map(|_| AtomicU64::new(0)).collect(),
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+        }
+    }
+
+    fn r(o: &Owned) -> RingRef<'_> {
+        RingRef {
+            slots: &o.slots,
+            head: &o.head,
+            tail: &o.tail,
+            limit: 100,
+            region: "test",
+            name: "ring",
+        }
+    }
+
+    #[test]
+    fn fifo_across_many_wraps() {
+        let o = owned(3);
+        let (mut tx, mut rx) = (RingTx::new(0, 0), RingRx::new(0, 0));
+        let mut next_out = 0;
+        for i in 0..50u32 {
+            tx.push(&r(&o), i % 100).unwrap();
+            if i % 3 == 2 {
+                while let Some(v) = rx.pop(&r(&o)).unwrap() {
+                    assert_eq!(v, next_out % 100);
+                    next_out += 1;
+                }
+            }
+        }
+        assert_eq!(rx.pop(&r(&o)).unwrap(), Some(48));
+        assert_eq!(rx.pop(&r(&o)).unwrap(), Some(49));
+        assert_eq!(rx.pop(&r(&o)).unwrap(), None);
+    }
+
+    #[test]
+    fn full_ring_is_corruption_not_overwrite() {
+        let o = owned(2);
+        let mut tx = RingTx::new(0, 0);
+        tx.push(&r(&o), 1).unwrap();
+        tx.push(&r(&o), 2).unwrap();
+        assert!(matches!(tx.push(&r(&o), 3), Err(Error::Corrupt { .. })));
+    }
+
+    #[test]
+    fn garbage_from_the_peer_is_an_error() {
+        let o = owned(4);
+        let mut rx = RingRx::new(0, 0);
+        o.tail.store(1000, Ordering::Relaxed); // more than capacity ahead
+        assert!(matches!(rx.pop(&r(&o)), Err(Error::Corrupt { .. })));
+        let o = owned(4);
+        let mut rx = RingRx::new(0, 0);
+        o.slots[0].store(5000, Ordering::Relaxed); // index out of range
+        o.tail.store(1, Ordering::Relaxed);
+        assert!(matches!(rx.pop(&r(&o)), Err(Error::Corrupt { .. })));
+        let o = owned(4);
+        let mut tx = RingTx::new(0, 4);
+        o.head.store(u64::MAX, Ordering::Relaxed); // head beyond tail
+        assert!(matches!(tx.push(&r(&o), 0), Err(Error::Corrupt { .. })));
+    }
+}

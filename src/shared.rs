@@ -1,0 +1,241 @@
+//! `Shared`: typed access to one region's header, rings, commit words and segments, whatever
+//! holds the bytes (a shared mapping in production, the heap under loom).
+
+use std::ptr::NonNull;
+
+use crate::layout::{Geometry, Header, Padded};
+use crate::sync::{AtomicU64, ByteTracker};
+
+/// What keeps the region's memory alive.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) enum Backing {
+    #[cfg(not(loom))]
+    Mapped(crate::region::Mapping),
+    #[cfg(loom)]
+    Heap(Box<HeapRegion>),
+}
+
+/// Under loom: the same structures, allocated on the heap with loom's atomics.
+#[cfg(loom)]
+pub(crate) struct HeapRegion {
+    header: Header,
+    data_slots: Box<[AtomicU64]>,
+    ret_slots: Box<[AtomicU64]>,
+    commits: Box<[Padded<AtomicU64>]>,
+    segments: Box<[u64]>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) name: String,
+    pub(crate) geometry: Geometry,
+    header: NonNull<Header>,
+    data_slots: NonNull<AtomicU64>,
+    ret_slots: NonNull<AtomicU64>,
+    commits: NonNull<Padded<AtomicU64>>,
+    segments: NonNull<u8>,
+    pub(crate) tracker: ByteTracker,
+    #[cfg_attr(loom, allow(dead_code))]
+    backing: Backing,
+}
+
+// SAFETY: all shared state behind the pointers is atomics or segment bytes whose ownership the
+// channel protocol hands between the ends; the pointers stay valid as long as `_backing` lives,
+// which is as long as `Shared`.
+unsafe impl Send for Shared {}
+// SAFETY: as above; `&Shared` only gives out atomics and raw segment pointers.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    /// Views a mapped region whose header has been validated against `geometry`.
+    ///
+    /// # Safety
+    /// `base` must point to at least `geometry.region_size()` bytes, page aligned, that stay
+    /// mapped as long as `backing` lives.
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn from_mapping(
+        name: String,
+        geometry: Geometry,
+        base: NonNull<u8>,
+        backing: crate::region::Mapping,
+    ) -> Shared {
+        let at = |off: usize| {
+            // SAFETY: every offset comes from `geometry` and lies inside the region (caller).
+            unsafe { NonNull::new_unchecked(base.as_ptr().add(off)) }
+        };
+        Shared {
+            name,
+            geometry,
+            header: base.cast(),
+            data_slots: at(geometry.data_ring_offset()).cast(),
+            ret_slots: at(geometry.return_ring_offset()).cast(),
+            commits: at(geometry.commits_offset()).cast(),
+            segments: at(geometry.segments_offset()),
+            tracker: ByteTracker,
+            backing: Backing::Mapped(backing),
+        }
+    }
+
+    /// A region on the heap, for the loom models: initialized like a fresh mapping.
+    #[cfg(loom)]
+    pub(crate) fn new_heap(geometry: Geometry) -> Shared {
+        let n = geometry.segment_count as usize;
+        let mut heap = Box::new(HeapRegion {
+            header: Header::default(),
+            data_slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            ret_slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            commits: (0..n).map(|_| Padded(AtomicU64::new(0))).collect(),
+            segments: vec![0u64; n * geometry.segment_size as usize / 8].into_boxed_slice(),
+        });
+        let shared = Shared {
+            name: "heap:loom".into(),
+            geometry,
+            header: NonNull::from(&heap.header),
+            data_slots: NonNull::from(&heap.data_slots[0]),
+            ret_slots: NonNull::from(&heap.ret_slots[0]),
+            commits: NonNull::from(&heap.commits[0]),
+            segments: NonNull::new(heap.segments.as_mut_ptr().cast()).unwrap(),
+            tracker: ByteTracker::new(n, geometry.segment_size as usize),
+            backing: Backing::Heap(heap),
+        };
+        shared.init_header(0);
+        shared
+    }
+
+    #[inline]
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: valid for the life of `self` (see `from_mapping` / `new_heap`).
+        unsafe { self.header.as_ref() }
+    }
+
+    #[inline]
+    pub(crate) fn n(&self) -> usize {
+        self.geometry.segment_count as usize
+    }
+
+    #[inline]
+    pub(crate) fn segment_size(&self) -> usize {
+        self.geometry.segment_size as usize
+    }
+
+    #[inline]
+    pub(crate) fn data_slots(&self) -> &[AtomicU64] {
+        // SAFETY: N slots were laid out at this address (layout.rs) for the life of `self`.
+        unsafe { std::slice::from_raw_parts(self.data_slots.as_ptr(), self.n()) }
+    }
+
+    #[inline]
+    pub(crate) fn ret_slots(&self) -> &[AtomicU64] {
+        // SAFETY: as for `data_slots`.
+        unsafe { std::slice::from_raw_parts(self.ret_slots.as_ptr(), self.n()) }
+    }
+
+    /// The commit word of segment `seg`. `seg` must already be validated (< N): an index from
+    /// shared memory that was not checked is a bug here, and panics rather than read outside.
+    #[inline]
+    pub(crate) fn commit(&self, seg: u32) -> &AtomicU64 {
+        // SAFETY: N padded words at this address for the life of `self`.
+        let all = unsafe { std::slice::from_raw_parts(self.commits.as_ptr(), self.n()) };
+        &all[seg as usize].0
+    }
+
+    /// Start of segment `seg` (validated, < N).
+    #[inline]
+    pub(crate) fn segment_ptr(&self, seg: u32) -> *mut u8 {
+        assert!((seg as usize) < self.n());
+        // SAFETY: seg < N, so the offset stays inside the segment area.
+        unsafe {
+            self.segments
+                .as_ptr()
+                .add(seg as usize * self.segment_size())
+        }
+    }
+
+    /// Writes a fresh header (creator only, before anyone else can see the region).
+    pub(crate) fn init_header(&self, creator_pid: u32) {
+        use crate::layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC};
+        use crate::sync::Ordering::{Relaxed, Release};
+        let h = self.header();
+        h.version.store(LAYOUT_VERSION, Relaxed);
+        h.header_size.store(HEADER_SIZE as u32, Relaxed);
+        h.segment_size.store(self.geometry.segment_size, Relaxed);
+        h.segment_count.store(self.geometry.segment_count, Relaxed);
+        h.total_size
+            .store(self.geometry.region_size() as u64, Relaxed);
+        h.creator_pid.store(creator_pid, Relaxed);
+        // Every segment starts free: in the return ring, in order.
+        for (i, slot) in self.ret_slots().iter().enumerate() {
+            slot.store(i as u64, Relaxed);
+        }
+        h.cons.ret_tail.store(self.n() as u64, Relaxed);
+        // Release: an opener that sees the magic (Acquire) sees everything above.
+        h.magic.store(MAGIC, Release);
+    }
+}
+
+impl Shared {
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn backing(&self) -> &Backing {
+        &self.backing
+    }
+}
+
+impl Shared {
+    /// The data ring (producer → consumer).
+    pub(crate) fn data_ring(&self) -> crate::ring::RingRef<'_> {
+        let h = self.header();
+        crate::ring::RingRef {
+            slots: self.data_slots(),
+            head: &h.cons.data_head,
+            tail: &h.prod.data_tail,
+            limit: self.n() as u64,
+            region: &self.name,
+            name: "data ring",
+        }
+    }
+
+    /// The return ring (consumer → producer).
+    pub(crate) fn return_ring(&self) -> crate::ring::RingRef<'_> {
+        let h = self.header();
+        crate::ring::RingRef {
+            slots: self.ret_slots(),
+            head: &h.prod.ret_head,
+            tail: &h.cons.ret_tail,
+            limit: self.n() as u64,
+            region: &self.name,
+            name: "return ring",
+        }
+    }
+}
+
+/// Attaches `end` (FREE → ATTACHED), or says who is in the way.
+pub(crate) fn attach(shared: &Shared, end: crate::End) -> crate::Result<()> {
+    let st = shared.header().end(end);
+    // AcqRel: the winner sees the previous state; a racing second attacher sees ATTACHED.
+    match st.state.compare_exchange(
+        crate::layout::END_FREE,
+        crate::layout::END_ATTACHED,
+        crate::sync::Ordering::AcqRel,
+        crate::sync::Ordering::Acquire,
+    ) {
+        Ok(_) => {
+            st.pid
+                .store(std::process::id(), crate::sync::Ordering::Relaxed);
+            Ok(())
+        }
+        Err(crate::layout::END_ATTACHED) => Err(crate::Error::AlreadyAttached {
+            region: shared.name.clone(),
+            end,
+            pid: st.pid.load(crate::sync::Ordering::Relaxed),
+        }),
+        Err(crate::layout::END_DETACHED) => Err(crate::Error::EndDetached {
+            region: shared.name.clone(),
+            end,
+        }),
+        Err(other) => Err(crate::Error::corrupt(
+            &shared.name,
+            "end attach state",
+            "0, 1 or 2".into(),
+            other as u64,
+        )),
+    }
+}

@@ -1,0 +1,95 @@
+//! loom side of the shim: loom's atomics, and a futex modelled with its real semantics.
+
+use std::time::Duration;
+
+pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64};
+pub(crate) use loom::sync::Arc;
+use loom::sync::{Condvar, Mutex};
+
+/// The futex, modelled: `wait` sleeps only if the word still equals `expected`, checked under
+/// the same lock that `wake` takes, so the check and the sleep are atomic with respect to a
+/// wake. A wake with no sleeper is lost (a condition variable remembers nothing), exactly like
+/// `FUTEX_WAKE` — a primitive that remembered it would hide lost wake-ups.
+pub(crate) struct FutexWord {
+    word: AtomicU32,
+    lock: Mutex<()>,
+    sleepers: Condvar,
+}
+
+impl Default for FutexWord {
+    fn default() -> Self {
+        FutexWord {
+            word: AtomicU32::new(0),
+            lock: Mutex::new(()),
+            sleepers: Condvar::new(),
+        }
+    }
+}
+
+impl FutexWord {
+    pub(crate) fn atomic(&self) -> &AtomicU32 {
+        &self.word
+    }
+
+    /// Timeouts are ignored: a model that only ends because a timer fired would hide a lost
+    /// wake-up, so under loom every wait is unbounded and loom reports the deadlock.
+    pub(crate) fn wait(&self, expected: u32, _timeout: Option<Duration>) {
+        let guard = self.lock.lock().unwrap();
+        if self.word.load(super::Ordering::Relaxed) != expected {
+            return;
+        }
+        let _guard = self.sleepers.wait(guard).unwrap();
+    }
+
+    pub(crate) fn wake(&self) {
+        let _guard = self.lock.lock().unwrap();
+        self.sleepers.notify_all();
+    }
+}
+
+pub(crate) fn spin_loop() {
+    loom::thread::yield_now();
+}
+
+/// One busy check before parking keeps the spin path covered and the models small.
+pub(crate) const SPIN_CHECKS: u32 = 1;
+
+/// Race detection over segment bytes: one loom cell per 8-byte word of every segment. The
+/// writer registers a write of the words it fills, the reader a read of the words it views;
+/// loom fails the model if the two are not ordered by happens-before (for instance because a
+/// commit store was too weak).
+pub(crate) struct ByteTracker {
+    words_per_segment: usize,
+    cells: Vec<loom::cell::UnsafeCell<()>>,
+}
+
+impl ByteTracker {
+    pub(crate) fn new(segments: usize, segment_size: usize) -> Self {
+        let words_per_segment = segment_size / 8;
+        let cells = (0..segments * words_per_segment)
+            .map(|_| loom::cell::UnsafeCell::new(()))
+            .collect();
+        ByteTracker {
+            words_per_segment,
+            cells,
+        }
+    }
+
+    fn words(&self, seg: usize, off: usize, len: usize) -> &[loom::cell::UnsafeCell<()>] {
+        let first = seg * self.words_per_segment + off / 8;
+        let last = seg * self.words_per_segment + (off + len).div_ceil(8);
+        &self.cells[first..last]
+    }
+
+    pub(crate) fn write(&self, seg: usize, off: usize, len: usize) {
+        for c in self.words(seg, off, len) {
+            c.with_mut(|_| ());
+        }
+    }
+
+    pub(crate) fn read(&self, seg: usize, off: usize, len: usize) {
+        for c in self.words(seg, off, len) {
+            c.with(|_| ());
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Waiting for the peer: spin briefly, then park on a futex word in the region; and waking it.
+//!
+//! The protocol, for a waiter W and a notifier N sharing a park word P:
+//!
+//! ```text
+//! W: P := 1; fence(SeqCst); if condition() { P := 0; done } else { futex_wait(P, 1) }
+//! N: publish (Release); fence(SeqCst); if P != 0 && swap(P, 0) != 0 { futex_wake(P) }
+//! ```
+//!
+//! The two SeqCst fences make it a store-buffering pattern: either W's re-check sees N's
+//! publication, or N sees W's announcement — never neither, so no wake-up is lost. N clears P
+//! before waking so that a W that has not gone to sleep yet finds `P != 1` in the kernel's
+//! atomic check and returns at once. N makes a syscall only when W has announced itself; the
+//! hot path costs one fence and one load of a line that changes only when the peer parks.
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::sync::{fence, FutexWord, Ordering};
+
+/// How a blocking call waits before it parks on the futex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WaitStrategy {
+    /// Spin a few rounds with backoff (about a microsecond, yielding the CPU at the end), then
+    /// park. Costs little CPU; a wake-up through the futex costs tens of microseconds when the
+    /// peer sits on another CPU of a VM. The default.
+    #[default]
+    Block,
+    /// Busy-poll for up to this long before parking: the lowest latency while the peer is
+    /// active, one CPU burnt while waiting. Keep it bounded on machines with few cores.
+    BusyPoll(Duration),
+}
+
+/// When a blocking call gives up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Deadline {
+    /// Never (blocking call).
+    Never,
+    /// Do not wait at all (`try_` call).
+    Now,
+    /// At this instant (`_timeout` call).
+    At(Instant),
+}
+
+impl Deadline {
+    pub(crate) fn after(d: Duration) -> Deadline {
+        match Instant::now().checked_add(d) {
+            Some(t) => Deadline::At(t),
+            None => Deadline::Never,
+        }
+    }
+
+    fn remaining(&self) -> Option<Option<Duration>> {
+        match self {
+            Deadline::Never => Some(None),
+            Deadline::Now => None,
+            Deadline::At(t) => t
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+                .map(Some),
+        }
+    }
+
+    fn expired_error(&self) -> Error {
+        match self {
+            Deadline::Now => Error::WouldBlock,
+            _ => Error::Timeout,
+        }
+    }
+}
+
+/// Wakes the peer parked on `word` if it announced itself. Returns true if a wake was issued.
+#[inline]
+pub(crate) fn notify(word: &FutexWord) -> bool {
+    // SeqCst fence: orders our publication before the load of the announcement (see above).
+    #[cfg(not(shmflow_broken = "no_park_fence"))]
+    fence(Ordering::SeqCst);
+    let p = word.atomic();
+    // Relaxed: the fence above gives the ordering; the swap only needs to be atomic, and the
+    // futex syscall that follows is a full barrier in the kernel.
+    if p.load(Ordering::Relaxed) != 0 && p.swap(0, Ordering::Relaxed) != 0 {
+        word.wake();
+        return true;
+    }
+    false
+}
+
+/// Busy phase: polls a bounded number of times. `None` if nothing turned up.
+fn spin_phase<T>(
+    strategy: WaitStrategy,
+    poll: &mut impl FnMut() -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    match strategy {
+        WaitStrategy::Block => {
+            #[cfg(not(loom))]
+            {
+                let backoff = crossbeam_utils::Backoff::new();
+                while !backoff.is_completed() {
+                    if let Some(v) = poll()? {
+                        return Ok(Some(v));
+                    }
+                    backoff.snooze();
+                }
+            }
+            #[cfg(loom)]
+            for _ in 0..crate::sync::SPIN_CHECKS {
+                if let Some(v) = poll()? {
+                    return Ok(Some(v));
+                }
+                crate::sync::spin_loop();
+            }
+        }
+        WaitStrategy::BusyPoll(budget) => {
+            let start = Instant::now();
+            let mut i = 0u32;
+            loop {
+                if let Some(v) = poll()? {
+                    return Ok(Some(v));
+                }
+                i = i.wrapping_add(1);
+                // Reading the clock costs ~25 ns; look at it every 64 polls.
+                if i % 64 == 0 && start.elapsed() >= budget {
+                    break;
+                }
+                crate::sync::spin_loop();
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Waits until `poll` yields a value: first a bounded busy phase, then parking on `word` until
+/// the peer notifies (or the deadline passes). `poll` must also report the peer's closing,
+/// so that a closed peer ends the wait.
+pub(crate) fn wait_for<T>(
+    word: &FutexWord,
+    strategy: WaitStrategy,
+    deadline: Deadline,
+    mut poll: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    if let Some(v) = poll()? {
+        return Ok(v);
+    }
+    if let Deadline::Now = deadline {
+        return Err(Error::WouldBlock);
+    }
+    if let Some(v) = spin_phase(strategy, &mut poll)? {
+        return Ok(v);
+    }
+    let p = word.atomic();
+    loop {
+        let Some(timeout) = deadline.remaining() else {
+            return Err(deadline.expired_error());
+        };
+        // Announce, then re-check: see the module docs.
+        p.store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        #[cfg(not(shmflow_broken = "no_recheck"))]
+        let ready = poll();
+        #[cfg(shmflow_broken = "no_recheck")]
+        let ready: Result<Option<T>> = Ok(None);
+        match ready {
+            Ok(Some(v)) => {
+                p.store(0, Ordering::Relaxed);
+                return Ok(v);
+            }
+            Err(e) => {
+                p.store(0, Ordering::Relaxed);
+                return Err(e);
+            }
+            Ok(None) => {}
+        }
+        word.wait(1, timeout);
+        p.store(0, Ordering::Relaxed);
+        if let Some(v) = poll()? {
+            return Ok(v);
+        }
+    }
+}

@@ -1,0 +1,825 @@
+//! The producer end: takes free segments from the return ring, frames records into them and
+//! hands them to the consumer through the data ring.
+//!
+//! Protocol (the consumer's half is in `reader.rs`):
+//! 1. **Take** a segment: pop index `s` from the return ring, reset its commit word to
+//!    `(generation g, not sealed, 0)` where `g` is the data-ring position it will take, then
+//!    push `s` on the data ring (Release: the reset is visible before the index).
+//! 2. **Write** frames at the private writer position; nothing is visible yet.
+//! 3. **Publish**: store `(g, not sealed, writer position)` in the commit word (Release: the
+//!    bytes before it are visible to a consumer that loads the word with Acquire), then notify.
+//! 4. **Seal** when the next frame does not fit: store `(g, sealed, position)`. The consumer
+//!    returns a sealed segment once it has read up to that position.
+//!
+//! When a segment is needed and the return ring is empty, the producer waits (backpressure):
+//! spin briefly, then park on `producer_park` until the consumer returns one or detaches.
+
+use std::io;
+#[cfg(not(loom))]
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use crate::error::{End, Error, Result};
+use crate::frame::{self, HEADER};
+#[cfg(not(loom))]
+use crate::handoff::PeerHandle;
+use crate::layout::{commit, Geometry, END_DETACHED};
+use crate::metrics::{monotonic_ns, Local};
+use crate::ring::{RingRx, RingTx};
+use crate::shared::Shared;
+use crate::sync::{Arc, Ordering};
+use crate::wait::{self, Deadline, WaitStrategy};
+
+/// When committed records become visible to the consumer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// Only on [`Producer::flush`], or when a segment is full and sealed. Fewest shared-memory
+    /// stores and wake-ups: the throughput setting.
+    Explicit,
+    /// After every record, waking the consumer at once if it is parked: the latency setting.
+    EveryRecord,
+    /// Like Flink's buffer timeout: every record is published as it is committed (a plain
+    /// store, no syscall), and a flusher thread wakes a parked consumer at most this long after
+    /// the first record it has not yet been told about. One wake-up per interval at most,
+    /// instead of one per record.
+    Timeout(Duration),
+}
+
+impl Default for FlushPolicy {
+    /// `Timeout(1 ms)`: records are never stuck, and a busy stream costs at most 1000 wake-ups
+    /// per second.
+    fn default() -> Self {
+        FlushPolicy::Timeout(Duration::from_millis(1))
+    }
+}
+
+/// The segment in the producer's hand.
+#[derive(Clone, Copy, Debug)]
+struct Current {
+    seg: u32,
+    gen: u32,
+    /// Private writer position: end of the last frame written.
+    wpos: usize,
+    /// Last position stored in the commit word.
+    published: usize,
+}
+
+#[derive(Default)]
+struct Counters {
+    records: Local,
+    bytes: Local,
+    committed: Local,
+    acquired: Local,
+    wakes: Local,
+    backpressured_ns: Local,
+}
+
+/// The writing end of a channel. Single-threaded (`Send`, not `Sync`).
+pub struct Producer {
+    shared: Arc<Shared>,
+    data: RingTx,
+    ret: RingRx,
+    cur: Option<Current>,
+    policy: FlushPolicy,
+    wait: WaitStrategy,
+    /// A spanning record was cut short without a segment to say so in: the next operation
+    /// first writes an `ABORT` frame.
+    pending_abort: bool,
+    counters: Counters,
+    #[cfg(not(loom))]
+    flusher: Option<crate::flusher::Flusher>,
+    closed: bool,
+}
+
+impl Producer {
+    /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
+    /// producer. The name is unlinked when this producer is dropped.
+    #[cfg(not(loom))]
+    pub fn create(name: &str, geometry: Geometry) -> Result<Producer> {
+        let shared = crate::region::create_named(name, geometry)?;
+        Producer::attach(shared)
+    }
+
+    /// Opens a named region created by the consumer and attaches as its producer.
+    #[cfg(not(loom))]
+    pub fn open(name: &str) -> Result<Producer> {
+        Producer::attach(crate::region::open_named(name, true)?)
+    }
+
+    /// Creates an anonymous (memfd) region and attaches as its producer; the returned handle
+    /// gives the consumer end to a child process (see [`PeerHandle`]).
+    #[cfg(not(loom))]
+    pub fn create_anonymous(geometry: Geometry) -> Result<(Producer, PeerHandle)> {
+        let shared = crate::region::create_memfd(geometry)?;
+        let handle = PeerHandle::new(&shared)?;
+        Ok((Producer::attach(shared)?, handle))
+    }
+
+    /// Attaches as producer to a region whose descriptor was inherited (see [`PeerHandle`]).
+    #[cfg(not(loom))]
+    pub fn from_fd(fd: OwnedFd) -> Result<Producer> {
+        let name = crate::handoff::fd_region_name(&fd);
+        Producer::attach(crate::region::open_fd(name, fd, true)?)
+    }
+
+    /// Attaches as producer to the region whose descriptor number is in environment variable
+    /// `var` (set by [`PeerHandle::pass_to`]).
+    #[cfg(not(loom))]
+    pub fn from_env(var: &str) -> Result<Producer> {
+        Producer::from_fd(crate::handoff::fd_from_env(var)?)
+    }
+
+    pub(crate) fn attach(shared: Arc<Shared>) -> Result<Producer> {
+        crate::shared::attach(&shared, End::Producer)?;
+        let h = shared.header();
+        // The producer's own cursors are private truth: take them from the header once, at
+        // attach (they are 0 for a fresh region; the consumer's cursors start the rings).
+        let data_head = h.cons.data_head.load(Ordering::Acquire);
+        let data_tail = h.prod.data_tail.load(Ordering::Acquire);
+        let ret_head = h.prod.ret_head.load(Ordering::Acquire);
+        let ret_tail = h.cons.ret_tail.load(Ordering::Acquire);
+        let n = shared.n() as u64;
+        if data_tail != 0 || ret_head != 0 || ret_tail > n || data_head != 0 {
+            // A fresh region only: a producer cannot take over a half-used stream.
+            return Err(Error::corrupt(
+                &shared.name,
+                "producer cursors at attach",
+                "those of a fresh region".into(),
+                data_tail | ret_head,
+            ));
+        }
+        Ok(Producer {
+            data: RingTx::new(data_head, data_tail),
+            ret: RingRx::new(ret_head, ret_tail),
+            shared,
+            cur: None,
+            policy: FlushPolicy::default(),
+            wait: WaitStrategy::default(),
+            pending_abort: false,
+            counters: Counters::default(),
+            #[cfg(not(loom))]
+            flusher: None,
+            closed: false,
+        }
+        .with_policy_applied())
+    }
+
+    fn with_policy_applied(mut self) -> Self {
+        self.set_flush_policy(self.policy);
+        self
+    }
+
+    /// Name of the region (for messages and `shmflow stat`).
+    pub fn region_name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Segment size and count of the channel.
+    pub fn geometry(&self) -> Geometry {
+        self.shared.geometry
+    }
+
+    /// The largest record that fits in one segment (and so can be claimed in place).
+    pub fn max_unspanned_len(&self) -> usize {
+        self.shared.segment_size() - HEADER
+    }
+
+    /// Sets when committed records become visible (see [`FlushPolicy`]).
+    pub fn set_flush_policy(&mut self, policy: FlushPolicy) {
+        self.policy = policy;
+        #[cfg(not(loom))]
+        {
+            self.flusher = match policy {
+                FlushPolicy::Timeout(d) => {
+                    Some(crate::flusher::Flusher::start(self.shared.clone(), d))
+                }
+                _ => None,
+            };
+        }
+    }
+
+    /// The current flush policy.
+    pub fn flush_policy(&self) -> FlushPolicy {
+        self.policy
+    }
+
+    /// Sets how blocking calls wait (see [`WaitStrategy`]).
+    pub fn set_wait_strategy(&mut self, wait: WaitStrategy) {
+        self.wait = wait;
+    }
+
+    fn consumer_detached(&self) -> bool {
+        // Acquire: pairs with the consumer's Release when it detaches.
+        self.shared.header().consumer.state.load(Ordering::Acquire) == END_DETACHED
+    }
+
+    fn closed_error(&self) -> Error {
+        Error::Closed {
+            region: self.shared.name.clone(),
+        }
+    }
+
+    // ----- segment hand-off ------------------------------------------------------------------
+
+    /// Takes a free segment if one is there, and hands it to the consumer at once.
+    fn try_take(&mut self) -> Result<Option<Current>> {
+        let Some(seg) = self.ret.pop(&self.shared.return_ring())? else {
+            return Ok(None);
+        };
+        let gen = self.data.position() as u32;
+        // Relaxed: published by the Release push below; the consumer's last look at this word
+        // happened before it returned the segment (its Release push, our Acquire pop).
+        self.shared
+            .commit(seg)
+            .store(commit::pack(gen, false, 0), Ordering::Relaxed);
+        self.data.push(&self.shared.data_ring(), seg)?;
+        let h = self.shared.header();
+        self.counters
+            .acquired
+            .add(&h.producer_counters.segments_acquired, 1);
+        Ok(Some(Current {
+            seg,
+            gen,
+            wpos: 0,
+            published: 0,
+        }))
+    }
+
+    /// Takes a segment, waiting for the consumer to return one (this wait is backpressure).
+    fn take(&mut self, deadline: Deadline) -> Result<()> {
+        debug_assert!(self.cur.is_none());
+        if let Some(c) = self.try_take()? {
+            self.cur = Some(c);
+            return Ok(());
+        }
+        if self.consumer_detached() {
+            return Err(self.closed_error());
+        }
+        let shared = self.shared.clone();
+        let h = shared.header();
+        let start = monotonic_ns();
+        h.producer_counters
+            .blocked_since_ns
+            .store(start, Ordering::Relaxed);
+        let got = wait::wait_for(&h.producer_park, self.wait, deadline, || {
+            if let Some(c) = self.try_take()? {
+                return Ok(Some(c));
+            }
+            if self.consumer_detached() {
+                return Err(self.closed_error());
+            }
+            Ok(None)
+        });
+        h.producer_counters
+            .blocked_since_ns
+            .store(0, Ordering::Relaxed);
+        let waited = monotonic_ns().saturating_sub(start);
+        self.counters
+            .backpressured_ns
+            .add(&h.producer_counters.backpressured_ns, waited);
+        self.cur = Some(got?);
+        Ok(())
+    }
+
+    /// Waits until at least `k` segments are free (for `try_`/`_timeout` sends of spanning
+    /// records, so that they either go whole or not at all).
+    fn wait_free(&mut self, k: u64, deadline: Deadline) -> Result<()> {
+        let shared = self.shared.clone();
+        wait::wait_for(&shared.header().producer_park, self.wait, deadline, || {
+            if self.ret.ready(&self.shared.return_ring())? >= k {
+                return Ok(Some(()));
+            }
+            if self.consumer_detached() {
+                return Err(self.closed_error());
+            }
+            Ok(None)
+        })
+    }
+
+    fn notify_consumer(&mut self) {
+        let h = self.shared.header();
+        if wait::notify(&h.consumer_park) {
+            self.counters.wakes.add(&h.producer_counters.wakes, 1);
+        }
+    }
+
+    /// Makes everything written to the current segment visible and wakes the consumer.
+    fn publish(&mut self) {
+        let Some(c) = &mut self.cur else { return };
+        if c.published == c.wpos {
+            return;
+        }
+        c.published = c.wpos;
+        let word = commit::pack(c.gen, false, c.wpos as u32);
+        let slot = self.shared.commit(c.seg);
+        // Release: the frames before `wpos` are visible to whoever loads this with Acquire.
+        #[cfg(not(shmflow_broken = "commit_relaxed"))]
+        slot.store(word, Ordering::Release);
+        #[cfg(shmflow_broken = "commit_relaxed")]
+        slot.store(word, Ordering::Relaxed);
+        self.notify_consumer();
+    }
+
+    /// Seals the current segment at the writer position: the consumer returns it once read.
+    fn seal(&mut self) {
+        let Some(c) = self.cur.take() else { return };
+        // Release: as in `publish`.
+        self.shared
+            .commit(c.seg)
+            .store(commit::pack(c.gen, true, c.wpos as u32), Ordering::Release);
+        let h = self.shared.header();
+        self.counters
+            .committed
+            .add(&h.producer_counters.segments_committed, 1);
+        self.notify_consumer();
+    }
+
+    /// Makes sure `need` bytes are free in the current segment, sealing it and taking the next
+    /// if not.
+    fn ensure_room(&mut self, need: usize, deadline: Deadline) -> Result<()> {
+        if self.pending_abort {
+            self.write_pending_abort(deadline)?;
+        }
+        if let Some(c) = &self.cur {
+            if self.shared.segment_size() - c.wpos >= need {
+                return Ok(());
+            }
+            self.seal();
+        }
+        self.take(deadline)
+    }
+
+    fn write_pending_abort(&mut self, deadline: Deadline) -> Result<()> {
+        debug_assert!(self.cur.is_none());
+        self.take(deadline)?;
+        let c = self.cur.as_mut().expect("just taken");
+        let at = c.wpos;
+        c.wpos = frame::next_frame(at, 0);
+        self.write_header(at, 0, frame::ABORT);
+        self.pending_abort = false;
+        self.after_frame_end();
+        Ok(())
+    }
+
+    // ----- writing bytes ---------------------------------------------------------------------
+
+    fn seg_ptr(&self) -> *mut u8 {
+        self.shared
+            .segment_ptr(self.cur.as_ref().expect("a segment in hand").seg)
+    }
+
+    fn write_header(&self, at: usize, len: u32, kind: u32) {
+        let c = self.cur.as_ref().expect("a segment in hand");
+        debug_assert!(at % 8 == 0 && at + HEADER <= self.shared.segment_size());
+        self.shared.tracker.write(c.seg as usize, at, HEADER);
+        // SAFETY: the segment is in the producer's hand (popped from the return ring, not yet
+        // readable past its published offset), `at + 8 <= segment_size` and `at` is 8-aligned
+        // in a segment that is at least 8-aligned.
+        unsafe { (self.seg_ptr().add(at) as *mut u64).write(frame::encode(len, kind).to_le()) };
+    }
+
+    fn write_bytes(&self, at: usize, bytes: &[u8]) {
+        let c = self.cur.as_ref().expect("a segment in hand");
+        assert!(at + bytes.len() <= self.shared.segment_size());
+        self.shared.tracker.write(c.seg as usize, at, bytes.len());
+        // SAFETY: in bounds (asserted), the segment is ours (see `write_header`), and `bytes`
+        // cannot overlap shared memory that we are writing.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.seg_ptr().add(at), bytes.len())
+        };
+    }
+
+    /// A frame ended (record, or abort): publish according to the policy.
+    fn after_frame_end(&mut self) {
+        match self.policy {
+            FlushPolicy::Explicit => {}
+            FlushPolicy::EveryRecord => self.publish(),
+            FlushPolicy::Timeout(_) => {
+                #[cfg(not(loom))]
+                {
+                    // Publish the commit word now (a plain store) and leave the wake-up to the
+                    // flusher, which makes at most one per interval.
+                    if let Some(c) = &mut self.cur {
+                        if c.published != c.wpos {
+                            c.published = c.wpos;
+                            let word = commit::pack(c.gen, false, c.wpos as u32);
+                            // Release: as in `publish`.
+                            self.shared.commit(c.seg).store(word, Ordering::Release);
+                            if let Some(f) = &self.flusher {
+                                f.mark_pending();
+                            }
+                        }
+                    }
+                }
+                #[cfg(loom)]
+                self.publish();
+            }
+        }
+    }
+
+    fn record_done(&mut self, len: u64) {
+        let h = self.shared.header();
+        self.counters.records.add(&h.producer_counters.records, 1);
+        self.counters.bytes.add(&h.producer_counters.bytes, len);
+        self.after_frame_end();
+    }
+
+    fn send_inner(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+        let seg_size = self.shared.segment_size();
+        if HEADER + bytes.len() <= seg_size {
+            self.ensure_room(HEADER + bytes.len(), deadline)?;
+            let c = self
+                .cur
+                .as_mut()
+                .expect("ensure_room leaves a segment in hand");
+            let at = c.wpos;
+            c.wpos = frame::next_frame(at, bytes.len());
+            self.write_header(at, bytes.len() as u32, frame::WHOLE);
+            self.write_bytes(at + HEADER, bytes);
+            self.record_done(bytes.len() as u64);
+            return Ok(());
+        }
+        self.send_spanning(bytes, deadline)
+    }
+
+    fn send_spanning(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+        let seg_size = self.shared.segment_size();
+        let per_segment = (seg_size - HEADER) as u64;
+        // A spanning record starts where it is if at least one word of payload fits there.
+        let room_here = match &self.cur {
+            Some(c) if !self.pending_abort && seg_size - c.wpos >= 2 * HEADER => {
+                (seg_size - c.wpos - HEADER) as u64
+            }
+            _ => 0,
+        };
+        if !matches!(deadline, Deadline::Never) {
+            // Go whole or not at all when the pool can hold the record's segments at once.
+            let needed =
+                (bytes.len() as u64 - room_here).div_ceil(per_segment) + self.pending_abort as u64;
+            if needed <= self.shared.n() as u64 {
+                self.wait_free(needed, deadline)?;
+            }
+        }
+        self.ensure_room(2 * HEADER, deadline)?;
+        let mut rest = bytes;
+        let mut first = true;
+        loop {
+            let c = self.cur.as_mut().expect("a segment in hand");
+            let at = c.wpos;
+            let take = rest.len().min(seg_size - at - HEADER);
+            let last = take == rest.len();
+            c.wpos = frame::next_frame(at, take);
+            let kind = match (first, last) {
+                (true, _) => frame::FIRST,
+                (false, false) => frame::MIDDLE,
+                (false, true) => frame::LAST,
+            };
+            self.write_header(at, take as u32, kind);
+            self.write_bytes(at + HEADER, &rest[..take]);
+            rest = &rest[take..];
+            first = false;
+            if last {
+                break;
+            }
+            self.seal();
+            if let Err(e) = self.take(deadline) {
+                // Parts are out; the consumer must learn that no more will come.
+                self.pending_abort = true;
+                return Err(e);
+            }
+        }
+        self.record_done(bytes.len() as u64);
+        Ok(())
+    }
+
+    // ----- public writing API ----------------------------------------------------------------
+
+    /// Sends one record, blocking while no segment is free (backpressure).
+    ///
+    /// Returns [`Error::Closed`] if the consumer has detached when a segment is needed.
+    pub fn send(&mut self, bytes: &[u8]) -> Result<()> {
+        self.send_inner(bytes, Deadline::Never)
+    }
+
+    /// Sends one record if that needs no waiting, else [`Error::WouldBlock`] with nothing sent.
+    /// A spanning record that needs more segments than the pool has cannot be guaranteed: if
+    /// the pool runs dry half-way it is aborted (the consumer sees [`Error::RecordAborted`]).
+    pub fn try_send(&mut self, bytes: &[u8]) -> Result<()> {
+        self.send_inner(bytes, Deadline::Now)
+    }
+
+    /// Sends one record, waiting at most `timeout` for free segments ([`Error::Timeout`]).
+    /// Same all-or-nothing rule as [`Producer::try_send`].
+    pub fn send_timeout(&mut self, bytes: &[u8], timeout: Duration) -> Result<()> {
+        self.send_inner(bytes, Deadline::after(timeout))
+    }
+
+    /// Sends a `Pod` value as a record of `size_of::<T>()` bytes; the consumer can view it in
+    /// place with [`crate::Record::as_pod`].
+    pub fn send_pod<T: bytemuck::Pod>(&mut self, value: &T) -> Result<()> {
+        self.send(bytemuck::bytes_of(value))
+    }
+
+    fn claim_inner(&mut self, len: usize, deadline: Deadline) -> Result<Claim<'_>> {
+        if HEADER + len > self.shared.segment_size() {
+            return Err(Error::RecordTooLarge {
+                region: self.shared.name.clone(),
+                len: len as u64,
+                max: self.max_unspanned_len() as u64,
+            });
+        }
+        self.ensure_room(HEADER + len, deadline)?;
+        let c = self.cur.as_ref().expect("a segment in hand");
+        let at = c.wpos;
+        self.shared.tracker.write(c.seg as usize, at + HEADER, len);
+        Ok(Claim {
+            producer: self,
+            at,
+            len,
+        })
+    }
+
+    /// Claims `len` bytes inside shared memory for one record, to serialize into in place
+    /// (zero copy). The record is sent by [`Claim::commit`]; dropping the claim sends nothing.
+    /// `len` must be at most [`Producer::max_unspanned_len`].
+    pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
+        self.claim_inner(len, Deadline::Never)
+    }
+
+    /// [`Producer::claim`] without waiting ([`Error::WouldBlock`]).
+    pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>> {
+        self.claim_inner(len, Deadline::Now)
+    }
+
+    /// [`Producer::claim`] waiting at most `timeout`.
+    pub fn claim_timeout(&mut self, len: usize, timeout: Duration) -> Result<Claim<'_>> {
+        self.claim_inner(len, Deadline::after(timeout))
+    }
+
+    /// Starts a record whose length is not known up front, written through `std::io::Write`
+    /// and ended by [`RecordWriter::finish`]. If it outgrows its segment it moves to a fresh
+    /// one, and spans segments only if it is larger than a segment. Dropping the writer without
+    /// `finish` discards the record (the consumer never sees it, or sees
+    /// [`Error::RecordAborted`] if parts were already handed over). Waits block like `send`.
+    pub fn stream(&mut self) -> Result<RecordWriter<'_>> {
+        self.ensure_room(HEADER, Deadline::Never)?;
+        let c = self.cur.as_mut().expect("a segment in hand");
+        let frag_start = c.wpos;
+        Ok(RecordWriter {
+            producer: self,
+            frag_start,
+            pos: frag_start + HEADER,
+            total: 0,
+            spanning: false,
+            finished: false,
+            failed: false,
+        })
+    }
+
+    /// Makes every record sent so far visible to the consumer and wakes it if it is parked.
+    /// Returns [`Error::Closed`] if the consumer has detached.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.pending_abort {
+            // Best effort: if no segment is free the abort stays pending.
+            match self.write_pending_abort(Deadline::Now) {
+                Ok(()) | Err(Error::WouldBlock) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.publish();
+        if self.consumer_detached() {
+            return Err(self.closed_error());
+        }
+        Ok(())
+    }
+
+    /// Publishes everything, marks the stream ended and wakes the consumer, which reads what
+    /// was committed and then gets end-of-stream. Dropping the producer does the same.
+    pub fn close(mut self) -> Result<()> {
+        self.close_inner();
+        Ok(())
+    }
+
+    fn close_inner(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        #[cfg(not(loom))]
+        {
+            self.flusher = None;
+        }
+        // A pending abort needs no frame here: end-of-stream in the middle of a spanning
+        // record is reported to the consumer as RecordAborted.
+        self.seal();
+        let h = self.shared.header();
+        // Release: everything sealed above is visible to a consumer that sees DETACHED.
+        h.producer.state.store(END_DETACHED, Ordering::Release);
+        self.notify_consumer();
+    }
+
+    /// True if the consumer has detached.
+    pub fn is_closed(&self) -> bool {
+        self.consumer_detached()
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.close_inner();
+    }
+}
+
+/// `len` bytes claimed in a segment for one record (see [`Producer::claim`]).
+pub struct Claim<'a> {
+    producer: &'a mut Producer,
+    at: usize,
+    len: usize,
+}
+
+impl Claim<'_> {
+    /// Sends the record with all `len` bytes.
+    pub fn commit(self) {
+        let len = self.len;
+        self.commit_len(len);
+    }
+
+    /// Sends the record with only its first `len` bytes (`len` at most the claimed length):
+    /// for serializers that reserve a bound and use less.
+    pub fn commit_len(self, len: usize) {
+        assert!(
+            len <= self.len,
+            "commit_len({len}) is more than the {} bytes claimed",
+            self.len
+        );
+        let p = self.producer;
+        let c = p.cur.as_mut().expect("a claim holds a segment");
+        debug_assert_eq!(c.wpos, self.at);
+        c.wpos = frame::next_frame(self.at, len);
+        p.write_header(self.at, len as u32, frame::WHOLE);
+        p.record_done(len as u64);
+    }
+}
+
+impl std::ops::Deref for Claim<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `at + 8 + len <= segment_size` (checked by `claim`), the segment is in the
+        // producer's hand and past the published offset, so the consumer does not read it.
+        unsafe {
+            std::slice::from_raw_parts(self.producer.seg_ptr().add(self.at + HEADER), self.len)
+        }
+    }
+}
+
+impl std::ops::DerefMut for Claim<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes this the only view.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.producer.seg_ptr().add(self.at + HEADER), self.len)
+        }
+    }
+}
+
+/// A record being streamed (see [`Producer::stream`]).
+pub struct RecordWriter<'a> {
+    producer: &'a mut Producer,
+    /// Where the current frame's header goes.
+    frag_start: usize,
+    /// Where the next byte goes.
+    pos: usize,
+    total: u64,
+    spanning: bool,
+    finished: bool,
+    failed: bool,
+}
+
+impl RecordWriter<'_> {
+    fn overflow(&mut self) -> Result<()> {
+        let p = &mut *self.producer;
+        let seg_size = p.shared.segment_size();
+        if !self.spanning && self.frag_start > 0 {
+            // Still fits a fresh segment perhaps: move it there (records that fit never span).
+            let old = p.cur.expect("a segment in hand");
+            let partial = self.pos - self.frag_start - HEADER;
+            p.cur.as_mut().expect("in hand").wpos = self.frag_start;
+            p.seal();
+            if let Err(e) = p.take(Deadline::Never) {
+                self.failed = true;
+                return Err(e);
+            }
+            let new = p.cur.expect("just taken");
+            p.shared
+                .tracker
+                .read(old.seg as usize, self.frag_start + HEADER, partial);
+            p.shared.tracker.write(new.seg as usize, HEADER, partial);
+            // SAFETY: both ranges lie inside their segments; the old bytes sit past the sealed
+            // offset, so the consumer never reads them, and only the producer writes segments.
+            // `copy` (memmove) because the new segment may be the old one, returned meanwhile.
+            unsafe {
+                std::ptr::copy(
+                    p.shared.segment_ptr(old.seg).add(self.frag_start + HEADER),
+                    p.shared.segment_ptr(new.seg).add(HEADER),
+                    partial,
+                );
+            }
+            self.frag_start = 0;
+            self.pos = HEADER + partial;
+            return Ok(());
+        }
+        // Larger than a segment: this frame is a part, continue in the next segment.
+        let kind = if self.spanning {
+            frame::MIDDLE
+        } else {
+            frame::FIRST
+        };
+        p.write_header(
+            self.frag_start,
+            (seg_size - self.frag_start - HEADER) as u32,
+            kind,
+        );
+        p.cur.as_mut().expect("in hand").wpos = seg_size;
+        self.spanning = true;
+        p.seal();
+        if let Err(e) = p.take(Deadline::Never) {
+            p.pending_abort = true;
+            self.failed = true;
+            return Err(e);
+        }
+        self.frag_start = 0;
+        self.pos = HEADER;
+        Ok(())
+    }
+
+    /// Appends bytes to the record.
+    pub fn write_bytes(&mut self, mut bytes: &[u8]) -> Result<()> {
+        if self.failed {
+            return Err(Error::RecordAborted {
+                region: self.producer.shared.name.clone(),
+            });
+        }
+        let seg_size = self.producer.shared.segment_size();
+        while !bytes.is_empty() {
+            if self.pos == seg_size {
+                self.overflow()?;
+            }
+            let take = bytes.len().min(seg_size - self.pos);
+            self.producer.write_bytes(self.pos, &bytes[..take]);
+            self.pos += take;
+            self.total += take as u64;
+            bytes = &bytes[take..];
+        }
+        Ok(())
+    }
+
+    /// Ends the record and sends it (according to the flush policy).
+    pub fn finish(mut self) -> Result<()> {
+        if self.failed {
+            return Err(Error::RecordAborted {
+                region: self.producer.shared.name.clone(),
+            });
+        }
+        self.finished = true;
+        let p = &mut *self.producer;
+        let len = self.pos - self.frag_start - HEADER;
+        let kind = if self.spanning {
+            frame::LAST
+        } else {
+            frame::WHOLE
+        };
+        p.write_header(self.frag_start, len as u32, kind);
+        p.cur.as_mut().expect("in hand").wpos = frame::align8(self.pos);
+        p.record_done(self.total);
+        Ok(())
+    }
+}
+
+impl io::Write for RecordWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_bytes(buf)?;
+        Ok(buf.len())
+    }
+
+    /// A record becomes visible only when finished; this does nothing.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RecordWriter<'_> {
+    fn drop(&mut self) {
+        if self.finished || self.failed {
+            return;
+        }
+        let p = &mut *self.producer;
+        if !self.spanning {
+            // Nothing of it was published: forget it.
+            p.cur.as_mut().expect("in hand").wpos = self.frag_start;
+            return;
+        }
+        // Parts are out: replace the frame in progress with ABORT.
+        p.write_header(self.frag_start, 0, frame::ABORT);
+        p.cur.as_mut().expect("in hand").wpos = frame::next_frame(self.frag_start, 0);
+        p.after_frame_end();
+    }
+}

@@ -1,0 +1,132 @@
+//! Shared helpers of the integration tests: re-executing the test binary as a child process,
+//! and records that carry their own sequence number and checksum.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+
+use shmflow::PeerHandle;
+
+/// Environment variable that tells a re-executed test binary which role to play.
+pub const ROLE: &str = "SHMFLOW_TEST_ROLE";
+/// Environment variable carrying an inherited region descriptor.
+pub const FD_VAR: &str = "SHMFLOW_TEST_FD";
+
+/// The role this process plays, if it is a child.
+pub fn role() -> Option<String> {
+    std::env::var(ROLE).ok()
+}
+
+/// Runs `test` of this test binary again as a child process playing `role`.
+pub fn spawn(test: &str, role: &str, env: &[(&str, String)], handle: Option<&PeerHandle>) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if let Some(h) = handle {
+        h.pass_to(&mut cmd, FD_VAR);
+    }
+    cmd.spawn().expect("spawning a child test process")
+}
+
+/// Waits for a child and asserts it succeeded.
+pub fn expect_success(mut child: Child, what: &str) {
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{what} child failed: {status}");
+}
+
+/// In a child: runs `body`, exiting 0 on success and 1 (after printing) on failure, so that
+/// the child never falls through into the rest of the test harness.
+pub fn child_main(body: impl FnOnce() -> Result<(), String>) -> ! {
+    match body() {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("child failed: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// xorshift64*: small, fast, deterministic.
+#[derive(Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next() as u128 * n as u128) >> 64) as u64
+    }
+}
+
+/// A 64-bit checksum (multiply-xor over words), good enough to catch torn or shifted data.
+pub fn checksum(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325 ^ bytes.len() as u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().unwrap());
+        h = (h ^ w).wrapping_mul(0x0000_0100_0000_01B3).rotate_left(29);
+    }
+    for &b in chunks.remainder() {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01B3);
+    }
+    h
+}
+
+/// Fills `out` with record `seq` of `len` bytes: `[seq][checksum of the rest][random…]` when
+/// it is at least 16 bytes, else bytes derived from `seq` alone.
+pub fn make_record(seq: u64, len: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.resize(len, 0);
+    let mut rng = Rng::new(seq ^ 0xA5A5);
+    let mut words = out.chunks_exact_mut(8);
+    for w in &mut words {
+        w.copy_from_slice(&rng.next().to_le_bytes());
+    }
+    let tail = rng.next().to_le_bytes();
+    let rem = words.into_remainder();
+    let n = rem.len();
+    rem.copy_from_slice(&tail[..n]);
+    if len >= 16 {
+        out[..8].copy_from_slice(&seq.to_le_bytes());
+        let sum = checksum(&out[16..]);
+        out[8..16].copy_from_slice(&sum.to_le_bytes());
+    }
+}
+
+/// Checks record `seq` of expected length `len`.
+pub fn check_record(seq: u64, len: usize, got: &[u8], scratch: &mut Vec<u8>) -> Result<(), String> {
+    if got.len() != len {
+        return Err(format!(
+            "record {seq}: length {} instead of {len}",
+            got.len()
+        ));
+    }
+    if len >= 16 {
+        let s = u64::from_le_bytes(got[..8].try_into().unwrap());
+        if s != seq {
+            return Err(format!("record {seq}: carries sequence number {s}"));
+        }
+        let sum = u64::from_le_bytes(got[8..16].try_into().unwrap());
+        if sum != checksum(&got[16..]) {
+            return Err(format!("record {seq}: checksum mismatch"));
+        }
+        return Ok(());
+    }
+    make_record(seq, len, scratch);
+    if got != &scratch[..] {
+        return Err(format!("record {seq}: bytes differ"));
+    }
+    Ok(())
+}

@@ -1,0 +1,287 @@
+//! The channel's behaviour with both ends in one process (threads): framing at every segment
+//! boundary, every write and read API, flush policies, closing. Cross-process behaviour is in
+//! `cross_process.rs`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::thread;
+use std::time::Duration;
+
+use common::{check_record, make_record};
+use shmflow::{Consumer, Error, FlushPolicy, Geometry, Producer};
+
+const SEG: u32 = 4096;
+
+fn pair(segments: u32) -> (Producer, Consumer) {
+    let (p, handle) = Producer::create_anonymous(Geometry {
+        segment_size: SEG,
+        segment_count: segments,
+    })
+    .unwrap();
+    let c = Consumer::from_fd(handle.into_fd()).unwrap();
+    (p, c)
+}
+
+/// Lengths around every interesting boundary of a 4 KiB segment.
+fn boundary_lengths() -> Vec<usize> {
+    let s = SEG as usize;
+    let mut v = vec![0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65];
+    for k in 1..=3 {
+        for d in [-9i64, -8, -1, 0, 1, 8] {
+            let l = (k * s) as i64 - 8 + d;
+            v.push(l as usize);
+            v.push((k * s) as i64 as usize + d.max(0) as usize);
+        }
+    }
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn every_boundary_length_round_trips_at_every_start_offset() {
+    let lens = boundary_lengths();
+    // Offsets: records of `pad` bytes before each tested length shift where it starts.
+    for pad in [0usize, 8, 24, 4000 - 8, 4096 - 24] {
+        let (mut p, mut c) = pair(4);
+        let lens2 = lens.clone();
+        let writer = thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut seq = 0;
+            for &len in &lens2 {
+                make_record(seq, pad, &mut buf);
+                p.send(&buf).unwrap();
+                seq += 1;
+                make_record(seq, len, &mut buf);
+                p.send(&buf).unwrap();
+                seq += 1;
+            }
+        });
+        let mut scratch = Vec::new();
+        let mut seq = 0;
+        for &len in &lens {
+            for l in [pad, len] {
+                let r = c.recv().unwrap().expect("record");
+                let fits = 8 + l <= SEG as usize;
+                assert_eq!(
+                    r.is_spanning(),
+                    !fits,
+                    "len {l}: spanning only when larger than a segment"
+                );
+                let v = r.to_vec().unwrap();
+                check_record(seq, l, &v, &mut scratch).unwrap();
+                seq += 1;
+            }
+        }
+        writer.join().unwrap();
+        assert!(
+            c.recv().unwrap().is_none(),
+            "end of stream after the producer is dropped"
+        );
+    }
+}
+
+#[test]
+fn claim_pod_and_stream_apis() {
+    #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+    #[repr(C)]
+    struct Point {
+        x: u64,
+        y: f64,
+    }
+    let (mut p, mut c) = pair(2);
+    let big: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    let huge: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+    let (big2, huge2) = (big.clone(), huge.clone());
+    let reader = thread::spawn(move || {
+        let r = c.recv().unwrap().unwrap();
+        assert_eq!(
+            r.as_bytes().unwrap(),
+            [1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]
+        );
+        drop(r);
+        assert_eq!(c.recv().unwrap().unwrap().as_bytes().unwrap(), b"abc");
+        let r = c.recv().unwrap().unwrap();
+        assert_eq!(r.as_pod::<Point>(), Some(&Point { x: 7, y: 1.5 }));
+        assert_eq!(r.as_pod::<u32>(), None, "size mismatch gives no view");
+        drop(r);
+        assert_eq!(
+            c.recv().unwrap().unwrap().as_bytes().unwrap(),
+            b"streamed 42"
+        );
+        let r = c.recv().unwrap().unwrap();
+        assert!(
+            !r.is_spanning(),
+            "a streamed record that fits one segment must not span"
+        );
+        assert_eq!(r.as_bytes().unwrap(), &big2[..]);
+        drop(r);
+        let mut r = c.recv().unwrap().unwrap();
+        assert!(r.is_spanning());
+        let mut parts = Vec::new();
+        let mut joined = Vec::new();
+        while let Some(part) = r.next_part().unwrap() {
+            parts.push(part.len());
+            joined.extend_from_slice(part);
+        }
+        assert!(
+            parts.len() >= 3,
+            "10000 bytes over 4 KiB segments: {parts:?}"
+        );
+        assert_eq!(joined, huge2);
+        drop(r);
+        assert!(c.recv().unwrap().is_none());
+    });
+    let mut claim = p.claim(16).unwrap();
+    claim[..8].copy_from_slice(&1u64.to_le_bytes());
+    claim[8..].copy_from_slice(&2u64.to_le_bytes());
+    claim.commit();
+    {
+        let _discarded = p.claim(100).unwrap(); // dropped uncommitted: never seen
+    }
+    let mut claim = p.claim(100).unwrap();
+    claim[..3].copy_from_slice(b"abc");
+    claim.commit_len(3);
+    p.send_pod(&Point { x: 7, y: 1.5 }).unwrap();
+    // A streamed record that fits stays whole; one that outgrows its segment's rest moves.
+    let mut w = p.stream().unwrap();
+    w.write_all(b"streamed ").unwrap();
+    write!(w, "{}", 42).unwrap();
+    w.finish().unwrap();
+    let mut w = p.stream().unwrap();
+    for chunk in big.chunks(7) {
+        w.write_all(chunk).unwrap();
+    }
+    w.finish().unwrap();
+    let mut w = p.stream().unwrap();
+    w.write_all(&huge).unwrap();
+    w.finish().unwrap();
+    // Dropped stream writer: not seen.
+    let mut w = p.stream().unwrap();
+    w.write_all(b"never").unwrap();
+    drop(w);
+    assert!(matches!(
+        p.claim(SEG as usize),
+        Err(Error::RecordTooLarge { .. })
+    ));
+    drop(p);
+    reader.join().unwrap();
+}
+
+#[test]
+fn io_read_and_partial_reads_of_spanning_records() {
+    let (mut p, mut c) = pair(3);
+    let huge: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
+    let h2 = huge.clone();
+    let w = thread::spawn(move || {
+        p.send(&h2).unwrap();
+        p.send(&h2).unwrap(); // dropped half-read by the reader below
+        p.send(b"after").unwrap();
+    });
+    let mut r = c.recv().unwrap().unwrap();
+    let mut got = Vec::new();
+    r.read_to_end(&mut got).unwrap();
+    assert_eq!(got, huge);
+    drop(r);
+    let mut r = c.recv().unwrap().unwrap();
+    let first = r.next_part().unwrap().unwrap().len();
+    assert!(first > 0);
+    drop(r); // the rest is skipped
+    assert_eq!(c.recv().unwrap().unwrap().as_bytes().unwrap(), b"after");
+    w.join().unwrap();
+    assert!(c.recv().unwrap().is_none());
+}
+
+#[test]
+fn explicit_policy_hides_records_until_flush() {
+    let (mut p, mut c) = pair(4);
+    p.set_flush_policy(FlushPolicy::Explicit);
+    p.send(b"one").unwrap();
+    assert!(matches!(c.try_recv(), Err(Error::WouldBlock)));
+    p.flush().unwrap();
+    assert_eq!(c.try_recv().unwrap().unwrap().as_bytes().unwrap(), b"one");
+    assert!(matches!(
+        c.recv_timeout(Duration::from_millis(20)),
+        Err(Error::Timeout)
+    ));
+    p.set_flush_policy(FlushPolicy::EveryRecord);
+    p.send(b"two").unwrap();
+    assert_eq!(c.try_recv().unwrap().unwrap().as_bytes().unwrap(), b"two");
+}
+
+#[test]
+fn try_and_timeout_sends_respect_the_pool() {
+    let (mut p, mut c) = pair(2);
+    p.set_flush_policy(FlushPolicy::EveryRecord);
+    let rec = vec![9u8; 3000]; // one per segment
+    p.try_send(&rec).unwrap();
+    p.try_send(&rec).unwrap();
+    // Both segments are with the consumer (unread): nothing is free.
+    assert!(matches!(p.try_send(&rec), Err(Error::WouldBlock)));
+    assert!(matches!(
+        p.send_timeout(&rec, Duration::from_millis(30)),
+        Err(Error::Timeout)
+    ));
+    assert!(matches!(p.try_claim(3000), Err(Error::WouldBlock)));
+    // A spanning record that needs both segments: all or nothing.
+    let big = vec![1u8; 6000];
+    assert!(matches!(p.try_send(&big), Err(Error::WouldBlock)));
+    assert_eq!(c.recv().unwrap().unwrap().len(), Some(3000));
+    assert_eq!(c.recv().unwrap().unwrap().len(), Some(3000));
+    // Reading the second record returned the first segment.
+    p.try_send(&rec).unwrap();
+    assert_eq!(c.try_recv().unwrap().unwrap().len(), Some(3000));
+    assert!(matches!(c.try_recv(), Err(Error::WouldBlock)));
+    drop(p);
+    assert!(
+        c.try_recv().unwrap().is_none(),
+        "end of stream from try_recv too"
+    );
+}
+
+#[test]
+fn dropping_the_consumer_unblocks_the_producer_with_closed() {
+    let (mut p, c) = pair(2);
+    let rec = vec![0u8; 3000];
+    p.send(&rec).unwrap();
+    p.send(&rec).unwrap();
+    let t = thread::spawn(move || p.send(&rec));
+    thread::sleep(Duration::from_millis(50));
+    drop(c);
+    assert!(matches!(t.join().unwrap(), Err(Error::Closed { .. })));
+}
+
+#[test]
+fn buffer_timeout_makes_a_lone_record_visible() {
+    let (mut p, mut c) = pair(4);
+    p.set_flush_policy(FlushPolicy::Timeout(Duration::from_millis(5)));
+    let t = thread::spawn(move || c.recv().unwrap().unwrap().to_vec().unwrap());
+    thread::sleep(Duration::from_millis(30)); // let the consumer park
+    p.send(b"lonely").unwrap();
+    // No flush, producer stays alive and idle.
+    assert_eq!(t.join().unwrap(), b"lonely");
+    drop(p);
+}
+
+#[test]
+fn drain_hands_over_what_is_there() {
+    let (mut p, mut c) = pair(4);
+    p.set_flush_policy(FlushPolicy::Explicit);
+    for i in 0..100u32 {
+        p.send(&i.to_le_bytes()).unwrap();
+    }
+    p.flush().unwrap();
+    let mut seen = Vec::new();
+    let n = c
+        .drain(usize::MAX, |r| {
+            seen.push(u32::from_le_bytes(
+                r.as_bytes().unwrap().try_into().unwrap(),
+            ));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(n, 100);
+    assert_eq!(seen, (0..100).collect::<Vec<_>>());
+    assert_eq!(c.drain(10, |_| Ok(())).unwrap(), 0);
+}
