@@ -18,10 +18,21 @@ pub fn role() -> Option<String> {
 
 /// Runs `test` of this test binary again as a child process playing `role`.
 pub fn spawn(test: &str, role: &str, env: &[(&str, String)], handle: Option<&PeerHandle>) -> Child {
+    spawn_with_stdin(test, role, env, handle, Stdio::null())
+}
+
+/// As [`spawn`], with the child's stdin given (a pipe lets the parent pace the child).
+pub fn spawn_with_stdin(
+    test: &str,
+    role: &str,
+    env: &[(&str, String)],
+    handle: Option<&PeerHandle>,
+    stdin: Stdio,
+) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
-        .stdin(Stdio::null());
+        .stdin(stdin);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -129,4 +140,23 @@ pub fn check_record(seq: u64, len: usize, got: &[u8], scratch: &mut Vec<u8>) -> 
         return Err(format!("record {seq}: bytes differ"));
     }
     Ok(())
+}
+
+/// A region name unique to this process and `tag`.
+pub fn unique_name(tag: &str) -> String {
+    format!("/shmflow-test-{}-{tag}", std::process::id())
+}
+
+/// Pins the calling thread (and children spawned after) to one CPU.
+pub fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes within it; sched_setaffinity(0)
+    // applies to the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0
+        );
+    }
 }
