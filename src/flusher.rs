@@ -11,7 +11,7 @@ use crate::sync::Arc;
 
 struct State {
     /// Set (Release) by the producer after it published a commit word; taken (Acquire) by the
-    /// flusher, so that the commit store happens before the flusher's fence + notify.
+    /// flusher, so that the commit store happens before the flusher's notifying swap.
     pending: AtomicBool,
     stop: AtomicBool,
 }

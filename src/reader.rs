@@ -480,6 +480,11 @@ impl Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
+        // Under loom a failed model unwinds through here; more loom operations would abort.
+        #[cfg(loom)]
+        if std::thread::panicking() {
+            return;
+        }
         let h = self.shared.header();
         // Release: our last reads of the region happen before the producer sees us gone.
         h.consumer.state.store(END_DETACHED, Ordering::Release);
@@ -652,6 +657,11 @@ impl io::Read for Record<'_> {
 
 impl Drop for Record<'_> {
     fn drop(&mut self) {
+        // Under loom a failed model unwinds through here; more loom operations would abort.
+        #[cfg(loom)]
+        if std::thread::panicking() {
+            return;
+        }
         if let RecordKind::Span { ended: false, .. } = self.kind {
             self.consumer.skipping = true;
         }

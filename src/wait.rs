@@ -1,22 +1,30 @@
 //! Waiting for the peer: spin briefly, then park on a futex word in the region; and waking it.
 //!
-//! The protocol, for a waiter W and a notifier N sharing a park word P:
+//! The protocol, for a waiter W and a notifier N sharing a park word P. Every write to P is a
+//! read-modify-write with AcqRel ordering:
 //!
 //! ```text
-//! W: P := 1; fence(SeqCst); if condition() { P := 0; done } else { futex_wait(P, 1) }
-//! N: publish (Release); fence(SeqCst); if P != 0 && swap(P, 0) != 0 { futex_wake(P) }
+//! W: swap(P, 1); if condition() { swap(P, 0); done } else { futex_wait(P, 1); swap(P, 0) }
+//! N: publish (Release); if swap(P, 0) != 0 { futex_wake(P) }
 //! ```
 //!
-//! The two SeqCst fences make it a store-buffering pattern: either W's re-check sees N's
-//! publication, or N sees W's announcement — never neither, so no wake-up is lost. N clears P
-//! before waking so that a W that has not gone to sleep yet finds `P != 1` in the kernel's
-//! atomic check and returns at once. N makes a syscall only when W has announced itself; the
-//! hot path costs one fence and one load of a line that changes only when the peer parks.
+//! All writes to P are RMWs, so they are totally ordered and each reads the one before it.
+//! If N's swap comes after W's announcement it reads 1 and wakes W. If it comes before, W's
+//! announcing swap reads N's value (or a later RMW in its release sequence), synchronizes with
+//! it, and W's re-check sees the publication. Either way no wake-up is lost. N writes 0 before
+//! waking, so a W that has not gone to sleep yet finds `P != 1` in the kernel's atomic check
+//! and returns at once. N makes a syscall only when W has announced itself.
+//!
+//! Why not the classic "store; SeqCst fence; load" on both sides (cheaper for N when nobody
+//! waits)? It is correct in the C++ model, but loom 0.7 does not model SeqCst fences combined
+//! with RMWs faithfully and reports a lost wake-up that C++ forbids (we reproduced it with a
+//! four-line litmus test), so the models could not vouch for it. The RMW costs N about what
+//! an `mfence` costs on x86, and the line stays in N's cache while W is busy.
 
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::sync::{fence, FutexWord, Ordering};
+use crate::sync::{FutexWord, Ordering};
 
 /// How a blocking call waits before it parks on the futex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -70,15 +78,21 @@ impl Deadline {
 }
 
 /// Wakes the peer parked on `word` if it announced itself. Returns true if a wake was issued.
+/// Call after the publication (a Release store) that the peer may be waiting for.
 #[inline]
 pub(crate) fn notify(word: &FutexWord) -> bool {
-    // SeqCst fence: orders our publication before the load of the announcement (see above).
-    #[cfg(not(shmflow_broken = "no_park_fence"))]
-    fence(Ordering::SeqCst);
     let p = word.atomic();
-    // Relaxed: the fence above gives the ordering; the swap only needs to be atomic, and the
-    // futex syscall that follows is a full barrier in the kernel.
-    if p.load(Ordering::Relaxed) != 0 && p.swap(0, Ordering::Relaxed) != 0 {
+    // AcqRel RMW: takes its place in P's total order after our publication (see above).
+    #[cfg(not(shmflow_broken = "notify_load_first"))]
+    let was = p.swap(0, Ordering::AcqRel);
+    // Broken on purpose (loom only): a plain load first lets the announcement slip by.
+    #[cfg(shmflow_broken = "notify_load_first")]
+    let was = if p.load(Ordering::Relaxed) != 0 {
+        p.swap(0, Ordering::AcqRel)
+    } else {
+        0
+    };
+    if was != 0 {
         word.wake();
         return true;
     }
@@ -152,26 +166,26 @@ pub(crate) fn wait_for<T>(
         let Some(timeout) = deadline.remaining() else {
             return Err(deadline.expired_error());
         };
-        // Announce, then re-check: see the module docs.
-        p.store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        // Announce (RMW, so it synchronizes with the notifier's swap), then re-check.
+        p.swap(1, Ordering::AcqRel);
         #[cfg(not(shmflow_broken = "no_recheck"))]
         let ready = poll();
         #[cfg(shmflow_broken = "no_recheck")]
         let ready: Result<Option<T>> = Ok(None);
         match ready {
             Ok(Some(v)) => {
-                p.store(0, Ordering::Relaxed);
+                p.swap(0, Ordering::AcqRel);
                 return Ok(v);
             }
             Err(e) => {
-                p.store(0, Ordering::Relaxed);
+                p.swap(0, Ordering::AcqRel);
                 return Err(e);
             }
             Ok(None) => {}
         }
         word.wait(1, timeout);
-        p.store(0, Ordering::Relaxed);
+        // An RMW, not a store: keeps every write to P in the notifier's release sequence.
+        p.swap(0, Ordering::AcqRel);
         if let Some(v) = poll()? {
             return Ok(v);
         }

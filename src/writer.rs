@@ -626,6 +626,11 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
+        // Under loom a failed model unwinds through here; more loom operations would abort.
+        #[cfg(loom)]
+        if std::thread::panicking() {
+            return;
+        }
         self.close_inner();
     }
 }

@@ -23,21 +23,47 @@ fn existing_name_and_missing_name() {
     let name = unique_name("exists");
     let _p = Producer::create(&name, Geometry::default()).unwrap();
     let e = Consumer::create(&name, Geometry::default()).err().unwrap();
-    assert!(matches!(&e, Error::AlreadyExists { region } if region == &name), "{e}");
+    assert!(
+        matches!(&e, Error::AlreadyExists { region } if region == &name),
+        "{e}"
+    );
     assert!(e.to_string().contains(&name));
     let missing = unique_name("missing");
-    assert!(matches!(Consumer::open(&missing), Err(Error::NotFound { region }) if region == missing));
-    assert!(matches!(Producer::create("no-slash", Geometry::default()), Err(Error::InvalidConfig { field: "region name", .. })));
+    assert!(
+        matches!(Consumer::open(&missing), Err(Error::NotFound { region }) if region == missing)
+    );
+    assert!(matches!(
+        Producer::create("no-slash", Geometry::default()),
+        Err(Error::InvalidConfig {
+            field: "region name",
+            ..
+        })
+    ));
 }
 
 #[test]
 fn not_a_shmflow_region() {
     let name = unique_name("garbage");
-    let f = OpenOptions::new().create_new(true).read(true).write(true).open(dev_shm(&name)).unwrap();
-    f.set_permissions(std::fs::Permissions::from_mode(0o600)).unwrap();
+    let f = OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(dev_shm(&name))
+        .unwrap();
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .unwrap();
     f.write_all_at(&[0xAB; 64 * 1024], 0).unwrap();
     let e = Consumer::open(&name).err().unwrap();
-    assert!(matches!(e, Error::BadMagic { found: 0xABAB_ABAB_ABAB_ABAB, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::BadMagic {
+                found: 0xABAB_ABAB_ABAB_ABAB,
+                ..
+            }
+        ),
+        "{e}"
+    );
     std::fs::remove_file(dev_shm(&name)).unwrap();
 }
 
@@ -47,18 +73,34 @@ fn other_layout_version() {
     let _p = Producer::create(&name, Geometry::default()).unwrap();
     patch(&name, 8, &99u32.to_le_bytes());
     let e = Consumer::open(&name).err().unwrap();
-    assert!(matches!(e, Error::VersionMismatch { expected: 1, found: 99, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::VersionMismatch {
+                expected: 1,
+                found: 99,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
 fn size_that_does_not_match_the_geometry() {
     let name = unique_name("size");
-    let g = Geometry { segment_size: 4096, segment_count: 4 };
+    let g = Geometry {
+        segment_size: 4096,
+        segment_count: 4,
+    };
     let _p = Producer::create(&name, g).unwrap();
     let f = OpenOptions::new().write(true).open(dev_shm(&name)).unwrap();
     f.set_len(g.region_size() as u64 + 4096).unwrap(); // grown: the live mapping stays valid
     let e = Consumer::open(&name).err().unwrap();
-    assert!(matches!(e, Error::SizeMismatch { expected, found, .. } if expected == g.region_size() as u64 && found == expected + 4096), "{e}");
+    assert!(
+        matches!(e, Error::SizeMismatch { expected, found, .. } if expected == g.region_size() as u64 && found == expected + 4096),
+        "{e}"
+    );
 }
 
 #[test]
@@ -67,7 +109,17 @@ fn geometry_out_of_range_in_the_header() {
     let _p = Producer::create(&name, Geometry::default()).unwrap();
     patch(&name, 16, &100u32.to_le_bytes()); // segment_size
     let e = Consumer::open(&name).err().unwrap();
-    assert!(matches!(e, Error::Corrupt { field: "segment_size", found: 100, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Corrupt {
+                field: "segment_size",
+                found: 100,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -75,22 +127,51 @@ fn each_end_attaches_once() {
     let name = unique_name("attach");
     let _p = Producer::create(&name, Geometry::default()).unwrap();
     let e = Producer::open(&name).err().unwrap();
-    assert!(matches!(e, Error::AlreadyAttached { end: End::Producer, pid, .. } if pid == std::process::id()), "{e}");
+    assert!(
+        matches!(e, Error::AlreadyAttached { end: End::Producer, pid, .. } if pid == std::process::id()),
+        "{e}"
+    );
     let c = Consumer::open(&name).unwrap();
-    assert!(matches!(Consumer::open(&name), Err(Error::AlreadyAttached { end: End::Consumer, .. })));
+    assert!(matches!(
+        Consumer::open(&name),
+        Err(Error::AlreadyAttached {
+            end: End::Consumer,
+            ..
+        })
+    ));
     drop(c);
-    assert!(matches!(Consumer::open(&name), Err(Error::EndDetached { end: End::Consumer, .. })));
+    assert!(matches!(
+        Consumer::open(&name),
+        Err(Error::EndDetached {
+            end: End::Consumer,
+            ..
+        })
+    ));
 }
 
 #[test]
 fn broader_permissions_are_refused() {
     let name = unique_name("perms");
     let _p = Producer::create(&name, Geometry::default()).unwrap();
-    let mode = std::fs::metadata(dev_shm(&name)).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(dev_shm(&name))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o600, "created 0600");
     std::fs::set_permissions(dev_shm(&name), std::fs::Permissions::from_mode(0o644)).unwrap();
     let e = Consumer::open(&name).err().unwrap();
-    assert!(matches!(e, Error::InvalidConfig { field: "permission bits", found: 0o644, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::InvalidConfig {
+                field: "permission bits",
+                found: 0o644,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -99,15 +180,31 @@ fn the_creator_unlinks_the_name_when_done() {
     let p = Producer::create(&name, Geometry::default()).unwrap();
     let mut c = Consumer::open(&name).unwrap();
     drop(p);
-    assert!(matches!(Consumer::open(&name), Err(Error::NotFound { .. })), "name removed with the creator's end");
+    assert!(
+        matches!(Consumer::open(&name), Err(Error::NotFound { .. })),
+        "name removed with the creator's end"
+    );
     // The peer's mapping outlives the name.
     assert!(c.recv().unwrap().is_none());
 }
 
 #[test]
 fn invalid_geometry_is_refused_before_anything_is_created() {
-    for (s, n, field) in [(1000, 4, "segment_size"), (4100, 4, "segment_size"), (4096, 1, "segment_count"), (2 << 30, 2, "segment_size")] {
-        let e = Producer::create_anonymous(Geometry { segment_size: s, segment_count: n }).err().unwrap();
-        assert!(matches!(e, Error::InvalidConfig { field: f, .. } if f == field), "{s}×{n}: {e}");
+    for (s, n, field) in [
+        (1000, 4, "segment_size"),
+        (4100, 4, "segment_size"),
+        (4096, 1, "segment_count"),
+        (2 << 30, 2, "segment_size"),
+    ] {
+        let e = Producer::create_anonymous(Geometry {
+            segment_size: s,
+            segment_count: n,
+        })
+        .err()
+        .unwrap();
+        assert!(
+            matches!(e, Error::InvalidConfig { field: f, .. } if f == field),
+            "{s}×{n}: {e}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64};
 pub(crate) use loom::sync::Arc;
 use loom::sync::{Condvar, Mutex};
 

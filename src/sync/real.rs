@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub(crate) use std::sync::atomic::{fence, AtomicU32, AtomicU64};
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64};
 pub(crate) use std::sync::Arc;
 
 /// A 32-bit word that a process can sleep on. `repr(transparent)` so that it can sit in the

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Shows that the loom models can fail: builds shmflow with one ordering deliberately broken
+# (cfg shmflow_broken) and runs the model that must catch it. The run must fail, and fail with
+# the expected loom diagnosis (a causality violation, a deadlock, or a wrong value); a model
+# that passes, or fails for another reason, fails this script.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+check() {
+    local broken=$1 test=$2 expected=$3
+    echo "== shmflow_broken=\"$broken\": $test must fail with \"$expected\""
+    local out status=0
+    out=$(RUSTFLAGS="--cfg loom --cfg shmflow_broken=\"$broken\"" \
+        cargo test --release --target-dir "../target/loom-broken" --test models -- --exact "$test" 2>&1) || status=$?
+    if [[ $status -eq 0 ]]; then
+        echo "$out" | tail -5
+        echo "FAILED: the model passed; it did not catch shmflow_broken=\"$broken\""
+        exit 1
+    fi
+    if ! grep -qF "$expected" <<<"$out"; then
+        echo "$out" | grep -v '^ *[0-9]*: \|^ *at ' | tail -20
+        echo "FAILED: $test failed, but not with \"$expected\""
+        exit 1
+    fi
+    echo "   caught: $(grep -m1 -F "$expected" <<<"$out" | cut -c1-150)"
+}
+
+check commit_relaxed consumer_never_reads_uncommitted_bytes "Causality violation"
+check no_recheck consumer_waiting_for_data_always_wakes "deadlock;"
+check no_recheck producer_waiting_for_a_segment_always_wakes "deadlock;"
+check notify_load_first consumer_waiting_for_data_always_wakes "deadlock;"
+check ring_relaxed ring_fifo_across_wrap_around "left == right"
+echo "all 5 broken variants were caught"

@@ -1,0 +1,226 @@
+//! loom models of shmflow's concurrent protocols, driving the library's real ring, producer
+//! and consumer over a region on the heap (`shmflow::loom_api`). Run with:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p shmflow-loom-tests --release --target-dir target/loom
+//! ```
+//!
+//! Under `--cfg shmflow_broken="…"` the library is built with one ordering deliberately
+//! broken; `check-broken.sh` asserts that the model meant to catch it fails, for that reason.
+#![cfg(loom)]
+
+use loom::thread;
+use shmflow::loom_api::{ring, Region};
+use shmflow::{Error, FlushPolicy, Producer};
+
+/// Segments of 64 bytes: a 40-byte record (+ 8-byte header) fills one.
+const SEG: u32 = 64;
+
+/// Runs a model with at most `preemptions` forced preemptions (LOOM_MAX_PREEMPTIONS, if
+/// set, overrides it for every model).
+fn model_bounded(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(preemptions);
+    }
+    b.check(f);
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    model_bounded(3, f)
+}
+
+fn pattern(seq: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| seq.wrapping_mul(31).wrapping_add(i as u8))
+        .collect()
+}
+
+fn send(p: &mut Producer, seq: u8, len: usize) {
+    p.send(&pattern(seq, len)).unwrap();
+}
+
+/// Model 1: Ring push/pop across wrap-around: every value popped once, in order. Capacity 3, four
+/// values: the fourth reuses slot 0, whose old value differs, so a stale slot read shows.
+#[test]
+fn ring_fifo_across_wrap_around() {
+    const VALUES: [u32; 4] = [1, 2, 0, 2];
+    model(|| {
+        let (mut tx, mut rx) = ring(3);
+        let t = thread::spawn(move || {
+            let mut got = Vec::new();
+            while got.len() < VALUES.len() {
+                match rx.pop().unwrap() {
+                    Some(v) => got.push(v),
+                    None => thread::yield_now(),
+                }
+            }
+            got
+        });
+        let mut pushed = 0;
+        while pushed < VALUES.len() {
+            match tx.push(VALUES[pushed]) {
+                Ok(()) => pushed += 1,
+                Err(Error::Corrupt { .. }) => thread::yield_now(), // full: wait for a pop
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(t.join().unwrap(), VALUES);
+    });
+}
+
+/// Model 2: Segment conservation: three one-segment records through two segments; every record is
+/// read once, in order, and at the end every segment is in exactly one place.
+#[test]
+fn segments_are_conserved_and_records_read_once_in_order() {
+    // Both sides block and wake here: the largest model, so one preemption less.
+    model_bounded(2, || {
+        let region = Region::new(SEG, 2);
+        let mut p = region.producer();
+        let mut c = region.consumer();
+        p.set_flush_policy(FlushPolicy::EveryRecord);
+        let t = thread::spawn(move || {
+            for seq in 0..3 {
+                send(&mut p, seq, 40);
+            }
+            // Dropping ends the stream.
+        });
+        for seq in 0..3u8 {
+            let r = c.recv().unwrap().expect("a record");
+            assert_eq!(r.as_bytes().unwrap(), &pattern(seq, 40)[..]);
+        }
+        assert!(c.recv().unwrap().is_none());
+        t.join().unwrap();
+        let held = c.held_segment();
+        assert_eq!(
+            region.census(held),
+            vec![1, 1],
+            "every segment in exactly one place"
+        );
+    });
+}
+
+/// Model 3: Commit visibility: the consumer never sees bytes of a record before they are
+/// committed. The byte tracker makes loom check every read of segment bytes against the
+/// writes (a read not ordered after the write by happens-before is a causality violation),
+/// and the pattern is checked as well.
+#[test]
+fn consumer_never_reads_uncommitted_bytes() {
+    model(|| {
+        let region = Region::new(SEG * 2, 2);
+        let mut p = region.producer();
+        let mut c = region.consumer();
+        p.set_flush_policy(FlushPolicy::EveryRecord);
+        let t = thread::spawn(move || {
+            send(&mut p, 1, 16);
+            send(&mut p, 2, 24);
+            p
+        });
+        let mut seen = 0;
+        while seen < 2 {
+            match c.try_recv() {
+                Ok(Some(r)) => {
+                    seen += 1;
+                    let want = if seen == 1 {
+                        pattern(1, 16)
+                    } else {
+                        pattern(2, 24)
+                    };
+                    assert_eq!(r.as_bytes().unwrap(), &want[..]);
+                }
+                Ok(None) => panic!("end of stream before both records"),
+                Err(Error::WouldBlock) => thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        drop(t.join().unwrap());
+    });
+}
+
+/// Model 4: The producer parks on an empty return ring while the consumer returns a segment: it
+/// always wakes (no lost wake-up, no deadlock — loom reports a deadlock as a failure).
+#[test]
+fn producer_waiting_for_a_segment_always_wakes() {
+    model(|| {
+        let region = Region::new(SEG, 2);
+        let mut p = region.producer();
+        let mut c = region.consumer();
+        p.set_flush_policy(FlushPolicy::EveryRecord);
+        send(&mut p, 0, 40);
+        send(&mut p, 1, 40); // both segments out: the next send must wait for a return
+        let t = thread::spawn(move || {
+            send(&mut p, 2, 40);
+            p
+        });
+        for seq in 0..3u8 {
+            let r = c.recv().unwrap().expect("record");
+            assert_eq!(r.as_bytes().unwrap(), &pattern(seq, 40)[..]);
+        }
+        drop(t.join().unwrap());
+    });
+}
+
+/// Model 5: The consumer parks on no data while the producer publishes with an explicit flush: it
+/// always wakes.
+#[test]
+fn consumer_waiting_for_data_always_wakes() {
+    model(|| {
+        let region = Region::new(SEG, 2);
+        let mut p = region.producer();
+        let mut c = region.consumer();
+        p.set_flush_policy(FlushPolicy::Explicit);
+        let t = thread::spawn(move || {
+            send(&mut p, 7, 8);
+            p.flush().unwrap();
+            p
+        });
+        let r = c.recv().unwrap().expect("record");
+        assert_eq!(r.as_bytes().unwrap(), &pattern(7, 8)[..]);
+        drop(r);
+        drop(t.join().unwrap());
+    });
+}
+
+/// Model 6a: The producer detaches while the consumer parks: the consumer reads what was committed
+/// and then gets end of stream, never hangs.
+#[test]
+fn producer_drop_while_consumer_parks_ends_the_stream() {
+    model(|| {
+        let region = Region::new(SEG, 2);
+        let mut p = region.producer();
+        let mut c = region.consumer();
+        p.set_flush_policy(FlushPolicy::Explicit);
+        let t = thread::spawn(move || {
+            send(&mut p, 3, 8); // unflushed: the drop publishes it
+            drop(p);
+        });
+        assert_eq!(
+            c.recv()
+                .unwrap()
+                .expect("the committed record")
+                .as_bytes()
+                .unwrap(),
+            &pattern(3, 8)[..]
+        );
+        assert!(c.recv().unwrap().is_none(), "end of stream");
+        t.join().unwrap();
+    });
+}
+
+/// Model 6b: The consumer detaches while the producer parks on a full pool: the producer's send
+/// returns `Closed`, never hangs.
+#[test]
+fn consumer_drop_while_producer_parks_gives_closed() {
+    model(|| {
+        let region = Region::new(SEG, 2);
+        let mut p = region.producer();
+        let c = region.consumer();
+        p.set_flush_policy(FlushPolicy::EveryRecord);
+        send(&mut p, 0, 40);
+        send(&mut p, 1, 40);
+        let t = thread::spawn(move || drop(c));
+        let r = p.send(&pattern(2, 40));
+        assert!(matches!(r, Err(Error::Closed { .. })), "got {r:?}");
+        t.join().unwrap();
+    });
+}
