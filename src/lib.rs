@@ -47,7 +47,9 @@ mod frame;
 #[cfg(not(loom))]
 mod handoff;
 pub mod layout;
-mod metrics;
+pub mod metrics;
+#[cfg(not(loom))]
+mod monitor;
 mod reader;
 #[cfg(not(loom))]
 mod region;
@@ -61,6 +63,9 @@ pub use error::{End, Error, Result};
 #[cfg(not(loom))]
 pub use handoff::PeerHandle;
 pub use layout::Geometry;
+pub use metrics::{BackpressureLevel, Rates, Snapshot};
+#[cfg(not(loom))]
+pub use monitor::{list_regions, Monitor, RegionInfo};
 pub use reader::{Consumer, Record, DEFAULT_MAX_RECORD_LEN};
 pub use wait::WaitStrategy;
 pub use writer::{Claim, FlushPolicy, Producer, RecordWriter};

@@ -53,6 +53,12 @@ impl Local {
     }
 }
 
+/// Nanoseconds on the monotonic clock (the clock of [`Snapshot::at_ns`]), comparable between
+/// processes of one boot.
+pub fn monotonic_now_ns() -> u64 {
+    monotonic_ns()
+}
+
 /// Nanoseconds on the monotonic clock, comparable between processes of one boot.
 pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -62,4 +68,198 @@ pub(crate) fn monotonic_ns() -> u64 {
     // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The counters of one channel at one instant, read from its region header without
+/// disturbing the channel (plain loads of lines the two sides write).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Monotonic-clock nanoseconds when this was taken.
+    pub at_ns: u64,
+    /// Segments in the pool.
+    pub segment_count: u64,
+    /// Bytes per segment.
+    pub segment_size: u64,
+    /// Records the producer committed.
+    pub records_written: u64,
+    /// Payload bytes the producer committed.
+    pub bytes_written: u64,
+    /// Segments the producer sealed and handed over in full.
+    pub segments_committed: u64,
+    /// Segments the producer took from the return ring.
+    pub segments_acquired: u64,
+    /// Wake-up syscalls the producer made (its own and its flusher thread's).
+    pub producer_wakes: u64,
+    /// Nanoseconds the producer spent blocked waiting for a free segment, including a wait
+    /// still going on.
+    pub backpressured_ns: u64,
+    /// Records the consumer read.
+    pub records_read: u64,
+    /// Payload bytes the consumer read.
+    pub bytes_read: u64,
+    /// Segments the consumer took from the data ring.
+    pub segments_taken: u64,
+    /// Segments the consumer returned.
+    pub segments_returned: u64,
+    /// Wake-up syscalls the consumer made.
+    pub consumer_wakes: u64,
+    /// Nanoseconds the consumer spent waiting for data, including a wait still going on.
+    pub idle_ns: u64,
+    /// Segments not free, from the producer's view: the pool minus the return ring.
+    pub segments_not_free: u64,
+    /// Segments queued for the consumer (data ring) or held by it.
+    pub segments_at_consumer: u64,
+    /// Producer end attached (1), detached (2) or never attached (0).
+    pub producer_state: u32,
+    /// Consumer end state, as for the producer.
+    pub consumer_state: u32,
+    /// Pid recorded by the producer at attach.
+    pub producer_pid: u32,
+    /// Pid recorded by the consumer at attach.
+    pub consumer_pid: u32,
+}
+
+/// Flink's backpressure level, from the fraction of time the producer was backpressured:
+/// OK below 0.10, LOW from 0.10 to 0.50, HIGH above 0.50.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackpressureLevel {
+    /// Ratio < 0.10.
+    Ok,
+    /// 0.10 ≤ ratio ≤ 0.50.
+    Low,
+    /// Ratio > 0.50.
+    High,
+}
+
+impl BackpressureLevel {
+    /// The level for a backpressured-time ratio in 0..=1.
+    pub fn from_ratio(r: f64) -> Self {
+        if r < 0.10 {
+            BackpressureLevel::Ok
+        } else if r <= 0.50 {
+            BackpressureLevel::Low
+        } else {
+            BackpressureLevel::High
+        }
+    }
+
+    /// "OK", "LOW" or "HIGH", as Flink's web UI says it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            BackpressureLevel::Ok => "OK",
+            BackpressureLevel::Low => "LOW",
+            BackpressureLevel::High => "HIGH",
+        }
+    }
+}
+
+/// Rates between two snapshots, with Flink's names and meanings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rates {
+    /// Length of the window, seconds.
+    pub window_s: f64,
+    /// Records written per second.
+    pub records_written_per_s: f64,
+    /// Records read per second.
+    pub records_read_per_s: f64,
+    /// Bytes written per second.
+    pub bytes_written_per_s: f64,
+    /// Bytes read per second.
+    pub bytes_read_per_s: f64,
+    /// Producer: ms per second blocked waiting for a free segment (`backPressuredTimeMsPerSecond`).
+    pub back_pressured_time_ms_per_second: f64,
+    /// Producer: ms per second not backpressured (`busyTimeMsPerSecond` of the producing task).
+    pub producer_busy_time_ms_per_second: f64,
+    /// Consumer: ms per second waiting for data (`idleTimeMsPerSecond`).
+    pub idle_time_ms_per_second: f64,
+    /// Consumer: ms per second not idle (`busyTimeMsPerSecond` of the consuming task).
+    pub consumer_busy_time_ms_per_second: f64,
+    /// Segments not free / total, at the end of the window (`outPoolUsage`).
+    pub out_pool_usage: f64,
+    /// Segments queued for or held by the consumer / total, at the end (`inPoolUsage`).
+    pub in_pool_usage: f64,
+    /// From the backpressured ratio over the window.
+    pub level: BackpressureLevel,
+}
+
+impl Snapshot {
+    /// Segments not free / total (`outPoolUsage`).
+    pub fn out_pool_usage(&self) -> f64 {
+        self.segments_not_free as f64 / self.segment_count.max(1) as f64
+    }
+
+    /// Segments queued for or held by the consumer / total (`inPoolUsage`).
+    pub fn in_pool_usage(&self) -> f64 {
+        self.segments_at_consumer as f64 / self.segment_count.max(1) as f64
+    }
+
+    /// Rates over the window from `earlier` to `self`.
+    pub fn rates_since(&self, earlier: &Snapshot) -> Rates {
+        let window_ns = self.at_ns.saturating_sub(earlier.at_ns).max(1) as f64;
+        let per_s = |a: u64, b: u64| a.saturating_sub(b) as f64 * 1e9 / window_ns;
+        let ms_per_s =
+            |a: u64, b: u64| (a.saturating_sub(b) as f64 / window_ns * 1000.0).min(1000.0);
+        let bp = ms_per_s(self.backpressured_ns, earlier.backpressured_ns);
+        let idle = ms_per_s(self.idle_ns, earlier.idle_ns);
+        Rates {
+            window_s: window_ns / 1e9,
+            records_written_per_s: per_s(self.records_written, earlier.records_written),
+            records_read_per_s: per_s(self.records_read, earlier.records_read),
+            bytes_written_per_s: per_s(self.bytes_written, earlier.bytes_written),
+            bytes_read_per_s: per_s(self.bytes_read, earlier.bytes_read),
+            back_pressured_time_ms_per_second: bp,
+            producer_busy_time_ms_per_second: 1000.0 - bp,
+            idle_time_ms_per_second: idle,
+            consumer_busy_time_ms_per_second: 1000.0 - idle,
+            out_pool_usage: self.out_pool_usage(),
+            in_pool_usage: self.in_pool_usage(),
+            level: BackpressureLevel::from_ratio(bp / 1000.0),
+        }
+    }
+}
+
+/// Reads a snapshot from a region header.
+pub(crate) fn snapshot(shared: &crate::shared::Shared) -> Snapshot {
+    let h = shared.header();
+    let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let now = monotonic_ns();
+    let with_ongoing = |total: u64, since: u64| {
+        if since != 0 && since <= now {
+            total + (now - since)
+        } else {
+            total
+        }
+    };
+    let pc = &h.producer_counters;
+    let cc = &h.consumer_counters;
+    let n = shared.n() as u64;
+    // Cursors: read each once; a torn view between them only skews a usage figure.
+    let data_tail = r(&h.prod.data_tail);
+    let ret_head = r(&h.prod.ret_head);
+    let ret_tail = r(&h.cons.ret_tail);
+    let free = ret_tail.saturating_sub(ret_head).min(n);
+    let returned = ret_tail.saturating_sub(n);
+    Snapshot {
+        at_ns: now,
+        segment_count: n,
+        segment_size: shared.segment_size() as u64,
+        records_written: r(&pc.records),
+        bytes_written: r(&pc.bytes),
+        segments_committed: r(&pc.segments_committed),
+        segments_acquired: r(&pc.segments_acquired),
+        producer_wakes: r(&pc.wakes) + r(&pc.flusher_wakes),
+        backpressured_ns: with_ongoing(r(&pc.backpressured_ns), r(&pc.blocked_since_ns)),
+        records_read: r(&cc.records),
+        bytes_read: r(&cc.bytes),
+        segments_taken: r(&cc.segments_taken),
+        segments_returned: r(&cc.segments_returned),
+        consumer_wakes: r(&cc.wakes),
+        idle_ns: with_ongoing(r(&cc.idle_ns), r(&cc.idle_since_ns)),
+        segments_not_free: n - free,
+        segments_at_consumer: data_tail.saturating_sub(returned).min(n),
+        producer_state: h.producer.state.load(Ordering::Relaxed),
+        consumer_state: h.consumer.state.load(Ordering::Relaxed),
+        producer_pid: h.producer.pid.load(Ordering::Relaxed),
+        consumer_pid: h.consumer.pid.load(Ordering::Relaxed),
+    }
 }

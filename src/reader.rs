@@ -68,6 +68,8 @@ pub struct Consumer {
     wait: WaitStrategy,
     max_record_len: u64,
     counters: Counters,
+    /// Per-record counters on.
+    metrics: bool,
 }
 
 impl Consumer {
@@ -132,6 +134,7 @@ impl Consumer {
             wait: WaitStrategy::default(),
             max_record_len: DEFAULT_MAX_RECORD_LEN,
             counters: Counters::default(),
+            metrics: true,
         })
     }
 
@@ -353,7 +356,21 @@ impl Consumer {
         got
     }
 
+    /// Turns the per-record counters (records and bytes read) on or off; segment counts and
+    /// idle time are always kept.
+    pub fn set_metrics(&mut self, on: bool) {
+        self.metrics = on;
+    }
+
+    /// The channel's counters now (both sides', as the region shows them).
+    pub fn metrics(&self) -> crate::Snapshot {
+        crate::metrics::snapshot(&self.shared)
+    }
+
     fn count_record(&mut self, len: u64) {
+        if !self.metrics {
+            return;
+        }
         let h = self.shared.header();
         self.counters.records.add(&h.consumer_counters.records, 1);
         self.counters.bytes.add(&h.consumer_counters.bytes, len);

@@ -86,6 +86,8 @@ pub struct Producer {
     /// first writes an `ABORT` frame.
     pending_abort: bool,
     counters: Counters,
+    /// Per-record counters on (segment counters and wait times are always kept).
+    metrics: bool,
     #[cfg(not(loom))]
     flusher: Option<crate::flusher::Flusher>,
     closed: bool,
@@ -157,6 +159,7 @@ impl Producer {
             wait: WaitStrategy::default(),
             pending_abort: false,
             counters: Counters::default(),
+            metrics: true,
             #[cfg(not(loom))]
             flusher: None,
             closed: false,
@@ -418,10 +421,24 @@ impl Producer {
     }
 
     fn record_done(&mut self, len: u64) {
-        let h = self.shared.header();
-        self.counters.records.add(&h.producer_counters.records, 1);
-        self.counters.bytes.add(&h.producer_counters.bytes, len);
+        if self.metrics {
+            let h = self.shared.header();
+            self.counters.records.add(&h.producer_counters.records, 1);
+            self.counters.bytes.add(&h.producer_counters.bytes, len);
+        }
         self.after_frame_end();
+    }
+
+    /// Turns the per-record counters (records and bytes written) on or off; segment counts
+    /// and backpressured time are always kept. On by default: they cost two stores per record
+    /// to a line only this side writes.
+    pub fn set_metrics(&mut self, on: bool) {
+        self.metrics = on;
+    }
+
+    /// The channel's counters now (both sides', as the region shows them).
+    pub fn metrics(&self) -> crate::Snapshot {
+        crate::metrics::snapshot(&self.shared)
     }
 
     fn send_inner(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {

@@ -1,0 +1,80 @@
+//! Hand-written JSON for `stat --json`: flat objects of numbers and strings, no dependency.
+
+use shmflow::Snapshot;
+
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn num(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.3}")
+    } else {
+        "null".into()
+    }
+}
+
+/// One JSON object: every counter of `now` and the figures derived over `prev..now`.
+pub fn snapshot(name: &str, prev: &Snapshot, now: &Snapshot) -> String {
+    let r = now.rates_since(prev);
+    let mut f: Vec<(&str, String)> = vec![
+        ("region", esc(name)),
+        ("segment_count", now.segment_count.to_string()),
+        ("segment_size", now.segment_size.to_string()),
+        ("producer_state", now.producer_state.to_string()),
+        ("producer_pid", now.producer_pid.to_string()),
+        ("consumer_state", now.consumer_state.to_string()),
+        ("consumer_pid", now.consumer_pid.to_string()),
+        ("records_written", now.records_written.to_string()),
+        ("bytes_written", now.bytes_written.to_string()),
+        ("segments_committed", now.segments_committed.to_string()),
+        ("segments_acquired", now.segments_acquired.to_string()),
+        ("producer_wakes", now.producer_wakes.to_string()),
+        ("backpressured_ns", now.backpressured_ns.to_string()),
+        ("records_read", now.records_read.to_string()),
+        ("bytes_read", now.bytes_read.to_string()),
+        ("segments_taken", now.segments_taken.to_string()),
+        ("segments_returned", now.segments_returned.to_string()),
+        ("consumer_wakes", now.consumer_wakes.to_string()),
+        ("idle_ns", now.idle_ns.to_string()),
+        ("segments_not_free", now.segments_not_free.to_string()),
+        ("segments_at_consumer", now.segments_at_consumer.to_string()),
+        ("window_s", num(r.window_s)),
+        ("records_written_per_s", num(r.records_written_per_s)),
+        ("records_read_per_s", num(r.records_read_per_s)),
+        ("bytes_written_per_s", num(r.bytes_written_per_s)),
+        ("bytes_read_per_s", num(r.bytes_read_per_s)),
+        (
+            "backPressuredTimeMsPerSecond",
+            num(r.back_pressured_time_ms_per_second),
+        ),
+        (
+            "producerBusyTimeMsPerSecond",
+            num(r.producer_busy_time_ms_per_second),
+        ),
+        ("idleTimeMsPerSecond", num(r.idle_time_ms_per_second)),
+        (
+            "busyTimeMsPerSecond",
+            num(r.consumer_busy_time_ms_per_second),
+        ),
+        ("outPoolUsage", num(r.out_pool_usage)),
+        ("inPoolUsage", num(r.in_pool_usage)),
+        ("backpressureLevel", esc(r.level.as_str())),
+    ];
+    let body: Vec<String> = f
+        .drain(..)
+        .map(|(k, v)| format!("{}:{v}", esc(k)))
+        .collect();
+    format!("{{{}}}", body.join(","))
+}

@@ -1,0 +1,152 @@
+//! `shmflow`: look at live channels and run the backpressure experiment.
+//!
+//! ```text
+//! shmflow list                         live shmflow regions in /dev/shm
+//! shmflow stat NAME [--json] [--interval-ms N] [--count K]
+//! shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size B] [--out DIR]
+//! ```
+
+mod demo;
+mod json;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use shmflow::{list_regions, Monitor, RegionInfo, Snapshot};
+
+const USAGE: &str = "usage:
+  shmflow list
+  shmflow stat NAME [--json] [--interval-ms N] [--count K]
+  shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size BYTES] [--record-size BYTES] [--out DIR]";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let res = match args.first().map(String::as_str) {
+        Some("list") => list(),
+        Some("stat") => stat(&args[1..]),
+        Some("demo") => demo::main(&args[1..]),
+        Some("__demo-role") => demo::role(&args[1..]),
+        Some("-h") | Some("--help") => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        _ => Err(format!("unknown command\n{USAGE}")),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shmflow: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn end(state: u32, pid: u32) -> String {
+    match state {
+        0 => "-".into(),
+        1 if RegionInfo::end_alive(state, pid) => format!("pid {pid}"),
+        1 => format!("pid {pid} (dead)"),
+        2 => "detached".into(),
+        s => format!("state {s}?"),
+    }
+}
+
+fn list() -> Result<(), String> {
+    let regions = list_regions().map_err(|e| e.to_string())?;
+    println!(
+        "{:<32} {:>10} {:>9} {:<18} {:<18}",
+        "NAME", "SEG_SIZE", "SEGMENTS", "PRODUCER", "CONSUMER"
+    );
+    for r in &regions {
+        let s = &r.snapshot;
+        println!(
+            "{:<32} {:>10} {:>9} {:<18} {:<18}",
+            r.name,
+            r.geometry.segment_size,
+            r.geometry.segment_count,
+            end(s.producer_state, s.producer_pid),
+            end(s.consumer_state, s.consumer_pid)
+        );
+    }
+    if regions.is_empty() {
+        println!("(no shmflow regions)");
+    }
+    Ok(())
+}
+
+fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<T, String> {
+    match args.iter().position(|a| a == name) {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .ok_or(format!("{name} needs a number")),
+        None => Ok(default),
+    }
+}
+
+fn stat(args: &[String]) -> Result<(), String> {
+    let name = args
+        .first()
+        .filter(|a| !a.starts_with("--"))
+        .ok_or(format!("stat needs a region name\n{USAGE}"))?;
+    let json = args.iter().any(|a| a == "--json");
+    let interval =
+        Duration::from_millis(flag(args, "--interval-ms", if json { 200 } else { 1000 })?);
+    let count: u64 = flag(args, "--count", if json { 1 } else { u64::MAX })?;
+    let m = Monitor::open(name).map_err(|e| e.to_string())?;
+    let mut prev = m.snapshot();
+    let tty = unsafe { libc::isatty(1) } == 1;
+    for _ in 0..count {
+        std::thread::sleep(interval);
+        let now = m.snapshot();
+        if json {
+            println!("{}", json::snapshot(name, &prev, &now));
+        } else {
+            if tty {
+                print!("\x1b[2J\x1b[H");
+            }
+            print_view(name, &prev, &now);
+        }
+        prev = now;
+    }
+    Ok(())
+}
+
+fn print_view(name: &str, prev: &Snapshot, now: &Snapshot) {
+    let r = now.rates_since(prev);
+    println!(
+        "shmflow stat {name}   ({} × {} B segments, window {:.2} s)",
+        now.segment_count, now.segment_size, r.window_s
+    );
+    println!(
+        "  producer {:<18} consumer {}",
+        end(now.producer_state, now.producer_pid),
+        end(now.consumer_state, now.consumer_pid)
+    );
+    println!("  backpressure level      {}", r.level.as_str());
+    println!(
+        "  records/s   written {:>14.0}   read {:>14.0}",
+        r.records_written_per_s, r.records_read_per_s
+    );
+    println!(
+        "  MB/s        written {:>14.2}   read {:>14.2}",
+        r.bytes_written_per_s / 1e6,
+        r.bytes_read_per_s / 1e6
+    );
+    println!(
+        "  producer    backPressuredTimeMsPerSecond {:>7.1}   busyTimeMsPerSecond {:>7.1}",
+        r.back_pressured_time_ms_per_second, r.producer_busy_time_ms_per_second
+    );
+    println!(
+        "  consumer    idleTimeMsPerSecond          {:>7.1}   busyTimeMsPerSecond {:>7.1}",
+        r.idle_time_ms_per_second, r.consumer_busy_time_ms_per_second
+    );
+    println!(
+        "  outPoolUsage {:.2}   inPoolUsage {:.2}",
+        r.out_pool_usage, r.in_pool_usage
+    );
+    println!(
+        "  totals: {} records written, {} read; segments {} committed, {} returned; wake-ups {} by producer, {} by consumer",
+        now.records_written, now.records_read, now.segments_committed, now.segments_returned, now.producer_wakes, now.consumer_wakes
+    );
+}

@@ -1,0 +1,175 @@
+//! The `shmflow` tool (`cli` feature): list, stat --json, and clear failures on regions that
+//! are not shmflow's.
+#![cfg(feature = "cli")]
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::process::Command;
+
+use common::unique_name;
+use shmflow::{Consumer, FlushPolicy, Geometry, Producer};
+
+fn shmflow(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_shmflow"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+const FIELDS: [&str; 33] = [
+    "region",
+    "segment_count",
+    "segment_size",
+    "producer_state",
+    "producer_pid",
+    "consumer_state",
+    "consumer_pid",
+    "records_written",
+    "bytes_written",
+    "segments_committed",
+    "segments_acquired",
+    "producer_wakes",
+    "backpressured_ns",
+    "records_read",
+    "bytes_read",
+    "segments_taken",
+    "segments_returned",
+    "consumer_wakes",
+    "idle_ns",
+    "segments_not_free",
+    "segments_at_consumer",
+    "window_s",
+    "records_written_per_s",
+    "records_read_per_s",
+    "bytes_written_per_s",
+    "bytes_read_per_s",
+    "backPressuredTimeMsPerSecond",
+    "producerBusyTimeMsPerSecond",
+    "idleTimeMsPerSecond",
+    "busyTimeMsPerSecond",
+    "outPoolUsage",
+    "inPoolUsage",
+    "backpressureLevel",
+];
+
+#[test]
+fn stat_json_parses_and_has_every_field() {
+    let name = unique_name("cli-json");
+    let mut p = Producer::create(
+        &name,
+        Geometry {
+            segment_size: 4096,
+            segment_count: 4,
+        },
+    )
+    .unwrap();
+    let mut c = Consumer::open(&name).unwrap();
+    p.set_flush_policy(FlushPolicy::EveryRecord);
+    for i in 0..10u64 {
+        p.send_pod(&i).unwrap();
+        c.recv().unwrap().unwrap();
+    }
+    let out = shmflow(&["stat", &name, "--json", "--interval-ms", "50"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for f in FIELDS {
+        assert!(v.get(f).is_some(), "missing {f} in {v}");
+    }
+    assert_eq!(v["records_written"], 10);
+    assert_eq!(v["bytes_read"], 80);
+    assert_eq!(v["region"], name.as_str());
+    assert_eq!(v["backpressureLevel"], "OK");
+    assert_eq!(v["producer_pid"], std::process::id());
+    // stat did not attach anything.
+    assert_eq!(
+        (v["producer_state"].as_u64(), v["consumer_state"].as_u64()),
+        (Some(1), Some(1))
+    );
+}
+
+#[test]
+fn list_shows_live_regions_with_geometry_and_ends() {
+    let name = unique_name("cli-list");
+    let _p = Producer::create(
+        &name,
+        Geometry {
+            segment_size: 8192,
+            segment_count: 3,
+        },
+    )
+    .unwrap();
+    let out = shmflow(&["list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("{name} not listed:\n{text}"));
+    let cols: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(&cols[1..3], ["8192", "3"], "{line}");
+    assert!(
+        line.contains(&format!("pid {}", std::process::id())),
+        "{line}"
+    );
+}
+
+fn raw_region(tag: &str, bytes: &[u8]) -> String {
+    let name = unique_name(tag);
+    let path = format!("/dev/shm{name}");
+    let f = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .unwrap();
+    f.write_all_at(bytes, 0).unwrap();
+    name
+}
+
+#[test]
+fn stat_fails_clearly_on_regions_that_are_not_right() {
+    // Not shmflow's.
+    let name = raw_region("cli-garbage", &[7u8; 8192]);
+    let out = shmflow(&["stat", &name, "--json"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not a shmflow region") && err.contains(&name),
+        "{err}"
+    );
+    std::fs::remove_file(format!("/dev/shm{name}")).unwrap();
+    // Truncated: a real header, then cut short.
+    let good = unique_name("cli-trunc");
+    let p = Producer::create(&good, Geometry::default()).unwrap();
+    let header = std::fs::read(format!("/dev/shm{good}")).unwrap()[..4096].to_vec();
+    drop(p);
+    let name = raw_region("cli-trunc2", &header);
+    let out = shmflow(&["stat", &name]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("truncated") || err.contains("bytes but its header"),
+        "{err}"
+    );
+    std::fs::remove_file(format!("/dev/shm{name}")).unwrap();
+    // Another layout version.
+    let mut v2 = header.clone();
+    v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let name = raw_region("cli-version", &v2);
+    let out = shmflow(&["stat", &name]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("layout version 2"), "{err}");
+    std::fs::remove_file(format!("/dev/shm{name}")).unwrap();
+    // Missing.
+    let out = shmflow(&["stat", "/shmflow-test-does-not-exist"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}

@@ -1,0 +1,172 @@
+//! Counters in the region header: exact for a deterministic run, backpressured time as a lower
+//! bound, and the read-only monitor (cannot write, does not attach).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use shmflow::{BackpressureLevel, Consumer, FlushPolicy, Geometry, Monitor, Producer, Snapshot};
+
+#[test]
+fn counters_are_exact_for_a_deterministic_run() {
+    let name = unique_name("counters");
+    let mut p = Producer::create(
+        &name,
+        Geometry {
+            segment_size: 4096,
+            segment_count: 4,
+        },
+    )
+    .unwrap();
+    let mut c = Consumer::open(&name).unwrap();
+    let monitor = Monitor::open(&name).unwrap();
+    p.set_flush_policy(FlushPolicy::EveryRecord);
+    // 100-byte records take 112 bytes with header and padding: 36 per 4 KiB segment.
+    let rec = [3u8; 100];
+    let t = std::thread::spawn(move || {
+        for _ in 0..1000 {
+            p.send(&rec).unwrap();
+        }
+        p // keep it attached until the consumer has read everything
+    });
+    for _ in 0..1000 {
+        assert_eq!(c.recv().unwrap().unwrap().len(), Some(100));
+    }
+    let p = t.join().unwrap();
+    let s = monitor.snapshot();
+    assert_eq!((s.records_written, s.bytes_written), (1000, 100_000));
+    assert_eq!((s.records_read, s.bytes_read), (1000, 100_000));
+    assert_eq!(
+        s.segments_acquired, 28,
+        "ceil(1000 / 36) segments taken by the producer"
+    );
+    assert_eq!(
+        s.segments_committed, 27,
+        "all but the one still being written were sealed"
+    );
+    assert_eq!(s.segments_taken, 28);
+    assert_eq!(
+        s.segments_returned, 27,
+        "the consumer still holds the unsealed last one"
+    );
+    assert_eq!((s.segments_not_free, s.segments_at_consumer), (1, 1));
+    drop(p);
+    assert!(c.recv().unwrap().is_none());
+    let s = monitor.snapshot();
+    assert_eq!((s.segments_committed, s.segments_returned), (28, 28));
+    assert_eq!((s.segments_not_free, s.segments_at_consumer), (0, 0));
+    assert_eq!((s.producer_state, s.consumer_state), (2, 1));
+}
+
+#[test]
+fn holding_every_segment_shows_as_backpressured_time() {
+    const HOLD: Duration = Duration::from_millis(300);
+    let (mut p, handle) = Producer::create_anonymous(Geometry {
+        segment_size: 4096,
+        segment_count: 2,
+    })
+    .unwrap();
+    let mut c = Consumer::from_fd(handle.into_fd()).unwrap();
+    p.set_flush_policy(FlushPolicy::EveryRecord);
+    let rec = [0u8; 3000];
+    p.send(&rec).unwrap();
+    p.send(&rec).unwrap();
+    let before = c.metrics();
+    let t = std::thread::spawn(move || {
+        p.send(&rec).unwrap(); // blocks: the consumer holds both segments
+        p
+    });
+    // Wait until the producer is inside its wait (the snapshot counts an ongoing wait).
+    while c.metrics().backpressured_ns == before.backpressured_ns {
+        std::thread::yield_now();
+    }
+    std::thread::sleep(HOLD);
+    for _ in 0..3 {
+        c.recv().unwrap().unwrap();
+    }
+    let p = t.join().unwrap();
+    let after = p.metrics();
+    let blocked = Duration::from_nanos(after.backpressured_ns - before.backpressured_ns);
+    assert!(blocked >= HOLD, "backpressured {blocked:?}, held {HOLD:?}");
+    let r = after.rates_since(&before);
+    assert!(r.back_pressured_time_ms_per_second > 100.0, "{r:?}");
+}
+
+#[test]
+fn levels_and_rates_follow_flinks_definitions() {
+    assert_eq!(BackpressureLevel::from_ratio(0.0), BackpressureLevel::Ok);
+    assert_eq!(BackpressureLevel::from_ratio(0.0999), BackpressureLevel::Ok);
+    assert_eq!(BackpressureLevel::from_ratio(0.10), BackpressureLevel::Low);
+    assert_eq!(BackpressureLevel::from_ratio(0.50), BackpressureLevel::Low);
+    assert_eq!(
+        BackpressureLevel::from_ratio(0.5001),
+        BackpressureLevel::High
+    );
+    let a = Snapshot {
+        at_ns: 1_000_000_000,
+        segment_count: 8,
+        ..Default::default()
+    };
+    let b = Snapshot {
+        at_ns: 3_000_000_000,
+        segment_count: 8,
+        records_written: 2000,
+        records_read: 1000,
+        backpressured_ns: 1_200_000_000,
+        idle_ns: 200_000_000,
+        segments_not_free: 6,
+        segments_at_consumer: 4,
+        ..Default::default()
+    };
+    let r = b.rates_since(&a);
+    assert_eq!(
+        (r.records_written_per_s, r.records_read_per_s),
+        (1000.0, 500.0)
+    );
+    assert_eq!(r.back_pressured_time_ms_per_second, 600.0);
+    assert_eq!(r.producer_busy_time_ms_per_second, 400.0);
+    assert_eq!(r.idle_time_ms_per_second, 100.0);
+    assert_eq!(r.consumer_busy_time_ms_per_second, 900.0);
+    assert_eq!((r.out_pool_usage, r.in_pool_usage), (0.75, 0.5));
+    assert_eq!(r.level, BackpressureLevel::High);
+}
+
+#[test]
+fn the_monitor_is_read_only_and_never_attaches() {
+    if role().as_deref() == Some("scribbler") {
+        child_main(|| {
+            let m = Monitor::open(&std::env::var("NAME").unwrap()).map_err(|e| e.to_string())?;
+            let ptr = m.mapping_ptr() as *mut u64;
+            // SAFETY: deliberately invalid: the mapping is PROT_READ, this must fault (SIGSEGV).
+            unsafe { ptr.add(100).write_volatile(0xDEAD) };
+            Err("a write through the monitor's mapping succeeded".into())
+        });
+    }
+    let name = unique_name("monitor");
+    let _p = Producer::create(&name, Geometry::default()).unwrap();
+    let m = Monitor::open(&name).unwrap();
+    let s = m.snapshot();
+    assert_eq!(
+        (s.producer_state, s.consumer_state),
+        (1, 0),
+        "the monitor is not an end"
+    );
+    let child = spawn(
+        "the_monitor_is_read_only_and_never_attaches",
+        "scribbler",
+        &[("NAME", name.clone())],
+        None,
+    );
+    let out = child.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "the write must fault: {:?}",
+        out.status
+    );
+    // The consumer end is still free.
+    let _c = Consumer::open(&name).unwrap();
+    assert_eq!(m.snapshot().consumer_state, 1);
+}
