@@ -131,6 +131,21 @@ pub enum Error {
         /// The largest length accepted there.
         max: u64,
     },
+    /// The peer process died without detaching (its liveness lock is gone). For a consumer,
+    /// every record committed before the death was delivered first.
+    PeerDead {
+        /// The region's name.
+        region: String,
+        /// The end that died.
+        end: End,
+        /// The pid it had recorded at attach.
+        pid: u32,
+    },
+    /// A named region exists but none of its ends is alive: left behind by a crash.
+    Stale {
+        /// The region's name.
+        region: String,
+    },
     /// A `try_` call found nothing to do without waiting.
     WouldBlock,
     /// A `_timeout` call ran out of time.
@@ -245,6 +260,16 @@ impl fmt::Display for Error {
                     "region {region}: record of {len} bytes exceeds the limit of {max} bytes"
                 )
             }
+            Error::PeerDead { region, end, pid } => write!(
+                f,
+                "region {region}: the {end} (pid {pid}) died without detaching; records it \
+                 committed before dying were delivered, nothing more will come"
+            ),
+            Error::Stale { region } => write!(
+                f,
+                "region {region} exists but no end of it is alive (left by a crashed process): \
+                 remove it with `shmflow clean` or `rm /dev/shm{region}`, then create it again"
+            ),
             Error::WouldBlock => f.write_str("the operation would block"),
             Error::Timeout => f.write_str("the operation timed out"),
         }

@@ -47,6 +47,7 @@ mod frame;
 #[cfg(not(loom))]
 mod handoff;
 pub mod layout;
+mod liveness;
 pub mod metrics;
 #[cfg(not(loom))]
 mod monitor;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::error::{End, Error, Result};
 use crate::frame::{self, HEADER};
 use crate::layout::{commit, END_DETACHED};
+use crate::liveness::{EndLock, Liveness};
 use crate::metrics::{monotonic_ns, Local};
 use crate::ring::{RingRx, RingTx};
 use crate::shared::Shared;
@@ -70,6 +71,8 @@ pub struct Consumer {
     counters: Counters,
     /// Per-record counters on.
     metrics: bool,
+    /// The producer's liveness, looked at only while waiting (None under loom).
+    liveness: Option<Liveness>,
 }
 
 impl Consumer {
@@ -77,7 +80,8 @@ impl Consumer {
     /// consumer. The name is unlinked when this consumer is dropped.
     #[cfg(not(loom))]
     pub fn create(name: &str, geometry: crate::Geometry) -> Result<Consumer> {
-        Consumer::attach(crate::region::create_named(name, geometry)?)
+        let (shared, lock) = crate::region::create_named(name, geometry, End::Consumer)?;
+        Consumer::attach_with(shared, Some(lock))
     }
 
     /// Opens a named region created by the producer and attaches as its consumer.
@@ -90,9 +94,9 @@ impl Consumer {
     /// gives the producer end to a child process.
     #[cfg(not(loom))]
     pub fn create_anonymous(geometry: crate::Geometry) -> Result<(Consumer, crate::PeerHandle)> {
-        let shared = crate::region::create_memfd(geometry)?;
+        let (shared, lock) = crate::region::create_memfd(geometry, End::Consumer)?;
         let handle = crate::PeerHandle::new(&shared)?;
-        Ok((Consumer::attach(shared)?, handle))
+        Ok((Consumer::attach_with(shared, Some(lock))?, handle))
     }
 
     /// Attaches as consumer to a region whose descriptor was inherited.
@@ -110,7 +114,20 @@ impl Consumer {
     }
 
     pub(crate) fn attach(shared: Arc<Shared>) -> Result<Consumer> {
+        Consumer::attach_with(shared, None)
+    }
+
+    /// Attaches, with the liveness lock already taken (creators) or taking it now.
+    pub(crate) fn attach_with(shared: Arc<Shared>, lock: Option<EndLock>) -> Result<Consumer> {
+        // Lock first, then the state: a peer that sees ATTACHED can trust the lock.
+        #[cfg(not(loom))]
+        let lock = Some(match lock {
+            Some(l) => l,
+            None => EndLock::acquire(shared.fd(), End::Consumer, &shared.name)
+                .map_err(|e| crate::shared::with_pid(e, &shared))?,
+        });
         crate::shared::attach(&shared, End::Consumer)?;
+        let liveness = lock.map(|l| Liveness::new(l, End::Consumer));
         let h = shared.header();
         let n = shared.n() as u64;
         let data_head = h.cons.data_head.load(Ordering::Acquire);
@@ -135,6 +152,7 @@ impl Consumer {
             max_record_len: DEFAULT_MAX_RECORD_LEN,
             counters: Counters::default(),
             metrics: true,
+            liveness,
         })
     }
 
@@ -334,13 +352,24 @@ impl Consumer {
                 .idle_since_ns
                 .store(start, Ordering::Relaxed);
         }
-        let got = wait::wait_for(&h.consumer_park, self.wait, deadline, || {
+        let got = wait::wait_for(&h.consumer_park, self.wait, deadline, |check_peer| {
             if let Some(f) = self.poll_frame()? {
                 return Ok(Some(Some(f)));
             }
             if self.producer_detached() {
                 // Everything sealed before the detach is visible now: look once more.
                 return Ok(Some(self.poll_frame()?));
+            }
+            if check_peer {
+                if let Some(l) = &mut self.liveness {
+                    if let Err(e) = l.check(&self.shared) {
+                        // Drain first: whatever it committed before dying is delivered.
+                        return match self.poll_frame()? {
+                            Some(f) => Ok(Some(Some(f))),
+                            None => Err(e),
+                        };
+                    }
+                }
             }
             Ok(None)
         });

@@ -16,8 +16,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::{End, Error, Result};
 use crate::layout::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
+use crate::liveness::EndLock;
 use crate::shared::Shared;
 use crate::sync::{Arc, Ordering};
 
@@ -114,8 +115,13 @@ fn finish_create(
     Ok(Arc::new(shared))
 }
 
-/// Creates a named region (`O_EXCL`, mode 0600).
-pub(crate) fn create_named(name: &str, geometry: Geometry) -> Result<Arc<Shared>> {
+/// Creates a named region (`O_EXCL`, mode 0600) for `end`, whose liveness lock is taken
+/// before the magic is written, so that `shmflow clean` never sees it ownerless.
+pub(crate) fn create_named(
+    name: &str,
+    geometry: Geometry,
+    end: End,
+) -> Result<(Arc<Shared>, EndLock)> {
     geometry.validate(name)?;
     let cname = c_name(name)?;
     // SAFETY: valid C string; the returned descriptor is checked and then owned.
@@ -129,9 +135,7 @@ pub(crate) fn create_named(name: &str, geometry: Geometry) -> Result<Arc<Shared>
     if raw < 0 {
         let e = io::Error::last_os_error();
         return Err(if e.raw_os_error() == Some(libc::EEXIST) {
-            Error::AlreadyExists {
-                region: name.to_owned(),
-            }
+            exists_error(name)
         } else {
             Error::io(name, "shm_open(O_CREAT|O_EXCL)", e)
         });
@@ -141,11 +145,37 @@ pub(crate) fn create_named(name: &str, geometry: Geometry) -> Result<Arc<Shared>
     // The umask may have removed bits, never added them; fchmod makes 0600 exact.
     // SAFETY: plain syscall on our descriptor.
     unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) };
-    finish_create(name.to_owned(), fd, geometry, Some(cname))
+    let lock = match EndLock::acquire(&fd, end, name) {
+        Ok(l) => l,
+        Err(e) => {
+            // SAFETY: valid C string; we created this name a moment ago.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+            return Err(e);
+        }
+    };
+    Ok((
+        finish_create(name.to_owned(), fd, geometry, Some(cname))?,
+        lock,
+    ))
 }
 
-/// Creates an anonymous, sealed memfd region.
-pub(crate) fn create_memfd(geometry: Geometry) -> Result<Arc<Shared>> {
+/// `AlreadyExists`, or `Stale` if the region there is shmflow's and none of its ends is alive.
+fn exists_error(name: &str) -> Error {
+    if let Ok(shared) = open_named(name, false) {
+        let alive = |end| crate::liveness::end_locked(shared.fd(), end).unwrap_or(true);
+        if !alive(End::Producer) && !alive(End::Consumer) {
+            return Error::Stale {
+                region: name.to_owned(),
+            };
+        }
+    }
+    Error::AlreadyExists {
+        region: name.to_owned(),
+    }
+}
+
+/// Creates an anonymous, sealed memfd region for `end`.
+pub(crate) fn create_memfd(geometry: Geometry, end: End) -> Result<(Arc<Shared>, EndLock)> {
     let name = "memfd:shmflow";
     geometry.validate(name)?;
     // SAFETY: valid C string; the returned descriptor is checked and then owned.
@@ -177,7 +207,8 @@ pub(crate) fn create_memfd(geometry: Geometry) -> Result<Arc<Shared>> {
     {
         return Err(last_os(&name, "fcntl(F_ADD_SEALS)"));
     }
-    finish_create(name, fd, geometry, None)
+    let lock = EndLock::acquire(&fd, end, &name)?;
+    Ok((finish_create(name, fd, geometry, None)?, lock))
 }
 
 /// Opens an existing named region.

@@ -239,3 +239,29 @@ pub(crate) fn attach(shared: &Shared, end: crate::End) -> crate::Result<()> {
         )),
     }
 }
+
+/// Fills in the pid of the end that holds a liveness lock we could not take.
+#[cfg(not(loom))]
+pub(crate) fn with_pid(e: crate::Error, shared: &Shared) -> crate::Error {
+    match e {
+        crate::Error::AlreadyAttached { region, end, .. } => {
+            let pid = shared
+                .header()
+                .end(end)
+                .pid
+                .load(crate::sync::Ordering::Relaxed);
+            crate::Error::AlreadyAttached { region, end, pid }
+        }
+        other => other,
+    }
+}
+
+#[cfg(not(loom))]
+impl Shared {
+    /// The region's descriptor.
+    pub(crate) fn fd(&self) -> &std::os::fd::OwnedFd {
+        match &self.backing {
+            Backing::Mapped(m) => m.fd(),
+        }
+    }
+}

@@ -24,6 +24,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::liveness::CHECK_INTERVAL;
 use crate::sync::{FutexWord, Ordering};
 
 /// How a blocking call waits before it parks on the futex.
@@ -102,7 +103,7 @@ pub(crate) fn notify(word: &FutexWord) -> bool {
 /// Busy phase: polls a bounded number of times. `None` if nothing turned up.
 fn spin_phase<T>(
     strategy: WaitStrategy,
-    poll: &mut impl FnMut() -> Result<Option<T>>,
+    poll: &mut impl FnMut(bool) -> Result<Option<T>>,
 ) -> Result<Option<T>> {
     match strategy {
         WaitStrategy::Block => {
@@ -110,7 +111,7 @@ fn spin_phase<T>(
             {
                 let backoff = crossbeam_utils::Backoff::new();
                 while !backoff.is_completed() {
-                    if let Some(v) = poll()? {
+                    if let Some(v) = poll(false)? {
                         return Ok(Some(v));
                     }
                     backoff.snooze();
@@ -118,7 +119,7 @@ fn spin_phase<T>(
             }
             #[cfg(loom)]
             for _ in 0..crate::sync::SPIN_CHECKS {
-                if let Some(v) = poll()? {
+                if let Some(v) = poll(false)? {
                     return Ok(Some(v));
                 }
                 crate::sync::spin_loop();
@@ -128,7 +129,7 @@ fn spin_phase<T>(
             let start = Instant::now();
             let mut i = 0u32;
             loop {
-                if let Some(v) = poll()? {
+                if let Some(v) = poll(false)? {
                     return Ok(Some(v));
                 }
                 i = i.wrapping_add(1);
@@ -145,14 +146,16 @@ fn spin_phase<T>(
 
 /// Waits until `poll` yields a value: first a bounded busy phase, then parking on `word` until
 /// the peer notifies (or the deadline passes). `poll` must also report the peer's closing,
-/// so that a closed peer ends the wait.
+/// so that a closed peer ends the wait. `poll(true)` is called after each sleep, at least every
+/// [`CHECK_INTERVAL`]: that is when it should also check that the peer is alive (a syscall,
+/// so never on the busy path).
 pub(crate) fn wait_for<T>(
     word: &FutexWord,
     strategy: WaitStrategy,
     deadline: Deadline,
-    mut poll: impl FnMut() -> Result<Option<T>>,
+    mut poll: impl FnMut(bool) -> Result<Option<T>>,
 ) -> Result<T> {
-    if let Some(v) = poll()? {
+    if let Some(v) = poll(false)? {
         return Ok(v);
     }
     if let Deadline::Now = deadline {
@@ -169,7 +172,7 @@ pub(crate) fn wait_for<T>(
         // Announce (RMW, so it synchronizes with the notifier's swap), then re-check.
         p.swap(1, Ordering::AcqRel);
         #[cfg(not(shmflow_broken = "no_recheck"))]
-        let ready = poll();
+        let ready = poll(false);
         #[cfg(shmflow_broken = "no_recheck")]
         let ready: Result<Option<T>> = Ok(None);
         match ready {
@@ -183,10 +186,14 @@ pub(crate) fn wait_for<T>(
             }
             Ok(None) => {}
         }
-        word.wait(1, timeout);
+        let nap = match timeout {
+            Some(t) => t.min(CHECK_INTERVAL),
+            None => CHECK_INTERVAL,
+        };
+        word.wait(1, Some(nap));
         // An RMW, not a store: keeps every write to P in the notifier's release sequence.
         p.swap(0, Ordering::AcqRel);
-        if let Some(v) = poll()? {
+        if let Some(v) = poll(true)? {
             return Ok(v);
         }
     }

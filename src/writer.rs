@@ -24,6 +24,7 @@ use crate::frame::{self, HEADER};
 #[cfg(not(loom))]
 use crate::handoff::PeerHandle;
 use crate::layout::{commit, Geometry, END_DETACHED};
+use crate::liveness::{EndLock, Liveness};
 use crate::metrics::{monotonic_ns, Local};
 use crate::ring::{RingRx, RingTx};
 use crate::shared::Shared;
@@ -88,6 +89,8 @@ pub struct Producer {
     counters: Counters,
     /// Per-record counters on (segment counters and wait times are always kept).
     metrics: bool,
+    /// The consumer's liveness, looked at only while waiting (None under loom).
+    liveness: Option<Liveness>,
     #[cfg(not(loom))]
     flusher: Option<crate::flusher::Flusher>,
     closed: bool,
@@ -98,8 +101,8 @@ impl Producer {
     /// producer. The name is unlinked when this producer is dropped.
     #[cfg(not(loom))]
     pub fn create(name: &str, geometry: Geometry) -> Result<Producer> {
-        let shared = crate::region::create_named(name, geometry)?;
-        Producer::attach(shared)
+        let (shared, lock) = crate::region::create_named(name, geometry, End::Producer)?;
+        Producer::attach_with(shared, Some(lock))
     }
 
     /// Opens a named region created by the consumer and attaches as its producer.
@@ -112,9 +115,9 @@ impl Producer {
     /// gives the consumer end to a child process (see [`PeerHandle`]).
     #[cfg(not(loom))]
     pub fn create_anonymous(geometry: Geometry) -> Result<(Producer, PeerHandle)> {
-        let shared = crate::region::create_memfd(geometry)?;
+        let (shared, lock) = crate::region::create_memfd(geometry, End::Producer)?;
         let handle = PeerHandle::new(&shared)?;
-        Ok((Producer::attach(shared)?, handle))
+        Ok((Producer::attach_with(shared, Some(lock))?, handle))
     }
 
     /// Attaches as producer to a region whose descriptor was inherited (see [`PeerHandle`]).
@@ -132,7 +135,20 @@ impl Producer {
     }
 
     pub(crate) fn attach(shared: Arc<Shared>) -> Result<Producer> {
+        Producer::attach_with(shared, None)
+    }
+
+    /// Attaches, with the liveness lock already taken (creators) or taking it now.
+    pub(crate) fn attach_with(shared: Arc<Shared>, lock: Option<EndLock>) -> Result<Producer> {
+        // Lock first, then the state: a peer that sees ATTACHED can trust the lock.
+        #[cfg(not(loom))]
+        let lock = Some(match lock {
+            Some(l) => l,
+            None => EndLock::acquire(shared.fd(), End::Producer, &shared.name)
+                .map_err(|e| crate::shared::with_pid(e, &shared))?,
+        });
         crate::shared::attach(&shared, End::Producer)?;
+        let liveness = lock.map(|l| Liveness::new(l, End::Producer));
         let h = shared.header();
         // The producer's own cursors are private truth: take them from the header once, at
         // attach (they are 0 for a fresh region; the consumer's cursors start the rings).
@@ -160,6 +176,7 @@ impl Producer {
             pending_abort: false,
             counters: Counters::default(),
             metrics: true,
+            liveness,
             #[cfg(not(loom))]
             flusher: None,
             closed: false,
@@ -264,12 +281,15 @@ impl Producer {
         h.producer_counters
             .blocked_since_ns
             .store(start, Ordering::Relaxed);
-        let got = wait::wait_for(&h.producer_park, self.wait, deadline, || {
+        let got = wait::wait_for(&h.producer_park, self.wait, deadline, |check_peer| {
             if let Some(c) = self.try_take()? {
                 return Ok(Some(c));
             }
             if self.consumer_detached() {
                 return Err(self.closed_error());
+            }
+            if check_peer {
+                self.check_peer()?;
             }
             Ok(None)
         });
@@ -288,15 +308,31 @@ impl Producer {
     /// records, so that they either go whole or not at all).
     fn wait_free(&mut self, k: u64, deadline: Deadline) -> Result<()> {
         let shared = self.shared.clone();
-        wait::wait_for(&shared.header().producer_park, self.wait, deadline, || {
-            if self.ret.ready(&self.shared.return_ring())? >= k {
-                return Ok(Some(()));
-            }
-            if self.consumer_detached() {
-                return Err(self.closed_error());
-            }
-            Ok(None)
-        })
+        wait::wait_for(
+            &shared.header().producer_park,
+            self.wait,
+            deadline,
+            |check_peer| {
+                if self.ret.ready(&self.shared.return_ring())? >= k {
+                    return Ok(Some(()));
+                }
+                if self.consumer_detached() {
+                    return Err(self.closed_error());
+                }
+                if check_peer {
+                    self.check_peer()?;
+                }
+                Ok(None)
+            },
+        )
+    }
+
+    /// `Err(PeerDead)` if the consumer's process is gone (a syscall: only while waiting).
+    fn check_peer(&mut self) -> Result<()> {
+        match &mut self.liveness {
+            Some(l) => l.check(&self.shared),
+            None => Ok(()),
+        }
     }
 
     fn notify_consumer(&mut self) {

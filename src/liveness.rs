@@ -1,0 +1,137 @@
+//! Is the peer process alive? Each attached end holds an open-file-description (OFD) write
+//! lock on one byte of the region's object — the producer byte 0, the consumer byte 1 — on a
+//! descriptor it opened for itself and never shares. The kernel drops the lock when the last
+//! descriptor of that open file description closes, which happens when the process dies,
+//! however it dies. So "state says attached, but nobody holds the lock" means the peer died
+//! without detaching. Unlike a pid, a lock cannot be fooled by pid reuse.
+//!
+//! The check is a syscall, made only by a side that is already waiting for its peer (at most
+//! every [`CHECK_INTERVAL`]), never on the hot path.
+
+#![cfg_attr(loom, allow(dead_code))]
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use crate::error::{End, Error, Result};
+
+/// How often a waiting side looks at its peer's lock: detection takes at most this long plus
+/// one wake-up.
+pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(40);
+
+fn byte(end: End) -> i64 {
+    match end {
+        End::Producer => 0,
+        End::Consumer => 1,
+    }
+}
+
+fn flock(kind: i32, end: End) -> libc::flock {
+    // SAFETY: flock is plain data; zero is a valid value for every field.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = byte(end);
+    fl.l_len = 1;
+    fl
+}
+
+/// The lock that says "this end is alive", on a private open file description.
+pub(crate) struct EndLock {
+    fd: OwnedFd,
+}
+
+impl EndLock {
+    /// Opens a new open file description of the object behind `fd` and write-locks `end`'s
+    /// byte. If another live process holds it, that end is taken.
+    pub(crate) fn acquire(fd: &OwnedFd, end: End, region: &str) -> Result<EndLock> {
+        let path =
+            std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+        // SAFETY: valid C string; the result is checked and then owned.
+        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if raw < 0 {
+            return Err(Error::io(
+                region,
+                "reopening the region for its liveness lock",
+                io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: fresh descriptor, owned from here.
+        let own = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fl = flock(libc::F_WRLCK, end);
+        // SAFETY: valid descriptor and flock.
+        if unsafe { libc::fcntl(own.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EACCES) => Error::AlreadyAttached {
+                    region: region.to_owned(),
+                    end,
+                    pid: 0,
+                },
+                _ => Error::io(region, "fcntl(F_OFD_SETLK)", e),
+            });
+        }
+        Ok(EndLock { fd: own })
+    }
+
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+}
+
+/// True if some open file description other than `fd`'s holds `end`'s lock.
+pub(crate) fn end_locked(fd: &OwnedFd, end: End) -> io::Result<bool> {
+    let mut fl = flock(libc::F_WRLCK, end);
+    // SAFETY: valid descriptor and flock; F_OFD_GETLK only fills `fl`.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// What an end knows about its peer's life.
+pub(crate) struct Liveness {
+    lock: EndLock,
+    peer: End,
+    /// Set once the peer was found dead: later waits fail at once.
+    dead: bool,
+}
+
+impl Liveness {
+    pub(crate) fn new(lock: EndLock, me: End) -> Liveness {
+        let peer = match me {
+            End::Producer => End::Consumer,
+            End::Consumer => End::Producer,
+        };
+        Liveness {
+            lock,
+            peer,
+            dead: false,
+        }
+    }
+
+    /// `Err(PeerDead)` if the peer attached and its process is gone without detaching.
+    pub(crate) fn check(&mut self, shared: &crate::shared::Shared) -> Result<()> {
+        use crate::sync::Ordering;
+        let st = shared.header().end(self.peer);
+        let dead = self.dead
+            || {
+                // Acquire: a peer that detached cleanly set DETACHED before its lock went away.
+                let state = st.state.load(Ordering::Acquire);
+                state == crate::layout::END_ATTACHED
+                && !end_locked(self.lock.fd(), self.peer).map_err(|e| Error::io(&shared.name, "fcntl(F_OFD_GETLK)", e))?
+                // Re-read: it may have detached between the two looks.
+                && st.state.load(Ordering::Acquire) == crate::layout::END_ATTACHED
+            };
+        if dead {
+            self.dead = true;
+            return Err(Error::PeerDead {
+                region: shared.name.clone(),
+                end: self.peer,
+                pid: st.pid.load(Ordering::Relaxed),
+            });
+        }
+        Ok(())
+    }
+}
