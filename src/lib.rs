@@ -66,7 +66,7 @@ pub use handoff::PeerHandle;
 pub use layout::Geometry;
 pub use metrics::{BackpressureLevel, Rates, Snapshot};
 #[cfg(not(loom))]
-pub use monitor::{list_regions, Monitor, RegionInfo};
+pub use monitor::{list_regions, remove_if_stale, Monitor, RegionInfo};
 pub use reader::{Consumer, Record, DEFAULT_MAX_RECORD_LEN};
 pub use wait::WaitStrategy;
 pub use writer::{Claim, FlushPolicy, Producer, RecordWriter};

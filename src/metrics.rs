@@ -223,9 +223,10 @@ pub(crate) fn snapshot(shared: &crate::shared::Shared) -> Snapshot {
     let h = shared.header();
     let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let now = monotonic_ns();
+    // Saturating and wrapping arithmetic: a hostile peer can write any value in its counters.
     let with_ongoing = |total: u64, since: u64| {
         if since != 0 && since <= now {
-            total + (now - since)
+            total.saturating_add(now - since)
         } else {
             total
         }
@@ -247,7 +248,7 @@ pub(crate) fn snapshot(shared: &crate::shared::Shared) -> Snapshot {
         bytes_written: r(&pc.bytes),
         segments_committed: r(&pc.segments_committed),
         segments_acquired: r(&pc.segments_acquired),
-        producer_wakes: r(&pc.wakes) + r(&pc.flusher_wakes),
+        producer_wakes: r(&pc.wakes).wrapping_add(r(&pc.flusher_wakes)),
         backpressured_ns: with_ongoing(r(&pc.backpressured_ns), r(&pc.blocked_since_ns)),
         records_read: r(&cc.records),
         bytes_read: r(&cc.bytes),

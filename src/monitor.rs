@@ -2,8 +2,9 @@
 //! as an attached end (the way AeronStat reads Aeron's counters file), and a listing of the
 //! shmflow regions in `/dev/shm`.
 
+use crate::error::End;
 use crate::error::Result;
-use crate::layout::{Geometry, END_ATTACHED};
+use crate::layout::Geometry;
 use crate::metrics::{snapshot, Snapshot};
 use crate::shared::Shared;
 use crate::sync::Arc;
@@ -38,6 +39,11 @@ impl Monitor {
         &self.shared.name
     }
 
+    /// True while a live process holds `end`'s liveness lock (attached and not dead).
+    pub fn end_alive(&self, end: End) -> bool {
+        crate::liveness::end_locked(self.shared.fd(), end).unwrap_or(true)
+    }
+
     /// Start of the read-only mapping (for tests that check it cannot be written).
     #[doc(hidden)]
     pub fn mapping_ptr(&self) -> *const u8 {
@@ -54,14 +60,39 @@ pub struct RegionInfo {
     pub geometry: Geometry,
     /// The snapshot taken while listing (attach states, pids, counters).
     pub snapshot: Snapshot,
+    /// A live process holds the producer's liveness lock.
+    pub producer_alive: bool,
+    /// A live process holds the consumer's liveness lock.
+    pub consumer_alive: bool,
 }
 
 impl RegionInfo {
-    /// True if the end is attached and its recorded process still exists.
-    pub fn end_alive(state: u32, pid: u32) -> bool {
-        // SAFETY: kill with signal 0 only checks for existence and permission.
-        state == END_ATTACHED && pid != 0 && unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+    /// No end is alive: left behind by crashed processes (or by ends that detached without the
+    /// creator unlinking it, which only a crash causes).
+    pub fn is_stale(&self) -> bool {
+        !self.producer_alive && !self.consumer_alive
     }
+}
+
+/// Removes the named region if it is a shmflow region with no live end; returns whether it
+/// did. A region with a live end is never removed.
+pub fn remove_if_stale(name: &str) -> Result<bool> {
+    let m = Monitor::open(name)?;
+    if m.end_alive(End::Producer) || m.end_alive(End::Consumer) {
+        return Ok(false);
+    }
+    let c = std::ffi::CString::new(name).map_err(|_| crate::Error::NotFound {
+        region: name.to_owned(),
+    })?;
+    // SAFETY: valid C string.
+    if unsafe { libc::shm_unlink(c.as_ptr()) } != 0 {
+        return Err(crate::Error::io(
+            name,
+            "shm_unlink",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(true)
 }
 
 /// The shmflow regions in `/dev/shm` that this user can open. Objects that are not shmflow
@@ -78,9 +109,11 @@ pub fn list_regions() -> Result<Vec<RegionInfo>> {
         let name = format!("/{}", entry.file_name().to_string_lossy());
         if let Ok(m) = Monitor::open(&name) {
             out.push(RegionInfo {
-                name,
                 geometry: m.geometry(),
                 snapshot: m.snapshot(),
+                producer_alive: m.end_alive(End::Producer),
+                consumer_alive: m.end_alive(End::Consumer),
+                name,
             });
         }
     }

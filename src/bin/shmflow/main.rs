@@ -1,7 +1,8 @@
 //! `shmflow`: look at live channels and run the backpressure experiment.
 //!
 //! ```text
-//! shmflow list                         live shmflow regions in /dev/shm
+//! shmflow list                         shmflow regions in /dev/shm, with their ends
+//! shmflow clean                        remove regions whose ends are all dead
 //! shmflow stat NAME [--json] [--interval-ms N] [--count K]
 //! shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size B] [--out DIR]
 //! ```
@@ -12,10 +13,11 @@ mod json;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use shmflow::{list_regions, Monitor, RegionInfo, Snapshot};
+use shmflow::{list_regions, remove_if_stale, End, Monitor, Snapshot};
 
 const USAGE: &str = "usage:
   shmflow list
+  shmflow clean
   shmflow stat NAME [--json] [--interval-ms N] [--count K]
   shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size BYTES] [--record-size BYTES] [--out DIR]";
 
@@ -23,6 +25,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let res = match args.first().map(String::as_str) {
         Some("list") => list(),
+        Some("clean") => clean(),
         Some("stat") => stat(&args[1..]),
         Some("demo") => demo::main(&args[1..]),
         Some("__demo-role") => demo::role(&args[1..]),
@@ -41,10 +44,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn end(state: u32, pid: u32) -> String {
+fn end(state: u32, pid: u32, alive: bool) -> String {
     match state {
         0 => "-".into(),
-        1 if RegionInfo::end_alive(state, pid) => format!("pid {pid}"),
+        1 if alive => format!("pid {pid}"),
         1 => format!("pid {pid} (dead)"),
         2 => "detached".into(),
         s => format!("state {s}?"),
@@ -64,13 +67,32 @@ fn list() -> Result<(), String> {
             r.name,
             r.geometry.segment_size,
             r.geometry.segment_count,
-            end(s.producer_state, s.producer_pid),
-            end(s.consumer_state, s.consumer_pid)
+            end(s.producer_state, s.producer_pid, r.producer_alive),
+            end(s.consumer_state, s.consumer_pid, r.consumer_alive)
         );
     }
     if regions.is_empty() {
         println!("(no shmflow regions)");
     }
+    Ok(())
+}
+
+/// Removes every shmflow region whose ends are all dead; never one with a live end.
+fn clean() -> Result<(), String> {
+    let mut removed = 0;
+    for r in list_regions().map_err(|e| e.to_string())? {
+        if r.is_stale() {
+            match remove_if_stale(&r.name) {
+                Ok(true) => {
+                    println!("removed {} (no live end)", r.name);
+                    removed += 1;
+                }
+                Ok(false) => println!("kept {} (an end came alive)", r.name),
+                Err(e) => eprintln!("shmflow: {e}"),
+            }
+        }
+    }
+    println!("{removed} stale region(s) removed");
     Ok(())
 }
 
@@ -105,14 +127,19 @@ fn stat(args: &[String]) -> Result<(), String> {
             if tty {
                 print!("\x1b[2J\x1b[H");
             }
-            print_view(name, &prev, &now);
+            print_view(
+                name,
+                &prev,
+                &now,
+                (m.end_alive(End::Producer), m.end_alive(End::Consumer)),
+            );
         }
         prev = now;
     }
     Ok(())
 }
 
-fn print_view(name: &str, prev: &Snapshot, now: &Snapshot) {
+fn print_view(name: &str, prev: &Snapshot, now: &Snapshot, alive: (bool, bool)) {
     let r = now.rates_since(prev);
     println!(
         "shmflow stat {name}   ({} × {} B segments, window {:.2} s)",
@@ -120,8 +147,8 @@ fn print_view(name: &str, prev: &Snapshot, now: &Snapshot) {
     );
     println!(
         "  producer {:<18} consumer {}",
-        end(now.producer_state, now.producer_pid),
-        end(now.consumer_state, now.consumer_pid)
+        end(now.producer_state, now.producer_pid, alive.0),
+        end(now.consumer_state, now.consumer_pid, alive.1)
     );
     println!("  backpressure level      {}", r.level.as_str());
     println!(
