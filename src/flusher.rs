@@ -17,6 +17,7 @@ struct State {
 }
 
 pub(crate) struct Flusher {
+    interval: Duration,
     state: std::sync::Arc<State>,
     thread: Option<JoinHandle<()>>,
 }
@@ -28,6 +29,7 @@ impl Flusher {
             stop: AtomicBool::new(false),
         });
         let st = state.clone();
+        let requested = interval;
         let interval = interval.max(Duration::from_micros(10));
         let thread = std::thread::Builder::new()
             .name("shmflow-flusher".into())
@@ -44,10 +46,12 @@ impl Flusher {
                 }
             })
             .expect("spawning the shmflow flusher thread");
-        Flusher {
-            state,
-            thread: Some(thread),
-        }
+        Flusher { interval: requested, state, thread: Some(thread) }
+    }
+
+    /// The interval it was started with (as requested).
+    pub(crate) fn interval(&self) -> Duration {
+        self.interval
     }
 
     /// Called by the producer after every publication. Always a store, never skipped when the

@@ -234,7 +234,7 @@ pub(crate) fn open_named(name: &str, writable: bool) -> Result<Arc<Shared>> {
     // SAFETY: fresh descriptor.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     check_owner_and_mode(name, &fd)?;
-    open_fd(name.to_owned(), fd, writable)
+    open_fd_inner(name.to_owned(), fd, writable, INIT_GRACE)
 }
 
 /// A named region must belong to this user and be closed to everyone else.
@@ -267,7 +267,15 @@ fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
 }
 
 /// Maps and validates a region from a descriptor (named or inherited memfd).
+/// How long `open` by name waits for a creator that is between `shm_open` and writing the
+/// magic. A descriptor handed over (memfd) is always complete: no wait.
+const INIT_GRACE: Duration = Duration::from_millis(500);
+
 pub(crate) fn open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Arc<Shared>> {
+    open_fd_inner(name, fd, writable, Duration::ZERO)
+}
+
+fn open_fd_inner(name: String, fd: OwnedFd, writable: bool, grace: Duration) -> Result<Arc<Shared>> {
     // SAFETY: zeroed stat is a valid out-buffer for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid descriptor and out-pointer.
@@ -277,7 +285,7 @@ pub(crate) fn open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Arc<S
     let mut size = st.st_size as u64;
     // A creator that is still between shm_open and ftruncate shows size 0: give it a moment.
     let start = Instant::now();
-    while size == 0 && start.elapsed() < Duration::from_millis(500) {
+    while size == 0 && start.elapsed() < grace {
         std::thread::sleep(Duration::from_millis(2));
         // SAFETY: as above.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
@@ -299,7 +307,7 @@ pub(crate) fn open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Arc<S
     // only read atomics from it while `head` lives.
     let hdr = unsafe { &*(hdr_base as *const crate::layout::Header) };
     let mut magic = hdr.magic.load(Ordering::Acquire);
-    while magic == 0 && start.elapsed() < Duration::from_millis(500) {
+    while magic == 0 && start.elapsed() < grace {
         std::thread::sleep(Duration::from_millis(2));
         magic = hdr.magic.load(Ordering::Acquire);
     }

@@ -54,6 +54,14 @@ impl Default for FlushPolicy {
     }
 }
 
+#[cfg(not(loom))]
+fn policy_interval(p: FlushPolicy) -> Duration {
+    match p {
+        FlushPolicy::Timeout(d) => d,
+        _ => Duration::ZERO,
+    }
+}
+
 /// The segment in the producer's hand.
 #[derive(Clone, Copy, Debug)]
 struct Current {
@@ -207,14 +215,15 @@ impl Producer {
     /// Sets when committed records become visible (see [`FlushPolicy`]).
     pub fn set_flush_policy(&mut self, policy: FlushPolicy) {
         self.policy = policy;
+        // The flusher thread starts with the first record published under `Timeout` (see
+        // `after_frame_end`); any other policy stops it.
         #[cfg(not(loom))]
-        {
-            self.flusher = match policy {
-                FlushPolicy::Timeout(d) => {
-                    Some(crate::flusher::Flusher::start(self.shared.clone(), d))
-                }
-                _ => None,
-            };
+        if !matches!(policy, FlushPolicy::Timeout(_)) {
+            self.flusher = None;
+        } else if let Some(f) = &self.flusher {
+            if f.interval() != policy_interval(policy) {
+                self.flusher = None;
+            }
         }
     }
 
@@ -444,9 +453,10 @@ impl Producer {
                             let word = commit::pack(c.gen, false, c.wpos as u32);
                             // Release: as in `publish`.
                             self.shared.commit(c.seg).store(word, Ordering::Release);
-                            if let Some(f) = &self.flusher {
-                                f.mark_pending();
-                            }
+                            let interval = policy_interval(self.policy);
+                            self.flusher
+                                .get_or_insert_with(|| crate::flusher::Flusher::start(self.shared.clone(), interval))
+                                .mark_pending();
                         }
                     }
                 }

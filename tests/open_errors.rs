@@ -208,3 +208,31 @@ fn invalid_geometry_is_refused_before_anything_is_created() {
         );
     }
 }
+
+#[test]
+fn a_region_of_another_user_is_refused() {
+    let name = unique_name("owner");
+    let _p = Producer::create(&name, Geometry::default()).unwrap();
+    let path = std::ffi::CString::new(dev_shm(&name)).unwrap();
+    // SAFETY: chown(2) on a file we created. Needs root (CI and these machines run as root);
+    // as another user the test cannot build the situation and says so.
+    if unsafe { libc::chown(path.as_ptr(), 65534, 65534) } != 0 {
+        eprintln!("skipping: cannot chown as this user");
+        return;
+    }
+    let e = Consumer::open(&name).err().unwrap();
+    assert!(matches!(e, Error::InvalidConfig { field: "owner uid", found: 65534, .. }), "{e}");
+}
+
+#[test]
+fn an_anonymous_region_cannot_be_resized_by_a_peer() {
+    use std::os::fd::AsRawFd;
+    let (_p, handle) = Producer::create_anonymous(Geometry::default()).unwrap();
+    let fd = handle.into_fd();
+    for len in [0i64, 4096, 1 << 30] {
+        // SAFETY: ftruncate on a descriptor we own; it must be refused by the seals.
+        let r = unsafe { libc::ftruncate(fd.as_raw_fd(), len) };
+        assert_eq!(r, -1, "ftruncate({len}) succeeded on a sealed region");
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+    }
+}
