@@ -46,7 +46,11 @@ impl Flusher {
                 }
             })
             .expect("spawning the shmflow flusher thread");
-        Flusher { interval: requested, state, thread: Some(thread) }
+        Flusher {
+            interval: requested,
+            state,
+            thread: Some(thread),
+        }
     }
 
     /// The interval it was started with (as requested).

@@ -275,7 +275,12 @@ pub(crate) fn open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Arc<S
     open_fd_inner(name, fd, writable, Duration::ZERO)
 }
 
-fn open_fd_inner(name: String, fd: OwnedFd, writable: bool, grace: Duration) -> Result<Arc<Shared>> {
+fn open_fd_inner(
+    name: String,
+    fd: OwnedFd,
+    writable: bool,
+    grace: Duration,
+) -> Result<Arc<Shared>> {
     // SAFETY: zeroed stat is a valid out-buffer for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid descriptor and out-pointer.

@@ -455,7 +455,9 @@ impl Producer {
                             self.shared.commit(c.seg).store(word, Ordering::Release);
                             let interval = policy_interval(self.policy);
                             self.flusher
-                                .get_or_insert_with(|| crate::flusher::Flusher::start(self.shared.clone(), interval))
+                                .get_or_insert_with(|| {
+                                    crate::flusher::Flusher::start(self.shared.clone(), interval)
+                                })
                                 .mark_pending();
                         }
                     }
@@ -625,7 +627,25 @@ impl Producer {
     /// `finish` discards the record (the consumer never sees it, or sees
     /// [`Error::RecordAborted`] if parts were already handed over). Waits block like `send`.
     pub fn stream(&mut self) -> Result<RecordWriter<'_>> {
-        self.ensure_room(HEADER, Deadline::Never)?;
+        self.stream_inner(Deadline::Never)
+    }
+
+    /// [`Producer::stream`] whose waits (for the first segment and for every further segment
+    /// the record grows into) all end at `timeout` from now: a write that would wait longer
+    /// fails with [`Error::Timeout`] and the record is discarded (or aborted, if parts of it
+    /// were already handed over).
+    pub fn stream_timeout(&mut self, timeout: Duration) -> Result<RecordWriter<'_>> {
+        self.stream_inner(Deadline::after(timeout))
+    }
+
+    /// [`Producer::stream`] that never waits: [`Error::WouldBlock`] wherever a segment would
+    /// have to be waited for, with the record discarded (or aborted) as for `stream_timeout`.
+    pub fn try_stream(&mut self) -> Result<RecordWriter<'_>> {
+        self.stream_inner(Deadline::Now)
+    }
+
+    fn stream_inner(&mut self, deadline: Deadline) -> Result<RecordWriter<'_>> {
+        self.ensure_room(HEADER, deadline)?;
         let c = self.cur.as_mut().expect("a segment in hand");
         let frag_start = c.wpos;
         Ok(RecordWriter {
@@ -636,6 +656,7 @@ impl Producer {
             spanning: false,
             finished: false,
             failed: false,
+            deadline,
         })
     }
 
@@ -760,6 +781,8 @@ pub struct RecordWriter<'a> {
     spanning: bool,
     finished: bool,
     failed: bool,
+    /// When waits for further segments give up.
+    deadline: Deadline,
 }
 
 impl RecordWriter<'_> {
@@ -772,7 +795,8 @@ impl RecordWriter<'_> {
             let partial = self.pos - self.frag_start - HEADER;
             p.cur.as_mut().expect("in hand").wpos = self.frag_start;
             p.seal();
-            if let Err(e) = p.take(Deadline::Never) {
+            if let Err(e) = p.take(self.deadline) {
+                // Nothing of it was published (the seal stopped before it): just lost.
                 self.failed = true;
                 return Err(e);
             }
@@ -809,7 +833,7 @@ impl RecordWriter<'_> {
         p.cur.as_mut().expect("in hand").wpos = seg_size;
         self.spanning = true;
         p.seal();
-        if let Err(e) = p.take(Deadline::Never) {
+        if let Err(e) = p.take(self.deadline) {
             p.pending_abort = true;
             self.failed = true;
             return Err(e);

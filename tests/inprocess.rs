@@ -285,3 +285,42 @@ fn drain_hands_over_what_is_there() {
     assert_eq!(seen, (0..100).collect::<Vec<_>>());
     assert_eq!(c.drain(10, |_| Ok(())).unwrap(), 0);
 }
+
+#[test]
+fn stream_has_try_and_timeout_forms() {
+    let (mut p, mut c) = pair(2);
+    p.set_flush_policy(FlushPolicy::EveryRecord);
+    let rec = vec![5u8; 4088]; // fills a segment exactly
+    p.send(&rec).unwrap();
+    p.send(&rec).unwrap(); // both segments with the consumer, the current one full
+    assert!(matches!(p.try_stream().err(), Some(Error::WouldBlock)));
+    assert!(matches!(
+        p.stream_timeout(Duration::from_millis(20)).err(),
+        Some(Error::Timeout)
+    ));
+    // Free one segment; a streamed record that outgrows it times out and is discarded.
+    assert_eq!(c.recv().unwrap().unwrap().len(), Some(4088));
+    assert_eq!(c.recv().unwrap().unwrap().len(), Some(4088));
+    let mut w = p.stream_timeout(Duration::from_millis(20)).unwrap();
+    w.write_all(&[1u8; 5000]).unwrap_err(); // spans into a segment the consumer still holds
+    drop(w);
+    // The consumer sees the aborted spanning record as RecordAborted, then the stream goes on.
+    p.flush().unwrap();
+    let t = thread::spawn(move || {
+        p.send(b"next").unwrap();
+        p
+    });
+    let mut results = Vec::new();
+    for _ in 0..2 {
+        match c.recv() {
+            Ok(Some(r)) => results.push(r.to_vec().map_err(|e| e.to_string())),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
+    assert!(
+        results[0].as_ref().is_err_and(|e| e.contains("abandoned")),
+        "{results:?}"
+    );
+    assert_eq!(results[1].as_deref(), Ok(&b"next"[..]));
+    drop(t.join().unwrap());
+}

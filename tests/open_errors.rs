@@ -221,7 +221,17 @@ fn a_region_of_another_user_is_refused() {
         return;
     }
     let e = Consumer::open(&name).err().unwrap();
-    assert!(matches!(e, Error::InvalidConfig { field: "owner uid", found: 65534, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::InvalidConfig {
+                field: "owner uid",
+                found: 65534,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -233,6 +243,9 @@ fn an_anonymous_region_cannot_be_resized_by_a_peer() {
         // SAFETY: ftruncate on a descriptor we own; it must be refused by the seals.
         let r = unsafe { libc::ftruncate(fd.as_raw_fd(), len) };
         assert_eq!(r, -1, "ftruncate({len}) succeeded on a sealed region");
-        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EPERM)
+        );
     }
 }
