@@ -119,15 +119,7 @@ impl Consumer {
 
     /// Attaches, with the liveness lock already taken (creators) or taking it now.
     pub(crate) fn attach_with(shared: Arc<Shared>, lock: Option<EndLock>) -> Result<Consumer> {
-        // Lock first, then the state: a peer that sees ATTACHED can trust the lock.
-        #[cfg(not(loom))]
-        let lock = Some(match lock {
-            Some(l) => l,
-            None => EndLock::acquire(shared.fd(), End::Consumer, &shared.name)
-                .map_err(|e| crate::shared::with_pid(e, &shared))?,
-        });
-        crate::shared::attach(&shared, End::Consumer)?;
-        let liveness = lock.map(|l| Liveness::new(l, End::Consumer));
+        let liveness = crate::shared::attach_end(&shared, End::Consumer, lock)?;
         let h = shared.header();
         let n = shared.n() as u64;
         let data_head = h.cons.data_head.load(Ordering::Acquire);

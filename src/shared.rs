@@ -265,3 +265,21 @@ impl Shared {
         }
     }
 }
+
+/// Attaches `end`: takes its liveness lock (unless the creator already holds it) and then moves
+/// its state to ATTACHED — lock first, so a peer that sees ATTACHED can trust the lock. Under
+/// loom there is no lock and no liveness.
+pub(crate) fn attach_end(
+    shared: &Shared,
+    end: crate::End,
+    lock: Option<crate::liveness::EndLock>,
+) -> crate::Result<Option<crate::liveness::Liveness>> {
+    #[cfg(not(loom))]
+    let lock = Some(match lock {
+        Some(l) => l,
+        None => crate::liveness::EndLock::acquire(shared.fd(), end, &shared.name)
+            .map_err(|e| with_pid(e, shared))?,
+    });
+    attach(shared, end)?;
+    Ok(lock.map(|l| crate::liveness::Liveness::new(l, end)))
+}

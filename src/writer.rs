@@ -148,15 +148,7 @@ impl Producer {
 
     /// Attaches, with the liveness lock already taken (creators) or taking it now.
     pub(crate) fn attach_with(shared: Arc<Shared>, lock: Option<EndLock>) -> Result<Producer> {
-        // Lock first, then the state: a peer that sees ATTACHED can trust the lock.
-        #[cfg(not(loom))]
-        let lock = Some(match lock {
-            Some(l) => l,
-            None => EndLock::acquire(shared.fd(), End::Producer, &shared.name)
-                .map_err(|e| crate::shared::with_pid(e, &shared))?,
-        });
-        crate::shared::attach(&shared, End::Producer)?;
-        let liveness = lock.map(|l| Liveness::new(l, End::Producer));
+        let liveness = crate::shared::attach_end(&shared, End::Producer, lock)?;
         let h = shared.header();
         // The producer's own cursors are private truth: take them from the header once, at
         // attach (they are 0 for a fresh region; the consumer's cursors start the rings).
