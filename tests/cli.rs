@@ -173,3 +173,40 @@ fn stat_fails_clearly_on_regions_that_are_not_right() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
 }
+
+#[test]
+fn bench_quick_json_has_every_measure_and_ratio() {
+    let out = shmflow(&["bench", "--quick", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    for k in [
+        "rtt_spin_p50_ns",
+        "rtt_spin_p99_ns",
+        "rtt_spin_p999_ns",
+        "floor_spin_p50_ns",
+        "rtt_block_p50_ns",
+        "rtt_block_p99_ns",
+        "floor_futex_p50_ns",
+        "uds_rtt_p50_ns",
+        "pipe_rtt_p50_ns",
+        "rtt_same_cpu_p50_ns",
+        "small_rps",
+        "floor_small_rps",
+        "uds_batched_rps",
+        "pipe_batched_rps",
+        "bulk_gbps",
+        "floor_bulk_gbps",
+        "seed_pool_rps",
+    ] {
+        let x = v[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k} missing in {v}"));
+        assert!(x > 0.0 && x.is_finite(), "{k} = {x}");
+    }
+    assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
+    assert_eq!(v["ratios"].as_object().unwrap().len(), 6);
+}

@@ -7,6 +7,7 @@
 //! shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size B] [--out DIR]
 //! ```
 
+mod bench;
 mod demo;
 mod json;
 
@@ -18,6 +19,7 @@ use shmflow::{list_regions, remove_if_stale, End, Monitor, Snapshot};
 const USAGE: &str = "usage:
   shmflow list
   shmflow clean
+  shmflow bench [--quick] [--json]
   shmflow stat NAME [--json] [--interval-ms N] [--count K]
   shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size BYTES] [--record-size BYTES] [--out DIR]";
 
@@ -28,6 +30,8 @@ fn main() -> ExitCode {
         Some("clean") => clean(),
         Some("stat") => stat(&args[1..]),
         Some("demo") => demo::main(&args[1..]),
+        Some("bench") => bench::main(&args[1..]),
+        Some("__bench-role") => bench::role(&args[1..]),
         Some("__demo-role") => demo::role(&args[1..]),
         Some("-h") | Some("--help") => {
             println!("{USAGE}");

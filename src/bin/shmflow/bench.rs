@@ -1,0 +1,810 @@
+//! `shmflow bench`: shmflow against the hardware floor and the OS, in one run, between two
+//! processes every time (this binary re-executes itself as the peer: `__bench-role`).
+//!
+//! Latencies are exact percentiles of every round trip after warm-up (all samples kept and
+//! sorted: no histogram bucketing error). Throughputs are the best of 3 runs of ≥ 1 s of
+//! steady state (`--quick`: 1 run of 0.3 s, 20k round trips). Ratios are computed within the
+//! run, so a slow host slows both sides of each ratio.
+//!
+//! Modes: `rtt_spin_*` busy-polls on both sides; `rtt_block_*` and `rtt_same_cpu_*` park on
+//! the futex between messages (`WaitStrategy::Block`). Throughputs (`*_rps`, `*_gbps`) run
+//! shmflow with `FlushPolicy::Explicit` and busy-polling on both sides, like the raw floors,
+//! which spin on their atomics.
+
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
+
+const SPIN: WaitStrategy = WaitStrategy::BusyPoll(Duration::from_secs(1));
+const RTT_G: Geometry = Geometry {
+    segment_size: 4096,
+    segment_count: 4,
+};
+const REC: usize = 64;
+const BULK: usize = 64 * 1024;
+
+struct Cfg {
+    rounds: usize,
+    secs: f64,
+    repeats: usize,
+}
+
+// ----- plumbing --------------------------------------------------------------------------------
+
+fn child(
+    kind: &str,
+    args: &[String],
+    fds: &[(&str, RawFd)],
+    setup: impl FnOnce(&mut Command),
+) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
+    cmd.arg("__bench-role")
+        .arg(kind)
+        .args(args)
+        .stdout(Stdio::piped());
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.1).collect();
+    for (var, fd) in fds {
+        cmd.env(var, fd.to_string());
+    }
+    // SAFETY: only fcntl between fork and exec (async-signal-safe); the fds stay open in the
+    // parent until spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &raw {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    setup(&mut cmd);
+    cmd.spawn().expect("spawning the bench peer")
+}
+
+fn env_fd(var: &str) -> OwnedFd {
+    let fd: RawFd = std::env::var(var).expect(var).parse().expect(var);
+    // SAFETY: the parent passed this descriptor for us to own.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+fn finish(c: Child) -> String {
+    let out = c.wait_with_output().expect("bench peer");
+    assert!(out.status.success(), "bench peer failed: {}", out.status);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A shared anonymous mapping of `len` bytes and its descriptor.
+struct Raw {
+    fd: OwnedFd,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Raw {
+    fn new(len: usize) -> Raw {
+        // SAFETY: memfd_create with a valid name; checked.
+        let fd = unsafe { libc::memfd_create(c"shmflow-bench".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: fresh descriptor.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain syscall.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len as i64) }, 0);
+        Raw::map(fd, len)
+    }
+
+    fn map(fd: OwnedFd, len: usize) -> Raw {
+        // SAFETY: a shared read-write mapping of the whole object; checked for failure.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED);
+        Raw {
+            fd,
+            ptr: ptr as *mut u8,
+            len,
+        }
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off + 8 <= self.len && off % 8 == 0);
+        // SAFETY: in bounds, aligned, and only ever accessed atomically by both processes.
+        unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off + 4 <= self.len && off % 4 == 0);
+        // SAFETY: as for `u64_at`.
+        unsafe { &*(self.ptr.add(off) as *const AtomicU32) }
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+fn futex_wait(w: &AtomicU32, expected: u32) {
+    // SAFETY: a valid shared word; FUTEX_WAIT only reads it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            w.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        )
+    };
+}
+
+fn futex_wake(w: &AtomicU32) {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, 1) };
+}
+
+fn pin_cpu0() -> impl FnOnce(&mut Command) {
+    |cmd: &mut Command| {
+        // SAFETY: sched_setaffinity in the child between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                pin(0);
+                Ok(())
+            });
+        }
+    }
+}
+
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_setaffinity on the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn unpin() {
+    // SAFETY: as in `pin`, with every CPU.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Times `rounds` round trips after a warm-up of a tenth; returns sorted nanoseconds.
+fn time_rounds(rounds: usize, mut once: impl FnMut(u64)) -> Vec<u64> {
+    for i in 0..(rounds / 10).max(1000) {
+        once(i as u64);
+    }
+    let mut v = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        let t = Instant::now();
+        once(i as u64);
+        v.push(t.elapsed().as_nanos() as u64);
+    }
+    v.sort_unstable();
+    v
+}
+
+fn pct(v: &[u64], p: f64) -> f64 {
+    v[((v.len() as f64 * p) as usize).min(v.len() - 1)] as f64
+}
+
+// ----- round trips -----------------------------------------------------------------------------
+
+fn rtt_shmflow(cfg: &Cfg, wait: WaitStrategy, same_cpu: bool) -> Vec<u64> {
+    let (mut ping, ping_peer) = Producer::create_anonymous(RTT_G).unwrap();
+    let (mut pong, pong_peer) = Consumer::create_anonymous(RTT_G).unwrap();
+    ping.set_flush_policy(FlushPolicy::EveryRecord);
+    ping.set_wait_strategy(wait);
+    pong.set_wait_strategy(wait);
+    let mode = if wait == SPIN { "spin" } else { "block" };
+    let fds = [
+        ("PING", ping_peer.as_fd_raw()),
+        ("PONG", pong_peer.as_fd_raw()),
+    ];
+    if same_cpu {
+        pin(0);
+    }
+    let c = child("echo", &[mode.into()], &fds, |cmd| {
+        if same_cpu {
+            pin_cpu0()(cmd)
+        }
+    });
+    drop((ping_peer, pong_peer));
+    let v = time_rounds(cfg.rounds, |i| {
+        ping.send_pod(&i).unwrap();
+        let r = pong.recv().unwrap().unwrap();
+        assert_eq!(r.as_pod::<u64>(), Some(&i));
+    });
+    drop(ping);
+    while pong.recv().unwrap().is_some() {}
+    finish(c);
+    if same_cpu {
+        unpin();
+    }
+    v
+}
+
+trait RawFdOf {
+    fn as_fd_raw(&self) -> RawFd;
+}
+impl RawFdOf for shmflow::PeerHandle {
+    fn as_fd_raw(&self) -> RawFd {
+        use std::os::fd::AsFd;
+        self.as_fd().as_raw_fd()
+    }
+}
+
+fn floor_spin(cfg: &Cfg) -> Vec<u64> {
+    let raw = Raw::new(4096);
+    let c = child("spin-floor", &[], &[("RAW", raw.fd.as_raw_fd())], |_| {});
+    let w = raw.u64_at(0);
+    let v = time_rounds(cfg.rounds, |_| {
+        let x = w.load(Ordering::Acquire);
+        w.store(x + 1, Ordering::Release);
+        while w.load(Ordering::Acquire) != x + 2 {
+            std::hint::spin_loop();
+        }
+    });
+    w.store(u64::MAX, Ordering::Release);
+    finish(c);
+    v
+}
+
+fn floor_futex(cfg: &Cfg, same_cpu: bool) -> Vec<u64> {
+    let raw = Raw::new(4096);
+    if same_cpu {
+        pin(0);
+    }
+    let c = child("futex-floor", &[], &[("RAW", raw.fd.as_raw_fd())], |cmd| {
+        if same_cpu {
+            pin_cpu0()(cmd)
+        }
+    });
+    let w = raw.u32_at(0);
+    let v = time_rounds(cfg.rounds, |_| {
+        w.store(1, Ordering::Release);
+        futex_wake(w);
+        loop {
+            let x = w.load(Ordering::Acquire);
+            if x == 2 {
+                break;
+            }
+            futex_wait(w, x);
+        }
+    });
+    w.store(3, Ordering::Release);
+    futex_wake(w);
+    finish(c);
+    if same_cpu {
+        unpin();
+    }
+    v
+}
+
+fn rtt_stream(cfg: &Cfg, pipe: bool) -> Vec<u64> {
+    let (mut tx, mut rx, c): (Box<dyn Write>, Box<dyn Read>, Child) = if pipe {
+        let (a_r, a_w) = pipe_pair();
+        let (b_r, b_w) = pipe_pair();
+        let c = child(
+            "echo-fd",
+            &[],
+            &[("IN", a_r.as_raw_fd()), ("OUT", b_w.as_raw_fd())],
+            |_| {},
+        );
+        drop((a_r, b_w));
+        (
+            Box::new(std::fs::File::from(a_w)),
+            Box::new(std::fs::File::from(b_r)),
+            c,
+        )
+    } else {
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        let c = child(
+            "echo-fd",
+            &[],
+            &[("IN", theirs.as_raw_fd()), ("OUT", theirs.as_raw_fd())],
+            |_| {},
+        );
+        drop(theirs);
+        (Box::new(mine.try_clone().unwrap()), Box::new(mine), c)
+    };
+    let mut buf = [0u8; 8];
+    let v = time_rounds(cfg.rounds, |i| {
+        tx.write_all(&i.to_le_bytes()).unwrap();
+        rx.read_exact(&mut buf).unwrap();
+    });
+    // Both: a socket stays open while either clone lives, and the peer waits for EOF.
+    drop((tx, rx));
+    finish(c);
+    v
+}
+
+fn pipe_pair() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: valid out-array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh descriptors.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+// ----- throughput ------------------------------------------------------------------------------
+
+/// Best of `repeats`: the child reports "count nanos" for what it consumed.
+fn best(cfg: &Cfg, mut run: impl FnMut() -> (f64, f64)) -> f64 {
+    (0..cfg.repeats)
+        .map(|_| {
+            let (n, ns) = run();
+            n / ns * 1e9
+        })
+        .fold(0.0, f64::max)
+}
+
+fn parse_report(s: &str) -> (f64, f64) {
+    let mut it = s.split_whitespace().map(|x| x.parse::<f64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}
+
+fn shmflow_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
+    let (mut p, peer) = Producer::create_anonymous(g).unwrap();
+    p.set_flush_policy(FlushPolicy::Explicit);
+    p.set_wait_strategy(SPIN);
+    let c = child(
+        "shm-sink",
+        &[len.to_string()],
+        &[("CH", peer.as_fd_raw())],
+        |_| {},
+    );
+    drop(peer);
+    let buf = vec![0x5Au8; len];
+    let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
+    'outer: loop {
+        for _ in 0..64 {
+            if len <= p.max_unspanned_len() {
+                let mut claim = p.claim(len).unwrap();
+                claim.copy_from_slice(&buf);
+                claim.commit();
+            } else {
+                p.send(&buf).unwrap();
+            }
+        }
+        if Instant::now() >= end {
+            break 'outer;
+        }
+    }
+    drop(p);
+    parse_report(&finish(c))
+}
+
+/// Raw ring of 64 KiB slots: a 4 KiB header (`head`, `tail`, `done` on their own lines, then
+/// each slot's used length), then the slots. Small records are packed `[u32 len][payload]`,
+/// 8-aligned; a 64 KiB record fills a slot exactly.
+const SLOT: usize = 64 * 1024;
+const LENS: usize = 512;
+fn raw_ring_len(slots: usize) -> usize {
+    4096 + slots * SLOT
+}
+
+fn floor_stream(cfg: &Cfg, pool: usize, len: usize) -> (f64, f64) {
+    let slots = (pool / SLOT).max(2);
+    let raw = Raw::new(raw_ring_len(slots));
+    let c = child(
+        "raw-sink",
+        &[slots.to_string(), len.to_string()],
+        &[("RAW", raw.fd.as_raw_fd())],
+        |_| {},
+    );
+    let (head, tail, done) = (raw.u64_at(0), raw.u64_at(128), raw.u64_at(256));
+    let buf = vec![0x5Au8; len];
+    let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
+    let mut t = 0u64;
+    let frame = (4 + len + 7) & !7;
+    while Instant::now() < end {
+        for _ in 0..8 {
+            while t - head.load(Ordering::Acquire) >= slots as u64 {
+                std::hint::spin_loop();
+            }
+            let slot = (t % slots as u64) as usize;
+            // SAFETY: the slot lies inside the mapping and is ours until we publish `tail`.
+            let base = unsafe { raw.ptr.add(4096 + slot * SLOT) };
+            let used = if len == SLOT {
+                // SAFETY: exactly one slot.
+                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), base, SLOT) };
+                SLOT
+            } else {
+                let mut off = 0;
+                while off + frame <= SLOT {
+                    // SAFETY: in bounds of the slot (checked by the loop condition).
+                    unsafe {
+                        (base.add(off) as *mut u32).write_unaligned(len as u32);
+                        std::ptr::copy_nonoverlapping(buf.as_ptr(), base.add(off + 4), len);
+                    }
+                    off += frame;
+                }
+                off
+            };
+            raw.u64_at(LENS + slot * 8)
+                .store(used as u64, Ordering::Relaxed);
+            t += 1;
+            tail.store(t, Ordering::Release);
+        }
+    }
+    done.store(1, Ordering::Release);
+    parse_report(&finish(c))
+}
+
+fn os_stream(cfg: &Cfg, pipe: bool) -> (f64, f64) {
+    let (w, c): (Box<dyn Write>, Child) = if pipe {
+        let (r, w) = pipe_pair();
+        let c = child("fd-sink", &[], &[("IN", r.as_raw_fd())], |_| {});
+        drop(r);
+        (Box::new(std::fs::File::from(w)), c)
+    } else {
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        let c = child("fd-sink", &[], &[("IN", theirs.as_raw_fd())], |_| {});
+        drop(theirs);
+        (Box::new(mine), c)
+    };
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    let rec = [0x5Au8; REC];
+    let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
+    while Instant::now() < end {
+        for _ in 0..1024 {
+            w.write_all(&(REC as u32).to_le_bytes()).unwrap();
+            w.write_all(&rec).unwrap();
+        }
+    }
+    w.flush().unwrap();
+    drop(w);
+    parse_report(&finish(c))
+}
+
+// ----- the peer --------------------------------------------------------------------------------
+
+pub fn role(args: &[String]) -> Result<(), String> {
+    let kind = args.first().ok_or("bench role")?.as_str();
+    match kind {
+        "echo" => {
+            let wait = if args.get(1).map(String::as_str) == Some("spin") {
+                SPIN
+            } else {
+                WaitStrategy::Block
+            };
+            let mut ping = Consumer::from_env("PING").map_err(|e| e.to_string())?;
+            let mut pong = Producer::from_env("PONG").map_err(|e| e.to_string())?;
+            ping.set_wait_strategy(wait);
+            pong.set_wait_strategy(wait);
+            pong.set_flush_policy(FlushPolicy::EveryRecord);
+            loop {
+                let v = match ping.recv().map_err(|e| e.to_string())? {
+                    Some(r) => *r.as_pod::<u64>().ok_or("not a u64")?,
+                    None => break,
+                };
+                pong.send_pod(&v).map_err(|e| e.to_string())?;
+            }
+        }
+        "spin-floor" => {
+            let raw = Raw::map(env_fd("RAW"), 4096);
+            let w = raw.u64_at(0);
+            loop {
+                let x = w.load(Ordering::Acquire);
+                if x == u64::MAX {
+                    break;
+                }
+                if x % 2 == 1 {
+                    w.store(x + 1, Ordering::Release);
+                }
+                std::hint::spin_loop();
+            }
+        }
+        "futex-floor" => {
+            let raw = Raw::map(env_fd("RAW"), 4096);
+            let w = raw.u32_at(0);
+            loop {
+                let x = w.load(Ordering::Acquire);
+                match x {
+                    1 => {
+                        w.store(2, Ordering::Release);
+                        futex_wake(w);
+                    }
+                    3 => break,
+                    _ => futex_wait(w, x),
+                }
+            }
+        }
+        "echo-fd" => {
+            let (i, o) = (env_fd("IN"), env_fd("OUT"));
+            let same = i.as_raw_fd() == o.as_raw_fd();
+            let mut r = std::fs::File::from(i);
+            let mut w = if same {
+                r.try_clone().unwrap()
+            } else {
+                std::fs::File::from(o)
+            };
+            let mut buf = [0u8; 8];
+            while r.read_exact(&mut buf).is_ok() {
+                w.write_all(&buf).unwrap();
+            }
+            if same {
+                std::mem::forget(w); // one descriptor, closed once by `r`
+            }
+        }
+        "shm-sink" => {
+            let mut c = Consumer::from_env("CH").map_err(|e| e.to_string())?;
+            c.set_wait_strategy(SPIN);
+            let (mut n, mut sum, mut start) = (0u64, 0u64, None);
+            while let Some(mut r) = c.recv().map_err(|e| e.to_string())? {
+                start.get_or_insert_with(Instant::now);
+                while let Some(part) = r.next_part().map_err(|e| e.to_string())? {
+                    sum = sum.wrapping_add(touch(part));
+                }
+                n += 1;
+            }
+            std::hint::black_box(sum);
+            let ns = start.map(|s| s.elapsed().as_nanos()).unwrap_or(1);
+            println!("{n} {ns}");
+        }
+        "raw-sink" => {
+            let slots: usize = args[1].parse().unwrap();
+            let len: usize = args[2].parse().unwrap();
+            let raw = Raw::map(env_fd("RAW"), raw_ring_len(slots));
+            let (head, tail, done) = (raw.u64_at(0), raw.u64_at(128), raw.u64_at(256));
+            let frame = (4 + len + 7) & !7;
+            let (mut h, mut n, mut sum, mut start) = (0u64, 0u64, 0u64, None);
+            loop {
+                let t = tail.load(Ordering::Acquire);
+                if h == t {
+                    if done.load(Ordering::Acquire) == 1 && tail.load(Ordering::Acquire) == h {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
+                start.get_or_insert_with(Instant::now);
+                while h < t {
+                    let slot = (h % slots as u64) as usize;
+                    // SAFETY: the slot is published (Acquire on tail) and inside the mapping.
+                    let base = unsafe { raw.ptr.add(4096 + slot * SLOT) };
+                    let used =
+                        (raw.u64_at(LENS + slot * 8).load(Ordering::Relaxed) as usize).min(SLOT);
+                    if len == SLOT {
+                        // SAFETY: one whole slot.
+                        sum = sum
+                            .wrapping_add(touch(unsafe { std::slice::from_raw_parts(base, used) }));
+                        n += 1;
+                    }
+                    let mut off = if len == SLOT { used } else { 0 };
+                    while off < used {
+                        // SAFETY: within the slot.
+                        let l = unsafe { (base.add(off) as *const u32).read_unaligned() } as usize;
+                        // SAFETY: the record lies within the slot (the producer wrote it so).
+                        let payload = unsafe {
+                            std::slice::from_raw_parts(base.add(off + 4), l.min(SLOT - off - 4))
+                        };
+                        sum = sum.wrapping_add(touch(payload));
+                        n += 1;
+                        off += frame;
+                    }
+                    h += 1;
+                    head.store(h, Ordering::Release);
+                }
+            }
+            std::hint::black_box(sum);
+            println!("{n} {}", start.map(|s| s.elapsed().as_nanos()).unwrap_or(1));
+        }
+        "fd-sink" => {
+            let mut r = BufReader::with_capacity(64 * 1024, std::fs::File::from(env_fd("IN")));
+            let (mut n, mut sum, mut start) = (0u64, 0u64, None);
+            let mut len = [0u8; 4];
+            let mut buf = vec![0u8; BULK];
+            while r.read_exact(&mut len).is_ok() {
+                start.get_or_insert_with(Instant::now);
+                let l = u32::from_le_bytes(len) as usize;
+                r.read_exact(&mut buf[..l]).unwrap();
+                sum = sum.wrapping_add(touch(&buf[..l]));
+                n += 1;
+            }
+            std::hint::black_box(sum);
+            println!("{n} {}", start.map(|s| s.elapsed().as_nanos()).unwrap_or(1));
+        }
+        other => return Err(format!("unknown bench role {other}")),
+    }
+    Ok(())
+}
+
+/// Reads every 8-byte word of a payload (and the tail bytes): "the consumer reads every byte".
+fn touch(b: &[u8]) -> u64 {
+    let mut s = 0u64;
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        s = s.wrapping_add(u64::from_le_bytes(c.try_into().unwrap()));
+    }
+    for &x in chunks.remainder() {
+        s = s.wrapping_add(x as u64);
+    }
+    s
+}
+
+// ----- the report ------------------------------------------------------------------------------
+
+fn machine() -> (String, usize, String) {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    // SAFETY: zeroed utsname is a valid out-buffer.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::uname(&mut u) };
+    // SAFETY: uname NUL-terminates its fields.
+    let kernel = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    (cpu, cores, kernel)
+}
+
+pub fn main(args: &[String]) -> Result<(), String> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let json = args.iter().any(|a| a == "--json");
+    let cfg = if quick {
+        Cfg {
+            rounds: 20_000,
+            secs: 0.3,
+            repeats: 1,
+        }
+    } else {
+        Cfg {
+            rounds: 100_000,
+            secs: 1.0,
+            repeats: 3,
+        }
+    };
+    let pool = Geometry::default();
+    let pool_bytes = pool.segment_size as usize * pool.segment_count as usize;
+    let mut r: Vec<(&str, f64)> = Vec::new();
+    let mut note = |k: &'static str, v: f64| {
+        if !json {
+            eprintln!("  {k:<24} {v:>14.1}");
+        }
+        r.push((k, v));
+    };
+    let v = rtt_shmflow(&cfg, SPIN, false);
+    note("rtt_spin_p50_ns", pct(&v, 0.5));
+    note("rtt_spin_p99_ns", pct(&v, 0.99));
+    note("rtt_spin_p999_ns", pct(&v, 0.999));
+    note("floor_spin_p50_ns", pct(&floor_spin(&cfg), 0.5));
+    let v = rtt_shmflow(&cfg, WaitStrategy::Block, false);
+    note("rtt_block_p50_ns", pct(&v, 0.5));
+    note("rtt_block_p99_ns", pct(&v, 0.99));
+    note("floor_futex_p50_ns", pct(&floor_futex(&cfg, false), 0.5));
+    note("uds_rtt_p50_ns", pct(&rtt_stream(&cfg, false), 0.5));
+    note("pipe_rtt_p50_ns", pct(&rtt_stream(&cfg, true), 0.5));
+    note(
+        "rtt_same_cpu_p50_ns",
+        pct(&rtt_shmflow(&cfg, WaitStrategy::Block, true), 0.5),
+    );
+    note(
+        "floor_futex_same_cpu_p50_ns",
+        pct(&floor_futex(&cfg, true), 0.5),
+    );
+    note("small_rps", best(&cfg, || shmflow_stream(&cfg, pool, REC)));
+    note(
+        "floor_small_rps",
+        best(&cfg, || floor_stream(&cfg, pool_bytes, REC)),
+    );
+    note("uds_batched_rps", best(&cfg, || os_stream(&cfg, false)));
+    note("pipe_batched_rps", best(&cfg, || os_stream(&cfg, true)));
+    let gb = |(n, ns): (f64, f64)| (n * BULK as f64, ns);
+    note(
+        "bulk_gbps",
+        best(&cfg, || gb(shmflow_stream(&cfg, pool, BULK))) / 1e9,
+    );
+    note(
+        "floor_bulk_gbps",
+        best(&cfg, || gb(floor_stream(&cfg, pool_bytes, BULK))) / 1e9,
+    );
+    note(
+        "seed_pool_rps",
+        best(&cfg, || {
+            shmflow_stream(
+                &cfg,
+                Geometry {
+                    segment_size: 4096,
+                    segment_count: 2,
+                },
+                REC,
+            )
+        }),
+    );
+    let get = |k: &str| r.iter().find(|x| x.0 == k).map(|x| x.1).unwrap_or(f64::NAN);
+    let ratios = [
+        (
+            "rtt_spin_vs_floor",
+            get("rtt_spin_p50_ns") / get("floor_spin_p50_ns"),
+            "<= 2.5",
+        ),
+        (
+            "rtt_block_vs_futex_floor",
+            get("rtt_block_p50_ns") / get("floor_futex_p50_ns"),
+            "<= 1.2",
+        ),
+        (
+            "small_vs_uds_batched",
+            get("small_rps") / get("uds_batched_rps"),
+            ">= 3",
+        ),
+        (
+            "small_vs_floor",
+            get("small_rps") / get("floor_small_rps"),
+            ">= 0.5",
+        ),
+        (
+            "bulk_vs_floor",
+            get("bulk_gbps") / get("floor_bulk_gbps"),
+            ">= 0.8",
+        ),
+        (
+            "same_cpu_vs_futex_floor_same_cpu",
+            get("rtt_same_cpu_p50_ns") / get("floor_futex_same_cpu_p50_ns"),
+            "<= 2",
+        ),
+    ];
+    let (cpu, cores, kernel) = machine();
+    if json {
+        let mut s = format!(
+            "{{\"machine\":{{\"cpu\":{:?},\"cores\":{cores},\"kernel\":{:?}}},\"quick\":{quick}",
+            cpu, kernel
+        );
+        for (k, v) in &r {
+            s += &format!(",\"{k}\":{v:.3}");
+        }
+        s += ",\"ratios\":{";
+        s += &ratios
+            .iter()
+            .map(|(k, v, _)| format!("\"{k}\":{v:.3}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        s += "}}";
+        println!("{s}");
+    } else {
+        println!(
+            "machine: {cpu}, {cores} cores, Linux {kernel}{}",
+            if quick { " (quick run)" } else { "" }
+        );
+        println!("{:<30} {:>16}", "measure", "value");
+        for (k, v) in &r {
+            println!("{k:<30} {v:>16.2}");
+        }
+        println!("\n{:<34} {:>8}  goal", "ratio", "value");
+        for (k, v, goal) in &ratios {
+            println!("{k:<34} {v:>8.2}  {goal}");
+        }
+    }
+    Ok(())
+}
