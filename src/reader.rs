@@ -388,6 +388,7 @@ impl Consumer {
         crate::metrics::snapshot(&self.shared)
     }
 
+    #[inline]
     fn count_record(&mut self, len: u64) {
         if !self.metrics {
             return;
@@ -414,7 +415,48 @@ impl Consumer {
         Ok(())
     }
 
+    /// Fast path (almost every record): a whole-record frame already committed in the segment
+    /// in hand. Anything else — a span, the end of the segment, or a header that does not
+    /// check out — goes through `poll_frame`, which validates it fully and names the error.
+    #[inline]
+    fn fast_whole(&mut self) -> Option<(usize, usize)> {
+        if self.skipping || self.in_span {
+            return None;
+        }
+        let c = self.cur.as_mut()?;
+        let at = c.rd;
+        if at >= c.committed {
+            return None;
+        }
+        self.shared.tracker.read(c.seg as usize, at, HEADER);
+        // SAFETY: `at + 8 <= committed <= segment_size` (both multiples of 8, validated when
+        // `committed` was loaded), the segment is in our hand, `at` is 8-aligned.
+        let word =
+            u64::from_le(unsafe { (self.shared.segment_ptr(c.seg).add(at) as *const u64).read() });
+        let (len, kind) = frame::decode(word);
+        let len = len as usize;
+        if kind != frame::WHOLE || len > c.committed - at - HEADER {
+            return None;
+        }
+        c.rd = frame::next_frame(at, len);
+        Some((at + HEADER, len))
+    }
+
+    #[inline]
     fn recv_inner(&mut self, deadline: Deadline) -> Result<Option<Record<'_>>> {
+        if let Some((at, len)) = self.fast_whole() {
+            self.count_record(len as u64);
+            return Ok(Some(Record {
+                consumer: self,
+                kind: RecordKind::Single { at, len },
+                reading: None,
+            }));
+        }
+        self.recv_slow(deadline)
+    }
+
+    #[inline(never)]
+    fn recv_slow(&mut self, deadline: Deadline) -> Result<Option<Record<'_>>> {
         if self.skipping {
             self.skip_rest(deadline)?;
         }
@@ -458,11 +500,13 @@ impl Consumer {
 
     /// Receives the next record, blocking until one is committed. `Ok(None)` is end of
     /// stream: the producer detached and every record it committed has been read.
+    #[inline]
     pub fn recv(&mut self) -> Result<Option<Record<'_>>> {
         self.recv_inner(Deadline::Never)
     }
 
     /// Receives the next record if one is committed, else [`Error::WouldBlock`].
+    #[inline]
     pub fn try_recv(&mut self) -> Result<Option<Record<'_>>> {
         self.recv_inner(Deadline::Now)
     }
@@ -502,6 +546,7 @@ impl Consumer {
     }
 
     /// View of `len` bytes at `at` in the segment in hand.
+    #[inline]
     fn view(&self, at: usize, len: usize) -> &[u8] {
         let c = self
             .cur
@@ -554,6 +599,7 @@ pub struct Record<'a> {
 impl Record<'_> {
     /// The bytes, in place, for a record within one segment; `None` for a spanning record
     /// (use [`Record::next_part`], [`Record::to_vec`] or `io::Read`).
+    #[inline]
     pub fn as_bytes(&self) -> Option<&[u8]> {
         match self.kind {
             RecordKind::Single { at, len } => Some(self.consumer.view(at, len)),

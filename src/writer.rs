@@ -376,7 +376,20 @@ impl Producer {
 
     /// Makes sure `need` bytes are free in the current segment, sealing it and taking the next
     /// if not.
+    #[inline]
     fn ensure_room(&mut self, need: usize, deadline: Deadline) -> Result<()> {
+        // Fast path (almost every record): room left in the segment in hand.
+        if let Some(c) = &self.cur {
+            if !self.pending_abort && self.shared.segment_size() - c.wpos >= need {
+                return Ok(());
+            }
+        }
+        self.ensure_room_slow(need, deadline)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn ensure_room_slow(&mut self, need: usize, deadline: Deadline) -> Result<()> {
         if self.pending_abort {
             self.write_pending_abort(deadline)?;
         }
@@ -403,11 +416,13 @@ impl Producer {
 
     // ----- writing bytes ---------------------------------------------------------------------
 
+    #[inline]
     fn seg_ptr(&self) -> *mut u8 {
         self.shared
             .segment_ptr(self.cur.as_ref().expect("a segment in hand").seg)
     }
 
+    #[inline]
     fn write_header(&self, at: usize, len: u32, kind: u32) {
         let c = self.cur.as_ref().expect("a segment in hand");
         debug_assert!(at % 8 == 0 && at + HEADER <= self.shared.segment_size());
@@ -418,6 +433,7 @@ impl Producer {
         unsafe { (self.seg_ptr().add(at) as *mut u64).write(frame::encode(len, kind).to_le()) };
     }
 
+    #[inline]
     fn write_bytes(&self, at: usize, bytes: &[u8]) {
         let c = self.cur.as_ref().expect("a segment in hand");
         assert!(at + bytes.len() <= self.shared.segment_size());
@@ -430,6 +446,7 @@ impl Producer {
     }
 
     /// A frame ended (record, or abort): publish according to the policy.
+    #[inline]
     fn after_frame_end(&mut self) {
         match self.policy {
             FlushPolicy::Explicit => {}
@@ -460,6 +477,7 @@ impl Producer {
         }
     }
 
+    #[inline]
     fn record_done(&mut self, len: u64) {
         if self.metrics {
             let h = self.shared.header();
@@ -481,6 +499,7 @@ impl Producer {
         crate::metrics::snapshot(&self.shared)
     }
 
+    #[inline]
     fn send_inner(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
         let seg_size = self.shared.segment_size();
         if HEADER + bytes.len() <= seg_size {
@@ -554,6 +573,7 @@ impl Producer {
     /// Sends one record, blocking while no segment is free (backpressure).
     ///
     /// Returns [`Error::Closed`] if the consumer has detached when a segment is needed.
+    #[inline]
     pub fn send(&mut self, bytes: &[u8]) -> Result<()> {
         self.send_inner(bytes, Deadline::Never)
     }
@@ -577,6 +597,7 @@ impl Producer {
         self.send(bytemuck::bytes_of(value))
     }
 
+    #[inline]
     fn claim_inner(&mut self, len: usize, deadline: Deadline) -> Result<Claim<'_>> {
         if HEADER + len > self.shared.segment_size() {
             return Err(Error::RecordTooLarge {
@@ -599,6 +620,7 @@ impl Producer {
     /// Claims `len` bytes inside shared memory for one record, to serialize into in place
     /// (zero copy). The record is sent by [`Claim::commit`]; dropping the claim sends nothing.
     /// `len` must be at most [`Producer::max_unspanned_len`].
+    #[inline]
     pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
         self.claim_inner(len, Deadline::Never)
     }
@@ -720,6 +742,7 @@ pub struct Claim<'a> {
 
 impl Claim<'_> {
     /// Sends the record with all `len` bytes.
+    #[inline]
     pub fn commit(self) {
         let len = self.len;
         self.commit_len(len);
@@ -727,6 +750,7 @@ impl Claim<'_> {
 
     /// Sends the record with only its first `len` bytes (`len` at most the claimed length):
     /// for serializers that reserve a bound and use less.
+    #[inline]
     pub fn commit_len(self, len: usize) {
         assert!(
             len <= self.len,
@@ -744,6 +768,7 @@ impl Claim<'_> {
 
 impl std::ops::Deref for Claim<'_> {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         // SAFETY: `at + 8 + len <= segment_size` (checked by `claim`), the segment is in the
         // producer's hand and past the published offset, so the consumer does not read it.
@@ -754,6 +779,7 @@ impl std::ops::Deref for Claim<'_> {
 }
 
 impl std::ops::DerefMut for Claim<'_> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`; `&mut self` makes this the only view.
         unsafe {
