@@ -17,7 +17,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
 pub const LAYOUT_VERSION: u32 = 1;
-/// Bytes reserved for [`Header`]; rings start after it.
+/// Bytes reserved for the header page; rings start after it.
 pub const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
 pub const DEFAULT_SEGMENT_SIZE: u32 = 32 * 1024;
