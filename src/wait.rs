@@ -38,6 +38,8 @@ pub enum WaitStrategy {
     /// Busy-poll for up to this long before parking: the lowest latency while the peer is
     /// active, one CPU burnt while waiting. Keep it bounded on machines with few cores.
     BusyPoll(Duration),
+    /// Park at once, no spinning: the least CPU, every wait pays a futex wake-up.
+    Park,
 }
 
 /// When a blocking call gives up.
@@ -125,6 +127,7 @@ fn spin_phase<T>(
                 crate::sync::spin_loop();
             }
         }
+        WaitStrategy::Park => {}
         WaitStrategy::BusyPoll(budget) => {
             let start = Instant::now();
             let mut i = 0u32;

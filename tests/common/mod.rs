@@ -30,9 +30,15 @@ pub fn spawn_with_stdin(
     stdin: Stdio,
 ) -> Child {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", test, "--nocapture", "--test-threads=1", "--include-ignored"])
-        .env(ROLE, role)
-        .stdin(stdin);
+    cmd.args([
+        "--exact",
+        test,
+        "--nocapture",
+        "--test-threads=1",
+        "--include-ignored",
+    ])
+    .env(ROLE, role)
+    .stdin(stdin);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -6,8 +6,10 @@
 //! steady state (`--quick`: 1 run of 0.3 s, 20k round trips). Ratios are computed within the
 //! run, so a slow host slows both sides of each ratio.
 //!
-//! Modes: `rtt_spin_*` busy-polls on both sides; `rtt_block_*` and `rtt_same_cpu_*` park on
-//! the futex between messages (`WaitStrategy::Block`). Throughputs (`*_rps`, `*_gbps`) run
+//! Modes: `rtt_spin_*` busy-polls on both sides; `rtt_block_*` and `rtt_same_cpu_p50_ns` park
+//! on the futex between messages without spinning (`WaitStrategy::Park`), which is what the
+//! futex floor does; `rtt_default_wait_*` and `rtt_same_cpu_default_wait_p50_ns` use the
+//! default `WaitStrategy::Block` (a few µs of spinning, then park). Throughputs (`*_rps`, `*_gbps`) run
 //! shmflow with `FlushPolicy::Explicit` and busy-polling on both sides, like the raw floors,
 //! which spin on their atomics.
 
@@ -216,7 +218,11 @@ fn rtt_shmflow(cfg: &Cfg, wait: WaitStrategy, same_cpu: bool) -> Vec<u64> {
     ping.set_flush_policy(FlushPolicy::EveryRecord);
     ping.set_wait_strategy(wait);
     pong.set_wait_strategy(wait);
-    let mode = if wait == SPIN { "spin" } else { "block" };
+    let mode = match wait {
+        SPIN => "spin",
+        WaitStrategy::Park => "park",
+        _ => "block",
+    };
     let fds = [
         ("PING", ping_peer.as_fd_raw()),
         ("PONG", pong_peer.as_fd_raw()),
@@ -699,14 +705,21 @@ pub fn main(args: &[String]) -> Result<(), String> {
     note("rtt_spin_p99_ns", pct(&v, 0.99));
     note("rtt_spin_p999_ns", pct(&v, 0.999));
     note("floor_spin_p50_ns", pct(&floor_spin(&cfg), 0.5));
-    let v = rtt_shmflow(&cfg, WaitStrategy::Block, false);
+    let v = rtt_shmflow(&cfg, WaitStrategy::Park, false);
     note("rtt_block_p50_ns", pct(&v, 0.5));
     note("rtt_block_p99_ns", pct(&v, 0.99));
+    let v = rtt_shmflow(&cfg, WaitStrategy::Block, false);
+    note("rtt_default_wait_p50_ns", pct(&v, 0.5));
+    note("rtt_default_wait_p99_ns", pct(&v, 0.99));
     note("floor_futex_p50_ns", pct(&floor_futex(&cfg, false), 0.5));
     note("uds_rtt_p50_ns", pct(&rtt_stream(&cfg, false), 0.5));
     note("pipe_rtt_p50_ns", pct(&rtt_stream(&cfg, true), 0.5));
     note(
         "rtt_same_cpu_p50_ns",
+        pct(&rtt_shmflow(&cfg, WaitStrategy::Park, true), 0.5),
+    );
+    note(
+        "rtt_same_cpu_default_wait_p50_ns",
         pct(&rtt_shmflow(&cfg, WaitStrategy::Block, true), 0.5),
     );
     note(
