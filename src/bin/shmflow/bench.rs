@@ -538,20 +538,17 @@ pub fn role(args: &[String]) -> Result<(), String> {
             }
         }
         "echo-fd" => {
-            let (i, o) = (env_fd("IN"), env_fd("OUT"));
-            let same = i.as_raw_fd() == o.as_raw_fd();
-            let mut r = std::fs::File::from(i);
+            // A socket comes as one descriptor for both directions: own it once.
+            let same = std::env::var("IN").ok() == std::env::var("OUT").ok();
+            let mut r = std::fs::File::from(env_fd("IN"));
             let mut w = if same {
                 r.try_clone().unwrap()
             } else {
-                std::fs::File::from(o)
+                std::fs::File::from(env_fd("OUT"))
             };
             let mut buf = [0u8; 8];
             while r.read_exact(&mut buf).is_ok() {
                 w.write_all(&buf).unwrap();
-            }
-            if same {
-                std::mem::forget(w); // one descriptor, closed once by `r`
             }
         }
         "shm-sink" => {
