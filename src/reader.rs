@@ -31,6 +31,8 @@ pub const DEFAULT_MAX_RECORD_LEN: u64 = 4 << 30;
 #[derive(Clone, Copy, Debug)]
 struct ReadSeg {
     seg: u32,
+    /// Start of the segment in the mapping (cached: computed once per segment, not per record).
+    base: *const u8,
     gen: u32,
     /// Next frame to read.
     rd: usize,
@@ -229,8 +231,7 @@ impl Consumer {
         self.shared.tracker.read(c.seg as usize, at, HEADER);
         // SAFETY: `at + 8 <= committed <= segment_size` (rd < committed, both multiples of 8),
         // the segment is in our hand, and `at` is 8-aligned in an 8-aligned segment.
-        let word =
-            u64::from_le(unsafe { (self.shared.segment_ptr(c.seg).add(at) as *const u64).read() });
+        let word = u64::from_le(unsafe { (c.base.add(at) as *const u64).read() });
         let (len, kind) = frame::decode(word);
         let len = len as usize;
         let avail = c.committed - at - HEADER;
@@ -294,6 +295,7 @@ impl Consumer {
                 let gen = (self.data.position() - 1) as u32;
                 self.cur = Some(ReadSeg {
                     seg,
+                    base: self.shared.segment_ptr(seg),
                     gen,
                     rd: 0,
                     committed: 0,
@@ -431,8 +433,7 @@ impl Consumer {
         self.shared.tracker.read(c.seg as usize, at, HEADER);
         // SAFETY: `at + 8 <= committed <= segment_size` (both multiples of 8, validated when
         // `committed` was loaded), the segment is in our hand, `at` is 8-aligned.
-        let word =
-            u64::from_le(unsafe { (self.shared.segment_ptr(c.seg).add(at) as *const u64).read() });
+        let word = u64::from_le(unsafe { (c.base.add(at) as *const u64).read() });
         let (len, kind) = frame::decode(word);
         let len = len as usize;
         if kind != frame::WHOLE || len > c.committed - at - HEADER {
@@ -557,9 +558,14 @@ impl Consumer {
         // is in our hand and is not returned while the borrow lives (returning needs `&mut`).
         // A hostile producer could still change the bytes under us: the slice is then garbled
         // but stays inside the mapping.
-        unsafe { std::slice::from_raw_parts(self.shared.segment_ptr(c.seg).add(at), len) }
+        unsafe { std::slice::from_raw_parts(c.base.add(at), len) }
     }
 }
+
+// SAFETY: the only non-Send field is the cached segment pointer, which points into the mapping
+// kept alive by `shared` (an `Arc` of a Send + Sync region); moving the consumer to another
+// thread moves the pointer with the Arc that keeps it valid.
+unsafe impl Send for Consumer {}
 
 impl Drop for Consumer {
     fn drop(&mut self) {

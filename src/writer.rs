@@ -66,6 +66,8 @@ fn policy_interval(p: FlushPolicy) -> Duration {
 #[derive(Clone, Copy, Debug)]
 struct Current {
     seg: u32,
+    /// Start of the segment in the mapping (cached per segment).
+    base: *mut u8,
     gen: u32,
     /// Private writer position: end of the last frame written.
     wpos: usize,
@@ -260,6 +262,7 @@ impl Producer {
             .add(&h.producer_counters.segments_acquired, 1);
         Ok(Some(Current {
             seg,
+            base: self.shared.segment_ptr(seg),
             gen,
             wpos: 0,
             published: 0,
@@ -418,8 +421,7 @@ impl Producer {
 
     #[inline]
     fn seg_ptr(&self) -> *mut u8 {
-        self.shared
-            .segment_ptr(self.cur.as_ref().expect("a segment in hand").seg)
+        self.cur.as_ref().expect("a segment in hand").base
     }
 
     #[inline]
@@ -721,6 +723,10 @@ impl Producer {
         self.consumer_detached()
     }
 }
+
+// SAFETY: the only non-Send field is the cached segment pointer, which points into the mapping
+// kept alive by `shared` (an `Arc` of a Send + Sync region).
+unsafe impl Send for Producer {}
 
 impl Drop for Producer {
     fn drop(&mut self) {
