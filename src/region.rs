@@ -24,7 +24,8 @@ use crate::sync::{Arc, Ordering};
 
 /// The mapping and the descriptor behind a region.
 pub(crate) struct Mapping {
-    map: memmap2::MmapRaw,
+    /// Held for its `Drop`, which unmaps (after our `Drop` has unlinked the name).
+    _map: memmap2::MmapRaw,
     fd: OwnedFd,
     /// Set for the creator of a named region: the name to unlink on drop.
     unlink: Option<CString>,
@@ -43,7 +44,6 @@ impl Drop for Mapping {
             // `shmflow clean` or by hand) leaves nothing to do.
             unsafe { libc::shm_unlink(name.as_ptr()) };
         }
-        let _ = &self.map; // unmapped by MmapRaw's own drop, after the unlink
     }
 }
 
@@ -108,7 +108,11 @@ fn finish_create(
         }
     };
     let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
-    let mapping = Mapping { map, fd, unlink };
+    let mapping = Mapping {
+        _map: map,
+        fd,
+        unlink,
+    };
     // SAFETY: the mapping is `size` = region_size bytes, page aligned, owned by `mapping`.
     let shared = unsafe { Shared::from_mapping(name, geometry, base, mapping) };
     shared.init_header(std::process::id());
@@ -378,7 +382,7 @@ fn open_fd_inner(
     let map = map(&name, &fd, expected as usize, writable)?;
     let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
     let mapping = Mapping {
-        map,
+        _map: map,
         fd,
         unlink: None,
     };

@@ -103,8 +103,8 @@ impl RingRx {
         self.head
     }
 
-    /// Values ready without looking at the peer's cursor again.
-    fn refresh(&mut self, ring: &RingRef<'_>) -> Result<u64> {
+    /// Values ready to pop (reads the peer's cursor, validates it, caches it).
+    pub(crate) fn ready(&mut self, ring: &RingRef<'_>) -> Result<u64> {
         let cap = ring.slots.len() as u64;
         // Acquire: pairs with the Release in `push`, so the slot is visible.
         let tail = ring.tail.load(Ordering::Acquire);
@@ -125,13 +125,8 @@ impl RingRx {
         Ok(ready)
     }
 
-    /// Values ready to pop (reads the peer's cursor).
-    pub(crate) fn ready(&mut self, ring: &RingRef<'_>) -> Result<u64> {
-        self.refresh(ring)
-    }
-
     pub(crate) fn pop(&mut self, ring: &RingRef<'_>) -> Result<Option<u32>> {
-        if self.head == self.tail_cache && self.refresh(ring)? == 0 {
+        if self.head == self.tail_cache && self.ready(ring)? == 0 {
             return Ok(None);
         }
         let cap = ring.slots.len() as u64;

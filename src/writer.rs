@@ -182,13 +182,7 @@ impl Producer {
             #[cfg(not(loom))]
             flusher: None,
             closed: false,
-        }
-        .with_policy_applied())
-    }
-
-    fn with_policy_applied(mut self) -> Self {
-        self.set_flush_policy(self.policy);
-        self
+        })
     }
 
     /// Name of the region (for messages and `shmflow stat`).
@@ -348,9 +342,18 @@ impl Producer {
 
     /// Makes everything written to the current segment visible and wakes the consumer.
     fn publish(&mut self) {
-        let Some(c) = &mut self.cur else { return };
+        if self.store_commit() {
+            self.notify_consumer();
+        }
+    }
+
+    /// Stores the writer position in the current segment's commit word if it moved; true if
+    /// it did. The wake-up is the caller's business (`publish` now, the flusher later).
+    #[inline]
+    fn store_commit(&mut self) -> bool {
+        let Some(c) = &mut self.cur else { return false };
         if c.published == c.wpos {
-            return;
+            return false;
         }
         c.published = c.wpos;
         let word = commit::pack(c.gen, false, c.wpos as u32);
@@ -360,7 +363,7 @@ impl Producer {
         slot.store(word, Ordering::Release);
         #[cfg(shmflow_broken = "commit_relaxed")]
         slot.store(word, Ordering::Relaxed);
-        self.notify_consumer();
+        true
     }
 
     /// Seals the current segment at the writer position: the consumer returns it once read.
@@ -458,19 +461,13 @@ impl Producer {
                 {
                     // Publish the commit word now (a plain store) and leave the wake-up to the
                     // flusher, which makes at most one per interval.
-                    if let Some(c) = &mut self.cur {
-                        if c.published != c.wpos {
-                            c.published = c.wpos;
-                            let word = commit::pack(c.gen, false, c.wpos as u32);
-                            // Release: as in `publish`.
-                            self.shared.commit(c.seg).store(word, Ordering::Release);
-                            let interval = policy_interval(self.policy);
-                            self.flusher
-                                .get_or_insert_with(|| {
-                                    crate::flusher::Flusher::start(self.shared.clone(), interval)
-                                })
-                                .mark_pending();
-                        }
+                    if self.store_commit() {
+                        let interval = policy_interval(self.policy);
+                        self.flusher
+                            .get_or_insert_with(|| {
+                                crate::flusher::Flusher::start(self.shared.clone(), interval)
+                            })
+                            .mark_pending();
                     }
                 }
                 #[cfg(loom)]

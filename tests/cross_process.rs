@@ -13,13 +13,6 @@ use shmflow::{Consumer, Error, FlushPolicy, Geometry, Producer, WaitStrategy};
 
 const SEG: u32 = 4096;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// Record lengths of the big test: uniform in 0 ..= 3 × segment size.
 fn lengths(seed: u64) -> impl FnMut() -> usize {
     let mut rng = Rng::new(seed);

@@ -55,18 +55,6 @@ fn scribbler(name: &str, seed: u64, stop: Arc<AtomicBool>) -> std::thread::JoinH
     })
 }
 
-/// Scribble once the peer is in, so that the attack hits the running protocol.
-fn wait_attached(cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the peer never attached"
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
-
 fn outcome(e: &Error) -> &'static str {
     match e {
         Error::Corrupt { .. } => "corrupt",

@@ -24,13 +24,6 @@ fn geometry() -> Geometry {
     }
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// Record lengths: mostly small, some near a segment, some spanning up to 3 segments.
 fn next_len(rng: &mut Rng) -> usize {
     match rng.below(10) {
@@ -96,17 +89,6 @@ fn consume(c: &mut Consumer, seed: u64, timeout: Duration) -> (u64, Result<(), E
     }
 }
 
-fn wait_until(cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the child never attached"
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
-
 fn sigkill(child: &mut Child) {
     // SAFETY: kill(2) with a pid we spawned and have not reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
@@ -141,7 +123,7 @@ fn producer_killed_at_random_consumer_gets_a_clean_prefix_then_peer_dead() {
         );
         drop(handle);
         // A peer that never attached cannot be declared dead: kill only after it attached.
-        wait_until(|| c.metrics().producer_state == 1);
+        wait_attached(|| c.metrics().producer_state == 1);
         let delay = Duration::from_micros(rng.below(30_000));
         let killer = std::thread::spawn(move || {
             std::thread::sleep(delay);
@@ -182,7 +164,7 @@ fn consumer_killed_at_random_producer_gets_peer_dead() {
             Some(&handle),
         );
         drop(handle);
-        wait_until(|| p.metrics().consumer_state == 1);
+        wait_attached(|| p.metrics().consumer_state == 1);
         let delay = Duration::from_micros(rng.below(30_000));
         let killer = std::thread::spawn(move || {
             std::thread::sleep(delay);

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use shmflow::PeerHandle;
 
@@ -164,5 +165,25 @@ pub fn pin_to_cpu(cpu: usize) {
             libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
             0
         );
+    }
+}
+
+/// A number from the environment, or `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Waits (up to 10 s) until a child has attached its end, as `attached` reports.
+pub fn wait_attached(attached: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !attached() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the peer never attached"
+        );
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
