@@ -40,6 +40,7 @@ fn flock(kind: i32, end: End) -> libc::flock {
 /// The lock that says "this end is alive", on a private open file description.
 pub(crate) struct EndLock {
     fd: OwnedFd,
+    end: End,
 }
 
 impl EndLock {
@@ -72,11 +73,23 @@ impl EndLock {
                 _ => Error::io(region, "fcntl(F_OFD_SETLK)", e),
             });
         }
-        Ok(EndLock { fd: own })
+        Ok(EndLock { fd: own, end })
     }
 
     pub(crate) fn fd(&self) -> &OwnedFd {
         &self.fd
+    }
+}
+
+impl Drop for EndLock {
+    /// Unlocks explicitly rather than relying on the close: a child forked by another thread
+    /// of this process shares the open file description until it execs (or for good, if it
+    /// never execs), and the lock lives as long as any descriptor of it. An explicit unlock
+    /// through any of them releases it, so a clean detach is seen at once.
+    fn drop(&mut self) {
+        let fl = flock(libc::F_UNLCK, self.end);
+        // SAFETY: valid descriptor and flock; failure leaves the close to release the lock.
+        unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
     }
 }
 

@@ -99,3 +99,36 @@ fn a_dead_consumer_is_seen_as_dead_not_as_attached() {
     assert_eq!(m.snapshot().consumer_state, 2);
     drop(p);
 }
+
+#[test]
+fn a_clean_detach_is_seen_even_while_a_forked_child_shares_the_lock() {
+    let name = unique_name("forkend");
+    let p = Producer::create(&name, Geometry::default()).unwrap();
+    let m = Monitor::open(&name).unwrap();
+    let c = Consumer::open(&name).unwrap();
+    // A child forked while the consumer is attached holds a copy of its lock's descriptor
+    // (the way a child spawned by another thread does until it execs).
+    // SAFETY: the child only calls async-signal-safe functions and then _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: async-signal-safe calls only.
+        unsafe {
+            libc::sleep(30);
+            libc::_exit(0);
+        }
+    }
+    assert!(m.end_alive(End::Consumer));
+    drop(c);
+    let released = !m.end_alive(End::Consumer);
+    // SAFETY: kill(2) and waitpid(2) on our own child.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    assert!(
+        released,
+        "a clean drop releases the lock the child still shares"
+    );
+    drop(p);
+}
