@@ -50,6 +50,8 @@ pub enum Error {
     BadMagic {
         /// The region's name.
         region: String,
+        /// The magic this kind of open needs (a channel's or a gate's).
+        expected: u64,
         /// The magic that was found.
         found: u64,
     },
@@ -192,12 +194,34 @@ impl fmt::Display for Error {
                     "region {region} does not exist (no such POSIX shared-memory object)"
                 )
             }
-            Error::BadMagic { region, found } => write!(
-                f,
-                "region {region} is not a shmflow region (or is not initialized yet): expected \
-                 magic {:#018x}, found {found:#018x}",
-                crate::layout::MAGIC
-            ),
+            Error::BadMagic {
+                region,
+                expected,
+                found,
+            } => {
+                use crate::gate::layout::GATE_MAGIC;
+                use crate::layout::MAGIC;
+                let what = |m| match m {
+                    MAGIC => "a shmflow channel",
+                    GATE_MAGIC => "a shmflow gate",
+                    _ => "a shmflow region",
+                };
+                if *found == MAGIC || *found == GATE_MAGIC {
+                    write!(
+                        f,
+                        "region {region} is {}, not {}: open it as one",
+                        what(*found),
+                        what(*expected)
+                    )
+                } else {
+                    write!(
+                        f,
+                        "region {region} is not a shmflow region (or is not initialized yet): \
+                         expected magic {expected:#018x} ({}), found {found:#018x}",
+                        what(*expected)
+                    )
+                }
+            }
             Error::VersionMismatch {
                 region,
                 expected,

@@ -39,7 +39,7 @@ impl Flusher {
                     std::thread::park_timeout(interval);
                     if st.pending.swap(false, StdOrdering::Acquire) {
                         let h = shared.header();
-                        if crate::wait::notify(&h.consumer_park) {
+                        if crate::wait::notify(shared.consumer_park()) {
                             wakes.add(&h.producer_counters.flusher_wakes, 1);
                         }
                     }

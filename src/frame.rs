@@ -11,6 +11,8 @@
 //! of a segment, or in place of the frame that was being written) ends a spanning record that
 //! the producer gave up; the reader reports [`crate::Error::RecordAborted`] for it.
 //!
+//! `EVENT` frames carry in-band events between records (see [`crate::Event`]).
+//!
 //! Kinds carry a tag in their upper half so that garbage is unlikely to parse as a frame.
 
 pub(crate) const HEADER: usize = 8;
@@ -20,6 +22,11 @@ pub(crate) const FIRST: u32 = 0x5346_0002;
 pub(crate) const MIDDLE: u32 = 0x5346_0003;
 pub(crate) const LAST: u32 = 0x5346_0004;
 pub(crate) const ABORT: u32 = 0x5346_0005;
+/// An in-band event: payload is `kind: u32`, 4 bytes of zero, then the event's own bytes. It
+/// never spans and sits between records like a `WHOLE` frame.
+pub(crate) const EVENT: u32 = 0x5346_0006;
+/// Not a frame: what the reader's poll reports when a priority event is waiting.
+pub(crate) const PRIORITY_PENDING: u32 = 0;
 
 #[inline]
 pub(crate) const fn align8(x: usize) -> usize {
@@ -50,7 +57,7 @@ mod tests {
     #[test]
     fn header_round_trip_and_alignment() {
         for len in [0u32, 1, 7, 8, 9, 4087, 4088, u32::MAX] {
-            for kind in [WHOLE, FIRST, MIDDLE, LAST, ABORT] {
+            for kind in [WHOLE, FIRST, MIDDLE, LAST, ABORT, EVENT] {
                 assert_eq!(decode(encode(len, kind)), (len, kind));
             }
         }

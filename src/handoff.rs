@@ -17,6 +17,8 @@ use crate::shared::Shared;
 pub struct PeerHandle {
     fd: OwnedFd,
     region: String,
+    /// For a gate: the channel whose producer the child becomes.
+    channel: Option<u32>,
 }
 
 impl PeerHandle {
@@ -24,14 +26,18 @@ impl PeerHandle {
         Ok(PeerHandle {
             fd: crate::region::dup_fd(shared)?,
             region: shared.name.clone(),
+            channel: shared.gate.as_ref().map(|g| g.index),
         })
     }
 
     /// Makes the child spawned by `cmd` inherit the region's descriptor and find its number in
-    /// environment variable `var`.
+    /// environment variable `var` (as `fd`, or `fd:channel` for a gate's channel).
     pub fn pass_to(&self, cmd: &mut Command, var: &str) {
         let raw = self.fd.as_raw_fd();
-        cmd.env(var, raw.to_string());
+        match self.channel {
+            Some(c) => cmd.env(var, format!("{raw}:{c}")),
+            None => cmd.env(var, raw.to_string()),
+        };
         // SAFETY: the closure runs in the child between fork and exec and calls only fcntl,
         // which is async-signal-safe; `raw` stays open in the parent until spawn returns
         // because `self` is borrowed for this call and must outlive the spawn (documented).
@@ -48,6 +54,11 @@ impl PeerHandle {
     /// The region's name, for messages.
     pub fn region_name(&self) -> &str {
         &self.region
+    }
+
+    /// For a gate's handle: the channel it is for.
+    pub fn channel(&self) -> Option<u32> {
+        self.channel
     }
 
     /// Gives up the handle's descriptor (to pass it some other way, e.g. over a Unix socket).
@@ -70,8 +81,9 @@ pub(crate) fn fd_region_name(fd: &OwnedFd) -> String {
     )
 }
 
-/// Takes ownership of the descriptor whose number is in `var`.
-pub(crate) fn fd_from_env(var: &str) -> Result<OwnedFd> {
+/// Takes ownership of the descriptor whose number is in `var`, and the gate channel if the
+/// handle was a gate's (`fd:channel`).
+pub(crate) fn fd_from_env(var: &str) -> Result<(OwnedFd, Option<u32>)> {
     let region = format!("${var}");
     let value = std::env::var(var).map_err(|_| Error::InvalidConfig {
         region: region.clone(),
@@ -79,7 +91,19 @@ pub(crate) fn fd_from_env(var: &str) -> Result<OwnedFd> {
         expected: "the number of an inherited region descriptor (see PeerHandle::pass_to)".into(),
         found: 0,
     })?;
-    let raw: i32 = value.trim().parse().map_err(|_| Error::InvalidConfig {
+    let (fd_part, channel) = match value.trim().split_once(':') {
+        Some((f, c)) => (
+            f,
+            Some(c.parse::<u32>().map_err(|_| Error::InvalidConfig {
+                region: region.clone(),
+                field: "environment variable",
+                expected: format!("fd:channel with a channel number, got {value:?}"),
+                found: 0,
+            })?),
+        ),
+        None => (value.trim(), None),
+    };
+    let raw: i32 = fd_part.parse().map_err(|_| Error::InvalidConfig {
         region: region.clone(),
         field: "environment variable",
         expected: format!("a descriptor number, got {value:?}"),
@@ -99,5 +123,5 @@ pub(crate) fn fd_from_env(var: &str) -> Result<OwnedFd> {
     unsafe { libc::fcntl(raw, libc::F_SETFD, libc::FD_CLOEXEC) };
     // SAFETY: the parent passed this descriptor for us to own; nothing else in this process
     // refers to it (it was inherited, not opened here).
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    Ok((unsafe { OwnedFd::from_raw_fd(raw) }, channel))
 }

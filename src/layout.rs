@@ -16,7 +16,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Bytes reserved for the header page; rings start after it.
 pub const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
@@ -70,6 +70,10 @@ pub(crate) struct ProducerCursors {
     pub data_tail: AtomicU64,
     /// Return ring: next slot the producer takes.
     pub ret_head: AtomicU64,
+    /// Gate channels: segments asked for so far (monotonic). The producer adds one each time
+    /// it runs out of segments; the gate lends floating segments while `demand > lent`, so
+    /// `demand - lent` is the channel's backlog (segments wanted and not yet granted).
+    pub demand: AtomicU64,
 }
 
 /// Cursors written only by the consumer.
@@ -80,6 +84,25 @@ pub(crate) struct ConsumerCursors {
     pub data_head: AtomicU64,
     /// Return ring: next slot the consumer fills.
     pub ret_tail: AtomicU64,
+    /// Gate channels: floating segments granted to this channel so far (monotonic).
+    pub lent: AtomicU64,
+    /// Gate channels: floating segments the channel holds now.
+    pub floating_held: AtomicU64,
+    /// Priority lane: next slot the consumer reads.
+    pub prio_head: AtomicU64,
+}
+
+/// Bytes of payload a priority event can carry (the rest of its slot is kind and length).
+pub const PRIO_PAYLOAD: usize = 31 * 8;
+/// Slots in the priority lane.
+pub(crate) const PRIO_SLOTS: usize = 4;
+
+/// One priority event: `kind << 32 | len`, then the payload as words.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct PrioSlot {
+    pub kind_len: AtomicU64,
+    pub words: [AtomicU64; PRIO_PAYLOAD / 8],
 }
 
 /// The header page. Identity and geometry are written once by the creator, magic last.
@@ -104,6 +127,11 @@ pub(crate) struct Header {
     pub consumer_park: Padded<FutexWord>,
     pub producer_counters: Padded<ProducerCounters>,
     pub consumer_counters: Padded<ConsumerCounters>,
+    /// Priority lane: next slot the producer fills (its own line, written only by priority
+    /// sends, so the consumer's check before each message stays a cache hit).
+    pub prio_tail: Padded<AtomicU64>,
+    /// Priority events, outside the segments so that they can overtake queued records.
+    pub prio: [PrioSlot; PRIO_SLOTS],
 }
 
 #[cfg(not(loom))]

@@ -41,9 +41,11 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod event;
 #[cfg(not(loom))]
 mod flusher;
 mod frame;
+pub mod gate;
 #[cfg(not(loom))]
 mod handoff;
 pub mod layout;
@@ -51,6 +53,7 @@ mod liveness;
 pub mod metrics;
 #[cfg(not(loom))]
 mod monitor;
+mod partition;
 mod reader;
 #[cfg(not(loom))]
 mod region;
@@ -61,12 +64,15 @@ mod wait;
 mod writer;
 
 pub use error::{End, Error, Result};
+pub use event::{Event, Message, MAX_EVENT_PAYLOAD};
+pub use gate::{ChannelStats, Gate, GateGeometry, GateMessage, GateSnapshot};
 #[cfg(not(loom))]
 pub use handoff::PeerHandle;
 pub use layout::Geometry;
 pub use metrics::{BackpressureLevel, Rates, Snapshot};
 #[cfg(not(loom))]
-pub use monitor::{list_regions, remove_if_stale, Monitor, RegionInfo};
+pub use monitor::{list_gates, list_regions, remove_if_stale, GateMonitor, Monitor, RegionInfo};
+pub use partition::{KeyFn, Partition, Partitioner};
 pub use reader::{Consumer, Record, DEFAULT_MAX_RECORD_LEN};
 pub use wait::WaitStrategy;
 pub use writer::{Claim, FlushPolicy, Producer, RecordWriter};

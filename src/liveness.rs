@@ -20,19 +20,22 @@ use crate::error::{End, Error, Result};
 /// one wake-up.
 pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(40);
 
-fn byte(end: End) -> i64 {
-    match end {
-        End::Producer => 0,
-        End::Consumer => 1,
+/// The byte `end` locks: in a single channel the producer 0 and the consumer 1; in a gate the
+/// consumer 1 and the producer of channel `c` byte `2 + c`.
+pub(crate) fn lock_byte(channel: Option<u32>, end: End) -> i64 {
+    match (end, channel) {
+        (End::Consumer, _) => 1,
+        (End::Producer, None) => 0,
+        (End::Producer, Some(c)) => 2 + c as i64,
     }
 }
 
-fn flock(kind: i32, end: End) -> libc::flock {
+fn flock(kind: i32, byte: i64) -> libc::flock {
     // SAFETY: flock is plain data; zero is a valid value for every field.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };
     fl.l_type = kind as libc::c_short;
     fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = byte(end);
+    fl.l_start = byte;
     fl.l_len = 1;
     fl
 }
@@ -40,13 +43,13 @@ fn flock(kind: i32, end: End) -> libc::flock {
 /// The lock that says "this end is alive", on a private open file description.
 pub(crate) struct EndLock {
     fd: OwnedFd,
-    end: End,
+    byte: i64,
 }
 
 impl EndLock {
-    /// Opens a new open file description of the object behind `fd` and write-locks `end`'s
-    /// byte. If another live process holds it, that end is taken.
-    pub(crate) fn acquire(fd: &OwnedFd, end: End, region: &str) -> Result<EndLock> {
+    /// Opens a new open file description of the object behind `fd` and write-locks `byte`
+    /// (see [`lock_byte`]) for `end`. If another live process holds it, that end is taken.
+    pub(crate) fn acquire(fd: &OwnedFd, byte: i64, end: End, region: &str) -> Result<EndLock> {
         let path =
             std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
         // SAFETY: valid C string; the result is checked and then owned.
@@ -60,7 +63,7 @@ impl EndLock {
         }
         // SAFETY: fresh descriptor, owned from here.
         let own = unsafe { OwnedFd::from_raw_fd(raw) };
-        let fl = flock(libc::F_WRLCK, end);
+        let fl = flock(libc::F_WRLCK, byte);
         // SAFETY: valid descriptor and flock.
         if unsafe { libc::fcntl(own.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
             let e = io::Error::last_os_error();
@@ -73,7 +76,7 @@ impl EndLock {
                 _ => Error::io(region, "fcntl(F_OFD_SETLK)", e),
             });
         }
-        Ok(EndLock { fd: own, end })
+        Ok(EndLock { fd: own, byte })
     }
 
     pub(crate) fn fd(&self) -> &OwnedFd {
@@ -87,15 +90,15 @@ impl Drop for EndLock {
     /// never execs), and the lock lives as long as any descriptor of it. An explicit unlock
     /// through any of them releases it, so a clean detach is seen at once.
     fn drop(&mut self) {
-        let fl = flock(libc::F_UNLCK, self.end);
+        let fl = flock(libc::F_UNLCK, self.byte);
         // SAFETY: valid descriptor and flock; failure leaves the close to release the lock.
         unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
     }
 }
 
-/// True if some open file description other than `fd`'s holds `end`'s lock.
-pub(crate) fn end_locked(fd: &OwnedFd, end: End) -> io::Result<bool> {
-    let mut fl = flock(libc::F_WRLCK, end);
+/// True if some open file description other than `fd`'s holds the lock on `byte`.
+pub(crate) fn end_locked(fd: &OwnedFd, byte: i64) -> io::Result<bool> {
+    let mut fl = flock(libc::F_WRLCK, byte);
     // SAFETY: valid descriptor and flock; F_OFD_GETLK only fills `fl`.
     if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) } != 0 {
         return Err(io::Error::last_os_error());
@@ -105,14 +108,17 @@ pub(crate) fn end_locked(fd: &OwnedFd, end: End) -> io::Result<bool> {
 
 /// What an end knows about its peer's life.
 pub(crate) struct Liveness {
-    lock: EndLock,
+    /// Our own lock (shared by the channels of a gate's consumer); its descriptor asks about
+    /// the peer's.
+    lock: std::sync::Arc<EndLock>,
     peer: End,
+    peer_byte: i64,
     /// Set once the peer was found dead: later waits fail at once.
     dead: bool,
 }
 
 impl Liveness {
-    pub(crate) fn new(lock: EndLock, me: End) -> Liveness {
+    pub(crate) fn new(lock: std::sync::Arc<EndLock>, me: End, channel: Option<u32>) -> Liveness {
         let peer = match me {
             End::Producer => End::Consumer,
             End::Consumer => End::Producer,
@@ -120,6 +126,7 @@ impl Liveness {
         Liveness {
             lock,
             peer,
+            peer_byte: lock_byte(channel, peer),
             dead: false,
         }
     }
@@ -133,7 +140,7 @@ impl Liveness {
                 // Acquire: a peer that detached cleanly set DETACHED before its lock went away.
                 let state = st.state.load(Ordering::Acquire);
                 state == crate::layout::END_ATTACHED
-                && !end_locked(self.lock.fd(), self.peer).map_err(|e| Error::io(&shared.name, "fcntl(F_OFD_GETLK)", e))?
+                && !end_locked(self.lock.fd(), self.peer_byte).map_err(|e| Error::io(&shared.name, "fcntl(F_OFD_GETLK)", e))?
                 // Re-read: it may have detached between the two looks.
                 && st.state.load(Ordering::Acquire) == crate::layout::END_ATTACHED
             };

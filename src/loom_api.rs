@@ -112,3 +112,77 @@ impl RingReceiver {
         self.rx.pop(&self.region.0.data_ring())
     }
 }
+
+/// A gate region on the heap: `channels` channels of `exclusive` segments each plus
+/// `floating` segments, 64 bytes each.
+pub struct GateRegion {
+    chans: Vec<Arc<Shared>>,
+}
+
+impl GateRegion {
+    /// A fresh gate.
+    pub fn new(channels: u32, exclusive: u32, floating: u32) -> GateRegion {
+        let gg = crate::GateGeometry {
+            channels,
+            exclusive,
+            floating,
+            segment_size: 64,
+        };
+        gg.validate("loom").unwrap();
+        let hg = std::sync::Arc::new(crate::gate::heap::HeapGate::new(gg));
+        let chans: Vec<_> = (0..channels)
+            .map(|c| Arc::new(Shared::heap_gate_channel(hg.clone(), c)))
+            .collect();
+        crate::gate::init(&hg.gate, &chans, gg, 0);
+        GateRegion { chans }
+    }
+
+    /// Attaches the gate's consumer.
+    pub fn gate(&self) -> crate::Gate {
+        crate::Gate::attach(self.chans.clone(), None).unwrap()
+    }
+
+    /// Attaches channel `c`'s producer.
+    pub fn producer(&self, c: usize) -> Producer {
+        Producer::attach(self.chans[c].clone()).unwrap()
+    }
+
+    /// Floating segments granted to channel `c` so far.
+    pub fn lent(&self, c: usize) -> u64 {
+        self.chans[c].header().cons.lent.load(Ordering::Relaxed)
+    }
+
+    /// How many times each of channel `c`'s exclusive segments sits in that channel's rings
+    /// (plus `consumer_holds`); floating segments are counted by the gate's pool instead.
+    pub fn exclusive_census(&self, c: usize, consumer_holds: Option<u32>) -> Vec<u32> {
+        let s = &self.chans[c];
+        let m = s.gate.as_ref().unwrap();
+        let excl = m.geometry.exclusive_range(c as u32);
+        let h = s.header();
+        let cap = s.n() as u64;
+        let mut count = vec![0u32; excl.len()];
+        let mut look = |slots: &[crate::sync::AtomicU64], head: u64, tail: u64| {
+            assert!(tail >= head && tail - head <= cap, "cursors {head}..{tail}");
+            for i in head..tail {
+                let v = slots[(i % cap) as usize].load(Ordering::Acquire) as u32;
+                if excl.contains(&v) {
+                    count[(v - excl.start) as usize] += 1;
+                }
+            }
+        };
+        look(
+            s.data_slots(),
+            h.cons.data_head.load(Ordering::Acquire),
+            h.prod.data_tail.load(Ordering::Acquire),
+        );
+        look(
+            s.ret_slots(),
+            h.prod.ret_head.load(Ordering::Acquire),
+            h.cons.ret_tail.load(Ordering::Acquire),
+        );
+        if let Some(seg) = consumer_holds.filter(|s| excl.contains(s)) {
+            count[(seg - excl.start) as usize] += 1;
+        }
+        count
+    }
+}

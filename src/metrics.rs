@@ -233,13 +233,24 @@ pub(crate) fn snapshot(shared: &crate::shared::Shared) -> Snapshot {
     };
     let pc = &h.producer_counters;
     let cc = &h.consumer_counters;
-    let n = shared.n() as u64;
+    // A gate channel's pool is its exclusive segments plus the floating ones it holds.
+    let n = match &shared.gate {
+        None => shared.n() as u64,
+        Some(m) => {
+            m.geometry.exclusive as u64 + r(&h.cons.floating_held).min(m.geometry.floating as u64)
+        }
+    };
     // Cursors: read each once; a torn view between them only skews a usage figure.
     let data_tail = r(&h.prod.data_tail);
     let ret_head = r(&h.prod.ret_head);
     let ret_tail = r(&h.cons.ret_tail);
     let free = ret_tail.saturating_sub(ret_head).min(n);
-    let returned = ret_tail.saturating_sub(n);
+    // Every segment that is not free is queued for or held by the consumer (a producer hands
+    // a segment over as it takes it). For a single channel that is also takes − returns.
+    let at_consumer = match &shared.gate {
+        None => data_tail.saturating_sub(ret_tail.saturating_sub(n)).min(n),
+        Some(_) => n - free,
+    };
     Snapshot {
         at_ns: now,
         segment_count: n,
@@ -257,7 +268,7 @@ pub(crate) fn snapshot(shared: &crate::shared::Shared) -> Snapshot {
         consumer_wakes: r(&cc.wakes),
         idle_ns: with_ongoing(r(&cc.idle_ns), r(&cc.idle_since_ns)),
         segments_not_free: n - free,
-        segments_at_consumer: data_tail.saturating_sub(returned).min(n),
+        segments_at_consumer: at_consumer,
         producer_state: h.producer.state.load(Ordering::Relaxed),
         consumer_state: h.consumer.state.load(Ordering::Relaxed),
         producer_pid: h.producer.pid.load(Ordering::Relaxed),

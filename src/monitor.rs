@@ -41,7 +41,8 @@ impl Monitor {
 
     /// True while a live process holds `end`'s liveness lock (attached and not dead).
     pub fn end_alive(&self, end: End) -> bool {
-        crate::liveness::end_locked(self.shared.fd(), end).unwrap_or(true)
+        crate::liveness::end_locked(self.shared.fd(), crate::liveness::lock_byte(None, end))
+            .unwrap_or(true)
     }
 
     /// Start of the read-only mapping (for tests that check it cannot be written).
@@ -74,11 +75,18 @@ impl RegionInfo {
     }
 }
 
-/// Removes the named region if it is a shmflow region with no live end; returns whether it
-/// did. A region with a live end is never removed.
+/// Removes the named region (a channel or a gate) if it is shmflow's and no end of it is
+/// alive; returns whether it did. A region with a live end is never removed.
 pub fn remove_if_stale(name: &str) -> Result<bool> {
-    let m = Monitor::open(name)?;
-    if m.end_alive(End::Producer) || m.end_alive(End::Consumer) {
+    let alive = match GateMonitor::open(name) {
+        Ok(g) => g.consumer_alive() || (0..g.channels()).any(|c| g.producer_alive(c)),
+        Err(crate::Error::BadMagic { .. }) => {
+            let m = Monitor::open(name)?;
+            m.end_alive(End::Producer) || m.end_alive(End::Consumer)
+        }
+        Err(e) => return Err(e),
+    };
+    if alive {
         return Ok(false);
     }
     let c = std::ffi::CString::new(name).map_err(|_| crate::Error::NotFound {
@@ -118,5 +126,77 @@ pub fn list_regions() -> Result<Vec<RegionInfo>> {
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// A read-only view of a named gate (see [`crate::Gate`]): `PROT_READ`, never an end.
+pub struct GateMonitor {
+    chans: Vec<Arc<Shared>>,
+}
+
+impl GateMonitor {
+    /// Opens `/name` read-only after the same checks as an end.
+    pub fn open(name: &str) -> Result<GateMonitor> {
+        Ok(GateMonitor {
+            chans: crate::gate::region::open_named(name, false)?,
+        })
+    }
+
+    /// The gate's figures now.
+    pub fn snapshot(&self) -> crate::GateSnapshot {
+        crate::gate::stats_snapshot(&self.chans)
+    }
+
+    /// The gate's shape.
+    pub fn geometry(&self) -> crate::GateGeometry {
+        self.chans[0].gate.as_ref().expect("gate").geometry
+    }
+
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.chans.len()
+    }
+
+    /// The region's name.
+    pub fn region_name(&self) -> &str {
+        &self.chans[0].name
+    }
+
+    /// True while a live process holds the gate consumer's liveness lock.
+    pub fn consumer_alive(&self) -> bool {
+        self.locked(crate::liveness::lock_byte(None, End::Consumer))
+    }
+
+    /// True while a live process holds channel `c`'s producer lock.
+    pub fn producer_alive(&self, c: usize) -> bool {
+        self.locked(crate::liveness::lock_byte(Some(c as u32), End::Producer))
+    }
+
+    fn locked(&self, byte: i64) -> bool {
+        crate::liveness::end_locked(self.chans[0].fd(), byte).unwrap_or(true)
+    }
+
+    /// Which gates are stale: no live consumer and no live producer.
+    pub fn is_stale(&self) -> bool {
+        !self.consumer_alive() && !(0..self.channels()).any(|c| self.producer_alive(c))
+    }
+}
+
+/// The shmflow gates in `/dev/shm` that this user can open, by name.
+pub fn list_gates() -> Result<Vec<(String, GateMonitor)>> {
+    let dir =
+        std::fs::read_dir("/dev/shm").map_err(|e| crate::Error::io("/dev/shm", "read_dir", e))?;
+    let mut out = Vec::new();
+    for entry in dir.flatten() {
+        let Ok(ft) = entry.file_type() else { continue };
+        if !ft.is_file() {
+            continue;
+        }
+        let name = format!("/{}", entry.file_name().to_string_lossy());
+        if let Ok(m) = GateMonitor::open(&name) {
+            out.push((name, m));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }

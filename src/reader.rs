@@ -15,6 +15,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use crate::error::{End, Error, Result};
+use crate::event::{Event, Message};
 use crate::frame::{self, HEADER};
 use crate::layout::{commit, END_DETACHED};
 use crate::liveness::{EndLock, Liveness};
@@ -60,7 +61,7 @@ struct Counters {
 
 /// The reading end of a channel. Single-threaded (`Send`, not `Sync`).
 pub struct Consumer {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     data: RingRx,
     ret: RingTx,
     cur: Option<ReadSeg>,
@@ -75,6 +76,32 @@ pub struct Consumer {
     metrics: bool,
     /// The producer's liveness, looked at only while waiting (None under loom).
     liveness: Option<Liveness>,
+    /// Set for a channel of a gate: where floating segments come from and go.
+    pub(crate) gate: Option<crate::gate::pool::GateLink>,
+    /// Priority lane: next slot to read, and the payload of the last one read.
+    prio_head: u64,
+    prio_buf: [u8; crate::layout::PRIO_PAYLOAD],
+    /// While waiting: report a pending priority event as a frame of kind `PRIORITY_PENDING`.
+    watch_prio: bool,
+}
+
+/// What the slow path found next, before anything borrows the consumer.
+enum Next {
+    Record(RecordKind),
+    Event { at: usize, len: usize },
+    Priority,
+    End,
+}
+
+/// What a gate sees when it looks at one of its channels without reading.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ready {
+    /// A message (or an error to report) is there.
+    Message,
+    /// Nothing yet.
+    Empty,
+    /// The producer detached and everything it committed has been read.
+    Ended,
 }
 
 impl Consumer {
@@ -112,7 +139,15 @@ impl Consumer {
     /// `var` (set by [`crate::PeerHandle::pass_to`]).
     #[cfg(not(loom))]
     pub fn from_env(var: &str) -> Result<Consumer> {
-        Consumer::from_fd(crate::handoff::fd_from_env(var)?)
+        match crate::handoff::fd_from_env(var)? {
+            (fd, None) => Consumer::from_fd(fd),
+            (_, Some(c)) => Err(Error::InvalidConfig {
+                region: format!("${var}"),
+                field: "handle",
+                expected: "a channel's handle: a gate's channel is for its producer".into(),
+                found: c as u64,
+            }),
+        }
     }
 
     pub(crate) fn attach(shared: Arc<Shared>) -> Result<Consumer> {
@@ -120,10 +155,13 @@ impl Consumer {
     }
 
     /// Attaches, with the liveness lock already taken (creators) or taking it now.
-    pub(crate) fn attach_with(shared: Arc<Shared>, lock: Option<EndLock>) -> Result<Consumer> {
+    pub(crate) fn attach_with(
+        shared: Arc<Shared>,
+        lock: Option<std::sync::Arc<EndLock>>,
+    ) -> Result<Consumer> {
         let liveness = crate::shared::attach_end(&shared, End::Consumer, lock)?;
         let h = shared.header();
-        let n = shared.n() as u64;
+        let n = shared.initial_free;
         let data_head = h.cons.data_head.load(Ordering::Acquire);
         let ret_tail = h.cons.ret_tail.load(Ordering::Acquire);
         let ret_head = h.prod.ret_head.load(Ordering::Acquire);
@@ -147,6 +185,10 @@ impl Consumer {
             counters: Counters::default(),
             metrics: true,
             liveness,
+            gate: None,
+            prio_head: 0,
+            prio_buf: [0; crate::layout::PRIO_PAYLOAD],
+            watch_prio: false,
         })
     }
 
@@ -186,16 +228,40 @@ impl Consumer {
         let Some(c) = self.cur.take() else {
             return Ok(());
         };
-        // Release (inside push): our reads of the segment happen before the producer reuses it.
-        self.ret.push(&self.shared.return_ring(), c.seg)?;
+        let back = match &mut self.gate {
+            None => Some(c.seg),
+            Some(link) => link.on_release(&self.shared, c.seg),
+        };
         let h = self.shared.header();
         self.counters
             .returned
             .add(&h.consumer_counters.segments_returned, 1);
+        if let Some(seg) = back {
+            self.give(seg)?;
+        }
+        Ok(())
+    }
+
+    /// Pushes a segment into the return ring and wakes the producer.
+    fn give(&mut self, seg: u32) -> Result<()> {
+        // Release (inside push): our reads of the segment happen before the producer reuses it.
+        self.ret.push(&self.shared.return_ring(), seg)?;
+        let h = self.shared.header();
         if wait::notify(&h.producer_park) {
             self.counters.wakes.add(&h.consumer_counters.wakes, 1);
         }
         Ok(())
+    }
+
+    /// Gate channels: lends a floating segment if the producer asks and the pool has one.
+    pub(crate) fn lend(&mut self) -> Result<bool> {
+        let Some(link) = &mut self.gate else {
+            return Ok(false);
+        };
+        match link.take_loan(&self.shared) {
+            Some(seg) => self.give(seg).map(|_| true),
+            None => Ok(false),
+        }
     }
 
     fn refresh_commit(&mut self) -> Result<()> {
@@ -244,17 +310,22 @@ impl Consumer {
         }
         let f = Frame { at, len, kind };
         match kind {
-            frame::WHOLE | frame::FIRST if self.in_span => Err(self.corrupt(
+            frame::WHOLE | frame::FIRST | frame::EVENT if self.in_span => Err(self.corrupt(
                 "frame kind",
                 "MIDDLE, LAST or ABORT inside a spanning record".into(),
                 kind as u64,
+            )),
+            frame::EVENT if len < 8 || len - 8 > crate::layout::PRIO_PAYLOAD => Err(self.corrupt(
+                "event frame length",
+                format!("8 to {} bytes", 8 + crate::layout::PRIO_PAYLOAD),
+                len as u64,
             )),
             frame::MIDDLE | frame::LAST | frame::ABORT if !self.in_span => Err(self.corrupt(
                 "frame kind",
                 "WHOLE or FIRST outside a spanning record".into(),
                 kind as u64,
             )),
-            frame::WHOLE => Ok(f),
+            frame::WHOLE | frame::EVENT => Ok(f),
             frame::FIRST | frame::MIDDLE if kind == frame::MIDDLE && at != 0 => Err(self.corrupt(
                 "spanning part offset",
                 "0 (a MIDDLE part starts its segment)".into(),
@@ -292,6 +363,9 @@ impl Consumer {
                 let Some(seg) = self.data.pop(&self.shared.data_ring())? else {
                     return Ok(None);
                 };
+                if let Some(link) = &self.gate {
+                    link.check_owned(&self.shared, seg)?;
+                }
                 let gen = (self.data.position() - 1) as u32;
                 self.cur = Some(ReadSeg {
                     seg,
@@ -335,6 +409,14 @@ impl Consumer {
 
     /// The next frame, waiting as `deadline` allows; `None` at end of stream.
     fn wait_frame(&mut self, deadline: Deadline) -> Result<Option<Frame>> {
+        const PRIO: Frame = Frame {
+            at: 0,
+            len: 0,
+            kind: frame::PRIORITY_PENDING,
+        };
+        if self.watch_prio && self.prio_pending() {
+            return Ok(Some(PRIO));
+        }
         if let Some(f) = self.poll_frame()? {
             return Ok(Some(f));
         }
@@ -346,10 +428,16 @@ impl Consumer {
                 .idle_since_ns
                 .store(start, Ordering::Relaxed);
         }
-        let got = wait::wait_for(&h.consumer_park, self.wait, deadline, |check_peer| {
+        let got = wait::wait_for(shared.consumer_park(), self.wait, deadline, |check_peer| {
+            if self.watch_prio && self.prio_pending() {
+                return Ok(Some(Some(PRIO)));
+            }
             if let Some(f) = self.poll_frame()? {
                 return Ok(Some(Some(f)));
             }
+            // A gate channel waited on in the middle of a record: its producer may need a
+            // floating segment to finish it.
+            self.lend()?;
             if self.producer_detached() {
                 // Everything sealed before the detach is visible now: look once more.
                 return Ok(Some(self.poll_frame()?));
@@ -458,37 +546,189 @@ impl Consumer {
 
     #[inline(never)]
     fn recv_slow(&mut self, deadline: Deadline) -> Result<Option<Record<'_>>> {
-        if self.skipping {
-            self.skip_rest(deadline)?;
+        match self.next_slow(deadline, false)? {
+            Next::Record(kind) => Ok(Some(Record {
+                consumer: self,
+                kind,
+                reading: None,
+            })),
+            Next::End => Ok(None),
+            Next::Event { .. } | Next::Priority => unreachable!("events are skipped here"),
         }
-        let Some(f) = self.wait_frame(deadline)? else {
-            return Ok(None);
-        };
-        self.advance(f);
-        let kind = if f.kind == frame::WHOLE {
-            self.count_record(f.len as u64);
-            RecordKind::Single {
-                at: f.at + HEADER,
-                len: f.len,
+    }
+
+    /// The next record or (if `events`) event, waiting as `deadline` allows. Events are
+    /// skipped when `events` is false (and the priority lane drained), so that a plain `recv`
+    /// never stalls a producer that sends them.
+    fn next_slow(&mut self, deadline: Deadline, events: bool) -> Result<Next> {
+        loop {
+            if self.skipping {
+                self.skip_rest(deadline)?;
             }
+            if !events {
+                while self.pop_priority()?.is_some() {}
+            }
+            self.watch_prio = events;
+            let got = self.wait_frame(deadline);
+            self.watch_prio = false;
+            let Some(f) = got? else {
+                return Ok(Next::End);
+            };
+            if f.kind == frame::PRIORITY_PENDING {
+                return Ok(Next::Priority);
+            }
+            self.advance(f);
+            match f.kind {
+                frame::EVENT if events => {
+                    return Ok(Next::Event {
+                        at: f.at + HEADER,
+                        len: f.len,
+                    })
+                }
+                frame::EVENT => continue,
+                frame::WHOLE => {
+                    self.count_record(f.len as u64);
+                    return Ok(Next::Record(RecordKind::Single {
+                        at: f.at + HEADER,
+                        len: f.len,
+                    }));
+                }
+                _ => {
+                    debug_assert_eq!(f.kind, frame::FIRST);
+                    self.in_span = true;
+                    if f.len as u64 > self.max_record_len {
+                        self.skipping = true;
+                        return Err(self.too_large(f.len as u64));
+                    }
+                    return Ok(Next::Record(RecordKind::Span {
+                        next: Some((f.at + HEADER, f.len)),
+                        ended: false,
+                        total: f.len as u64,
+                    }));
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn prio_pending(&self) -> bool {
+        // Acquire: pairs with the producer's Release of the lane's tail.
+        self.shared.header().prio_tail.load(Ordering::Acquire) != self.prio_head
+    }
+
+    /// Reads the next priority event into `prio_buf`: `(kind, len)`.
+    fn pop_priority(&mut self) -> Result<Option<(u32, usize)>> {
+        let h = self.shared.header();
+        let got = crate::event::lane_pop(h, self.prio_head, &mut self.prio_buf, &self.shared.name)?;
+        if got.is_some() {
+            self.prio_head += 1;
+            // The producer may wait for room in the lane.
+            wait::notify(&h.producer_park);
+        }
+        Ok(got)
+    }
+
+    #[inline]
+    fn message_inner(&mut self, deadline: Deadline) -> Result<Option<Message<'_>>> {
+        let next = if self.prio_pending() {
+            Next::Priority
+        } else if let Some((at, len)) = self.fast_whole() {
+            self.count_record(len as u64);
+            Next::Record(RecordKind::Single { at, len })
         } else {
-            debug_assert_eq!(f.kind, frame::FIRST);
-            self.in_span = true;
-            if f.len as u64 > self.max_record_len {
-                self.skipping = true;
-                return Err(self.too_large(f.len as u64));
-            }
-            RecordKind::Span {
-                next: Some((f.at + HEADER, f.len)),
-                ended: false,
-                total: f.len as u64,
-            }
+            self.next_slow(deadline, true)?
         };
-        Ok(Some(Record {
-            consumer: self,
-            kind,
-            reading: None,
-        }))
+        Ok(match next {
+            Next::Record(kind) => Some(Message::Record(Record {
+                consumer: self,
+                kind,
+                reading: None,
+            })),
+            Next::Event { at, len } => {
+                let bytes = self.view(at, len);
+                Some(Message::Event(Event {
+                    kind: u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")),
+                    payload: &bytes[8..],
+                    priority: false,
+                }))
+            }
+            Next::Priority => match self.pop_priority()? {
+                Some((kind, len)) => Some(Message::Event(Event {
+                    kind,
+                    payload: &self.prio_buf[..len],
+                    priority: true,
+                })),
+                None => unreachable!("a pending priority event stays until read"),
+            },
+            Next::End => None,
+        })
+    }
+
+    /// Receives the next record or event (see [`crate::event`] for the order), blocking.
+    /// `Ok(None)` is end of stream, as for [`Consumer::recv`].
+    pub fn recv_message(&mut self) -> Result<Option<Message<'_>>> {
+        self.message_inner(Deadline::Never)
+    }
+
+    /// As [`Consumer::recv_message`], or [`Error::WouldBlock`] if nothing is there.
+    pub fn try_recv_message(&mut self) -> Result<Option<Message<'_>>> {
+        self.message_inner(Deadline::Now)
+    }
+
+    /// As [`Consumer::recv_message`], waiting at most `timeout` ([`Error::Timeout`]).
+    pub fn recv_message_timeout(&mut self, timeout: Duration) -> Result<Option<Message<'_>>> {
+        self.message_inner(Deadline::after(timeout))
+    }
+
+    /// Gates: is there something to read on this channel, without reading it?
+    /// `Message` means a `try_recv_message` now returns a message, the end, or an error —
+    /// never `WouldBlock`.
+    pub(crate) fn ready(&mut self) -> Result<Ready> {
+        if self.prio_pending() {
+            return Ok(Ready::Message);
+        }
+        if self.skipping {
+            match self.skip_rest(Deadline::Now) {
+                Err(Error::WouldBlock) => return Ok(Ready::Empty),
+                other => other?,
+            }
+        }
+        if let Some(c) = &self.cur {
+            if c.rd < c.committed && !self.skipping {
+                return Ok(Ready::Message);
+            }
+        }
+        if self.poll_frame()?.is_some() {
+            return Ok(Ready::Message);
+        }
+        if self.producer_detached() {
+            // Everything sealed before the detach is visible now: look once more.
+            return Ok(if self.poll_frame()?.is_some() {
+                Ready::Message
+            } else {
+                Ready::Ended
+            });
+        }
+        Ok(Ready::Empty)
+    }
+
+    /// Gates: `Err(PeerDead)` if this channel's producer died (a syscall).
+    pub(crate) fn check_producer(&mut self) -> Result<()> {
+        match &mut self.liveness {
+            Some(l) => l.check(&self.shared),
+            None => Ok(()),
+        }
+    }
+
+    /// Gates: the producer is gone; forget the segment in hand and give every floating
+    /// segment the channel held back to the pool.
+    pub(crate) fn abandon(&mut self) {
+        self.cur = None;
+        self.in_span = false;
+        self.skipping = false;
+        if let Some(link) = &mut self.gate {
+            link.reclaim_all(&self.shared);
+        }
     }
 
     fn too_large(&self, len: u64) -> Error {

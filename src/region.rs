@@ -18,17 +18,17 @@ use std::time::{Duration, Instant};
 
 use crate::error::{End, Error, Result};
 use crate::layout::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
-use crate::liveness::EndLock;
+use crate::liveness::{lock_byte, EndLock};
 use crate::shared::Shared;
 use crate::sync::{Arc, Ordering};
 
 /// The mapping and the descriptor behind a region.
 pub(crate) struct Mapping {
     /// Held for its `Drop`, which unmaps (after our `Drop` has unlinked the name).
-    _map: memmap2::MmapRaw,
-    fd: OwnedFd,
+    pub(crate) _map: memmap2::MmapRaw,
+    pub(crate) fd: OwnedFd,
     /// Set for the creator of a named region: the name to unlink on drop.
-    unlink: Option<CString>,
+    pub(crate) unlink: Option<CString>,
 }
 
 impl Mapping {
@@ -47,11 +47,11 @@ impl Drop for Mapping {
     }
 }
 
-fn last_os(region: &str, op: &'static str) -> Error {
+pub(crate) fn last_os(region: &str, op: &'static str) -> Error {
     Error::io(region, op, io::Error::last_os_error())
 }
 
-fn c_name(name: &str) -> Result<CString> {
+pub(crate) fn c_name(name: &str) -> Result<CString> {
     let ok = name.starts_with('/')
         && name.len() > 1
         && name.len() <= 255
@@ -68,7 +68,12 @@ fn c_name(name: &str) -> Result<CString> {
     Ok(CString::new(name).expect("checked for NUL above"))
 }
 
-fn map(region: &str, fd: &OwnedFd, len: usize, writable: bool) -> Result<memmap2::MmapRaw> {
+pub(crate) fn map(
+    region: &str,
+    fd: &OwnedFd,
+    len: usize,
+    writable: bool,
+) -> Result<memmap2::MmapRaw> {
     let mut opts = memmap2::MmapOptions::new();
     opts.len(len);
     // Prefault: the first touch of each page would otherwise happen on the hot path.
@@ -81,32 +86,34 @@ fn map(region: &str, fd: &OwnedFd, len: usize, writable: bool) -> Result<memmap2
     res.map_err(|e| Error::io(region, "mmap", e))
 }
 
+/// Sizes a fresh object and maps it writable; on failure a named object is unlinked again.
+pub(crate) fn size_and_map(
+    name: &str,
+    fd: &OwnedFd,
+    size: usize,
+    unlink: Option<&CString>,
+) -> Result<memmap2::MmapRaw> {
+    let undo = |e: Error| {
+        if let Some(n) = unlink {
+            // SAFETY: valid C string; we created this name a moment ago.
+            unsafe { libc::shm_unlink(n.as_ptr()) };
+        }
+        e
+    };
+    // SAFETY: plain syscall on a descriptor we own.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
+        return Err(undo(last_os(name, "ftruncate")));
+    }
+    map(name, fd, size, true).map_err(undo)
+}
+
 fn finish_create(
     name: String,
     fd: OwnedFd,
     geometry: Geometry,
     unlink: Option<CString>,
 ) -> Result<Arc<Shared>> {
-    let size = geometry.region_size();
-    // SAFETY: plain syscall on a descriptor we own.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
-        let e = last_os(&name, "ftruncate");
-        if let Some(n) = &unlink {
-            // SAFETY: valid C string; we created this name a moment ago.
-            unsafe { libc::shm_unlink(n.as_ptr()) };
-        }
-        return Err(e);
-    }
-    let map = match map(&name, &fd, size, true) {
-        Ok(m) => m,
-        Err(e) => {
-            if let Some(n) = &unlink {
-                // SAFETY: as above.
-                unsafe { libc::shm_unlink(n.as_ptr()) };
-            }
-            return Err(e);
-        }
-    };
+    let map = size_and_map(&name, &fd, geometry.region_size(), unlink.as_ref())?;
     let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
     let mapping = Mapping {
         _map: map,
@@ -119,14 +126,13 @@ fn finish_create(
     Ok(Arc::new(shared))
 }
 
-/// Creates a named region (`O_EXCL`, mode 0600) for `end`, whose liveness lock is taken
-/// before the magic is written, so that `shmflow clean` never sees it ownerless.
-pub(crate) fn create_named(
+/// Creates the named object (`O_EXCL`, mode 0600) and write-locks `lock_byte` for `end` on it
+/// before anything else, so that `shmflow clean` never sees it ownerless.
+pub(crate) fn shm_create(
     name: &str,
-    geometry: Geometry,
+    lock_byte: i64,
     end: End,
-) -> Result<(Arc<Shared>, EndLock)> {
-    geometry.validate(name)?;
+) -> Result<(OwnedFd, CString, EndLock)> {
     let cname = c_name(name)?;
     // SAFETY: valid C string; the returned descriptor is checked and then owned.
     let raw = unsafe {
@@ -149,25 +155,47 @@ pub(crate) fn create_named(
     // The umask may have removed bits, never added them; fchmod makes 0600 exact.
     // SAFETY: plain syscall on our descriptor.
     unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) };
-    let lock = match EndLock::acquire(&fd, end, name) {
-        Ok(l) => l,
+    match EndLock::acquire(&fd, lock_byte, end, name) {
+        Ok(l) => Ok((fd, cname, l)),
         Err(e) => {
             // SAFETY: valid C string; we created this name a moment ago.
             unsafe { libc::shm_unlink(cname.as_ptr()) };
-            return Err(e);
+            Err(e)
         }
-    };
+    }
+}
+
+/// Creates a named region (`O_EXCL`, mode 0600) for `end`, whose liveness lock is taken
+/// before the magic is written, so that `shmflow clean` never sees it ownerless.
+pub(crate) fn create_named(
+    name: &str,
+    geometry: Geometry,
+    end: End,
+) -> Result<(Arc<Shared>, std::sync::Arc<EndLock>)> {
+    geometry.validate(name)?;
+    let (fd, cname, lock) = shm_create(name, lock_byte(None, end), end)?;
     Ok((
         finish_create(name.to_owned(), fd, geometry, Some(cname))?,
-        lock,
+        std::sync::Arc::new(lock),
     ))
 }
 
-/// `AlreadyExists`, or `Stale` if the region there is shmflow's and none of its ends is alive.
-fn exists_error(name: &str) -> Error {
-    if let Ok(shared) = open_named(name, false) {
-        let alive = |end| crate::liveness::end_locked(shared.fd(), end).unwrap_or(true);
-        if !alive(End::Producer) && !alive(End::Consumer) {
+/// `AlreadyExists`, or `Stale` if the region there is shmflow's (a channel or a gate) and none
+/// of its ends is alive.
+pub(crate) fn exists_error(name: &str) -> Error {
+    let found: Option<(Arc<Shared>, Vec<i64>)> =
+        if let Ok(chans) = crate::gate::region::open_named(name, false) {
+            let m = chans.len() as i64;
+            Some((
+                chans[0].clone(),
+                std::iter::once(1).chain(2..2 + m).collect(),
+            ))
+        } else {
+            open_named(name, false).ok().map(|s| (s, vec![0, 1]))
+        };
+    if let Some((shared, bytes)) = found {
+        let alive = |b| crate::liveness::end_locked(shared.fd(), b).unwrap_or(true);
+        if !bytes.into_iter().any(alive) {
             return Error::Stale {
                 region: name.to_owned(),
             };
@@ -178,10 +206,10 @@ fn exists_error(name: &str) -> Error {
     }
 }
 
-/// Creates an anonymous, sealed memfd region for `end`.
-pub(crate) fn create_memfd(geometry: Geometry, end: End) -> Result<(Arc<Shared>, EndLock)> {
+/// A fresh sealed memfd of `size` bytes (it can never shrink or grow under a peer), and the
+/// name that messages use for it.
+pub(crate) fn memfd_sealed(size: usize) -> Result<(OwnedFd, String)> {
     let name = "memfd:shmflow";
-    geometry.validate(name)?;
     // SAFETY: valid C string; the returned descriptor is checked and then owned.
     let raw = unsafe {
         libc::memfd_create(
@@ -196,7 +224,7 @@ pub(crate) fn create_memfd(geometry: Geometry, end: End) -> Result<(Arc<Shared>,
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let name = format!("memfd:shmflow(fd {raw}, pid {})", std::process::id());
     // SAFETY: plain syscall on our descriptor.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), geometry.region_size() as libc::off_t) } != 0 {
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
         return Err(last_os(&name, "ftruncate"));
     }
     // Seal the size: a peer can then never truncate the object under our mapping (SIGBUS).
@@ -211,12 +239,31 @@ pub(crate) fn create_memfd(geometry: Geometry, end: End) -> Result<(Arc<Shared>,
     {
         return Err(last_os(&name, "fcntl(F_ADD_SEALS)"));
     }
-    let lock = EndLock::acquire(&fd, end, &name)?;
-    Ok((finish_create(name, fd, geometry, None)?, lock))
+    Ok((fd, name))
+}
+
+/// Creates an anonymous, sealed memfd region for `end`.
+pub(crate) fn create_memfd(
+    geometry: Geometry,
+    end: End,
+) -> Result<(Arc<Shared>, std::sync::Arc<EndLock>)> {
+    geometry.validate("memfd:shmflow")?;
+    let (fd, name) = memfd_sealed(geometry.region_size())?;
+    let lock = EndLock::acquire(&fd, lock_byte(None, end), end, &name)?;
+    Ok((
+        finish_create(name, fd, geometry, None)?,
+        std::sync::Arc::new(lock),
+    ))
 }
 
 /// Opens an existing named region.
 pub(crate) fn open_named(name: &str, writable: bool) -> Result<Arc<Shared>> {
+    let fd = shm_open_existing(name, writable)?;
+    open_fd_inner(name.to_owned(), fd, writable, INIT_GRACE)
+}
+
+/// Opens an existing named object that belongs to this user and nobody else.
+pub(crate) fn shm_open_existing(name: &str, writable: bool) -> Result<OwnedFd> {
     let cname = c_name(name)?;
     let flags = if writable {
         libc::O_RDWR
@@ -238,11 +285,11 @@ pub(crate) fn open_named(name: &str, writable: bool) -> Result<Arc<Shared>> {
     // SAFETY: fresh descriptor.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     check_owner_and_mode(name, &fd)?;
-    open_fd_inner(name.to_owned(), fd, writable, INIT_GRACE)
+    Ok(fd)
 }
 
 /// A named region must belong to this user and be closed to everyone else.
-fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
+pub(crate) fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
     // SAFETY: zeroed stat is a valid out-buffer for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid descriptor and out-pointer.
@@ -273,23 +320,24 @@ fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
 /// Maps and validates a region from a descriptor (named or inherited memfd).
 /// How long `open` by name waits for a creator that is between `shm_open` and writing the
 /// magic. A descriptor handed over (memfd) is always complete: no wait.
-const INIT_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const INIT_GRACE: Duration = Duration::from_millis(500);
 
 pub(crate) fn open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Arc<Shared>> {
     open_fd_inner(name, fd, writable, Duration::ZERO)
 }
 
-fn open_fd_inner(
-    name: String,
-    fd: OwnedFd,
-    writable: bool,
+/// The object's size and a read-only mapping of its first page, once its creator has written
+/// the magic (waiting up to `grace` for a creator that is still setting it up).
+pub(crate) fn identity(
+    name: &str,
+    fd: &OwnedFd,
     grace: Duration,
-) -> Result<Arc<Shared>> {
+) -> Result<(u64, u64, memmap2::MmapRaw)> {
     // SAFETY: zeroed stat is a valid out-buffer for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid descriptor and out-pointer.
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(last_os(&name, "fstat"));
+        return Err(last_os(name, "fstat"));
     }
     let mut size = st.st_size as u64;
     // A creator that is still between shm_open and ftruncate shows size 0: give it a moment.
@@ -298,34 +346,46 @@ fn open_fd_inner(
         std::thread::sleep(Duration::from_millis(2));
         // SAFETY: as above.
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(last_os(&name, "fstat"));
+            return Err(last_os(name, "fstat"));
         }
         size = st.st_size as u64;
     }
     if size < HEADER_SIZE as u64 {
         return Err(Error::SizeMismatch {
-            region: name,
+            region: name.to_owned(),
             expected: HEADER_SIZE as u64,
             found: size,
         });
     }
-    // Map only the header first: the geometry decides how much of the rest to trust.
-    let head = map(&name, &fd, HEADER_SIZE, false)?;
-    let hdr_base = head.as_ptr();
-    // SAFETY: the header mapping is HEADER_SIZE bytes, aligned, and `Header` fits in it; we
-    // only read atomics from it while `head` lives.
-    let hdr = unsafe { &*(hdr_base as *const crate::layout::Header) };
-    let mut magic = hdr.magic.load(Ordering::Acquire);
+    // Map only the first page: what it says decides how much of the rest to trust.
+    let head = map(name, fd, HEADER_SIZE, false)?;
+    // SAFETY: the page is mapped, aligned and at least 8 bytes; we only read it atomically.
+    let magic_word = unsafe { &*(head.as_ptr() as *const crate::sync::AtomicU64) };
+    let mut magic = magic_word.load(Ordering::Acquire);
     while magic == 0 && start.elapsed() < grace {
         std::thread::sleep(Duration::from_millis(2));
-        magic = hdr.magic.load(Ordering::Acquire);
+        magic = magic_word.load(Ordering::Acquire);
     }
+    Ok((size, magic, head))
+}
+
+fn open_fd_inner(
+    name: String,
+    fd: OwnedFd,
+    writable: bool,
+    grace: Duration,
+) -> Result<Arc<Shared>> {
+    let (size, magic, head) = identity(&name, &fd, grace)?;
     if magic != MAGIC {
         return Err(Error::BadMagic {
             region: name,
+            expected: MAGIC,
             found: magic,
         });
     }
+    // SAFETY: the header mapping is HEADER_SIZE bytes, aligned, and `Header` fits in it; we
+    // only read atomics from it while `head` lives.
+    let hdr = unsafe { &*(head.as_ptr() as *const crate::layout::Header) };
     let version = hdr.version.load(Ordering::Relaxed);
     if version != LAYOUT_VERSION {
         return Err(Error::VersionMismatch {

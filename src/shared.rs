@@ -3,16 +3,34 @@
 
 use std::ptr::NonNull;
 
+use crate::gate::layout::{GateGeometry, GateHeader};
 use crate::layout::{Geometry, Header, Padded};
-use crate::sync::{AtomicU64, ByteTracker};
+use crate::sync::{AtomicU64, ByteTracker, FutexWord};
 
 /// What keeps the region's memory alive.
 #[cfg_attr(loom, allow(dead_code))]
 pub(crate) enum Backing {
     #[cfg(not(loom))]
-    Mapped(crate::region::Mapping),
+    Mapped(std::sync::Arc<crate::region::Mapping>),
     #[cfg(loom)]
     Heap(Box<HeapRegion>),
+    #[cfg(loom)]
+    HeapGate(std::sync::Arc<crate::gate::heap::HeapGate>),
+}
+
+/// What a channel of a gate knows about its place in it.
+pub(crate) struct Membership {
+    /// The channel's index in the gate.
+    pub index: u32,
+    pub geometry: GateGeometry,
+    gate: NonNull<GateHeader>,
+}
+
+impl Membership {
+    pub(crate) fn gate_header(&self) -> &GateHeader {
+        // SAFETY: points into the same backing as the channel, alive as long as `Shared`.
+        unsafe { self.gate.as_ref() }
+    }
 }
 
 /// Under loom: the same structures, allocated on the heap with loom's atomics.
@@ -27,7 +45,17 @@ pub(crate) struct HeapRegion {
 
 pub(crate) struct Shared {
     pub(crate) name: String,
+    /// Segment size, and the most segments this channel can hold (its ring capacity).
     pub(crate) geometry: Geometry,
+    /// Segments addressable by index (commit words and segments): the channel's own for a
+    /// single channel, the whole gate's for a gate channel.
+    seg_total: usize,
+    /// Segments in the return ring of a fresh region.
+    pub(crate) initial_free: u64,
+    /// The word the consumer parks on: the channel's own, or the gate's for a gate channel.
+    consumer_park: NonNull<FutexWord>,
+    /// Set for a channel of a gate.
+    pub(crate) gate: Option<Membership>,
     header: NonNull<Header>,
     data_slots: NonNull<AtomicU64>,
     ret_slots: NonNull<AtomicU64>,
@@ -62,14 +90,64 @@ impl Shared {
             // SAFETY: every offset comes from `geometry` and lies inside the region (caller).
             unsafe { NonNull::new_unchecked(base.as_ptr().add(off)) }
         };
+        let header: NonNull<Header> = base.cast();
         Shared {
             name,
             geometry,
-            header: base.cast(),
+            seg_total: geometry.segment_count as usize,
+            initial_free: geometry.segment_count as u64,
+            // SAFETY: the header is valid for the life of `backing`.
+            consumer_park: NonNull::from(&unsafe { header.as_ref() }.consumer_park.0),
+            gate: None,
+            header,
             data_slots: at(geometry.data_ring_offset()).cast(),
             ret_slots: at(geometry.return_ring_offset()).cast(),
             commits: at(geometry.commits_offset()).cast(),
             segments: at(geometry.segments_offset()),
+            tracker: ByteTracker,
+            backing: Backing::Mapped(std::sync::Arc::new(backing)),
+        }
+    }
+
+    /// Views channel `c` of a mapped gate region whose header has been validated against
+    /// `gg`.
+    ///
+    /// # Safety
+    /// `base` must point to at least `gg.region_size()` bytes, page aligned, that stay mapped
+    /// as long as `backing` lives; `c < gg.channels`.
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn gate_channel(
+        name: String,
+        gg: GateGeometry,
+        c: u32,
+        base: NonNull<u8>,
+        backing: std::sync::Arc<crate::region::Mapping>,
+    ) -> Shared {
+        let at = |off: usize| {
+            // SAFETY: every offset comes from `gg` and lies inside the region (caller).
+            unsafe { NonNull::new_unchecked(base.as_ptr().add(off)) }
+        };
+        let gate: NonNull<GateHeader> = base.cast();
+        Shared {
+            name,
+            geometry: Geometry {
+                segment_size: gg.segment_size,
+                segment_count: gg.ring_cap() as u32,
+            },
+            seg_total: gg.total_segments() as usize,
+            initial_free: gg.exclusive as u64,
+            // SAFETY: the gate header is valid for the life of `backing`.
+            consumer_park: NonNull::from(&unsafe { gate.as_ref() }.park.0),
+            gate: Some(Membership {
+                index: c,
+                geometry: gg,
+                gate,
+            }),
+            header: at(gg.channel_offset(c)).cast(),
+            data_slots: at(gg.data_ring_offset(c)).cast(),
+            ret_slots: at(gg.return_ring_offset(c)).cast(),
+            commits: at(gg.commits_offset()).cast(),
+            segments: at(gg.segments_offset()),
             tracker: ByteTracker,
             backing: Backing::Mapped(backing),
         }
@@ -89,6 +167,10 @@ impl Shared {
         let shared = Shared {
             name: "heap:loom".into(),
             geometry,
+            seg_total: n,
+            initial_free: n as u64,
+            consumer_park: NonNull::from(&heap.header.consumer_park.0),
+            gate: None,
             header: NonNull::from(&heap.header),
             data_slots: NonNull::from(&heap.data_slots[0]),
             ret_slots: NonNull::from(&heap.ret_slots[0]),
@@ -99,6 +181,41 @@ impl Shared {
         };
         shared.init_header(0);
         shared
+    }
+
+    /// Channel `c` of a heap gate, for the loom models. Each channel tracks the bytes of the
+    /// whole gate's segments on its own: a floating segment's reuse by another channel is not
+    /// race-checked across the two trackers (the lending model checks the hand-off instead).
+    #[cfg(loom)]
+    pub(crate) fn heap_gate_channel(
+        hg: std::sync::Arc<crate::gate::heap::HeapGate>,
+        c: u32,
+    ) -> Shared {
+        let gg = hg.geometry;
+        // SAFETY: the segments live as long as `hg`, which the backing keeps.
+        let segs = unsafe { (*hg.segments.get()).as_mut_ptr() };
+        Shared {
+            name: format!("heap:loom-gate/{c}"),
+            geometry: Geometry {
+                segment_size: gg.segment_size,
+                segment_count: gg.ring_cap() as u32,
+            },
+            seg_total: gg.total_segments() as usize,
+            initial_free: gg.exclusive as u64,
+            consumer_park: NonNull::from(&hg.gate.park.0),
+            gate: Some(Membership {
+                index: c,
+                geometry: gg,
+                gate: NonNull::from(&hg.gate),
+            }),
+            header: NonNull::from(&hg.headers[c as usize]),
+            data_slots: NonNull::from(&hg.data[c as usize][0]),
+            ret_slots: NonNull::from(&hg.ret[c as usize][0]),
+            commits: NonNull::from(&hg.commits[0]),
+            segments: NonNull::new(segs.cast()).unwrap(),
+            tracker: ByteTracker::new(gg.total_segments() as usize, gg.segment_size as usize),
+            backing: Backing::HeapGate(hg),
+        }
     }
 
     #[inline]
@@ -129,19 +246,27 @@ impl Shared {
         unsafe { std::slice::from_raw_parts(self.ret_slots.as_ptr(), self.n()) }
     }
 
-    /// The commit word of segment `seg`. `seg` must already be validated (< N): an index from
-    /// shared memory that was not checked is a bug here, and panics rather than read outside.
+    /// Where the consumer parks.
+    #[inline]
+    pub(crate) fn consumer_park(&self) -> &FutexWord {
+        // SAFETY: points into the backing, alive as long as `self`.
+        unsafe { self.consumer_park.as_ref() }
+    }
+
+    /// The commit word of segment `seg`. `seg` must already be validated (< total): an index
+    /// from shared memory that was not checked is a bug here, and panics rather than read
+    /// outside.
     #[inline]
     pub(crate) fn commit(&self, seg: u32) -> &AtomicU64 {
-        // SAFETY: N padded words at this address for the life of `self`.
-        let all = unsafe { std::slice::from_raw_parts(self.commits.as_ptr(), self.n()) };
+        // SAFETY: `seg_total` padded words at this address for the life of `self`.
+        let all = unsafe { std::slice::from_raw_parts(self.commits.as_ptr(), self.seg_total) };
         &all[seg as usize].0
     }
 
-    /// Start of segment `seg` (validated, < N).
+    /// Start of segment `seg` (validated, < total).
     #[inline]
     pub(crate) fn segment_ptr(&self, seg: u32) -> *mut u8 {
-        assert!((seg as usize) < self.n());
+        assert!((seg as usize) < self.seg_total);
         // SAFETY: seg < N, so the offset stays inside the segment area.
         unsafe {
             self.segments
@@ -187,7 +312,7 @@ impl Shared {
             slots: self.data_slots(),
             head: &h.cons.data_head,
             tail: &h.prod.data_tail,
-            limit: self.n() as u64,
+            limit: self.seg_total as u64,
             region: &self.name,
             name: "data ring",
         }
@@ -200,7 +325,7 @@ impl Shared {
             slots: self.ret_slots(),
             head: &h.prod.ret_head,
             tail: &h.cons.ret_tail,
-            limit: self.n() as u64,
+            limit: self.seg_total as u64,
             region: &self.name,
             name: "return ring",
         }
@@ -272,14 +397,22 @@ impl Shared {
 pub(crate) fn attach_end(
     shared: &Shared,
     end: crate::End,
-    lock: Option<crate::liveness::EndLock>,
+    lock: Option<std::sync::Arc<crate::liveness::EndLock>>,
 ) -> crate::Result<Option<crate::liveness::Liveness>> {
+    let channel = shared.gate.as_ref().map(|g| g.index);
     #[cfg(not(loom))]
     let lock = Some(match lock {
         Some(l) => l,
-        None => crate::liveness::EndLock::acquire(shared.fd(), end, &shared.name)
+        None => std::sync::Arc::new(
+            crate::liveness::EndLock::acquire(
+                shared.fd(),
+                crate::liveness::lock_byte(channel, end),
+                end,
+                &shared.name,
+            )
             .map_err(|e| with_pid(e, shared))?,
+        ),
     });
     attach(shared, end)?;
-    Ok(lock.map(|l| crate::liveness::Liveness::new(l, end)))
+    Ok(lock.map(|l| crate::liveness::Liveness::new(l, end, channel)))
 }

@@ -104,6 +104,11 @@ pub struct Producer {
     #[cfg(not(loom))]
     flusher: Option<crate::flusher::Flusher>,
     closed: bool,
+    /// Gate channels: segments asked for so far, and whether this wait already asked.
+    demand: u64,
+    asked: bool,
+    /// Priority lane: next slot to fill.
+    prio_tail: u64,
 }
 
 impl Producer {
@@ -139,9 +144,26 @@ impl Producer {
 
     /// Attaches as producer to the region whose descriptor number is in environment variable
     /// `var` (set by [`PeerHandle::pass_to`]).
+    /// For a gate's handle (see [`crate::Gate::create_anonymous`]) this opens the handle's
+    /// channel.
     #[cfg(not(loom))]
     pub fn from_env(var: &str) -> Result<Producer> {
-        Producer::from_fd(crate::handoff::fd_from_env(var)?)
+        match crate::handoff::fd_from_env(var)? {
+            (fd, None) => Producer::from_fd(fd),
+            (fd, Some(c)) => {
+                let name = crate::handoff::fd_region_name(&fd);
+                let chans = crate::gate::region::open_fd(name.clone(), fd, true)?;
+                Producer::attach(crate::gate::pick(chans, c, &name)?)
+            }
+        }
+    }
+
+    /// Opens channel `channel` of the named gate (made by [`crate::Gate::create`]) and attaches
+    /// as its producer.
+    #[cfg(not(loom))]
+    pub fn open_channel(name: &str, channel: u32) -> Result<Producer> {
+        let chans = crate::gate::region::open_named(name, true)?;
+        Producer::attach(crate::gate::pick(chans, channel, name)?)
     }
 
     pub(crate) fn attach(shared: Arc<Shared>) -> Result<Producer> {
@@ -149,7 +171,10 @@ impl Producer {
     }
 
     /// Attaches, with the liveness lock already taken (creators) or taking it now.
-    pub(crate) fn attach_with(shared: Arc<Shared>, lock: Option<EndLock>) -> Result<Producer> {
+    pub(crate) fn attach_with(
+        shared: Arc<Shared>,
+        lock: Option<std::sync::Arc<EndLock>>,
+    ) -> Result<Producer> {
         let liveness = crate::shared::attach_end(&shared, End::Producer, lock)?;
         let h = shared.header();
         // The producer's own cursors are private truth: take them from the header once, at
@@ -182,6 +207,9 @@ impl Producer {
             #[cfg(not(loom))]
             flusher: None,
             closed: false,
+            demand: 0,
+            asked: false,
+            prio_tail: 0,
         })
     }
 
@@ -243,6 +271,7 @@ impl Producer {
         let Some(seg) = self.ret.pop(&self.shared.return_ring())? else {
             return Ok(None);
         };
+        self.asked = false;
         let gen = self.data.position() as u32;
         // Relaxed: published by the Release push below; the consumer's last look at this word
         // happened before it returned the segment (its Release push, our Acquire pop).
@@ -273,6 +302,7 @@ impl Producer {
         if self.consumer_detached() {
             return Err(self.closed_error());
         }
+        self.ask_for_segment();
         let shared = self.shared.clone();
         let h = shared.header();
         let start = monotonic_ns();
@@ -302,18 +332,43 @@ impl Producer {
         Ok(())
     }
 
+    /// Gate channels: out of segments, so ask the gate for a floating one (once per wait):
+    /// this is the channel's backlog, in Flink's terms.
+    fn ask_for_segment(&mut self) {
+        if self.shared.gate.is_none() || self.asked {
+            return;
+        }
+        self.asked = true;
+        self.demand += 1;
+        // Release: pairs with the gate's Acquire; the wake below makes sure it looks.
+        self.shared
+            .header()
+            .prod
+            .demand
+            .store(self.demand, Ordering::Release);
+        self.notify_consumer();
+    }
+
     /// Waits until at least `k` segments are free (for `try_`/`_timeout` sends of spanning
     /// records, so that they either go whole or not at all).
     fn wait_free(&mut self, k: u64, deadline: Deadline) -> Result<()> {
         let shared = self.shared.clone();
+        let mut last_ready = u64::MAX;
         wait::wait_for(
             &shared.header().producer_park,
             self.wait,
             deadline,
             |check_peer| {
-                if self.ret.ready(&self.shared.return_ring())? >= k {
+                let ready = self.ret.ready(&self.shared.return_ring())?;
+                if ready >= k {
                     return Ok(Some(()));
                 }
+                if ready > last_ready {
+                    // The last ask was granted and it is not enough yet: ask again.
+                    self.asked = false;
+                }
+                last_ready = ready;
+                self.ask_for_segment();
                 if self.consumer_detached() {
                     return Err(self.closed_error());
                 }
@@ -335,7 +390,7 @@ impl Producer {
 
     fn notify_consumer(&mut self) {
         let h = self.shared.header();
-        if wait::notify(&h.consumer_park) {
+        if wait::notify(self.shared.consumer_park()) {
             self.counters.wakes.add(&h.producer_counters.wakes, 1);
         }
     }
@@ -671,6 +726,69 @@ impl Producer {
             failed: false,
             deadline,
         })
+    }
+
+    fn send_event_inner(&mut self, kind: u32, payload: &[u8], deadline: Deadline) -> Result<()> {
+        crate::event::check_payload(&self.shared.name, payload)?;
+        if self.closed {
+            return Err(self.closed_error());
+        }
+        let len = 8 + payload.len();
+        self.ensure_room(HEADER + len, deadline)?;
+        let c = self
+            .cur
+            .as_mut()
+            .expect("ensure_room leaves a segment in hand");
+        let at = c.wpos;
+        c.wpos = frame::next_frame(at, len);
+        self.write_header(at, len as u32, frame::EVENT);
+        self.write_bytes(at + HEADER, &(kind as u64).to_le_bytes());
+        self.write_bytes(at + 2 * HEADER, payload);
+        self.after_frame_end();
+        Ok(())
+    }
+
+    /// Sends an event in order with the records: the consumer's
+    /// [`Consumer::recv_message`](crate::Consumer::recv_message) returns it after every
+    /// record sent before it and before every record sent after it (plain `recv` skips it).
+    /// `payload` is at most [`crate::MAX_EVENT_PAYLOAD`] bytes. Blocks like `send`.
+    pub fn send_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+        self.send_event_inner(kind, payload, Deadline::Never)
+    }
+
+    /// As [`Producer::send_event`], or [`Error::WouldBlock`] without a free segment.
+    pub fn try_send_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+        self.send_event_inner(kind, payload, Deadline::Now)
+    }
+
+    /// Sends a priority event: it overtakes the records and events already sent and not yet
+    /// received (see [`crate::event`] for exactly which), the way Flink's unaligned checkpoint
+    /// barriers do. It is visible at once (no flush needed). At most four can be in flight:
+    /// the fifth waits until the consumer has received one.
+    pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+        crate::event::check_payload(&self.shared.name, payload)?;
+        if self.closed {
+            return Err(self.closed_error());
+        }
+        let shared = self.shared.clone();
+        let h = shared.header();
+        if !crate::event::lane_push(h, self.prio_tail, kind, payload) {
+            wait::wait_for(&h.producer_park, self.wait, Deadline::Never, |check_peer| {
+                if crate::event::lane_push(h, self.prio_tail, kind, payload) {
+                    return Ok(Some(()));
+                }
+                if self.consumer_detached() {
+                    return Err(self.closed_error());
+                }
+                if check_peer {
+                    self.check_peer()?;
+                }
+                Ok(None)
+            })?;
+        }
+        self.prio_tail += 1;
+        self.notify_consumer();
+        Ok(())
     }
 
     /// Makes every record sent so far visible to the consumer and wakes it if it is parked.

@@ -161,12 +161,13 @@ fn stat_fails_clearly_on_regions_that_are_not_right() {
     std::fs::remove_file(format!("/dev/shm{name}")).unwrap();
     // Another layout version.
     let mut v2 = header.clone();
-    v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let other = shmflow::layout::LAYOUT_VERSION + 1;
+    v2[8..12].copy_from_slice(&other.to_le_bytes());
     let name = raw_region("cli-version", &v2);
     let out = shmflow(&["stat", &name]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("layout version 2"), "{err}");
+    assert!(err.contains(&format!("layout version {other}")), "{err}");
     std::fs::remove_file(format!("/dev/shm{name}")).unwrap();
     // Missing.
     let out = shmflow(&["stat", "/shmflow-test-does-not-exist"]);

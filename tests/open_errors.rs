@@ -77,7 +77,7 @@ fn other_layout_version() {
         matches!(
             e,
             Error::VersionMismatch {
-                expected: 1,
+                expected: shmflow::layout::LAYOUT_VERSION,
                 found: 99,
                 ..
             }

@@ -81,3 +81,5 @@ impl ByteTracker {
     #[inline(always)]
     pub(crate) fn read(&self, _seg: usize, _off: usize, _len: usize) {}
 }
+
+pub(crate) use std::sync::Mutex;

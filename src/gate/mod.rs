@@ -1,0 +1,471 @@
+//! Gates: one consumer reading `M` channels, each written by its own producer process, with
+//! Flink's exclusive and floating segments (credit-based flow control).
+//!
+//! A gate is one region (layout in [`layout`]): each channel has its own header, rings and
+//! `exclusive` segments; the gate owns `floating` segments that it lends to channels that ask
+//! (see `pool.rs` for the protocol). The consumer blocks on one futex word for the whole gate,
+//! which every channel's producer wakes, and reads the channels round-robin, at most
+//! [`QUANTUM`] messages from one before it looks at the next, so a busy channel cannot starve
+//! another. The number of channels is fixed when the gate is created.
+//!
+//! What `recv` returns, per channel, in order: its records and events
+//! ([`GateMessage::Record`], [`GateMessage::Event`]), then exactly one of
+//! [`GateMessage::EndOfPartition`] (its producer detached; everything it committed was
+//! delivered) or [`GateMessage::ChannelDead`] (its producer died; everything it committed was
+//! delivered first, and its floating segments went back to the pool). After every channel has
+//! ended, `recv` returns `Ok(None)`.
+
+#[cfg(loom)]
+pub mod heap;
+pub mod layout;
+pub(crate) mod pool;
+#[cfg(not(loom))]
+pub(crate) mod region;
+mod stats;
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::event::{Event, Message};
+use crate::metrics::monotonic_ns;
+use crate::reader::{Consumer, Ready};
+use crate::shared::Shared;
+use crate::sync::{Arc, Mutex, Ordering};
+use crate::wait::{self, Deadline, WaitStrategy};
+use crate::Record;
+
+pub use layout::GateGeometry;
+#[cfg(not(loom))]
+pub(crate) use stats::snapshot as stats_snapshot;
+pub use stats::{ChannelStats, GateSnapshot};
+
+/// Messages the gate takes from one channel before it moves on to the next that has data.
+pub const QUANTUM: u32 = 8;
+
+/// Writes a fresh gate (creator only, before anyone else can see it): every channel's return
+/// ring holds its exclusive segments; the floating ones stay with the consumer.
+pub(crate) fn init(gate: &layout::GateHeader, chans: &[Arc<Shared>], gg: GateGeometry, pid: u32) {
+    use crate::layout::{Header, HEADER_SIZE, LAYOUT_VERSION};
+    use crate::sync::Ordering::{Relaxed, Release};
+    use layout::GATE_MAGIC;
+    gate.version.store(LAYOUT_VERSION, Relaxed);
+    gate.header_size.store(HEADER_SIZE as u32, Relaxed);
+    gate.channels.store(gg.channels, Relaxed);
+    gate.exclusive.store(gg.exclusive, Relaxed);
+    gate.floating.store(gg.floating, Relaxed);
+    gate.segment_size.store(gg.segment_size, Relaxed);
+    gate.total_size.store(gg.region_size() as u64, Relaxed);
+    gate.creator_pid.store(pid, Relaxed);
+    gate.pool.floating_free.store(gg.floating as u64, Relaxed);
+    for (c, ch) in chans.iter().enumerate() {
+        let h: &Header = ch.header();
+        h.magic.store(GATE_MAGIC, Relaxed);
+        h.version.store(LAYOUT_VERSION, Relaxed);
+        h.header_size.store(HEADER_SIZE as u32, Relaxed);
+        h.segment_size.store(gg.segment_size, Relaxed);
+        h.segment_count.store(gg.ring_cap() as u32, Relaxed);
+        h.total_size.store(gg.region_size() as u64, Relaxed);
+        h.creator_pid.store(pid, Relaxed);
+        for (slot, seg) in ch.ret_slots().iter().zip(gg.exclusive_range(c as u32)) {
+            slot.store(seg as u64, Relaxed);
+        }
+        h.cons.ret_tail.store(gg.exclusive as u64, Relaxed);
+    }
+    // Release: an opener that sees the magic (Acquire) sees everything above.
+    gate.magic.store(GATE_MAGIC, Release);
+}
+
+/// Picks channel `c` out of a gate's channels.
+#[cfg(not(loom))]
+pub(crate) fn pick(mut chans: Vec<Arc<Shared>>, c: u32, name: &str) -> Result<Arc<Shared>> {
+    if c as usize >= chans.len() {
+        return Err(Error::InvalidConfig {
+            region: name.to_owned(),
+            field: "channel",
+            expected: format!("below {} (the gate's channel count)", chans.len()),
+            found: c as u64,
+        });
+    }
+    Ok(chans.swap_remove(c as usize))
+}
+
+/// What a gate hands out.
+pub enum GateMessage<'a> {
+    /// A record from `channel`.
+    Record {
+        /// The channel it came through.
+        channel: usize,
+        /// The record, in place.
+        record: Record<'a>,
+    },
+    /// An event from `channel` (ordinary or priority).
+    Event {
+        /// The channel it came through.
+        channel: usize,
+        /// The event.
+        event: Event<'a>,
+    },
+    /// `channel`'s producer detached after everything it sent was delivered.
+    EndOfPartition {
+        /// The channel that ended.
+        channel: usize,
+    },
+    /// `channel`'s producer died; everything it committed was delivered before this.
+    ChannelDead {
+        /// The channel whose producer died.
+        channel: usize,
+        /// The `PeerDead` error, naming the pid.
+        error: Error,
+    },
+}
+
+impl GateMessage<'_> {
+    /// The channel the message is about.
+    pub fn channel(&self) -> usize {
+        match self {
+            GateMessage::Record { channel, .. }
+            | GateMessage::Event { channel, .. }
+            | GateMessage::EndOfPartition { channel }
+            | GateMessage::ChannelDead { channel, .. } => *channel,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    Open,
+    /// The producer died: deliver what it committed, then report this error.
+    Dying(Error),
+    /// Ended or broke the protocol: its floating segments are reclaimed at the next call.
+    Failed,
+    Done,
+}
+
+/// What the scan decided, before anything borrows a channel.
+enum Pick {
+    Read(usize),
+    Ended(usize),
+    Dead(usize, Error),
+    Failed(usize, Error),
+    AllDone,
+}
+
+/// The reading end of a gate. Single-threaded (`Send`, not `Sync`).
+pub struct Gate {
+    chans: Vec<Consumer>,
+    state: Vec<State>,
+    geometry: GateGeometry,
+    pool: pool::SharedPool,
+    shared: Arc<Shared>,
+    wait: WaitStrategy,
+    /// Round-robin: the channel read last, and how many messages in a row it gave.
+    rr: usize,
+    burst: u32,
+    /// Scans since the last liveness look, to look now and then while busy too.
+    scans: u32,
+    last_check_ns: u64,
+}
+
+impl Gate {
+    /// Creates a named gate (`/name`, mode 0600, fails if it exists) and attaches as its
+    /// consumer; each producer attaches with [`crate::Producer::open_channel`]. The name is
+    /// unlinked when the gate is dropped.
+    #[cfg(not(loom))]
+    pub fn create(name: &str, geometry: GateGeometry) -> Result<Gate> {
+        let (chans, lock) = region::create_named(name, geometry)?;
+        Gate::attach(chans, Some(lock))
+    }
+
+    /// Creates an anonymous (memfd) gate and attaches as its consumer; handle `c` gives
+    /// channel `c` to a child process, which calls [`crate::Producer::from_env`].
+    #[cfg(not(loom))]
+    pub fn create_anonymous(geometry: GateGeometry) -> Result<(Gate, Vec<crate::PeerHandle>)> {
+        let (chans, lock) = region::create_memfd(geometry)?;
+        let handles = chans
+            .iter()
+            .map(|s| crate::PeerHandle::new(s))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((Gate::attach(chans, Some(lock))?, handles))
+    }
+
+    pub(crate) fn attach(
+        chans: Vec<Arc<Shared>>,
+        lock: Option<std::sync::Arc<crate::liveness::EndLock>>,
+    ) -> Result<Gate> {
+        let shared = chans[0].clone();
+        let geometry = shared.gate.as_ref().expect("gate channels").geometry;
+        let pool = Arc::new(Mutex::new(pool::Pool::new(geometry.floating_range())));
+        let mut consumers = Vec::with_capacity(chans.len());
+        for s in chans {
+            let mut c = Consumer::attach_with(s.clone(), lock.clone())?;
+            c.gate = Some(pool::GateLink::new(&s, pool.clone()));
+            consumers.push(c);
+        }
+        let g = shared.gate.as_ref().expect("gate channels").gate_header();
+        g.consumer.pid.store(std::process::id(), Ordering::Relaxed);
+        // Release: as for a channel's attach state.
+        g.consumer
+            .state
+            .store(crate::layout::END_ATTACHED, Ordering::Release);
+        Ok(Gate {
+            state: consumers.iter().map(|_| State::Open).collect(),
+            chans: consumers,
+            geometry,
+            pool,
+            shared,
+            wait: WaitStrategy::default(),
+            rr: 0,
+            burst: 0,
+            scans: 0,
+            last_check_ns: 0,
+        })
+    }
+
+    /// The gate's shape.
+    pub fn geometry(&self) -> GateGeometry {
+        self.geometry
+    }
+
+    /// Name of the region.
+    pub fn region_name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.chans.len()
+    }
+
+    /// Sets how blocking calls wait (see [`WaitStrategy`]), for the gate and every channel.
+    pub fn set_wait_strategy(&mut self, wait: WaitStrategy) {
+        self.wait = wait;
+        for c in &mut self.chans {
+            c.set_wait_strategy(wait);
+        }
+    }
+
+    /// Sets the longest record accepted on every channel (see
+    /// [`Consumer::set_max_record_len`]).
+    pub fn set_max_record_len(&mut self, max: u64) {
+        for c in &mut self.chans {
+            c.set_max_record_len(max);
+        }
+    }
+
+    /// True until channel `c` has reported its end (or death).
+    pub fn is_open(&self, c: usize) -> bool {
+        !matches!(self.state[c], State::Done | State::Failed)
+    }
+
+    /// The gate's figures now: per channel and for the pools (see [`GateSnapshot`]).
+    pub fn metrics(&self) -> GateSnapshot {
+        stats::snapshot(
+            &self
+                .chans
+                .iter()
+                .map(|c| c.shared.clone())
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// Floating segments in the pool (lent to nobody).
+    pub fn floating_free(&self) -> usize {
+        self.pool.lock().unwrap().free_count()
+    }
+
+    /// Lends floating segments to channels that ask, while the pool has some.
+    fn lend(&mut self) -> Result<()> {
+        if self.floating_free() == 0 {
+            return Ok(());
+        }
+        for (c, st) in self.chans.iter_mut().zip(&self.state) {
+            if matches!(st, State::Open) {
+                // A channel that turns out corrupt fails when it is read; lending is best effort.
+                let _ = c.lend();
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks at every channel once, starting with the one whose turn it is.
+    fn scan(&mut self) -> Pick {
+        let m = self.chans.len();
+        let start = if self.burst < QUANTUM {
+            self.rr
+        } else {
+            self.burst = 0;
+            (self.rr + 1) % m
+        };
+        let mut all_done = true;
+        for i in 0..m {
+            let c = (start + i) % m;
+            if matches!(self.state[c], State::Done | State::Failed) {
+                continue;
+            }
+            all_done = false;
+            match self.chans[c].ready() {
+                Ok(Ready::Message) => {
+                    if c != self.rr {
+                        self.rr = c;
+                        self.burst = 0;
+                    }
+                    return Pick::Read(c);
+                }
+                Ok(Ready::Ended) => return Pick::Ended(c),
+                Ok(Ready::Empty) => {
+                    if matches!(self.state[c], State::Dying(_)) {
+                        let State::Dying(e) = std::mem::replace(&mut self.state[c], State::Done)
+                        else {
+                            unreachable!()
+                        };
+                        return Pick::Dead(c, e);
+                    }
+                }
+                Err(e) => return Pick::Failed(c, e),
+            }
+        }
+        if all_done {
+            Pick::AllDone
+        } else {
+            if self.rr == start {
+                // The channel whose turn it was had nothing: the next one's turn.
+                self.burst = QUANTUM;
+            }
+            Pick::Read(usize::MAX)
+        }
+    }
+
+    /// Looks at the producers' locks: a dead one's channel drains, then reports its death.
+    fn check_producers(&mut self) {
+        self.last_check_ns = monotonic_ns();
+        for (c, st) in self.chans.iter_mut().zip(self.state.iter_mut()) {
+            if matches!(st, State::Open) {
+                if let Err(e) = c.check_producer() {
+                    *st = State::Dying(e);
+                }
+            }
+        }
+    }
+
+    fn decide(&mut self, deadline: Deadline) -> Result<Pick> {
+        self.lend()?;
+        self.scans = self.scans.wrapping_add(1);
+        if self.scans % 1024 == 0
+            && monotonic_ns().saturating_sub(self.last_check_ns)
+                > crate::liveness::CHECK_INTERVAL.as_nanos() as u64
+        {
+            // Busy with some channels: still notice a dead one within about the interval.
+            self.check_producers();
+        }
+        match self.scan() {
+            Pick::Read(usize::MAX) => {}
+            p => return Ok(p),
+        }
+        let shared = self.shared.clone();
+        let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
+        let start = monotonic_ns();
+        let waiting = !matches!(deadline, Deadline::Now);
+        if waiting {
+            figures.idle_since_ns.store(start, Ordering::Relaxed);
+        }
+        let got = wait::wait_for(shared.consumer_park(), self.wait, deadline, |check_peer| {
+            self.lend()?;
+            if check_peer {
+                self.check_producers();
+            }
+            match self.scan() {
+                Pick::Read(usize::MAX) => Ok(None),
+                p => Ok(Some(p)),
+            }
+        });
+        if waiting {
+            figures.idle_since_ns.store(0, Ordering::Relaxed);
+            let idle = monotonic_ns().saturating_sub(start);
+            let total = figures.idle_ns.load(Ordering::Relaxed);
+            figures
+                .idle_ns
+                .store(total.wrapping_add(idle), Ordering::Relaxed);
+        }
+        got
+    }
+
+    fn recv_inner(&mut self, deadline: Deadline) -> Result<Option<GateMessage<'_>>> {
+        // Channels that failed on the last call give their floating segments back now (the
+        // message borrowed them then).
+        for (c, st) in self.chans.iter_mut().zip(self.state.iter_mut()) {
+            if matches!(st, State::Failed) {
+                c.abandon();
+                *st = State::Done;
+            }
+        }
+        let c = match self.decide(deadline)? {
+            Pick::AllDone => return Ok(None),
+            Pick::Ended(c) => {
+                // The producer detached: it will never use the floating segments it holds.
+                self.state[c] = State::Done;
+                self.chans[c].abandon();
+                return Ok(Some(GateMessage::EndOfPartition { channel: c }));
+            }
+            Pick::Dead(c, error) => {
+                self.chans[c].abandon();
+                return Ok(Some(GateMessage::ChannelDead { channel: c, error }));
+            }
+            Pick::Failed(c, e) => {
+                // A channel that broke the protocol is closed; the others go on.
+                self.state[c] = State::Failed;
+                return Err(e);
+            }
+            Pick::Read(c) => c,
+        };
+        self.burst += 1;
+        // `ready` said a message (or an error) is there, so this does not block.
+        match self.chans[c].try_recv_message() {
+            Ok(Some(Message::Record(record))) => {
+                Ok(Some(GateMessage::Record { channel: c, record }))
+            }
+            Ok(Some(Message::Event(event))) => Ok(Some(GateMessage::Event { channel: c, event })),
+            Ok(None) => {
+                // Reclaimed at the next call (the borrow of the channel lives until here).
+                self.state[c] = State::Failed;
+                Ok(Some(GateMessage::EndOfPartition { channel: c }))
+            }
+            Err(Error::WouldBlock) => Err(Error::WouldBlock),
+            Err(e) => {
+                self.state[c] = State::Failed;
+                Err(e)
+            }
+        }
+    }
+
+    /// The next message from any channel, blocking until there is one. `Ok(None)` once every
+    /// channel has ended. `Err` only for a channel that broke the protocol (`Corrupt` and the
+    /// like): that channel is closed and the next call goes on with the others.
+    pub fn recv(&mut self) -> Result<Option<GateMessage<'_>>> {
+        self.recv_inner(Deadline::Never)
+    }
+
+    /// As [`Gate::recv`], or [`Error::WouldBlock`] if no channel has anything now.
+    pub fn try_recv(&mut self) -> Result<Option<GateMessage<'_>>> {
+        self.recv_inner(Deadline::Now)
+    }
+
+    /// As [`Gate::recv`], waiting at most `timeout` ([`Error::Timeout`]).
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<GateMessage<'_>>> {
+        self.recv_inner(Deadline::after(timeout))
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        #[cfg(loom)]
+        if std::thread::panicking() {
+            return;
+        }
+        // Each channel's consumer marks its own header detached when it drops.
+        let g = self.shared.gate.as_ref().expect("gate").gate_header();
+        // Release: our last reads happen before anyone sees us gone.
+        g.consumer
+            .state
+            .store(crate::layout::END_DETACHED, Ordering::Release);
+    }
+}

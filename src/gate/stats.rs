@@ -1,0 +1,125 @@
+//! A gate's figures: Flink's `inputExclusiveBuffersUsage` and `inputFloatingBuffersUsage`,
+//! each channel's backlog and floating segments, and each channel's own counters — all read
+//! from the region, so `shmflow stat` computes the same from a read-only mapping.
+
+use crate::metrics::{snapshot as channel_snapshot, Snapshot};
+use crate::shared::Shared;
+use crate::sync::{Arc, Ordering};
+
+/// One channel of a gate.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ChannelStats {
+    /// The channel's counters, as for a single channel (its pool is its exclusive segments
+    /// plus the floating ones it holds).
+    pub snapshot: Snapshot,
+    /// Segments its producer asked for and was not granted (Flink's backlog).
+    pub backlog: u64,
+    /// Floating segments it holds now.
+    pub floating_held: u64,
+    /// Of its exclusive segments, how many are not free (queued for the consumer, being read,
+    /// or being written).
+    pub exclusive_in_use: u64,
+}
+
+/// A gate at one instant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GateSnapshot {
+    /// Monotonic-clock nanoseconds when this was taken.
+    pub at_ns: u64,
+    /// Exclusive segments per channel.
+    pub exclusive: u64,
+    /// Floating segments in the gate.
+    pub floating: u64,
+    /// Floating segments lent to nobody.
+    pub floating_free: u64,
+    /// Nanoseconds the gate's consumer spent waiting for any channel (including a wait going
+    /// on now).
+    pub idle_ns: u64,
+    /// The gate consumer's attach state (0 never, 1 attached, 2 detached).
+    pub consumer_state: u32,
+    /// Per channel.
+    pub channels: Vec<ChannelStats>,
+}
+
+impl GateSnapshot {
+    /// `inputExclusiveBuffersUsage`: exclusive segments in use / all exclusive segments.
+    pub fn input_exclusive_buffers_usage(&self) -> f64 {
+        let total = self.exclusive * self.channels.len() as u64;
+        let used: u64 = self.channels.iter().map(|c| c.exclusive_in_use).sum();
+        used as f64 / total.max(1) as f64
+    }
+
+    /// `inputFloatingBuffersUsage`: floating segments lent to channels / all floating
+    /// segments (0 for a gate without any).
+    pub fn input_floating_buffers_usage(&self) -> f64 {
+        if self.floating == 0 {
+            return 0.0;
+        }
+        self.floating.saturating_sub(self.floating_free) as f64 / self.floating as f64
+    }
+
+    /// The second seed's reading: floating usage high (> 0.5) while exclusive usage is low
+    /// (< 0.5) means a few channels take all the floating segments — likely skew rather than
+    /// a slow consumer (which fills both).
+    pub fn likely_skew(&self) -> bool {
+        self.input_floating_buffers_usage() > 0.5 && self.input_exclusive_buffers_usage() < 0.5
+    }
+
+    /// Fraction of the time between `earlier` and `self` that the gate waited for data.
+    pub fn idle_ratio_since(&self, earlier: &GateSnapshot) -> f64 {
+        let dt = self.at_ns.saturating_sub(earlier.at_ns);
+        if dt == 0 {
+            return 0.0;
+        }
+        (self.idle_ns.saturating_sub(earlier.idle_ns) as f64 / dt as f64).min(1.0)
+    }
+}
+
+/// Reads every channel of a gate (`chans` are its channels, in order).
+pub(crate) fn snapshot(chans: &[Arc<Shared>]) -> GateSnapshot {
+    let m = chans[0].gate.as_ref().expect("gate channels");
+    let gg = m.geometry;
+    let g = m.gate_header();
+    let r = |a: &crate::sync::AtomicU64| a.load(Ordering::Relaxed);
+    let now = crate::metrics::monotonic_ns();
+    let since = r(&g.pool.idle_since_ns);
+    let mut idle = r(&g.pool.idle_ns);
+    if since != 0 && since <= now {
+        idle = idle.saturating_add(now - since);
+    }
+    GateSnapshot {
+        at_ns: now,
+        exclusive: gg.exclusive as u64,
+        floating: gg.floating as u64,
+        floating_free: r(&g.pool.floating_free).min(gg.floating as u64),
+        idle_ns: idle,
+        consumer_state: g.consumer.state.load(Ordering::Relaxed),
+        channels: chans.iter().map(|s| channel(s)).collect(),
+    }
+}
+
+fn channel(s: &Shared) -> ChannelStats {
+    let m = s.gate.as_ref().expect("gate channel");
+    let h = s.header();
+    let r = |a: &crate::sync::AtomicU64| a.load(Ordering::Relaxed);
+    let exclusive = m.geometry.exclusive_range(m.index);
+    // Free exclusive segments sit in the return ring: count them there. Values are untrusted
+    // and the cursors may move while we look: clamp, and count only real exclusive indices.
+    let slots = s.ret_slots();
+    let head = r(&h.prod.ret_head);
+    let tail = r(&h.cons.ret_tail);
+    let queued = tail.saturating_sub(head).min(slots.len() as u64);
+    let free_exclusive = (0..queued)
+        .filter(|i| {
+            let v = r(&slots[((head + i) % slots.len() as u64) as usize]);
+            v < u32::MAX as u64 && exclusive.contains(&(v as u32))
+        })
+        .count() as u64;
+    let held = r(&h.cons.floating_held).min(m.geometry.floating as u64);
+    ChannelStats {
+        snapshot: channel_snapshot(s),
+        backlog: r(&h.prod.demand).saturating_sub(r(&h.cons.lent)),
+        floating_held: held,
+        exclusive_in_use: (m.geometry.exclusive as u64).saturating_sub(free_exclusive),
+    }
+}

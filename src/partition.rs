@@ -1,0 +1,191 @@
+//! Partitioned output: one producer-side writer over `N` channels (each possibly a channel of
+//! another consumer's gate), with Flink's partitioners.
+//!
+//! Each record goes to the channel the partitioner picks, and only that channel's
+//! backpressure can block it: a full channel never holds up a record routed elsewhere (use
+//! the `try_` forms to not block at all). A broadcast record goes to every channel; the
+//! blocking form writes it channel by channel, the `try_` form either writes it to every
+//! channel or to none.
+
+use crate::error::{Error, Result};
+use crate::writer::{FlushPolicy, Producer};
+use crate::WaitStrategy;
+
+/// A key function: record → hash of its key.
+pub type KeyFn = Box<dyn FnMut(&[u8]) -> u64 + Send>;
+
+/// How a [`Partition`] picks the channel of a record.
+pub enum Partitioner {
+    /// Channel 0, 1, …, N-1, 0, … (Flink's `rebalance`).
+    RoundRobin,
+    /// Every record to every channel (Flink's `broadcast`).
+    Broadcast,
+    /// `key(record) % N` (Flink's `keyBy`; the function should hash, e.g. FNV or SipHash of
+    /// the key's bytes, so that keys spread over the channels).
+    Key(KeyFn),
+}
+
+impl std::fmt::Debug for Partitioner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Partitioner::RoundRobin => "RoundRobin",
+            Partitioner::Broadcast => "Broadcast",
+            Partitioner::Key(_) => "Key(..)",
+        })
+    }
+}
+
+/// A writer over several channels.
+pub struct Partition {
+    outputs: Vec<Producer>,
+    partitioner: Partitioner,
+    next: usize,
+}
+
+enum Route {
+    One(usize),
+    All,
+}
+
+impl Partition {
+    /// A partition over `outputs` (at least one).
+    pub fn new(outputs: Vec<Producer>, partitioner: Partitioner) -> Result<Partition> {
+        if outputs.is_empty() {
+            return Err(Error::InvalidConfig {
+                region: "partition".into(),
+                field: "outputs",
+                expected: "at least one channel".into(),
+                found: 0,
+            });
+        }
+        Ok(Partition {
+            outputs,
+            partitioner,
+            next: 0,
+        })
+    }
+
+    /// Number of channels.
+    pub fn channels(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// Channel `i`'s producer (for its metrics, or to write to it directly).
+    pub fn output(&mut self, i: usize) -> &mut Producer {
+        &mut self.outputs[i]
+    }
+
+    /// Gives the producers back.
+    pub fn into_outputs(self) -> Vec<Producer> {
+        self.outputs
+    }
+
+    /// Sets the flush policy of every channel.
+    pub fn set_flush_policy(&mut self, policy: FlushPolicy) {
+        self.outputs
+            .iter_mut()
+            .for_each(|p| p.set_flush_policy(policy));
+    }
+
+    /// Sets the wait strategy of every channel.
+    pub fn set_wait_strategy(&mut self, wait: WaitStrategy) {
+        self.outputs
+            .iter_mut()
+            .for_each(|p| p.set_wait_strategy(wait));
+    }
+
+    /// The channel `record` would go to (without advancing round-robin); `None` for
+    /// broadcast.
+    pub fn channel_of(&mut self, record: &[u8]) -> Option<usize> {
+        match self.route(record) {
+            Route::One(c) => Some(c),
+            Route::All => None,
+        }
+    }
+
+    fn route(&mut self, record: &[u8]) -> Route {
+        let n = self.outputs.len();
+        match &mut self.partitioner {
+            Partitioner::RoundRobin => Route::One(self.next % n),
+            Partitioner::Broadcast => Route::All,
+            Partitioner::Key(f) => Route::One((f(record) % n as u64) as usize),
+        }
+    }
+
+    /// Sends `record` where the partitioner says, blocking while that channel (or, for
+    /// broadcast, each channel in turn) has no free segment.
+    pub fn send(&mut self, record: &[u8]) -> Result<()> {
+        match self.route(record) {
+            Route::One(c) => {
+                self.outputs[c].send(record)?;
+                self.next = c + 1;
+                Ok(())
+            }
+            Route::All => self.outputs.iter_mut().try_for_each(|p| p.send(record)),
+        }
+    }
+
+    /// As [`Partition::send`], or [`Error::WouldBlock`] — with nothing sent — if the channel
+    /// (for broadcast: any channel) has no room now. A broadcast `try_send` takes records that
+    /// fit in one segment only ([`Error::InvalidConfig`] otherwise; use `send`).
+    pub fn try_send(&mut self, record: &[u8]) -> Result<()> {
+        match self.route(record) {
+            Route::One(c) => {
+                self.outputs[c].try_send(record)?;
+                self.next = c + 1;
+                Ok(())
+            }
+            Route::All => {
+                let max = self.outputs[0].max_unspanned_len();
+                if record.len() > max {
+                    return Err(Error::InvalidConfig {
+                        region: self.outputs[0].region_name().to_owned(),
+                        field: "broadcast try_send record length",
+                        expected: format!("at most {max} (one segment)"),
+                        found: record.len() as u64,
+                    });
+                }
+                // Claim room everywhere first; dropping the claims on failure writes nothing.
+                let mut claims = Vec::with_capacity(self.outputs.len());
+                for p in self.outputs.iter_mut() {
+                    claims.push(p.try_claim(record.len())?);
+                }
+                for mut c in claims {
+                    c.copy_from_slice(record);
+                    c.commit();
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends `record` to the channel of `key` (`key % N`), whatever the partitioner.
+    pub fn send_keyed(&mut self, key: u64, record: &[u8]) -> Result<()> {
+        let c = (key % self.outputs.len() as u64) as usize;
+        self.outputs[c].send(record)
+    }
+
+    /// Sends `record` to channel `c`, whatever the partitioner.
+    pub fn send_to(&mut self, c: usize, record: &[u8]) -> Result<()> {
+        self.outputs[c].send(record)
+    }
+
+    /// Sends an event to every channel, in order with the records (Flink broadcasts events).
+    pub fn send_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.send_event(kind, payload))
+    }
+
+    /// Sends a priority event to every channel (see [`Producer::send_priority_event`]).
+    pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.send_priority_event(kind, payload))
+    }
+
+    /// Makes everything sent visible on every channel.
+    pub fn flush(&mut self) -> Result<()> {
+        self.outputs.iter_mut().try_for_each(|p| p.flush())
+    }
+}
