@@ -163,3 +163,246 @@ fn partition_round_robin_key_and_broadcast() {
         }
     }
 }
+
+/// Fills channel `p` until it has no free segment (no gate is reading, so nothing is lent).
+fn fill(p: &mut Producer, tag: u8) -> usize {
+    let mut n = 0;
+    loop {
+        match p.try_send(&[tag; 24]) {
+            Ok(()) => n += 1,
+            Err(Error::WouldBlock) => return n,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[test]
+fn a_busy_channel_does_not_starve_another() {
+    let name = unique_name("gate-fair");
+    let mut gate = Gate::create(&name, small(3, 2, 0)).unwrap();
+    let mut ps: Vec<Producer> = (0..3)
+        .map(|c| Producer::open_channel(&name, c).unwrap())
+        .collect();
+    // Channel 0 holds far more than the others; all three have data before reading starts.
+    let counts: Vec<usize> = ps
+        .iter_mut()
+        .enumerate()
+        .map(|(c, p)| fill(p, c as u8))
+        .collect();
+    for p in &mut ps {
+        p.flush().unwrap();
+    }
+    let mut left = counts.clone();
+    let mut run = (usize::MAX, 0usize);
+    let mut longest_run_while_others_wait = 0;
+    while left.iter().any(|&n| n > 0) {
+        let Some(GateMessage::Record { channel, record }) =
+            gate.recv_timeout(Duration::from_secs(5)).unwrap()
+        else {
+            panic!("records only")
+        };
+        assert_eq!(record.as_bytes().unwrap(), &[channel as u8; 24]);
+        left[channel] -= 1;
+        run = if run.0 == channel {
+            (channel, run.1 + 1)
+        } else {
+            (channel, 1)
+        };
+        let others_waiting = left.iter().enumerate().any(|(c, &n)| c != channel && n > 0);
+        if others_waiting {
+            longest_run_while_others_wait = longest_run_while_others_wait.max(run.1);
+        }
+    }
+    assert!(counts.iter().all(|&n| n > shmflow::gate::QUANTUM as usize));
+    assert!(
+        longest_run_while_others_wait <= shmflow::gate::QUANTUM as usize,
+        "a channel was read {longest_run_while_others_wait} times in a row while others had data"
+    );
+}
+
+#[test]
+fn floating_segments_go_to_the_channel_that_asks_and_all_come_back() {
+    let name = unique_name("gate-float");
+    let floating = 6;
+    let mut gate = Gate::create(&name, small(3, 2, floating)).unwrap();
+    let mut hot = Producer::open_channel(&name, 0).unwrap();
+    let cold: Vec<Producer> = (1..3)
+        .map(|c| Producer::open_channel(&name, c).unwrap())
+        .collect();
+    // The hot channel fills its exclusive segments and asks; the gate lends it floating ones
+    // (it reads nothing yet: `try_recv` on empty cold channels only lends).
+    let mut sent = fill(&mut hot, 0);
+    let mut lent_seen = 0;
+    for _ in 0..floating * 2 {
+        assert!(matches!(
+            gate.try_recv(),
+            Ok(Some(_)) | Err(Error::WouldBlock)
+        ));
+        sent += fill(&mut hot, 0);
+        let m = gate.metrics();
+        lent_seen = lent_seen.max(m.channels[0].floating_held);
+        assert_eq!(m.channels[1].floating_held + m.channels[2].floating_held, 0);
+        assert!(m.channels[0].floating_held + m.floating_free == floating as u64);
+    }
+    assert!(lent_seen > 0, "the hot channel was lent floating segments");
+    let m = gate.metrics();
+    assert!(m.input_floating_buffers_usage() > 0.5);
+    assert!(m.likely_skew(), "floating high, exclusive low: skew");
+    drop(hot);
+    drop(cold);
+    let mut got = 0;
+    let mut ends = 0;
+    while let Some(msg) = gate.recv().unwrap() {
+        match msg {
+            GateMessage::Record { channel: 0, .. } => got += 1,
+            GateMessage::EndOfPartition { .. } => ends += 1,
+            _ => panic!("unexpected"),
+        }
+    }
+    // try_recv above may have handed out a few records already.
+    assert!(got <= sent && ends == 3);
+    let m = gate.metrics();
+    assert_eq!(
+        m.floating_free, floating as u64,
+        "every floating segment came back"
+    );
+    assert!(m.channels.iter().all(|c| c.floating_held == 0));
+    assert_eq!(gate.floating_free(), floating as usize);
+}
+
+#[test]
+fn a_producer_without_exclusive_or_floating_segments_blocks() {
+    let name = unique_name("gate-block");
+    let mut gate = Gate::create(&name, small(2, 2, 1)).unwrap();
+    let mut p0 = Producer::open_channel(&name, 0).unwrap();
+    let mut p1 = Producer::open_channel(&name, 1).unwrap();
+    // p0 takes its two segments and the only floating one.
+    fill(&mut p0, 0);
+    while gate.floating_free() > 0 {
+        let _ = gate.try_recv();
+        fill(&mut p0, 0);
+    }
+    // p1 has only its exclusive segments, and nothing to borrow.
+    fill(&mut p1, 1);
+    assert!(matches!(
+        p1.send_timeout(&[1; 24], Duration::from_millis(100)),
+        Err(Error::Timeout)
+    ));
+    assert!(gate.metrics().channels[1].backlog > 0, "it asked");
+    p1.flush().unwrap();
+    p0.flush().unwrap();
+    // Reading frees p1's first segment: its blocked send goes through.
+    let t = std::thread::spawn(move || {
+        p1.send(&[1; 24]).unwrap();
+        p1
+    });
+    let mut from1 = 0;
+    while !t.is_finished() {
+        if let Ok(Some(GateMessage::Record { channel: 1, .. })) = gate.try_recv() {
+            from1 += 1;
+        }
+    }
+    assert!(from1 > 0);
+    drop(t.join().unwrap());
+}
+
+#[test]
+fn events_keep_their_place_and_priority_events_overtake() {
+    let name = unique_name("gate-events");
+    let mut gate = Gate::create(&name, small(1, 2, 0)).unwrap();
+    let mut p = Producer::open_channel(&name, 0).unwrap();
+    for i in 0..5u8 {
+        p.send(&[i]).unwrap();
+    }
+    p.send_event(7, b"marker").unwrap();
+    for i in 5..10u8 {
+        p.send(&[i]).unwrap();
+    }
+    p.flush().unwrap();
+    // Sent after ten records and an event, all still queued: it comes first.
+    p.send_priority_event(99, b"barrier").unwrap();
+    p.send(&[10]).unwrap();
+    drop(p);
+    let mut seen = Vec::new();
+    while let Some(m) = gate.recv().unwrap() {
+        seen.push(match m {
+            GateMessage::Record { record, .. } => format!("r{}", record.as_bytes().unwrap()[0]),
+            GateMessage::Event { event, .. } => format!(
+                "{}{}:{}",
+                if event.priority { "P" } else { "e" },
+                event.kind,
+                String::from_utf8_lossy(event.payload)
+            ),
+            GateMessage::EndOfPartition { channel } => format!("end{channel}"),
+            GateMessage::ChannelDead { .. } => panic!("not dead"),
+        });
+    }
+    assert_eq!(
+        seen,
+        [
+            "P99:barrier",
+            "r0",
+            "r1",
+            "r2",
+            "r3",
+            "r4",
+            "e7:marker",
+            "r5",
+            "r6",
+            "r7",
+            "r8",
+            "r9",
+            "r10",
+            "end0"
+        ]
+    );
+}
+
+#[test]
+fn plain_recv_skips_events_and_recv_message_sees_them() {
+    let name = unique_name("events-single");
+    let mut p = Producer::create(&name, shmflow::Geometry::default()).unwrap();
+    let mut c2 = shmflow::Consumer::open(&name).unwrap();
+    p.send_priority_event(1, &[]).unwrap();
+    p.send(b"a").unwrap();
+    p.send_event(2, &[0xEE; shmflow::MAX_EVENT_PAYLOAD])
+        .unwrap();
+    p.send(b"b").unwrap();
+    assert!(matches!(
+        p.send_event(3, &[0; shmflow::MAX_EVENT_PAYLOAD + 1]),
+        Err(Error::InvalidConfig { .. })
+    ));
+    p.flush().unwrap();
+    // Many priority events: the lane holds four; the rest wait for the consumer.
+    let t = std::thread::spawn(move || {
+        for k in 10..20 {
+            p.send_priority_event(k, &k.to_le_bytes()).unwrap();
+        }
+        p
+    });
+    let mut kinds = Vec::new();
+    let mut records = Vec::new();
+    while kinds.len() < 12 || records.len() < 2 {
+        match c2
+            .recv_message_timeout(Duration::from_secs(5))
+            .unwrap()
+            .unwrap()
+        {
+            shmflow::Message::Event(e) => kinds.push(e.kind),
+            shmflow::Message::Record(r) => records.push(r.to_vec().unwrap()),
+        }
+    }
+    let p = t.join().unwrap();
+    assert_eq!(records, [b"a".to_vec(), b"b".to_vec()]);
+    let prio: Vec<u32> = kinds.iter().copied().filter(|&k| k != 2).collect();
+    assert_eq!(prio, [1, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
+    assert!(kinds.contains(&2));
+    // Plain recv: records only.
+    let mut p = p;
+    p.send_event(4, b"x").unwrap();
+    p.send_priority_event(5, b"y").unwrap();
+    p.send(b"c").unwrap();
+    drop(p);
+    assert_eq!(c2.recv().unwrap().unwrap().to_vec().unwrap(), b"c");
+    assert!(c2.recv().unwrap().is_none());
+}

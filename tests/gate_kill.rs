@@ -1,0 +1,117 @@
+//! A gate whose channels are written by real child processes; one producer is killed with
+//! SIGKILL mid-stream. The gate must report that channel dead (after delivering everything it
+//! committed, as an intact in-order prefix), keep serving the others to their ends, and get
+//! back every floating segment the dead channel held.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use shmflow::{Error, Gate, GateGeometry, GateMessage, Producer};
+
+const FLOATING: u32 = 4;
+const PER_CHANNEL: u64 = 4000;
+
+fn len_of(rng: &mut Rng) -> usize {
+    16 + rng.below(3000) as usize
+}
+
+#[test]
+fn a_killed_producer_is_reported_dead_and_the_gate_serves_the_rest() {
+    if role().as_deref() == Some("producer") {
+        child_main(|| {
+            let c: u64 = std::env::var("CHANNEL").unwrap().parse().unwrap();
+            let mut p = Producer::from_env(FD_VAR).map_err(|e| e.to_string())?;
+            let mut lens = Rng::new(c);
+            let mut buf = Vec::new();
+            // Channel 1 sends until it is killed; the others send PER_CHANNEL and end.
+            let n = if c == 1 { u64::MAX } else { PER_CHANNEL };
+            for seq in 0..n {
+                make_record(seq, len_of(&mut lens), &mut buf);
+                p.send(&buf).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        });
+    }
+    let trials = env_u64("SHMFLOW_GATE_KILL_TRIALS", 5);
+    let mut rng = Rng::new(0x6A7E);
+    for trial in 0..trials {
+        let gg = GateGeometry {
+            channels: 3,
+            exclusive: 2,
+            floating: FLOATING,
+            segment_size: 8192,
+        };
+        let (mut gate, handles) = Gate::create_anonymous(gg).unwrap();
+        let mut kids: Vec<_> = handles
+            .iter()
+            .enumerate()
+            .map(|(c, h)| {
+                spawn(
+                    "a_killed_producer_is_reported_dead_and_the_gate_serves_the_rest",
+                    "producer",
+                    &[("CHANNEL", c.to_string())],
+                    Some(h),
+                )
+            })
+            .collect();
+        drop(handles);
+        let kill_after = 50 + rng.below(2000);
+        let mut next = [0u64; 3];
+        let mut lens: Vec<Rng> = (0..3).map(Rng::new).collect();
+        let mut scratch = Vec::new();
+        let mut ended = [false; 3];
+        let mut dead = false;
+        let mut killed = false;
+        let mut max_held_by_1 = 0;
+        loop {
+            if !killed && next[1] >= kill_after {
+                max_held_by_1 = gate.metrics().channels[1].floating_held;
+                // SAFETY: kill(2) on our own child.
+                unsafe { libc::kill(kids[1].id() as i32, libc::SIGKILL) };
+                killed = true;
+            }
+            let msg = gate
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|e| panic!("trial {trial}: {e}"));
+            let Some(msg) = msg else { break };
+            match msg {
+                GateMessage::Record { channel, record } => {
+                    let b = record.as_bytes().expect("records fit a segment");
+                    let len = len_of(&mut lens[channel]);
+                    check_record(next[channel], len, b, &mut scratch)
+                        .unwrap_or_else(|e| panic!("trial {trial}, channel {channel}: {e}"));
+                    next[channel] += 1;
+                }
+                GateMessage::EndOfPartition { channel } => {
+                    assert_ne!(channel, 1, "the killed producer never ends cleanly");
+                    assert_eq!(next[channel], PER_CHANNEL);
+                    ended[channel] = true;
+                }
+                GateMessage::ChannelDead { channel, error } => {
+                    assert_eq!(channel, 1);
+                    assert!(killed, "dead only after the kill");
+                    assert!(matches!(error, Error::PeerDead { .. }), "{error}");
+                    dead = true;
+                }
+                GateMessage::Event { .. } => panic!("no events sent"),
+            }
+        }
+        assert!(ended[0] && ended[2] && dead, "trial {trial}");
+        assert_eq!(
+            gate.floating_free(),
+            FLOATING as usize,
+            "trial {trial}: every floating segment is back (channel 1 held {max_held_by_1})"
+        );
+        assert!(gate.metrics().channels.iter().all(|c| c.floating_held == 0));
+        for (c, k) in kids.iter_mut().enumerate() {
+            let st = k.wait().unwrap();
+            assert_eq!(st.success(), c != 1, "trial {trial}: channel {c} exit {st}");
+        }
+        eprintln!(
+            "trial {trial}: channel 1 killed after {} records (delivered {}), others {} each",
+            kill_after, next[1], PER_CHANNEL
+        );
+    }
+}
