@@ -211,3 +211,69 @@ fn bench_quick_json_has_every_measure_and_ratio() {
     assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
     assert_eq!(v["ratios"].as_object().unwrap().len(), 6);
 }
+
+#[test]
+fn stat_and_list_show_gates_and_flag_skew() {
+    use shmflow::{Error, Gate, GateGeometry};
+    let name = unique_name("cli-gate");
+    let gg = GateGeometry {
+        channels: 3,
+        exclusive: 2,
+        floating: 4,
+        segment_size: 4096,
+    };
+    let mut gate = Gate::create(&name, gg).unwrap();
+    let mut hot = Producer::open_channel(&name, 0).unwrap();
+    let _cold: Vec<Producer> = (1..3)
+        .map(|c| Producer::open_channel(&name, c).unwrap())
+        .collect();
+    // The hot channel fills its segments and asks; each `try_recv` lends it a floating
+    // segment (it reads at most one record, which frees nothing), until none is left.
+    for _ in 0..20 {
+        while hot.try_send(&[0u8; 100]).is_ok() {}
+        let _ = gate.try_recv();
+        if gate.floating_free() == 0 {
+            while hot.try_send(&[0u8; 100]).is_ok() {}
+            break;
+        }
+    }
+    assert_eq!(gate.floating_free(), 0);
+    let out = shmflow(&["stat", &name, "--json", "--interval-ms", "50"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "gate");
+    assert_eq!(v["channels"], 3);
+    assert_eq!(v["floating_free"], 0);
+    assert_eq!(v["likelySkew"], true, "{v}");
+    assert!(v["inputFloatingBuffersUsage"].as_f64().unwrap() > 0.99);
+    let chans = v["channel_stats"].as_array().unwrap();
+    assert_eq!(chans.len(), 3);
+    assert_eq!(chans[0]["floating_held"], 4);
+    assert_eq!(chans[0]["exclusive_in_use"], 2);
+    assert_eq!(chans[1]["exclusive_in_use"], 0);
+    assert_eq!(chans[0]["producer_alive"], true);
+    for f in FIELDS.iter().filter(|f| **f != "region") {
+        assert!(chans[0].get(*f).is_some(), "channel field {f} missing");
+    }
+    let out = shmflow(&["stat", &name, "--count", "1", "--interval-ms", "50"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("LIKELY SKEW") && text.contains("inputFloatingBuffersUsage 1.00"),
+        "{text}"
+    );
+    let out = shmflow(&["list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&name) && text.contains("gate: 3 channels × 2 exclusive + 4 floating"),
+        "{text}"
+    );
+    // A gate is not a channel, and the other way round, by name.
+    assert!(matches!(
+        shmflow::Monitor::open(&name),
+        Err(Error::BadMagic { .. })
+    ));
+}

@@ -1,6 +1,6 @@
 //! Hand-written JSON for `stat --json`: flat objects of numbers and strings, no dependency.
 
-use shmflow::Snapshot;
+use shmflow::{GateSnapshot, Snapshot};
 
 fn esc(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
@@ -25,10 +25,74 @@ fn num(v: f64) -> String {
     }
 }
 
+fn object(mut f: Vec<(&str, String)>) -> String {
+    let body: Vec<String> = f
+        .drain(..)
+        .map(|(k, v)| format!("{}:{v}", esc(k)))
+        .collect();
+    format!("{{{}}}", body.join(","))
+}
+
+/// One JSON object for a gate: the gate's figures and an array of its channels, each with
+/// every field of a channel's object plus backlog and floating/exclusive segments.
+pub fn gate(
+    name: &str,
+    prev: &GateSnapshot,
+    now: &GateSnapshot,
+    producers_alive: &[bool],
+    consumer_alive: bool,
+) -> String {
+    let chans: Vec<String> = prev
+        .channels
+        .iter()
+        .zip(&now.channels)
+        .enumerate()
+        .map(|(c, (p, n))| {
+            let mut f = fields(&format!("{name}#{c}"), &p.snapshot, &n.snapshot);
+            f.push(("channel", c.to_string()));
+            f.push(("backlog", n.backlog.to_string()));
+            f.push(("floating_held", n.floating_held.to_string()));
+            f.push(("exclusive_in_use", n.exclusive_in_use.to_string()));
+            let alive = producers_alive.get(c).copied().unwrap_or(false);
+            f.push(("producer_alive", alive.to_string()));
+            object(f)
+        })
+        .collect();
+    object(vec![
+        ("region", esc(name)),
+        ("kind", esc("gate")),
+        ("channels", now.channels.len().to_string()),
+        ("exclusive_per_channel", now.exclusive.to_string()),
+        ("floating", now.floating.to_string()),
+        ("floating_free", now.floating_free.to_string()),
+        ("consumer_state", now.consumer_state.to_string()),
+        ("consumer_alive", consumer_alive.to_string()),
+        ("idle_ns", now.idle_ns.to_string()),
+        (
+            "idleTimeMsPerSecond",
+            num(now.idle_ratio_since(prev) * 1000.0),
+        ),
+        (
+            "inputExclusiveBuffersUsage",
+            num(now.input_exclusive_buffers_usage()),
+        ),
+        (
+            "inputFloatingBuffersUsage",
+            num(now.input_floating_buffers_usage()),
+        ),
+        ("likelySkew", now.likely_skew().to_string()),
+        ("channel_stats", format!("[{}]", chans.join(","))),
+    ])
+}
+
 /// One JSON object: every counter of `now` and the figures derived over `prev..now`.
 pub fn snapshot(name: &str, prev: &Snapshot, now: &Snapshot) -> String {
+    object(fields(name, prev, now))
+}
+
+fn fields<'a>(name: &str, prev: &Snapshot, now: &Snapshot) -> Vec<(&'a str, String)> {
     let r = now.rates_since(prev);
-    let mut f: Vec<(&str, String)> = vec![
+    vec![
         ("region", esc(name)),
         ("segment_count", now.segment_count.to_string()),
         ("segment_size", now.segment_size.to_string()),
@@ -71,10 +135,5 @@ pub fn snapshot(name: &str, prev: &Snapshot, now: &Snapshot) -> String {
         ("outPoolUsage", num(r.out_pool_usage)),
         ("inPoolUsage", num(r.in_pool_usage)),
         ("backpressureLevel", esc(r.level.as_str())),
-    ];
-    let body: Vec<String> = f
-        .drain(..)
-        .map(|(k, v)| format!("{}:{v}", esc(k)))
-        .collect();
-    format!("{{{}}}", body.join(","))
+    ]
 }

@@ -14,7 +14,10 @@ mod json;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use shmflow::{list_regions, remove_if_stale, End, Monitor, Snapshot};
+use shmflow::{
+    list_gates, list_regions, remove_if_stale, End, Error, GateMonitor, GateSnapshot, Monitor,
+    Snapshot,
+};
 
 const USAGE: &str = "usage:
   shmflow list
@@ -75,7 +78,25 @@ fn list() -> Result<(), String> {
             end(s.consumer_state, s.consumer_pid, r.consumer_alive)
         );
     }
-    if regions.is_empty() {
+    let gates = list_gates().map_err(|e| e.to_string())?;
+    for (name, g) in &gates {
+        let gg = g.geometry();
+        let s = g.snapshot();
+        let alive = (0..g.channels()).filter(|&c| g.producer_alive(c)).count();
+        println!(
+            "{:<32} {:>10} {:>9} {:<18} {:<18}",
+            name,
+            gg.segment_size,
+            gg.total_segments(),
+            format!("{alive}/{} alive", gg.channels),
+            end(s.consumer_state, 0, g.consumer_alive()).replace("pid 0", "attached"),
+        );
+        println!(
+            "{:<32} gate: {} channels × {} exclusive + {} floating",
+            "", gg.channels, gg.exclusive, gg.floating
+        );
+    }
+    if regions.is_empty() && gates.is_empty() {
         println!("(no shmflow regions)");
     }
     Ok(())
@@ -84,14 +105,21 @@ fn list() -> Result<(), String> {
 /// Removes every shmflow region whose ends are all dead; never one with a live end.
 fn clean() -> Result<(), String> {
     let mut removed = 0;
-    for r in list_regions().map_err(|e| e.to_string())? {
-        if r.is_stale() {
-            match remove_if_stale(&r.name) {
+    let channels = list_regions().map_err(|e| e.to_string())?;
+    let gates = list_gates().map_err(|e| e.to_string())?;
+    let stale = channels
+        .iter()
+        .filter(|r| r.is_stale())
+        .map(|r| r.name.clone())
+        .chain(gates.iter().filter(|g| g.1.is_stale()).map(|g| g.0.clone()));
+    for name in stale {
+        {
+            match remove_if_stale(&name) {
                 Ok(true) => {
-                    println!("removed {} (no live end)", r.name);
+                    println!("removed {name} (no live end)");
                     removed += 1;
                 }
-                Ok(false) => println!("kept {} (an end came alive)", r.name),
+                Ok(false) => println!("kept {name} (an end came alive)"),
                 Err(e) => eprintln!("shmflow: {e}"),
             }
         }
@@ -119,6 +147,12 @@ fn stat(args: &[String]) -> Result<(), String> {
     let interval =
         Duration::from_millis(flag(args, "--interval-ms", if json { 200 } else { 1000 })?);
     let count: u64 = flag(args, "--count", if json { 1 } else { u64::MAX })?;
+    match GateMonitor::open(name) {
+        Ok(g) => return stat_gate(name, &g, json, interval, count),
+        // Not a gate: a channel, or the channel open says what is wrong.
+        Err(Error::BadMagic { .. }) => {}
+        Err(e) => return Err(e.to_string()),
+    }
     let m = Monitor::open(name).map_err(|e| e.to_string())?;
     let mut prev = m.snapshot();
     let tty = unsafe { libc::isatty(1) } == 1;
@@ -180,4 +214,78 @@ fn print_view(name: &str, prev: &Snapshot, now: &Snapshot, alive: (bool, bool)) 
         "  totals: {} records written, {} read; segments {} committed, {} returned; wake-ups {} by producer, {} by consumer",
         now.records_written, now.records_read, now.segments_committed, now.segments_returned, now.producer_wakes, now.consumer_wakes
     );
+}
+
+fn stat_gate(
+    name: &str,
+    g: &GateMonitor,
+    json: bool,
+    interval: Duration,
+    count: u64,
+) -> Result<(), String> {
+    let mut prev = g.snapshot();
+    // SAFETY: isatty only looks at the descriptor.
+    let tty = unsafe { libc::isatty(1) } == 1;
+    for _ in 0..count {
+        std::thread::sleep(interval);
+        let now = g.snapshot();
+        let alive: Vec<bool> = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
+        if json {
+            println!(
+                "{}",
+                json::gate(name, &prev, &now, &alive, g.consumer_alive())
+            );
+        } else {
+            if tty {
+                print!("\x1b[2J\x1b[H");
+            }
+            print_gate(name, &prev, &now, &alive);
+        }
+        prev = now;
+    }
+    Ok(())
+}
+
+fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool]) {
+    println!(
+        "shmflow stat {name}   (gate: {} channels × {} exclusive + {} floating segments of {} B)",
+        now.channels.len(),
+        now.exclusive,
+        now.floating,
+        now.channels.first().map_or(0, |c| c.snapshot.segment_size)
+    );
+    println!(
+        "  inputExclusiveBuffersUsage {:.2}   inputFloatingBuffersUsage {:.2}   idleTimeMsPerSecond {:.1}{}",
+        now.input_exclusive_buffers_usage(),
+        now.input_floating_buffers_usage(),
+        now.idle_ratio_since(prev) * 1000.0,
+        if now.likely_skew() {
+            "   LIKELY SKEW (floating high, exclusive low)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  {:>3} {:<18} {:>12} {:>12} {:>9} {:>5} {:>7} {:>6} {:>6}",
+        "CH", "PRODUCER", "written/s", "read/s", "bp ms/s", "level", "backlog", "float", "excl"
+    );
+    for (c, (p, n)) in prev.channels.iter().zip(&now.channels).enumerate() {
+        let r = n.snapshot.rates_since(&p.snapshot);
+        println!(
+            "  {:>3} {:<18} {:>12.0} {:>12.0} {:>9.1} {:>5} {:>7} {:>6} {:>6}",
+            c,
+            end(
+                n.snapshot.producer_state,
+                n.snapshot.producer_pid,
+                alive.get(c).copied().unwrap_or(false)
+            ),
+            r.records_written_per_s,
+            r.records_read_per_s,
+            r.back_pressured_time_ms_per_second,
+            r.level.as_str(),
+            n.backlog,
+            n.floating_held,
+            format!("{}/{}", n.exclusive_in_use, now.exclusive),
+        );
+    }
 }
