@@ -1,0 +1,387 @@
+//! Word count as a real multi-process pipeline over shmflow gates and partitions:
+//!
+//! ```text
+//! 2 sources ──round-robin──▶ 3 tokenizers ──by word hash──▶ 2 counters ──▶ 1 sink
+//! ```
+//!
+//! Every stage is its own process (this binary, re-executed with a role). Each tokenizer,
+//! counter and the sink reads one [`Gate`] with a channel per upstream process; sources and
+//! tokenizers write through a [`Partition`]. The sink checks the counts against a count of the
+//! same generated corpus made in one process and exits non-zero on any mismatch, and so does
+//! this program.
+//!
+//! ```text
+//! cargo run --release --example wordcount                       # check the counts
+//! cargo run --release --example wordcount -- --slow-counter 1   # counter 1 is slow: watch
+//!                                                               # backpressure reach the sources
+//! cargo run --release --example wordcount -- --skew             # one hot word: its counter's
+//!                                                               # gate takes the floating segments
+//! ```
+//!
+//! Options: `--lines N` per source (default 200000), `--slow-counter K` and `--slow-ns N`
+//! (busy work per word in counter K, default 3000 ns when slowed), `--skew`.
+
+use std::collections::HashMap;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use shmflow::{
+    BackpressureLevel, Error, Gate, GateGeometry, GateMessage, GateMonitor, GateSnapshot,
+    Partition, Partitioner, Producer,
+};
+
+const SOURCES: usize = 2;
+const TOKENIZERS: usize = 3;
+const COUNTERS: usize = 2;
+const VOCABULARY: u64 = 20_000;
+const HOT_WORD: &str = "the";
+
+#[derive(Clone)]
+struct Opts {
+    lines: u64,
+    slow_counter: Option<usize>,
+    slow_ns: u64,
+    skew: bool,
+    prefix: String,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let get = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let opts = Opts {
+        lines: get("--lines").map_or(200_000, |v| v.parse().expect("--lines N")),
+        slow_counter: get("--slow-counter").map(|v| v.parse().expect("--slow-counter K")),
+        slow_ns: get("--slow-ns").map_or(3000, |v| v.parse().expect("--slow-ns N")),
+        skew: args.iter().any(|a| a == "--skew"),
+        prefix: get("--prefix").unwrap_or_else(|| format!("/shmflow-wc-{}", std::process::id())),
+    };
+    let result = match get("--role").as_deref() {
+        None => orchestrate(&opts, &args),
+        Some(role) => {
+            let index: usize = get("--index").map_or(0, |v| v.parse().expect("--index"));
+            match role {
+                "source" => source(&opts, index),
+                "tokenizer" => tokenizer(&opts, index),
+                "counter" => counter(&opts, index),
+                "sink" => sink(&opts),
+                _ => Err(format!("unknown role {role}")),
+            }
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("wordcount: {e}");
+        std::process::exit(1);
+    }
+}
+
+// ----- the corpus ------------------------------------------------------------------------------
+
+/// splitmix64: the corpus is a pure function of (source, line).
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Line `i` of source `s`: 6 to 17 words; skewed, half the words are the hot one.
+fn line(s: usize, i: u64, skew: bool, out: &mut String) {
+    out.clear();
+    let mut r = mix((s as u64) << 40 ^ i);
+    let words = 6 + r % 12;
+    for w in 0..words {
+        r = mix(r ^ w);
+        if w > 0 {
+            out.push(' ');
+        }
+        if skew && r % 2 == 0 {
+            out.push_str(HOT_WORD);
+        } else {
+            // Zipf-ish: small indices are much more common.
+            let u = (r >> 11) as f64 / (1u64 << 53) as f64;
+            let idx = (u * u * u * VOCABULARY as f64) as u64;
+            use std::fmt::Write;
+            let _ = write!(out, "w{idx}");
+        }
+    }
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01B3)
+    })
+}
+
+fn expected(opts: &Opts) -> HashMap<String, u64> {
+    let mut counts = HashMap::new();
+    let mut l = String::new();
+    for s in 0..SOURCES {
+        for i in 0..opts.lines {
+            line(s, i, opts.skew, &mut l);
+            for w in l.split_ascii_whitespace() {
+                *counts.entry(w.to_owned()).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+// ----- wiring ----------------------------------------------------------------------------------
+
+fn gate_name(opts: &Opts, stage: &str, i: usize) -> String {
+    format!("{}-{stage}{i}", opts.prefix)
+}
+
+fn geometry(channels: usize) -> GateGeometry {
+    GateGeometry::new(channels as u32)
+}
+
+/// Opens channel `c` of a gate its consumer may not have created yet.
+fn open_channel(name: &str, c: usize) -> Result<Producer, String> {
+    let start = Instant::now();
+    loop {
+        match Producer::open_channel(name, c as u32) {
+            Ok(p) => return Ok(p),
+            Err(Error::NotFound { .. }) if start.elapsed() < Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => return Err(format!("opening {name} channel {c}: {e}")),
+        }
+    }
+}
+
+fn err(e: Error) -> String {
+    e.to_string()
+}
+
+// ----- the stages ------------------------------------------------------------------------------
+
+fn source(opts: &Opts, s: usize) -> Result<(), String> {
+    let outs = (0..TOKENIZERS)
+        .map(|t| open_channel(&gate_name(opts, "tok", t), s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut part = Partition::new(outs, Partitioner::RoundRobin).map_err(err)?;
+    let mut l = String::new();
+    for i in 0..opts.lines {
+        line(s, i, opts.skew, &mut l);
+        part.send(l.as_bytes()).map_err(err)?;
+    }
+    // Dropping the producers ends each channel: the tokenizers see EndOfPartition.
+    Ok(())
+}
+
+fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
+    let mut gate = Gate::create(&gate_name(opts, "tok", t), geometry(SOURCES)).map_err(err)?;
+    let outs = (0..COUNTERS)
+        .map(|k| open_channel(&gate_name(opts, "cnt", k), t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut part = Partition::new(outs, Partitioner::Key(Box::new(fnv))).map_err(err)?;
+    while let Some(m) = gate.recv().map_err(err)? {
+        match m {
+            GateMessage::Record { record, .. } => {
+                let text = record.as_bytes().ok_or("a line spans segments")?;
+                for w in text.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
+                    part.send(w).map_err(err)?;
+                }
+            }
+            GateMessage::ChannelDead { channel, error } => {
+                return Err(format!("source {channel} died: {error}"))
+            }
+            GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+fn counter(opts: &Opts, k: usize) -> Result<(), String> {
+    let mut gate = Gate::create(&gate_name(opts, "cnt", k), geometry(TOKENIZERS)).map_err(err)?;
+    let slow = (opts.slow_counter == Some(k)).then(|| Duration::from_nanos(opts.slow_ns));
+    let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+    while let Some(m) = gate.recv().map_err(err)? {
+        match m {
+            GateMessage::Record { record, .. } => {
+                let w = record.as_bytes().ok_or("a word spans segments")?;
+                match counts.get_mut(w) {
+                    Some(n) => *n += 1,
+                    None => {
+                        counts.insert(w.to_vec(), 1);
+                    }
+                }
+                if let Some(d) = slow {
+                    // Busy work, like a costly aggregation (sleeping is far too coarse).
+                    let t = Instant::now();
+                    while t.elapsed() < d {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+            GateMessage::ChannelDead { channel, error } => {
+                return Err(format!("tokenizer {channel} died: {error}"))
+            }
+            GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
+        }
+    }
+    let mut out = open_channel(&gate_name(opts, "sink", 0), k)?;
+    let mut rec = Vec::new();
+    for (w, n) in counts {
+        rec.clear();
+        rec.extend_from_slice(&n.to_le_bytes());
+        rec.extend_from_slice(&w);
+        out.send(&rec).map_err(err)?;
+    }
+    Ok(())
+}
+
+fn sink(opts: &Opts) -> Result<(), String> {
+    let mut gate = Gate::create(&gate_name(opts, "sink", 0), geometry(COUNTERS)).map_err(err)?;
+    let mut got: HashMap<String, u64> = HashMap::new();
+    let mut per_counter = [0u64; COUNTERS];
+    while let Some(m) = gate.recv().map_err(err)? {
+        if let GateMessage::Record { channel, record } = m {
+            let b = record.as_bytes().ok_or("a result spans segments")?;
+            let n = u64::from_le_bytes(b[..8].try_into().map_err(|_| "short result")?);
+            let w = String::from_utf8_lossy(&b[8..]).into_owned();
+            per_counter[channel] += n;
+            if got.insert(w.clone(), n).is_some() {
+                return Err(format!("word {w:?} counted by two counters"));
+            }
+        }
+    }
+    let want = expected(opts);
+    let total: u64 = want.values().sum();
+    let mut wrong = 0;
+    for (w, n) in &want {
+        if got.get(w) != Some(n) {
+            if wrong < 5 {
+                eprintln!("mismatch: {w:?} expected {n}, got {:?}", got.get(w));
+            }
+            wrong += 1;
+        }
+    }
+    wrong += got.keys().filter(|w| !want.contains_key(*w)).count();
+    if wrong > 0 {
+        return Err(format!(
+            "{wrong} word counts differ from the single-process count"
+        ));
+    }
+    println!(
+        "sink: OK, {} distinct words, {total} words, per counter {per_counter:?} (matches the single-process count)",
+        want.len()
+    );
+    Ok(())
+}
+
+// ----- the orchestrator ------------------------------------------------------------------------
+
+fn spawn(opts: &Opts, args: &[String], role: &str, index: usize) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
+    cmd.args(args)
+        .args(["--role", role, "--index", &index.to_string()])
+        .args(["--prefix", &opts.prefix]);
+    cmd.spawn().expect("spawning a stage")
+}
+
+/// One line per gate: what flowed through it and how its producers fared.
+fn report(stage: &str, prev: &GateSnapshot, now: &GateSnapshot) {
+    let mut written = 0.0;
+    let mut read = 0.0;
+    let mut bp = 0.0f64;
+    let mut level = BackpressureLevel::Ok;
+    for (p, n) in prev.channels.iter().zip(&now.channels) {
+        let r = n.snapshot.rates_since(&p.snapshot);
+        written += r.records_written_per_s;
+        read += r.records_read_per_s;
+        bp = bp.max(r.back_pressured_time_ms_per_second);
+        if r.level as u8 > level as u8 {
+            level = r.level;
+        }
+    }
+    println!(
+        "  {stage:<6} in {:>10.0} rec/s  read {:>10.0} rec/s  upstream backpressure {:<4} ({:>5.0} ms/s)  exclusive {:.2} floating {:.2}{}",
+        written,
+        read,
+        level.as_str(),
+        bp,
+        now.input_exclusive_buffers_usage(),
+        now.input_floating_buffers_usage(),
+        if now.likely_skew() { "  SKEW" } else { "" },
+    );
+}
+
+fn orchestrate(opts: &Opts, args: &[String]) -> Result<(), String> {
+    println!(
+        "wordcount: {SOURCES} sources × {} lines → {TOKENIZERS} tokenizers → {COUNTERS} counters → sink{}{}",
+        opts.lines,
+        opts.slow_counter
+            .map_or(String::new(), |k| format!(", counter {k} slowed by {} ns/word", opts.slow_ns)),
+        if opts.skew { ", skewed words" } else { "" }
+    );
+    let start = Instant::now();
+    // Consumers first (they create their gates), then producers (which wait for them).
+    let mut kids = vec![spawn(opts, args, "sink", 0)];
+    kids.extend((0..COUNTERS).map(|k| spawn(opts, args, "counter", k)));
+    kids.extend((0..TOKENIZERS).map(|t| spawn(opts, args, "tokenizer", t)));
+    kids.extend((0..SOURCES).map(|s| spawn(opts, args, "source", s)));
+    let stages: Vec<(String, String)> = (0..TOKENIZERS)
+        .map(|t| (format!("tok{t}"), gate_name(opts, "tok", t)))
+        .chain((0..COUNTERS).map(|k| (format!("cnt{k}"), gate_name(opts, "cnt", k))))
+        .collect();
+    let mut monitors: Vec<Option<(GateMonitor, GateSnapshot)>> =
+        stages.iter().map(|_| None).collect();
+    let mut failed = false;
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let mut lines = Vec::new();
+        for (i, (stage, name)) in stages.iter().enumerate() {
+            if monitors[i].is_none() {
+                if let Ok(m) = GateMonitor::open(name) {
+                    let s = m.snapshot();
+                    monitors[i] = Some((m, s));
+                }
+                continue;
+            }
+            let (m, prev) = monitors[i].as_mut().expect("opened");
+            let now = m.snapshot();
+            if now.consumer_state == 2 {
+                continue; // that stage is done
+            }
+            lines.push((stage.clone(), prev.clone(), now.clone()));
+            *prev = now;
+        }
+        if !lines.is_empty() {
+            println!("t={:>4.1}s", start.elapsed().as_secs_f64());
+            for (stage, prev, now) in &lines {
+                report(stage, prev, now);
+            }
+        }
+        let mut running = false;
+        for k in kids.iter_mut() {
+            match k.try_wait().map_err(|e| e.to_string())? {
+                None => running = true,
+                Some(st) if !st.success() => failed = true,
+                Some(_) => {}
+            }
+        }
+        if !running || failed {
+            break;
+        }
+    }
+    if failed {
+        for k in kids.iter_mut() {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+        return Err("a stage failed (see above)".into());
+    }
+    let words: u64 = expected(opts).values().sum();
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "wordcount: done in {secs:.1} s, {:.2} M words/s end to end",
+        words as f64 / secs / 1e6
+    );
+    Ok(())
+}
