@@ -50,13 +50,31 @@ pub(crate) fn check_payload(region: &str, payload: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Producer side of the lane: writes slot `tail` if there is room. `head` is the consumer's
-/// published cursor. Returns false if the lane is full.
-pub(crate) fn lane_push(h: &Header, tail: u64, kind: u32, payload: &[u8]) -> bool {
+/// Producer side of the lane: writes slot `tail` if there is room (`Ok(false)` if the lane is
+/// full). The consumer's head is untrusted: one that passed the tail or fell more than the
+/// lane behind is `Corrupt`.
+pub(crate) fn lane_push(
+    h: &Header,
+    tail: u64,
+    kind: u32,
+    payload: &[u8],
+    region: &str,
+) -> Result<bool> {
     // Acquire: the consumer's reads of the slot we reuse happened before it moved its head.
     let head = h.cons.prio_head.load(Ordering::Acquire);
-    if tail.wrapping_sub(head) >= PRIO_SLOTS as u64 {
-        return false;
+    if head > tail || tail - head > PRIO_SLOTS as u64 {
+        return Err(Error::corrupt(
+            region,
+            "priority lane head",
+            format!(
+                "between {} and {tail}",
+                tail.saturating_sub(PRIO_SLOTS as u64)
+            ),
+            head,
+        ));
+    }
+    if tail - head == PRIO_SLOTS as u64 {
+        return Ok(false);
     }
     let slot = &h.prio[(tail % PRIO_SLOTS as u64) as usize];
     for (i, w) in slot.words.iter().enumerate() {
@@ -76,7 +94,7 @@ pub(crate) fn lane_push(h: &Header, tail: u64, kind: u32, payload: &[u8]) -> boo
     );
     // Release: the slot's words are visible to whoever loads the tail with Acquire.
     h.prio_tail.store(tail + 1, Ordering::Release);
-    true
+    Ok(true)
 }
 
 /// Consumer side: copies slot `head` into `buf` if the lane holds one. `Err(Corrupt)` if the
@@ -92,7 +110,7 @@ pub(crate) fn lane_pop(
     if tail == head {
         return Ok(None);
     }
-    if tail.wrapping_sub(head) > PRIO_SLOTS as u64 {
+    if tail < head || tail - head > PRIO_SLOTS as u64 {
         return Err(Error::corrupt(
             region,
             "priority lane tail",

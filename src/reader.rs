@@ -658,7 +658,14 @@ impl Consumer {
                     payload: &self.prio_buf[..len],
                     priority: true,
                 })),
-                None => unreachable!("a pending priority event stays until read"),
+                // Only a producer that moves its tail back makes a pending event vanish.
+                None => {
+                    return Err(self.corrupt(
+                        "priority lane tail",
+                        "a tail that never moves back".into(),
+                        self.shared.header().prio_tail.load(Ordering::Relaxed),
+                    ))
+                }
             },
             Next::End => None,
         })

@@ -766,15 +766,35 @@ impl Producer {
     /// barriers do. It is visible at once (no flush needed). At most four can be in flight:
     /// the fifth waits until the consumer has received one.
     pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+        self.priority_inner(kind, payload, Deadline::Never)
+    }
+
+    /// As [`Producer::send_priority_event`], or [`Error::WouldBlock`] if four are in flight.
+    pub fn try_send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+        self.priority_inner(kind, payload, Deadline::Now)
+    }
+
+    /// As [`Producer::send_priority_event`], waiting at most `timeout` for room.
+    pub fn send_priority_event_timeout(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        self.priority_inner(kind, payload, Deadline::after(timeout))
+    }
+
+    fn priority_inner(&mut self, kind: u32, payload: &[u8], deadline: Deadline) -> Result<()> {
         crate::event::check_payload(&self.shared.name, payload)?;
         if self.closed {
             return Err(self.closed_error());
         }
         let shared = self.shared.clone();
         let h = shared.header();
-        if !crate::event::lane_push(h, self.prio_tail, kind, payload) {
-            wait::wait_for(&h.producer_park, self.wait, Deadline::Never, |check_peer| {
-                if crate::event::lane_push(h, self.prio_tail, kind, payload) {
+        let push = |tail| crate::event::lane_push(h, tail, kind, payload, &shared.name);
+        if !push(self.prio_tail)? {
+            wait::wait_for(&h.producer_park, self.wait, deadline, |check_peer| {
+                if push(self.prio_tail)? {
                     return Ok(Some(()));
                 }
                 if self.consumer_detached() {

@@ -218,3 +218,104 @@ fn writer_survives_a_scribbled_region() {
         println!("seed {seed}: {writes} scribbles, writer saw {seen:?}");
     }
 }
+
+#[test]
+fn gate_and_its_producers_survive_a_scribbled_region() {
+    if role().as_deref() == Some("gate-producer") {
+        let c: u32 = std::env::var("CHANNEL").unwrap().parse().unwrap();
+        let mut p = match Producer::open_channel(&std::env::var("NAME").unwrap(), c) {
+            Ok(p) => p,
+            Err(e) => {
+                println!("peer could not attach: {e}");
+                std::process::exit(0);
+            }
+        };
+        let mut rng = Rng::new(c as u64);
+        let end = Instant::now() + RUN;
+        let mut buf = Vec::new();
+        let mut seq = 0;
+        let t = Duration::from_millis(50);
+        while Instant::now() < end {
+            make_record(seq, rng.below(10_000) as usize, &mut buf);
+            seq += 1;
+            let call = Instant::now();
+            let _ = match rng.below(10) {
+                0 => p.try_send_event(1, &buf[..buf.len().min(100)]),
+                1 => p.send_priority_event_timeout(2, &buf[..buf.len().min(200)], t),
+                2 => p.flush(),
+                _ => p.send_timeout(&buf, t),
+            };
+            assert!(
+                call.elapsed() < Duration::from_secs(2),
+                "a 50 ms call took {:?}",
+                call.elapsed()
+            );
+        }
+        std::process::exit(0);
+    }
+    for seed in seeds() {
+        let name = unique_name(&format!("hostile-g{seed}"));
+        let gg = shmflow::GateGeometry {
+            channels: 3,
+            exclusive: 2,
+            floating: 2,
+            segment_size: 4096,
+        };
+        let mut gate = shmflow::Gate::create(&name, gg).unwrap();
+        gate.set_max_record_len(MAX_RECORD);
+        let kids: Vec<_> = (0..3)
+            .map(|c| {
+                spawn(
+                    "gate_and_its_producers_survive_a_scribbled_region",
+                    "gate-producer",
+                    &[("NAME", name.clone()), ("CHANNEL", c.to_string())],
+                    None,
+                )
+            })
+            .collect();
+        wait_attached(|| {
+            gate.metrics()
+                .channels
+                .iter()
+                .all(|c| c.snapshot.producer_state == 1)
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let scrib = scribbler(&name, seed ^ 0x6A7E, stop.clone());
+        let start = Instant::now();
+        let mut seen = std::collections::BTreeMap::new();
+        while start.elapsed() < RUN + Duration::from_millis(500) {
+            let call = Instant::now();
+            let res = gate.recv_timeout(Duration::from_millis(100));
+            assert!(
+                call.elapsed() < Duration::from_secs(2),
+                "recv_timeout(100 ms) took {:?}",
+                call.elapsed()
+            );
+            let key = match res {
+                Ok(Some(shmflow::GateMessage::Record { record, .. })) => match record.to_vec() {
+                    Ok(v) => {
+                        assert!(v.len() as u64 <= MAX_RECORD);
+                        "record"
+                    }
+                    Err(e) => outcome(&e),
+                },
+                Ok(Some(shmflow::GateMessage::Event { event, .. })) => {
+                    assert!(event.payload.len() <= shmflow::MAX_EVENT_PAYLOAD);
+                    "event"
+                }
+                Ok(Some(shmflow::GateMessage::EndOfPartition { .. })) => "end",
+                Ok(Some(shmflow::GateMessage::ChannelDead { .. })) => "dead",
+                Ok(None) => "all-ended",
+                Err(e) => outcome(&e),
+            };
+            *seen.entry(key).or_insert(0u64) += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let writes = scrib.join().unwrap();
+        drop(gate);
+        for k in kids {
+            peer_exit_ok(k.wait_with_output().unwrap().status);
+        }
+        println!("seed {seed}: {writes} scribbles, gate saw {seen:?}");
+    }
+}

@@ -429,7 +429,17 @@ impl Gate {
                 self.state[c] = State::Failed;
                 Ok(Some(GateMessage::EndOfPartition { channel: c }))
             }
-            Err(Error::WouldBlock) => Err(Error::WouldBlock),
+            // `ready` saw a committed frame; only a producer rewriting what it committed
+            // makes it vanish.
+            Err(Error::WouldBlock) => {
+                self.state[c] = State::Failed;
+                Err(Error::corrupt(
+                    &self.shared.name,
+                    "channel contents",
+                    format!("the frame channel {c} had committed to stay"),
+                    c as u64,
+                ))
+            }
             Err(e) => {
                 self.state[c] = State::Failed;
                 Err(e)
