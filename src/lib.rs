@@ -77,6 +77,11 @@ pub use reader::{Consumer, Record, DEFAULT_MAX_RECORD_LEN};
 pub use wait::WaitStrategy;
 pub use writer::{Claim, FlushPolicy, Producer, RecordWriter};
 
+/// Hooks for the criterion benches in `benches/` (the real ring, otherwise private).
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub mod bench_api;
+
 /// Hooks for the loom models in `loom-tests/`: the library's real ring, producer and consumer
 /// over a region on the heap. Only built with `--cfg loom`.
 #[cfg(loom)]

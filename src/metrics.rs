@@ -45,6 +45,20 @@ pub(crate) struct ConsumerCounters {
 pub(crate) struct Local(pub u64);
 
 impl Local {
+    /// Counts without publishing (per-record counters: published by [`Local::publish`] at
+    /// segment boundaries, flushes and waits, so the hot path stores nothing shared).
+    #[inline]
+    pub(crate) fn bump(&mut self, v: u64) {
+        self.0 = self.0.wrapping_add(v);
+    }
+
+    /// Publishes the local value.
+    #[inline]
+    pub(crate) fn publish(&self, shared: &AtomicU64) {
+        // Relaxed: a statistic; readers need no ordering with the data.
+        shared.store(self.0, Ordering::Relaxed);
+    }
+
     #[inline]
     pub(crate) fn add(&mut self, shared: &AtomicU64, v: u64) {
         self.0 = self.0.wrapping_add(v);

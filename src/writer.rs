@@ -411,6 +411,9 @@ impl Producer {
             return false;
         }
         c.published = c.wpos;
+        let h = self.shared.header();
+        self.counters.records.publish(&h.producer_counters.records);
+        self.counters.bytes.publish(&h.producer_counters.bytes);
         let word = commit::pack(c.gen, false, c.wpos as u32);
         let slot = self.shared.commit(c.seg);
         // Release: the frames before `wpos` are visible to whoever loads this with Acquire.
@@ -424,11 +427,13 @@ impl Producer {
     /// Seals the current segment at the writer position: the consumer returns it once read.
     fn seal(&mut self) {
         let Some(c) = self.cur.take() else { return };
+        let h = self.shared.header();
+        self.counters.records.publish(&h.producer_counters.records);
+        self.counters.bytes.publish(&h.producer_counters.bytes);
         // Release: as in `publish`.
         self.shared
             .commit(c.seg)
             .store(commit::pack(c.gen, true, c.wpos as u32), Ordering::Release);
-        let h = self.shared.header();
         self.counters
             .committed
             .add(&h.producer_counters.segments_committed, 1);
@@ -534,9 +539,8 @@ impl Producer {
     #[inline]
     fn record_done(&mut self, len: u64) {
         if self.metrics {
-            let h = self.shared.header();
-            self.counters.records.add(&h.producer_counters.records, 1);
-            self.counters.bytes.add(&h.producer_counters.bytes, len);
+            self.counters.records.bump(1);
+            self.counters.bytes.bump(len);
         }
         self.after_frame_end();
     }
@@ -548,8 +552,12 @@ impl Producer {
         self.metrics = on;
     }
 
-    /// The channel's counters now (both sides', as the region shows them).
+    /// The channel's counters now (both sides', as the region shows them; the peer publishes
+    /// its per-record counts at segment boundaries, flushes and waits).
     pub fn metrics(&self) -> crate::Snapshot {
+        let h = self.shared.header();
+        self.counters.records.publish(&h.producer_counters.records);
+        self.counters.bytes.publish(&h.producer_counters.bytes);
         crate::metrics::snapshot(&self.shared)
     }
 
