@@ -228,6 +228,7 @@ impl Consumer {
         let Some(c) = self.cur.take() else {
             return Ok(());
         };
+        self.publish_counts();
         let back = match &mut self.gate {
             None => Some(c.seg),
             Some(link) => link.on_release(&self.shared, c.seg),
@@ -420,6 +421,8 @@ impl Consumer {
         if let Some(f) = self.poll_frame()? {
             return Ok(Some(f));
         }
+        // Nothing to read: a good moment to publish what was read so far.
+        self.publish_counts();
         let timed = !matches!(deadline, Deadline::Now);
         if timed && self.wait != WaitStrategy::Park {
             // Most waits of a busy channel are short: look a few more times before reading
@@ -489,9 +492,11 @@ impl Consumer {
         self.metrics = on;
     }
 
-    /// The channel's counters now (both sides', as the region shows them; the producer
-    /// publishes its record counts with its commits: at flushes and segment ends).
+    /// The channel's counters now (both sides', as the region shows them). Record and byte
+    /// counts are published in batches: the producer's with its commits (at flushes and
+    /// segment ends), the consumer's every 16 records and whenever it finds nothing to read.
     pub fn metrics(&self) -> crate::Snapshot {
+        self.publish_counts();
         crate::metrics::snapshot(&self.shared)
     }
 
@@ -500,9 +505,20 @@ impl Consumer {
         if !self.metrics {
             return;
         }
+        self.counters.records.bump(1);
+        self.counters.bytes.bump(len);
+        // Published every 16 records, and whenever the consumer moves to another segment or
+        // finds nothing to read: two shared stores per record cost 10–15 % at 100 M records/s.
+        if self.counters.records.0 % 16 == 0 {
+            self.publish_counts();
+        }
+    }
+
+    /// Publishes the per-record counters.
+    fn publish_counts(&self) {
         let h = self.shared.header();
-        self.counters.records.add(&h.consumer_counters.records, 1);
-        self.counters.bytes.add(&h.consumer_counters.bytes, len);
+        self.counters.records.publish(&h.consumer_counters.records);
+        self.counters.bytes.publish(&h.consumer_counters.bytes);
     }
 
     /// Moves past the rest of a spanning record that was dropped unread.
@@ -901,6 +917,7 @@ impl Drop for Consumer {
         if std::thread::panicking() {
             return;
         }
+        self.publish_counts();
         let h = self.shared.header();
         // Release: our last reads of the region happen before the producer sees us gone.
         h.consumer.state.store(END_DETACHED, Ordering::Release);
