@@ -424,6 +424,8 @@ impl Consumer {
         // Nothing to read: a good moment to publish what was read so far.
         self.publish_counts();
         let timed = !matches!(deadline, Deadline::Now);
+        // (Not under loom: the spin path is covered by `wait_for`, and the models stay small.)
+        #[cfg(not(loom))]
         if timed && self.wait != WaitStrategy::Park {
             // Most waits of a busy channel are short: look a few more times before reading
             // the clock (waits shorter than this burst, well under a microsecond, are not
@@ -875,9 +877,6 @@ impl Consumer {
 /// Polls of a waiting consumer before it reads the clock to account idle time.
 #[cfg(not(loom))]
 const FAST_POLLS: u32 = 8;
-/// Under loom: none (keeps the models small; the spin path is covered by `wait_for`).
-#[cfg(loom)]
-const FAST_POLLS: u32 = 0;
 
 /// How far ahead of the read position the consumer prefetches committed bytes.
 const PREFETCH_AHEAD: usize = 1024;
