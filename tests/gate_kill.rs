@@ -115,3 +115,53 @@ fn a_killed_producer_is_reported_dead_and_the_gate_serves_the_rest() {
         );
     }
 }
+
+#[test]
+fn a_gate_whose_consumer_crashed_is_stale_and_can_be_cleaned() {
+    if role().as_deref() == Some("gate-creator") {
+        let _g = Gate::create(&std::env::var("NAME").unwrap(), GateGeometry::new(2)).unwrap();
+        println!("ready");
+        std::thread::sleep(Duration::from_secs(60));
+        std::process::exit(3);
+    }
+    use std::io::BufRead;
+    let name = unique_name("gate-stale");
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "a_gate_whose_consumer_crashed_is_stale_and_can_be_cleaned",
+        "--nocapture",
+    ])
+    .env(ROLE, "gate-creator")
+    .env("NAME", &name)
+    .stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "creator exited early"
+        );
+    }
+    // A producer attaches and stays: the gate is not stale while it lives.
+    let p = Producer::open_channel(&name, 1).unwrap();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    assert!(matches!(
+        Gate::create(&name, GateGeometry::new(2)),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert!(
+        !shmflow::remove_if_stale(&name).unwrap(),
+        "a live producer keeps it"
+    );
+    drop(p);
+    let e = Gate::create(&name, GateGeometry::new(2)).err().unwrap();
+    assert!(matches!(e, Error::Stale { .. }), "{e}");
+    assert!(e.to_string().contains("shmflow clean"), "{e}");
+    assert!(shmflow::remove_if_stale(&name).unwrap());
+    let _g = Gate::create(&name, GateGeometry::new(2)).unwrap();
+}
