@@ -10,7 +10,7 @@ use crate::shared::Shared;
 use crate::sync::Arc;
 
 struct State {
-    /// Set (Release) by the producer after it published a commit word; taken (Acquire) by the
+    /// Set (Release) by the producer after it published frames; taken (Acquire) by the
     /// flusher, so that the commit store happens before the flusher's notifying swap.
     pending: AtomicBool,
     stop: AtomicBool,

@@ -11,7 +11,18 @@
 //! of a segment, or in place of the frame that was being written) ends a spanning record that
 //! the producer gave up; the reader reports [`crate::Error::RecordAborted`] for it.
 //!
-//! `EVENT` frames carry in-band events between records (see [`crate::Event`]).
+//! `EVENT` frames carry in-band events between records (see [`crate::Event`]). A `SEAL` frame
+//! (length 0) ends a segment that the producer leaves before its end; a segment filled to its
+//! last byte needs none.
+//!
+//! **The header is the commit.** A header word is never 0 (every kind is non-zero), and the
+//! word just past the last published frame is always 0: the producer zeroes word 0 of a
+//! segment before handing it over, and before each publication it zeroes the word at its
+//! write position and then stores the header of the first frame not yet published with
+//! Release. Frames written after that first one keep plain headers until then: the consumer
+//! cannot reach them, because it stops at the first 0 it loads (with Acquire). So one Release
+//! store publishes any number of frames, and a consumer waiting for the next frame polls the
+//! very line it will read.
 //!
 //! Kinds carry a tag in their upper half so that garbage is unlikely to parse as a frame.
 
@@ -25,6 +36,8 @@ pub(crate) const ABORT: u32 = 0x5346_0005;
 /// An in-band event: payload is `kind: u32`, 4 bytes of zero, then the event's own bytes. It
 /// never spans and sits between records like a `WHOLE` frame.
 pub(crate) const EVENT: u32 = 0x5346_0006;
+/// Ends a segment before its last byte: the producer moved on to the next segment.
+pub(crate) const SEAL: u32 = 0x5346_0007;
 /// Not a frame: what the reader's poll reports when a priority event is waiting.
 pub(crate) const PRIORITY_PENDING: u32 = 0;
 
@@ -57,7 +70,7 @@ mod tests {
     #[test]
     fn header_round_trip_and_alignment() {
         for len in [0u32, 1, 7, 8, 9, 4087, 4088, u32::MAX] {
-            for kind in [WHOLE, FIRST, MIDDLE, LAST, ABORT, EVENT] {
+            for kind in [WHOLE, FIRST, MIDDLE, LAST, ABORT, EVENT, SEAL] {
                 assert_eq!(decode(encode(len, kind)), (len, kind));
             }
         }

@@ -1,13 +1,14 @@
-//! The region layout: header, rings, commit words, segments — and the geometry that places
+//! The region layout: header, rings, segments — and the geometry that places
 //! them. Offsets are always computed from a validated geometry, never read from the region.
 //!
 //! ```text
 //! | header (4 KiB): identity, geometry, attach state, cursors, park words, counters |
 //! | data ring slots   (N × u64, producer → consumer: segment index)                 |
 //! | return ring slots (N × u64, consumer → producer: segment index)                 |
-//! | commit words      (N × 128 B: generation | sealed | committed offset)           |
 //! | segment 0 | segment 1 | ... | segment N-1   (segment_size bytes each, 4 KiB aligned) |
 //! ```
+//!
+//! There are no commit words: a frame's header is its own commit (see `frame.rs`).
 
 use crate::error::{Error, Result};
 use crate::metrics::{ConsumerCounters, ProducerCounters};
@@ -16,7 +17,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Bytes reserved for the header page; rings start after it.
 pub const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
@@ -31,7 +32,7 @@ pub const MIN_SEGMENT_SIZE: u32 = 4096;
 /// Smallest segment under loom: tiny, to keep the models' state small.
 #[cfg(loom)]
 pub const MIN_SEGMENT_SIZE: u32 = 64;
-/// Largest segment: the committed offset must fit the 31 bits of a commit word.
+/// Largest segment (frame lengths are 32-bit; 1 GiB keeps every offset well inside).
 pub const MAX_SEGMENT_SIZE: u32 = 1 << 30;
 /// Largest segment count, to keep a corrupt header from asking for absurd mappings.
 pub const MAX_SEGMENT_COUNT: u32 = 1 << 20;
@@ -146,30 +147,6 @@ impl Header {
     }
 }
 
-/// Bits of a commit word: `generation (32) | sealed (1) | committed offset (31)`.
-///
-/// The generation is the low 32 bits of the data-ring position at which the producer handed
-/// the segment over; both ends know it independently, so a stale or forged word is caught.
-pub(crate) mod commit {
-    pub const SEALED: u64 = 1 << 31;
-    pub const OFFSET_MASK: u64 = SEALED - 1;
-
-    #[inline]
-    pub fn pack(gen: u32, sealed: bool, offset: u32) -> u64 {
-        ((gen as u64) << 32) | if sealed { SEALED } else { 0 } | offset as u64
-    }
-
-    /// `(generation, sealed, offset)`.
-    #[inline]
-    pub fn unpack(word: u64) -> (u32, bool, u32) {
-        (
-            (word >> 32) as u32,
-            word & SEALED != 0,
-            (word & OFFSET_MASK) as u32,
-        )
-    }
-}
-
 /// Size and number of segments: everything else in the layout follows from these two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -239,16 +216,8 @@ impl Geometry {
         self.data_ring_offset() + self.ring_bytes()
     }
 
-    pub(crate) fn commits_offset(&self) -> usize {
-        self.return_ring_offset() + self.ring_bytes()
-    }
-
     pub(crate) fn segments_offset(&self) -> usize {
-        self.commits_offset()
-            + align_up(
-                self.segment_count as usize * std::mem::size_of::<Padded<u64>>(),
-                4096,
-            )
+        self.return_ring_offset() + self.ring_bytes()
     }
 
     /// Total bytes of a region with this geometry.

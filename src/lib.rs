@@ -31,9 +31,9 @@
 //! Invariants the code keeps (and the loom models in `loom-tests/` check):
 //! - every segment is in exactly one place: the return ring, the producer's hand, the data
 //!   ring, or the consumer's hand; both rings have capacity N, so a push never fails;
-//! - the consumer never reads a byte before the producer's Release store of the commit word
-//!   that covers it, and the producer never writes a segment before the consumer's Release
-//!   push that returned it;
+//! - the consumer never reads a byte before the producer's Release store of the frame header
+//!   that publishes it (a header is its own commit; a 0 word ends what is published), and the
+//!   producer never writes a segment before the consumer's Release push that returned it;
 //! - a side parks only after announcing it and re-checking, and the other side wakes it
 //!   whenever it has announced (see `wait.rs`): no lost wake-up;
 //! - everything read from shared memory is validated before use ([`Error::Corrupt`]).

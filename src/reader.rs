@@ -1,11 +1,11 @@
-//! The consumer end: takes segments from the data ring in order, reads the frames committed in
-//! each, and returns a segment to the producer once it has read everything in it and the
-//! producer has sealed it.
+//! The consumer end: takes segments from the data ring in order, reads the frames published in
+//! each (a frame is there when its header word, loaded with Acquire, is not 0: see
+//! `frame.rs`), and returns a segment to the producer once it has read its SEAL frame or its
+//! last byte.
 //!
-//! Everything read from the region is untrusted: the segment index (ring), the commit word
-//! (generation must match the ring position, offset 8-aligned, within the segment, never going
-//! back) and every frame header (known kind, length within what is committed, spanning parts
-//! in a valid order and place) are checked before use; a violation is [`Error::Corrupt`].
+//! Everything read from the region is untrusted: the segment index (ring) and every frame
+//! header (known kind, length within the segment, spanning parts in a valid order and place)
+//! are checked before use; a violation is [`Error::Corrupt`].
 //! Loops are bounded: one call moves past at most `N + 1` segments before it reports "nothing
 //! yet", so a peer that floods empty segments cannot trap the reader.
 
@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::error::{End, Error, Result};
 use crate::event::{Event, Message};
 use crate::frame::{self, HEADER};
-use crate::layout::{commit, END_DETACHED};
+use crate::layout::END_DETACHED;
 use crate::liveness::{EndLock, Liveness};
 use crate::metrics::{monotonic_ns, Local};
 use crate::ring::{RingRx, RingTx};
@@ -34,12 +34,8 @@ struct ReadSeg {
     seg: u32,
     /// Start of the segment in the mapping (cached: computed once per segment, not per record).
     base: *const u8,
-    gen: u32,
     /// Next frame to read.
     rd: usize,
-    /// Last committed offset seen (validated).
-    committed: usize,
-    sealed: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -265,47 +261,17 @@ impl Consumer {
         }
     }
 
-    fn refresh_commit(&mut self) -> Result<()> {
-        let seg_size = self.shared.segment_size();
-        let c = self.cur.expect("a segment in hand");
-        // Acquire: pairs with the producer's Release store, so the frames before the offset
-        // are visible.
-        let word = self.shared.commit(c.seg).load(Ordering::Acquire);
-        let (gen, sealed, off) = commit::unpack(word);
-        if gen != c.gen {
-            return Err(self.corrupt(
-                "segment commit generation",
-                format!("{} (the data-ring position)", c.gen),
-                gen as u64,
-            ));
-        }
-        let off = off as usize;
-        if off > seg_size || off % 8 != 0 || off < c.committed {
-            return Err(self.corrupt(
-                "segment committed offset",
-                format!("a multiple of 8 between {} and {seg_size}", c.committed),
-                off as u64,
-            ));
-        }
-        let c = self.cur.as_mut().expect("a segment in hand");
-        c.committed = off;
-        c.sealed = sealed;
-        Ok(())
-    }
-
-    fn parse(&self, c: ReadSeg) -> Result<Frame> {
+    /// Checks the published header `word` of the frame at `c.rd`.
+    fn parse(&self, c: ReadSeg, word: u64) -> Result<Frame> {
         let at = c.rd;
-        self.shared.tracker.read(c.seg as usize, at, HEADER);
-        // SAFETY: `at + 8 <= committed <= segment_size` (rd < committed, both multiples of 8),
-        // the segment is in our hand, and `at` is 8-aligned in an 8-aligned segment.
-        let word = u64::from_le(unsafe { (c.base.add(at) as *const u64).read() });
+        let seg_size = self.shared.segment_size();
         let (len, kind) = frame::decode(word);
         let len = len as usize;
-        let avail = c.committed - at - HEADER;
+        let avail = seg_size - at - HEADER;
         if len > avail {
             return Err(self.corrupt(
                 "frame length",
-                format!("at most {avail} (committed bytes left)"),
+                format!("at most {avail} (bytes left in the segment)"),
                 len as u64,
             ));
         }
@@ -333,15 +299,21 @@ impl Consumer {
                 at as u64,
             )),
             frame::FIRST | frame::MIDDLE => {
-                if !c.sealed || frame::next_frame(at, len) != c.committed {
+                if frame::next_frame(at, len) != seg_size {
                     return Err(self.corrupt(
                         "spanning part end",
-                        "the sealed end of its segment".into(),
+                        "the end of its segment".into(),
                         frame::next_frame(at, len) as u64,
                     ));
                 }
                 Ok(f)
             }
+            frame::SEAL if self.in_span || len != 0 => Err(self.corrupt(
+                "seal frame",
+                "an empty SEAL outside a spanning record".into(),
+                len as u64,
+            )),
+            frame::SEAL => Ok(f),
             frame::LAST | frame::ABORT if at != 0 => Err(self.corrupt(
                 "spanning part offset",
                 "0 (a LAST or ABORT part starts its segment)".into(),
@@ -356,9 +328,10 @@ impl Consumer {
         }
     }
 
-    /// The next committed frame, if any, without waiting. Does not move past it.
+    /// The next published frame, if any, without waiting. Does not move past it.
     fn poll_frame(&mut self) -> Result<Option<Frame>> {
         let mut hops = 0;
+        let seg_size = self.shared.segment_size();
         loop {
             let Some(c) = self.cur else {
                 let Some(seg) = self.data.pop(&self.shared.data_ring())? else {
@@ -367,14 +340,10 @@ impl Consumer {
                 if let Some(link) = &self.gate {
                     link.check_owned(&self.shared, seg)?;
                 }
-                let gen = (self.data.position() - 1) as u32;
                 self.cur = Some(ReadSeg {
                     seg,
                     base: self.shared.segment_ptr(seg),
-                    gen,
                     rd: 0,
-                    committed: 0,
-                    sealed: false,
                 });
                 let h = self.shared.header();
                 self.counters
@@ -382,19 +351,19 @@ impl Consumer {
                     .add(&h.consumer_counters.segments_taken, 1);
                 continue;
             };
-            if c.rd < c.committed {
-                return self.parse(c).map(Some);
-            }
-            if !c.sealed {
-                self.refresh_commit()?;
-                let c = self.cur.expect("still in hand");
-                if c.rd < c.committed {
-                    continue;
-                }
-                if !c.sealed {
+            if c.rd + HEADER <= seg_size {
+                // Acquire: pairs with the producer's Release store of the first header of
+                // what it publishes, so every frame up to the next 0 is visible.
+                let word = self.shared.word(c.seg, c.rd).load(Ordering::Acquire);
+                if word == 0 {
                     return Ok(None);
                 }
+                let f = self.parse(c, word)?;
+                if f.kind != frame::SEAL {
+                    return Ok(Some(f));
+                }
             }
+            // Read to its end, or sealed: the producer writes nothing more in it.
             self.release_current()?;
             hops += 1;
             if hops > self.shared.n() {
@@ -550,21 +519,20 @@ impl Consumer {
         }
         let c = self.cur.as_mut()?;
         let at = c.rd;
-        if at >= c.committed {
+        let seg_size = self.shared.segment_size();
+        if at + HEADER > seg_size {
             return None;
         }
-        self.shared.tracker.read(c.seg as usize, at, HEADER);
-        // SAFETY: `at + 8 <= committed <= segment_size` (both multiples of 8, validated when
-        // `committed` was loaded), the segment is in our hand, `at` is 8-aligned.
-        let word = u64::from_le(unsafe { (c.base.add(at) as *const u64).read() });
+        // Acquire: as in `poll_frame`.
+        let word = self.shared.word(c.seg, at).load(Ordering::Acquire);
         let (len, kind) = frame::decode(word);
         let len = len as usize;
-        if kind != frame::WHOLE || len > c.committed - at - HEADER {
+        if kind != frame::WHOLE || len > seg_size - at - HEADER {
             return None;
         }
         c.rd = frame::next_frame(at, len);
-        prefetch_ahead(c);
-        // SAFETY: `at + 8 + len <= committed <= segment_size` (checked above).
+        prefetch_ahead(c, seg_size);
+        // SAFETY: `at + 8 + len <= segment_size` (checked above).
         Some((at + HEADER, len, unsafe { c.base.add(at + HEADER) }))
     }
 
@@ -574,7 +542,7 @@ impl Consumer {
         RecordKind::Single {
             at,
             len,
-            // SAFETY: `at + len <= committed <= segment_size` (validated by `parse`).
+            // SAFETY: `at + len <= segment_size` (validated by `parse`).
             ptr: unsafe { c.base.add(at) },
         }
     }
@@ -742,11 +710,6 @@ impl Consumer {
                 other => other?,
             }
         }
-        if let Some(c) = &self.cur {
-            if c.rd < c.committed && !self.skipping {
-                return Ok(Ready::Message);
-            }
-        }
         if self.poll_frame()?.is_some() {
             return Ok(Ready::Message);
         }
@@ -864,9 +827,9 @@ impl Consumer {
             .cur
             .as_ref()
             .expect("a record's segment is in hand while the record lives");
-        debug_assert!(at + len <= c.committed);
+        debug_assert!(at + len <= self.shared.segment_size());
         self.shared.tracker.read(c.seg as usize, at, len);
-        // SAFETY: `at + len <= committed <= segment_size` (validated in `parse`), the segment
+        // SAFETY: `at + len <= segment_size` (validated in `parse`), the segment
         // is in our hand and is not returned while the borrow lives (returning needs `&mut`).
         // A hostile producer could still change the bytes under us: the slice is then garbled
         // but stays inside the mapping.
@@ -878,19 +841,19 @@ impl Consumer {
 #[cfg(not(loom))]
 const FAST_POLLS: u32 = 8;
 
-/// How far ahead of the read position the consumer prefetches committed bytes.
+/// How far ahead of the read position the consumer prefetches.
 const PREFETCH_AHEAD: usize = 1024;
 
-/// Asks for the line `PREFETCH_AHEAD` bytes ahead, if it is committed. Without it, finding the
+/// Asks for the line `PREFETCH_AHEAD` bytes ahead, if in the segment. Without it, finding the
 /// next frame waits for this frame's header (its length says where the next one starts), so
 /// each record would pay a whole cross-core cache miss in turn; with it, the misses overlap.
 #[inline(always)]
-fn prefetch_ahead(c: &ReadSeg) {
+fn prefetch_ahead(c: &ReadSeg, seg_size: usize) {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     {
         let ahead = c.rd + PREFETCH_AHEAD;
-        if ahead < c.committed {
-            // SAFETY: `ahead < committed <= segment_size`: inside the segment in hand. A
+        if ahead < seg_size {
+            // SAFETY: `ahead < segment_size`: inside the segment in hand. A
             // prefetch never faults and changes no state anyone can see.
             unsafe {
                 std::arch::x86_64::_mm_prefetch(
@@ -901,7 +864,7 @@ fn prefetch_ahead(c: &ReadSeg) {
         }
     }
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = (c, PREFETCH_AHEAD);
+    let _ = (c, seg_size, PREFETCH_AHEAD);
 }
 
 // SAFETY: the only non-Send field is the cached segment pointer, which points into the mapping

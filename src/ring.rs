@@ -50,11 +50,6 @@ impl RingTx {
         }
     }
 
-    /// Position the next push will take (the count of pushes so far).
-    pub(crate) fn position(&self) -> u64 {
-        self.tail
-    }
-
     pub(crate) fn push(&mut self, ring: &RingRef<'_>, value: u32) -> Result<()> {
         let cap = ring.slots.len() as u64;
         if self.tail - self.head_cache >= cap {
@@ -96,11 +91,6 @@ impl RingRx {
             head,
             tail_cache: tail,
         }
-    }
-
-    /// Position the next pop will take (the count of pops so far).
-    pub(crate) fn position(&self) -> u64 {
-        self.head
     }
 
     /// Values ready to pop (reads the peer's cursor, validates it, caches it).

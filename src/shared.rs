@@ -1,10 +1,10 @@
-//! `Shared`: typed access to one region's header, rings, commit words and segments, whatever
+//! `Shared`: typed access to one region's header, rings and segments, whatever
 //! holds the bytes (a shared mapping in production, the heap under loom).
 
 use std::ptr::NonNull;
 
 use crate::gate::layout::{GateGeometry, GateHeader};
-use crate::layout::{Geometry, Header, Padded};
+use crate::layout::{Geometry, Header};
 use crate::sync::{AtomicU64, ByteTracker, FutexWord};
 
 /// What keeps the region's memory alive.
@@ -39,7 +39,9 @@ pub(crate) struct HeapRegion {
     header: Header,
     data_slots: Box<[AtomicU64]>,
     ret_slots: Box<[AtomicU64]>,
-    commits: Box<[Padded<AtomicU64>]>,
+    /// One loom atomic per 8-byte word of the segments: frame headers are read and written
+    /// atomically, and loom cannot overlay its atomics on plain memory.
+    words: Box<[AtomicU64]>,
     segments: Box<[u64]>,
 }
 
@@ -47,7 +49,7 @@ pub(crate) struct Shared {
     pub(crate) name: String,
     /// Segment size, and the most segments this channel can hold (its ring capacity).
     pub(crate) geometry: Geometry,
-    /// Segments addressable by index (commit words and segments): the channel's own for a
+    /// Segments addressable by index: the channel's own for a
     /// single channel, the whole gate's for a gate channel.
     seg_total: usize,
     /// Segments in the return ring of a fresh region.
@@ -59,7 +61,9 @@ pub(crate) struct Shared {
     header: NonNull<Header>,
     data_slots: NonNull<AtomicU64>,
     ret_slots: NonNull<AtomicU64>,
-    commits: NonNull<Padded<AtomicU64>>,
+    /// Under loom: the atomic shadow of every segment word (see `HeapRegion::words`).
+    #[cfg(loom)]
+    words: NonNull<AtomicU64>,
     segments: NonNull<u8>,
     pub(crate) tracker: ByteTracker,
     #[cfg_attr(loom, allow(dead_code))]
@@ -102,7 +106,6 @@ impl Shared {
             header,
             data_slots: at(geometry.data_ring_offset()).cast(),
             ret_slots: at(geometry.return_ring_offset()).cast(),
-            commits: at(geometry.commits_offset()).cast(),
             segments: at(geometry.segments_offset()),
             tracker: ByteTracker,
             backing: Backing::Mapped(std::sync::Arc::new(backing)),
@@ -146,7 +149,6 @@ impl Shared {
             header: at(gg.channel_offset(c)).cast(),
             data_slots: at(gg.data_ring_offset(c)).cast(),
             ret_slots: at(gg.return_ring_offset(c)).cast(),
-            commits: at(gg.commits_offset()).cast(),
             segments: at(gg.segments_offset()),
             tracker: ByteTracker,
             backing: Backing::Mapped(backing),
@@ -161,7 +163,9 @@ impl Shared {
             header: Header::default(),
             data_slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
             ret_slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            commits: (0..n).map(|_| Padded(AtomicU64::new(0))).collect(),
+            words: (0..n * geometry.segment_size as usize / 8)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             segments: vec![0u64; n * geometry.segment_size as usize / 8].into_boxed_slice(),
         });
         let shared = Shared {
@@ -174,7 +178,7 @@ impl Shared {
             header: NonNull::from(&heap.header),
             data_slots: NonNull::from(&heap.data_slots[0]),
             ret_slots: NonNull::from(&heap.ret_slots[0]),
-            commits: NonNull::from(&heap.commits[0]),
+            words: NonNull::from(&heap.words[0]),
             segments: NonNull::new(heap.segments.as_mut_ptr().cast()).unwrap(),
             tracker: ByteTracker::new(n, geometry.segment_size as usize),
             backing: Backing::Heap(heap),
@@ -211,7 +215,7 @@ impl Shared {
             header: NonNull::from(&hg.headers[c as usize]),
             data_slots: NonNull::from(&hg.data[c as usize][0]),
             ret_slots: NonNull::from(&hg.ret[c as usize][0]),
-            commits: NonNull::from(&hg.commits[0]),
+            words: NonNull::from(&hg.words[0]),
             segments: NonNull::new(segs.cast()).unwrap(),
             tracker: ByteTracker::new(gg.total_segments() as usize, gg.segment_size as usize),
             backing: Backing::HeapGate(hg),
@@ -253,14 +257,30 @@ impl Shared {
         unsafe { self.consumer_park.as_ref() }
     }
 
-    /// The commit word of segment `seg`. `seg` must already be validated (< total): an index
-    /// from shared memory that was not checked is a bug here, and panics rather than read
-    /// outside.
+    /// The 8-byte word at `at` of segment `seg`, as an atomic: frame headers, which are the
+    /// commits, are only ever read and written through this. `seg` and `at` come from the
+    /// side's private state (validated when they came from shared memory); a bad one is a
+    /// bug here and panics rather than reaching outside the segment.
     #[inline]
-    pub(crate) fn commit(&self, seg: u32) -> &AtomicU64 {
-        // SAFETY: `seg_total` padded words at this address for the life of `self`.
-        let all = unsafe { std::slice::from_raw_parts(self.commits.as_ptr(), self.seg_total) };
-        &all[seg as usize].0
+    pub(crate) fn word(&self, seg: u32, at: usize) -> &AtomicU64 {
+        assert!(at % 8 == 0 && at + 8 <= self.segment_size());
+        #[cfg(not(loom))]
+        // SAFETY: `segment_ptr` checks `seg`; `at + 8 <= segment_size` and `at` is 8-aligned
+        // in a 4096-aligned segment, so this is an aligned u64 inside the mapping, which
+        // lives as long as `self`. `AtomicU64` has the layout of `u64`; both ends access a
+        // header position only atomically while it can hold a header (the hand-off of the
+        // segment orders any earlier plain payload write before it).
+        unsafe {
+            &*(self.segment_ptr(seg).add(at) as *const AtomicU64)
+        }
+        #[cfg(loom)]
+        {
+            let per = self.segment_size() / 8;
+            // SAFETY: `seg_total × per` shadow words at this address for the life of `self`.
+            let all =
+                unsafe { std::slice::from_raw_parts(self.words.as_ptr(), self.seg_total * per) };
+            &all[seg as usize * per + at / 8]
+        }
     }
 
     /// Start of segment `seg` (validated, < total).

@@ -2,14 +2,16 @@
 //! hands them to the consumer through the data ring.
 //!
 //! Protocol (the consumer's half is in `reader.rs`):
-//! 1. **Take** a segment: pop index `s` from the return ring, reset its commit word to
-//!    `(generation g, not sealed, 0)` where `g` is the data-ring position it will take, then
-//!    push `s` on the data ring (Release: the reset is visible before the index).
-//! 2. **Write** frames at the private writer position; nothing is visible yet.
-//! 3. **Publish**: store `(g, not sealed, writer position)` in the commit word (Release: the
-//!    bytes before it are visible to a consumer that loads the word with Acquire), then notify.
-//! 4. **Seal** when the next frame does not fit: store `(g, sealed, position)`. The consumer
-//!    returns a sealed segment once it has read up to that position.
+//! 1. **Take** a segment: pop index `s` from the return ring, zero its first word (the end of
+//!    its empty list of frames), then push `s` on the data ring (Release: the zero is visible
+//!    before the index).
+//! 2. **Write** frames at the private writer position. The first frame not yet published
+//!    keeps a 0 in its header slot; later frames get their headers at once (unreachable).
+//! 3. **Publish**: zero the word at the writer position, then store the first unpublished
+//!    header with Release (every frame before the new 0 is visible to a consumer that loads
+//!    that header with Acquire), then notify. See `frame.rs`.
+//! 4. **Seal** when the next frame does not fit: a SEAL frame (none if the segment is full),
+//!    published. The consumer returns a segment once it reads SEAL or its last byte.
 //!
 //! When a segment is needed and the return ring is empty, the producer waits (backpressure):
 //! spin briefly, then park on `producer_park` until the consumer returns one or detaches.
@@ -23,7 +25,7 @@ use crate::error::{End, Error, Result};
 use crate::frame::{self, HEADER};
 #[cfg(not(loom))]
 use crate::handoff::PeerHandle;
-use crate::layout::{commit, Geometry, END_DETACHED};
+use crate::layout::{Geometry, END_DETACHED};
 use crate::liveness::{EndLock, Liveness};
 use crate::metrics::{monotonic_ns, Local};
 use crate::ring::{RingRx, RingTx};
@@ -68,11 +70,11 @@ struct Current {
     seg: u32,
     /// Start of the segment in the mapping (cached per segment).
     base: *mut u8,
-    gen: u32,
     /// Private writer position: end of the last frame written.
     wpos: usize,
-    /// Last position stored in the commit word.
-    published: usize,
+    /// The first frame not yet published: its position and header word. Its header slot
+    /// holds 0 until `store_commit` stores the word with Release (see `frame.rs`).
+    pending: Option<(usize, u64)>,
 }
 
 #[derive(Default)]
@@ -272,12 +274,10 @@ impl Producer {
             return Ok(None);
         };
         self.asked = false;
-        let gen = self.data.position() as u32;
-        // Relaxed: published by the Release push below; the consumer's last look at this word
-        // happened before it returned the segment (its Release push, our Acquire pop).
-        self.shared
-            .commit(seg)
-            .store(commit::pack(gen, false, 0), Ordering::Relaxed);
+        // The segment's first word ends its (empty) list of frames. Relaxed: published by the
+        // Release push below; the consumer's last look at this word happened before it
+        // returned the segment (its Release push, our Acquire pop).
+        self.shared.word(seg, 0).store(0, Ordering::Relaxed);
         self.data.push(&self.shared.data_ring(), seg)?;
         let h = self.shared.header();
         self.counters
@@ -286,9 +286,8 @@ impl Producer {
         Ok(Some(Current {
             seg,
             base: self.shared.segment_ptr(seg),
-            gen,
             wpos: 0,
-            published: 0,
+            pending: None,
         }))
     }
 
@@ -402,21 +401,32 @@ impl Producer {
         }
     }
 
-    /// Stores the writer position in the current segment's commit word if it moved; true if
-    /// it did. The wake-up is the caller's business (`publish` now, the flusher later).
+    /// Publishes every frame written to the current segment: zeroes the word at the write
+    /// position (the new end of the list) and stores the first unpublished header with
+    /// Release. True if there was something to publish. The wake-up is the caller's business
+    /// (`publish` now, the flusher later).
     #[inline]
     fn store_commit(&mut self) -> bool {
+        self.store_commit_inner(true)
+    }
+
+    /// As `store_commit`; `terminate` false after a SEAL frame, which ends the segment by
+    /// itself (and past which a streamed record being moved may still lie).
+    #[inline]
+    fn store_commit_inner(&mut self, terminate: bool) -> bool {
         let Some(c) = &mut self.cur else { return false };
-        if c.published == c.wpos {
+        let Some((at, word)) = c.pending.take() else {
             return false;
-        }
-        c.published = c.wpos;
+        };
         let h = self.shared.header();
         self.counters.records.publish(&h.producer_counters.records);
         self.counters.bytes.publish(&h.producer_counters.bytes);
-        let word = commit::pack(c.gen, false, c.wpos as u32);
-        let slot = self.shared.commit(c.seg);
-        // Release: the frames before `wpos` are visible to whoever loads this with Acquire.
+        if terminate && c.wpos + HEADER <= self.shared.segment_size() {
+            // Relaxed: ordered before the Release store below.
+            self.shared.word(c.seg, c.wpos).store(0, Ordering::Relaxed);
+        }
+        let slot = self.shared.word(c.seg, at);
+        // Release: every frame written so far is visible to whoever loads this with Acquire.
         #[cfg(not(shmflow_broken = "commit_relaxed"))]
         slot.store(word, Ordering::Release);
         #[cfg(shmflow_broken = "commit_relaxed")]
@@ -424,16 +434,19 @@ impl Producer {
         true
     }
 
-    /// Seals the current segment at the writer position: the consumer returns it once read.
+    /// Seals the current segment: a SEAL frame at the writer position (none if the segment
+    /// is full), everything published; the consumer returns it once read.
     fn seal(&mut self) {
-        let Some(c) = self.cur.take() else { return };
+        let Some(c) = &mut self.cur else { return };
+        let sealed = c.wpos + HEADER <= self.shared.segment_size();
+        if sealed {
+            let at = c.wpos;
+            c.wpos += HEADER;
+            self.write_header(at, 0, frame::SEAL);
+        }
+        self.store_commit_inner(!sealed);
+        self.cur = None;
         let h = self.shared.header();
-        self.counters.records.publish(&h.producer_counters.records);
-        self.counters.bytes.publish(&h.producer_counters.bytes);
-        // Release: as in `publish`.
-        self.shared
-            .commit(c.seg)
-            .store(commit::pack(c.gen, true, c.wpos as u32), Ordering::Release);
         self.counters
             .committed
             .add(&h.producer_counters.segments_committed, 1);
@@ -487,15 +500,20 @@ impl Producer {
         self.cur.as_ref().expect("a segment in hand").base
     }
 
+    /// Writes the header of the frame at `at`: held back if it is the first unpublished frame
+    /// (its slot stays 0 until `store_commit`), else stored at once — the consumer cannot
+    /// reach it before the first one is published.
     #[inline]
-    fn write_header(&self, at: usize, len: u32, kind: u32) {
-        let c = self.cur.as_ref().expect("a segment in hand");
+    fn write_header(&mut self, at: usize, len: u32, kind: u32) {
+        let c = self.cur.as_mut().expect("a segment in hand");
         debug_assert!(at % 8 == 0 && at + HEADER <= self.shared.segment_size());
-        self.shared.tracker.write(c.seg as usize, at, HEADER);
-        // SAFETY: the segment is in the producer's hand (popped from the return ring, not yet
-        // readable past its published offset), `at + 8 <= segment_size` and `at` is 8-aligned
-        // in a segment that is at least 8-aligned.
-        unsafe { (self.seg_ptr().add(at) as *mut u64).write(frame::encode(len, kind).to_le()) };
+        let word = frame::encode(len, kind);
+        if c.pending.is_none() {
+            c.pending = Some((at, word));
+        } else {
+            // Relaxed: published by the Release store of the first pending header.
+            self.shared.word(c.seg, at).store(word, Ordering::Relaxed);
+        }
     }
 
     #[inline]
@@ -519,7 +537,7 @@ impl Producer {
             FlushPolicy::Timeout(_) => {
                 #[cfg(not(loom))]
                 {
-                    // Publish the commit word now (a plain store) and leave the wake-up to the
+                    // Publish the frame now (one Release store) and leave the wake-up to the
                     // flusher, which makes at most one per interval.
                     if self.store_commit() {
                         let interval = policy_interval(self.policy);

@@ -1,5 +1,5 @@
 //! Hostile memory: a real peer runs in another process while a third thread scribbles random
-//! values anywhere in the region (header, cursors, ring slots, commit words, segments). The
+//! values anywhere in the region (header, cursors, ring slots, frame headers, segments). The
 //! side under test must see only typed errors or garbled-but-bounded records: no panic, no
 //! access outside the region (that would be a signal), no wait past its deadline. Seeded, so a
 //! failure can be replayed with `SHMFLOW_HOSTILE_SEED`.

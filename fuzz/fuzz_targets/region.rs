@@ -8,7 +8,7 @@
 //! - 0: the whole region image (header included) comes from the input, then both ends try to
 //!   open it — exercises every check of `open`;
 //! - 1: a live channel (both ends attached, some records written and read), then the input
-//!   overwrites the region from the start (header, cursors, ring slots, commit words,
+//!   overwrites the region from the start (header, cursors, ring slots, frame headers,
 //!   segments), then both ends keep working;
 //! - 2: a live channel, then the input is a list of 8-byte patches `(offset u16, value u64)`
 //!   applied to it — corrupts a few fields of a plausible state, the most realistic attack.

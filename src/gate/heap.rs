@@ -1,8 +1,8 @@
 //! Under loom: a gate region on the heap, with loom's atomics, laid out as the structures of
-//! a mapped gate (one header per channel, rings per channel, commit words and segments for
+//! a mapped gate (one header per channel, rings per channel, and segments for
 //! the whole gate).
 
-use crate::layout::{Header, Padded};
+use crate::layout::Header;
 use crate::sync::AtomicU64;
 
 use super::layout::{GateGeometry, GateHeader};
@@ -14,7 +14,8 @@ pub struct HeapGate {
     pub(crate) headers: Box<[Header]>,
     pub(crate) data: Box<[Box<[AtomicU64]>]>,
     pub(crate) ret: Box<[Box<[AtomicU64]>]>,
-    pub(crate) commits: Box<[Padded<AtomicU64>]>,
+    /// One loom atomic per 8-byte word of the segments (see `shared::HeapRegion::words`).
+    pub(crate) words: Box<[AtomicU64]>,
     pub(crate) segments: std::cell::UnsafeCell<Box<[u64]>>,
 }
 
@@ -35,7 +36,9 @@ impl HeapGate {
             headers: (0..gg.channels).map(|_| Header::default()).collect(),
             data: (0..gg.channels).map(|_| ring()).collect(),
             ret: (0..gg.channels).map(|_| ring()).collect(),
-            commits: (0..total).map(|_| Padded(AtomicU64::new(0))).collect(),
+            words: (0..total * gg.segment_size as usize / 8)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             segments: std::cell::UnsafeCell::new(
                 vec![0u64; total * gg.segment_size as usize / 8].into_boxed_slice(),
             ),

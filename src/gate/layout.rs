@@ -4,7 +4,6 @@
 //! | gate header (4 KiB): identity, geometry, consumer state, the gate's park word, pool figures |
 //! | channel 0: header (4 KiB, as a single channel's) | data ring | return ring  (E + F slots each) |
 //! | channel 1: ...                                                                                |
-//! | commit words (T × 128 B)                                                                      |
 //! | segments 0 .. T-1, T = M × E + F: channel c owns [c×E, c×E + E); floating are [M×E, T)      |
 //! ```
 //!
@@ -167,13 +166,8 @@ impl GateGeometry {
         self.data_ring_offset(c) + self.ring_bytes()
     }
 
-    pub(crate) fn commits_offset(&self) -> usize {
-        HEADER_SIZE + self.channels as usize * self.channel_block()
-    }
-
     pub(crate) fn segments_offset(&self) -> usize {
-        let commits = self.total_segments() as usize * std::mem::size_of::<Padded<u64>>();
-        self.commits_offset() + commits.div_ceil(4096) * 4096
+        HEADER_SIZE + self.channels as usize * self.channel_block()
     }
 
     /// Total bytes of a gate region with this geometry.

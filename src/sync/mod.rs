@@ -1,6 +1,6 @@
 //! The one place that chooses between std and loom (the way tokio's `src/loom/` does).
 //!
-//! Everything concurrent in shmflow — ring cursors, commit words, park words, spin
+//! Everything concurrent in shmflow — ring cursors, frame headers, park words, spin
 //! hints, the futex and the tracking of segment bytes — goes through this module, so the loom
 //! models in `loom-tests/` drive exactly the code that runs in production, over a region that
 //! lives on the heap instead of in a mapping.
