@@ -523,8 +523,9 @@ impl Consumer {
         if at + HEADER > seg_size {
             return None;
         }
-        // Acquire: as in `poll_frame`.
-        let word = self.shared.word(c.seg, at).load(Ordering::Acquire);
+        // SAFETY: `base` is the segment's start (cached at pop), `at + 8 <= segment_size`
+        // (checked above), `at` 8-aligned (a frame boundary). Acquire: as in `poll_frame`.
+        let word = unsafe { self.shared.word_in(c.base, c.seg, at) }.load(Ordering::Acquire);
         let (len, kind) = frame::decode(word);
         let len = len as usize;
         if kind != frame::WHOLE || len > seg_size - at - HEADER {

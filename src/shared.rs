@@ -257,6 +257,28 @@ impl Shared {
         unsafe { self.consumer_park.as_ref() }
     }
 
+    /// As [`Shared::word`], for a segment whose start `base` (= `segment_ptr(seg)`) the
+    /// caller cached: no index arithmetic on the hot path.
+    ///
+    /// # Safety
+    /// `base` must be `self.segment_ptr(seg)`, and `at` 8-aligned with `at + 8 <=
+    /// segment_size`.
+    #[inline(always)]
+    pub(crate) unsafe fn word_in(&self, base: *const u8, seg: u32, at: usize) -> &AtomicU64 {
+        debug_assert!(at % 8 == 0 && at + 8 <= self.segment_size());
+        #[cfg(not(loom))]
+        {
+            let _ = seg;
+            // SAFETY: the caller's contract; see `word` for why an atomic view is sound.
+            unsafe { &*(base.add(at) as *const AtomicU64) }
+        }
+        #[cfg(loom)]
+        {
+            let _ = base;
+            self.word(seg, at)
+        }
+    }
+
     /// The 8-byte word at `at` of segment `seg`, as an atomic: frame headers, which are the
     /// commits, are only ever read and written through this. `seg` and `at` come from the
     /// side's private state (validated when they came from shared memory); a bad one is a

@@ -511,8 +511,11 @@ impl Producer {
         if c.pending.is_none() {
             c.pending = Some((at, word));
         } else {
-            // Relaxed: published by the Release store of the first pending header.
-            self.shared.word(c.seg, at).store(word, Ordering::Relaxed);
+            assert!(at + HEADER <= self.shared.segment_size());
+            // SAFETY: `base` is the segment's start (cached at take), `at` is 8-aligned and
+            // inside (asserted). Relaxed: published by the Release store of the first pending
+            // header.
+            unsafe { self.shared.word_in(c.base, c.seg, at) }.store(word, Ordering::Relaxed);
         }
     }
 
@@ -529,8 +532,16 @@ impl Producer {
     }
 
     /// A frame ended (record, or abort): publish according to the policy.
-    #[inline]
+    #[inline(always)]
     fn after_frame_end(&mut self) {
+        // `Explicit` (the throughput setting) does nothing per record: keep that inline.
+        if !matches!(self.policy, FlushPolicy::Explicit) {
+            self.publish_per_policy();
+        }
+    }
+
+    #[inline(never)]
+    fn publish_per_policy(&mut self) {
         match self.policy {
             FlushPolicy::Explicit => {}
             FlushPolicy::EveryRecord => self.publish(),
