@@ -106,15 +106,8 @@ pub fn remove_if_stale(name: &str) -> Result<bool> {
 /// The shmflow regions in `/dev/shm` that this user can open. Objects that are not shmflow
 /// regions (wrong magic, other owner, …) are skipped.
 pub fn list_regions() -> Result<Vec<RegionInfo>> {
-    let dir =
-        std::fs::read_dir("/dev/shm").map_err(|e| crate::Error::io("/dev/shm", "read_dir", e))?;
     let mut out = Vec::new();
-    for entry in dir.flatten() {
-        let Ok(ft) = entry.file_type() else { continue };
-        if !ft.is_file() {
-            continue;
-        }
-        let name = format!("/{}", entry.file_name().to_string_lossy());
+    for name in shm_names()? {
         if let Ok(m) = Monitor::open(&name) {
             out.push(RegionInfo {
                 geometry: m.geometry(),
@@ -184,19 +177,23 @@ impl GateMonitor {
 
 /// The shmflow gates in `/dev/shm` that this user can open, by name.
 pub fn list_gates() -> Result<Vec<(String, GateMonitor)>> {
-    let dir =
-        std::fs::read_dir("/dev/shm").map_err(|e| crate::Error::io("/dev/shm", "read_dir", e))?;
     let mut out = Vec::new();
-    for entry in dir.flatten() {
-        let Ok(ft) = entry.file_type() else { continue };
-        if !ft.is_file() {
-            continue;
-        }
-        let name = format!("/{}", entry.file_name().to_string_lossy());
+    for name in shm_names()? {
         if let Ok(m) = GateMonitor::open(&name) {
             out.push((name, m));
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+/// The names (`/name`) of the regular files in `/dev/shm`.
+fn shm_names() -> Result<Vec<String>> {
+    let dir =
+        std::fs::read_dir("/dev/shm").map_err(|e| crate::Error::io("/dev/shm", "read_dir", e))?;
+    Ok(dir
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| format!("/{}", e.file_name().to_string_lossy()))
+        .collect())
 }

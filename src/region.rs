@@ -409,7 +409,38 @@ fn open_fd_inner(
     };
     let recorded = hdr.total_size.load(Ordering::Relaxed);
     drop(head);
-    geometry.validate(&name).map_err(|e| match e {
+    let expected = check_geometry(
+        &name,
+        geometry.validate(&name),
+        || geometry.region_size(),
+        recorded,
+        size,
+    )?;
+    let map = map(&name, &fd, expected as usize, writable)?;
+    let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
+    let mapping = Mapping {
+        _map: map,
+        fd,
+        unlink: None,
+    };
+    // SAFETY: mapping of exactly region_size bytes for this validated geometry.
+    Ok(Arc::new(unsafe {
+        Shared::from_mapping(name, geometry, base, mapping)
+    }))
+}
+
+/// Checks what a header says against itself and the object: its geometry is within the limits
+/// (`validated`; a header's bad value is `Corrupt`, not a configuration error), its recorded
+/// total size is what the geometry needs (`size_of`), and the object is that large. Returns
+/// the size to map.
+pub(crate) fn check_geometry(
+    name: &str,
+    validated: Result<()>,
+    size_of: impl FnOnce() -> usize,
+    recorded: u64,
+    size: u64,
+) -> Result<u64> {
+    validated.map_err(|e| match e {
         Error::InvalidConfig {
             region,
             field,
@@ -423,10 +454,10 @@ fn open_fd_inner(
         },
         other => other,
     })?;
-    let expected = geometry.region_size() as u64;
+    let expected = size_of() as u64;
     if recorded != expected {
         return Err(Error::corrupt(
-            &name,
+            name,
             "total_size",
             expected.to_string(),
             recorded,
@@ -434,22 +465,12 @@ fn open_fd_inner(
     }
     if size != expected {
         return Err(Error::SizeMismatch {
-            region: name,
+            region: name.to_owned(),
             expected,
             found: size,
         });
     }
-    let map = map(&name, &fd, expected as usize, writable)?;
-    let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
-    let mapping = Mapping {
-        _map: map,
-        fd,
-        unlink: None,
-    };
-    // SAFETY: mapping of exactly region_size bytes for this validated geometry.
-    Ok(Arc::new(unsafe {
-        Shared::from_mapping(name, geometry, base, mapping)
-    }))
+    Ok(expected)
 }
 
 /// A duplicate of the region's descriptor, for handing to a child process.

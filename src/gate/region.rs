@@ -130,36 +130,13 @@ fn open_inner(
     };
     let recorded = g.total_size.load(Ordering::Relaxed);
     drop(head);
-    gg.validate(&name).map_err(|e| match e {
-        Error::InvalidConfig {
-            region,
-            field,
-            expected,
-            found,
-        } => Error::Corrupt {
-            region,
-            field,
-            expected,
-            found,
-        },
-        other => other,
-    })?;
-    let expected = gg.region_size() as u64;
-    if recorded != expected {
-        return Err(Error::corrupt(
-            &name,
-            "total_size",
-            expected.to_string(),
-            recorded,
-        ));
-    }
-    if size != expected {
-        return Err(Error::SizeMismatch {
-            region: name,
-            expected,
-            found: size,
-        });
-    }
+    let expected = region::check_geometry(
+        &name,
+        gg.validate(&name),
+        || gg.region_size(),
+        recorded,
+        size,
+    )?;
     let map = region::map(&name, &fd, expected as usize, writable)?;
     Ok(channels(&name, gg, map, fd, None))
 }
