@@ -386,23 +386,11 @@ fn open_fd_inner(
     // SAFETY: the header mapping is HEADER_SIZE bytes, aligned, and `Header` fits in it; we
     // only read atomics from it while `head` lives.
     let hdr = unsafe { &*(head.as_ptr() as *const crate::layout::Header) };
-    let version = hdr.version.load(Ordering::Relaxed);
-    if version != LAYOUT_VERSION {
-        return Err(Error::VersionMismatch {
-            region: name,
-            expected: LAYOUT_VERSION,
-            found: version,
-        });
-    }
-    let header_size = hdr.header_size.load(Ordering::Relaxed);
-    if header_size as usize != HEADER_SIZE {
-        return Err(Error::corrupt(
-            &name,
-            "header_size",
-            HEADER_SIZE.to_string(),
-            header_size as u64,
-        ));
-    }
+    check_version(
+        &name,
+        hdr.version.load(Ordering::Relaxed),
+        hdr.header_size.load(Ordering::Relaxed),
+    )?;
     let geometry = Geometry {
         segment_size: hdr.segment_size.load(Ordering::Relaxed),
         segment_count: hdr.segment_count.load(Ordering::Relaxed),
@@ -427,6 +415,26 @@ fn open_fd_inner(
     Ok(Arc::new(unsafe {
         Shared::from_mapping(name, geometry, base, mapping)
     }))
+}
+
+/// The layout version and header size a header records must be this build's.
+pub(crate) fn check_version(name: &str, version: u32, header_size: u32) -> Result<()> {
+    if version != LAYOUT_VERSION {
+        return Err(Error::VersionMismatch {
+            region: name.to_owned(),
+            expected: LAYOUT_VERSION,
+            found: version,
+        });
+    }
+    if header_size as usize != HEADER_SIZE {
+        return Err(Error::corrupt(
+            name,
+            "header_size",
+            HEADER_SIZE.to_string(),
+            header_size as u64,
+        ));
+    }
+    Ok(())
 }
 
 /// Checks what a header says against itself and the object: its geometry is within the limits

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::layout::{GateGeometry, GateHeader, GATE_MAGIC};
 use crate::error::{End, Error, Result};
-use crate::layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC};
+use crate::layout::MAGIC;
 use crate::liveness::{lock_byte, EndLock};
 use crate::region::{self, Mapping};
 use crate::shared::Shared;
@@ -105,23 +105,11 @@ fn open_inner(
     }
     // SAFETY: the first page is mapped and `GateHeader` fits in it; only atomics are read.
     let g = unsafe { &*(head.as_ptr() as *const GateHeader) };
-    let version = g.version.load(Ordering::Relaxed);
-    if version != LAYOUT_VERSION {
-        return Err(Error::VersionMismatch {
-            region: name,
-            expected: LAYOUT_VERSION,
-            found: version,
-        });
-    }
-    let header_size = g.header_size.load(Ordering::Relaxed);
-    if header_size as usize != HEADER_SIZE {
-        return Err(Error::corrupt(
-            &name,
-            "header_size",
-            HEADER_SIZE.to_string(),
-            header_size as u64,
-        ));
-    }
+    region::check_version(
+        &name,
+        g.version.load(Ordering::Relaxed),
+        g.header_size.load(Ordering::Relaxed),
+    )?;
     let gg = GateGeometry {
         channels: g.channels.load(Ordering::Relaxed),
         exclusive: g.exclusive.load(Ordering::Relaxed),
