@@ -30,7 +30,7 @@ use crate::event::{Event, Message};
 use crate::metrics::monotonic_ns;
 use crate::reader::{Consumer, Ready};
 use crate::shared::Shared;
-use crate::sync::{Arc, Mutex, Ordering};
+use crate::sync::{Arc, Ordering};
 use crate::wait::{self, Deadline, WaitStrategy};
 use crate::Record;
 
@@ -194,7 +194,9 @@ impl Gate {
     ) -> Result<Gate> {
         let shared = chans[0].clone();
         let geometry = shared.gate.as_ref().expect("gate channels").geometry;
-        let pool = Arc::new(Mutex::new(pool::Pool::new(geometry.floating_range())));
+        let pool = Arc::new(pool::PoolShared::new(pool::Pool::new(
+            geometry.floating_range(),
+        )));
         let mut consumers = Vec::with_capacity(chans.len());
         for s in chans {
             let mut c = Consumer::attach_with(s.clone(), lock.clone())?;
@@ -270,7 +272,7 @@ impl Gate {
 
     /// Floating segments in the pool (lent to nobody).
     pub fn floating_free(&self) -> usize {
-        self.pool.lock().unwrap().free_count()
+        self.pool.free() as usize
     }
 
     /// Lends floating segments to channels that ask, while the pool has some.

@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use crate::error::{Error, Result};
 use crate::shared::Shared;
-use crate::sync::{Arc, Mutex, Ordering};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
 
 /// The consumer's floating pool, shared by the channels of its gate (one thread uses it; the
 /// lock only makes the sharing safe to write).
@@ -31,10 +31,6 @@ impl Pool {
             owner: vec![0; floating.len()],
             first: floating.start,
         }
-    }
-
-    pub(crate) fn free_count(&self) -> usize {
-        self.free.len()
     }
 
     fn slot(&self, seg: u32) -> Option<usize> {
@@ -57,7 +53,47 @@ impl Pool {
     }
 }
 
-pub(crate) type SharedPool = Arc<Mutex<Pool>>;
+/// The pool as the gate's channels share it, with a lock-free count of its free segments so
+/// that the gate can tell, on every `recv`, whether lending is possible without taking the
+/// lock (and without trusting the figure it publishes in shared memory).
+pub(crate) struct PoolShared {
+    inner: Mutex<Pool>,
+    free: AtomicU64,
+}
+
+impl PoolShared {
+    pub(crate) fn new(pool: Pool) -> PoolShared {
+        PoolShared {
+            free: AtomicU64::new(pool.free.len() as u64),
+            inner: Mutex::new(pool),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> crate::sync::MutexGuard<'_, Pool> {
+        self.inner.lock().unwrap()
+    }
+
+    /// Floating segments lent to nobody (kept in step with the pool under its lock).
+    pub(crate) fn free(&self) -> u64 {
+        // Relaxed: only this process's one gate thread writes and reads it.
+        self.free.load(Ordering::Relaxed)
+    }
+
+    /// Records the pool's free count, here and in the gate header (for `shmflow stat`).
+    fn publish(&self, shared: &Shared, pool: &Pool) {
+        let free = pool.free.len() as u64;
+        self.free.store(free, Ordering::Relaxed);
+        if let Some(m) = &shared.gate {
+            // Relaxed: a figure for `shmflow stat`.
+            m.gate_header()
+                .pool
+                .floating_free
+                .store(free, Ordering::Relaxed);
+        }
+    }
+}
+
+pub(crate) type SharedPool = Arc<PoolShared>;
 
 /// A gate channel's consumer-side view of lending.
 pub(crate) struct GateLink {
@@ -96,7 +132,7 @@ impl GateLink {
         if self.exclusive.contains(&seg) {
             return Ok(());
         }
-        let pool = self.pool.lock().unwrap();
+        let pool = self.pool.lock();
         match pool.slot(seg) {
             Some(i) if pool.owner[i] == self.channel + 1 => Ok(()),
             _ => Err(Error::corrupt(
@@ -123,13 +159,13 @@ impl GateLink {
             self.publish(shared);
             return Some(seg);
         }
-        let mut pool = self.pool.lock().unwrap();
+        let mut pool = self.pool.lock();
         if let Some(i) = pool.slot(seg) {
             pool.owner[i] = 0;
             pool.free.push(seg);
         }
         self.held -= 1;
-        publish_free(shared, pool.free.len());
+        self.pool.publish(shared, &pool);
         drop(pool);
         self.publish(shared);
         None
@@ -140,11 +176,11 @@ impl GateLink {
         if self.backlog(shared) == 0 {
             return None;
         }
-        let mut pool = self.pool.lock().unwrap();
+        let mut pool = self.pool.lock();
         let seg = pool.free.pop()?;
         let i = pool.slot(seg).expect("pool holds floating segments only");
         pool.owner[i] = self.channel + 1;
-        publish_free(shared, pool.free.len());
+        self.pool.publish(shared, &pool);
         drop(pool);
         self.lent += 1;
         self.held += 1;
@@ -154,9 +190,9 @@ impl GateLink {
 
     /// The producer is gone: every floating segment it held goes back to the pool.
     pub(crate) fn reclaim_all(&mut self, shared: &Shared) {
-        let mut pool = self.pool.lock().unwrap();
+        let mut pool = self.pool.lock();
         self.held -= pool.reclaim_all(self.channel);
-        publish_free(shared, pool.free.len());
+        self.pool.publish(shared, &pool);
         drop(pool);
         self.publish(shared);
     }
@@ -166,15 +202,5 @@ impl GateLink {
         // Relaxed: figures for `shmflow stat`, not part of any hand-off.
         c.lent.store(self.lent, Ordering::Relaxed);
         c.floating_held.store(self.held, Ordering::Relaxed);
-    }
-}
-
-fn publish_free(shared: &Shared, free: usize) {
-    if let Some(m) = &shared.gate {
-        // Relaxed: a figure for `shmflow stat`.
-        m.gate_header()
-            .pool
-            .floating_free
-            .store(free as u64, Ordering::Relaxed);
     }
 }

@@ -82,4 +82,4 @@ impl ByteTracker {
     pub(crate) fn read(&self, _seg: usize, _off: usize, _len: usize) {}
 }
 
-pub(crate) use std::sync::Mutex;
+pub(crate) use std::sync::{Mutex, MutexGuard};
