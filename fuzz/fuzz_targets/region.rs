@@ -47,13 +47,28 @@ fn exercise(p: Option<&mut Producer>, c: Option<&mut Consumer>, seed: u8) {
             let _ = r.as_bytes();
             Ok(())
         });
+        // Events and the priority lane: kinds, lengths and lane cursors are peer-written too.
+        for _ in 0..8 {
+            match c.try_recv_message() {
+                Ok(Some(shmflow::Message::Record(r))) => {
+                    let _ = r.to_vec();
+                }
+                Ok(Some(shmflow::Message::Event(e))) => {
+                    let _ = e.payload.iter().map(|&b| u64::from(b)).sum::<u64>();
+                }
+                Ok(None) => break,
+                Err(_) => {}
+            }
+        }
     }
     if let Some(p) = p {
         let rec = vec![seed; (seed as usize) * 37];
-        for i in 0..8 {
-            let _ = match i % 3 {
+        for i in 0..10 {
+            let _ = match i % 5 {
                 0 => p.try_send(&rec),
                 1 => p.flush(),
+                2 => p.try_send_event(u32::from(seed), &rec[..rec.len().min(64)]),
+                3 => p.try_send_priority_event(7, &[seed; 16]),
                 _ => p.try_claim(16).map(|c| c.commit()),
             };
         }
@@ -69,6 +84,9 @@ fn live_pair() -> (Producer, Consumer, memmap2::MmapMut) {
     for i in 0..5u8 {
         p.send(&vec![i; 700 * i as usize]).unwrap();
     }
+    // Something in both event paths, so patches land on live event state as well.
+    p.send_event(3, b"in order").unwrap();
+    p.send_priority_event(4, b"overtakes").unwrap();
     for _ in 0..2 {
         let _ = c.try_recv().unwrap().unwrap().to_vec();
     }
