@@ -950,7 +950,10 @@ impl Record<'_> {
         matches!(self.kind, RecordKind::Span { .. })
     }
 
-    fn next_part_at(&mut self) -> Result<Option<(usize, usize)>> {
+    /// The next part's place. Waiting for a part that is not committed yet ends at
+    /// `deadline` with `WouldBlock`/`Timeout` and leaves the record as it was, so the call
+    /// can be repeated.
+    fn next_part_at(&mut self, deadline: Deadline) -> Result<Option<(usize, usize)>> {
         let c = &mut *self.consumer;
         match &mut self.kind {
             RecordKind::Single { at, len, .. } => {
@@ -970,7 +973,7 @@ impl Record<'_> {
                 if *ended {
                     return Ok(None);
                 }
-                let Some(f) = c.wait_frame(Deadline::Never)? else {
+                let Some(f) = c.wait_frame(deadline)? else {
                     // The producer detached in the middle of the record.
                     c.in_span = false;
                     *ended = true;
@@ -1012,36 +1015,67 @@ impl Record<'_> {
     /// moving to the next part gives the previous segment back (which is why a part borrows
     /// the record mutably: parts of records larger than the pool cannot all be held at once).
     pub fn next_part(&mut self) -> Result<Option<&[u8]>> {
-        match self.next_part_at()? {
+        self.part(Deadline::Never)
+    }
+
+    /// As [`Record::next_part`], without waiting: [`Error::WouldBlock`] if the producer has
+    /// not committed the next part yet. The record stays as it was; call again later.
+    pub fn try_next_part(&mut self) -> Result<Option<&[u8]>> {
+        self.part(Deadline::Now)
+    }
+
+    /// As [`Record::next_part`], waiting at most `timeout` for the next part
+    /// ([`Error::Timeout`]; the record stays as it was).
+    pub fn next_part_timeout(&mut self, timeout: Duration) -> Result<Option<&[u8]>> {
+        self.part(Deadline::after(timeout))
+    }
+
+    fn part(&mut self, deadline: Deadline) -> Result<Option<&[u8]>> {
+        match self.next_part_at(deadline)? {
             Some((at, len)) => Ok(Some(self.consumer.view(at, len))),
             None => Ok(None),
         }
     }
 
-    /// Appends the whole record to `out` (one copy; spanning records are reassembled).
-    pub fn read_all_into(mut self, out: &mut Vec<u8>) -> Result<()> {
+    /// Appends the whole record to `out` (one copy; spanning records are reassembled),
+    /// waiting as long as the producer takes to commit the parts.
+    pub fn read_all_into(self, out: &mut Vec<u8>) -> Result<()> {
+        self.read_all_until(out, Deadline::Never)
+    }
+
+    /// The whole record as one contiguous `Vec` (one copy), waiting as long as the producer
+    /// takes to commit the parts.
+    pub fn to_vec(self) -> Result<Vec<u8>> {
+        let mut v = Vec::with_capacity(self.len().unwrap_or(0));
+        self.read_all_until(&mut v, Deadline::Never)?;
+        Ok(v)
+    }
+
+    /// As [`Record::to_vec`], but the whole record must arrive within `timeout`, else
+    /// [`Error::Timeout`] (the rest of the record is then skipped by the consumer's next
+    /// read). A record within one segment never waits.
+    pub fn to_vec_timeout(self, timeout: Duration) -> Result<Vec<u8>> {
+        let mut v = Vec::with_capacity(self.len().unwrap_or(0));
+        self.read_all_until(&mut v, Deadline::after(timeout))?;
+        Ok(v)
+    }
+
+    fn read_all_until(mut self, out: &mut Vec<u8>, deadline: Deadline) -> Result<()> {
         if let RecordKind::Single { at, len, .. } = self.kind {
             out.extend_from_slice(self.consumer.view(at, len));
             return Ok(());
         }
-        while let Some((at, len)) = self.next_part_at()? {
+        while let Some((at, len)) = self.next_part_at(deadline)? {
             out.extend_from_slice(self.consumer.view(at, len));
         }
         Ok(())
-    }
-
-    /// The whole record as one contiguous `Vec` (one copy).
-    pub fn to_vec(self) -> Result<Vec<u8>> {
-        let mut v = Vec::with_capacity(self.len().unwrap_or(0));
-        self.read_all_into(&mut v)?;
-        Ok(v)
     }
 }
 
 impl io::Read for Record<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            let Some((at, len)) = self.next_part_at()? else {
+            let Some((at, len)) = self.next_part_at(Deadline::Never)? else {
                 return Ok(0);
             };
             let n = buf.len().min(len);

@@ -414,3 +414,57 @@ fn records_of_more_than_a_gibibyte_round_trip() {
     writer.join().unwrap();
     assert!(c.recv().unwrap().is_none());
 }
+
+#[test]
+fn parts_of_a_spanning_record_have_try_and_timeout_forms() {
+    use std::sync::mpsc;
+    let (mut p, mut c) = pair(4);
+    p.set_flush_policy(FlushPolicy::EveryRecord);
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let first: Vec<u8> = (0..6000u32).map(|i| i as u8).collect();
+    let rest: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    let (f2, r2) = (first.clone(), rest.clone());
+    let writer = thread::spawn(move || {
+        // Two records, each stalled half-way: its first segment is out, the rest waits.
+        for _ in 0..2 {
+            let mut w = p.stream().unwrap();
+            w.write_all(&f2).unwrap(); // fills the first segment: that part is published
+            go_rx.recv().unwrap();
+            w.write_all(&r2).unwrap();
+            w.finish().unwrap();
+        }
+        p.send(b"after").unwrap();
+    });
+
+    let mut whole = Vec::new();
+    {
+        let mut r = c.recv().unwrap().expect("a record");
+        assert!(r.is_spanning());
+        whole.extend_from_slice(r.next_part().unwrap().expect("the first part"));
+        // The producer stalls: neither form waits past its bound, and the record survives.
+        assert!(matches!(r.try_next_part(), Err(Error::WouldBlock)));
+        assert!(matches!(
+            r.next_part_timeout(Duration::from_millis(30)),
+            Err(Error::Timeout)
+        ));
+        go_tx.send(()).unwrap();
+        while let Some(part) = r.next_part_timeout(Duration::from_secs(10)).unwrap() {
+            whole.extend_from_slice(part);
+        }
+    }
+    let mut expected = first.clone();
+    expected.extend_from_slice(&rest);
+    assert!(whole == expected, "resumed after WouldBlock and Timeout, intact");
+
+    // The whole record within a deadline: times out while the producer stalls; the next
+    // read skips what is left of it and gets the record after.
+    let r = c.recv().unwrap().expect("the second record");
+    assert!(matches!(
+        r.to_vec_timeout(Duration::from_millis(30)),
+        Err(Error::Timeout)
+    ));
+    go_tx.send(()).unwrap();
+    let next = c.recv().unwrap().expect("the record after").to_vec().unwrap();
+    assert_eq!(next, b"after");
+    writer.join().unwrap();
+}

@@ -25,6 +25,14 @@ use shmflow::{Consumer, FlushPolicy, Geometry, Producer};
 
 const G: Geometry = Geometry { segment_size: 4096, segment_count: 3 };
 
+/// Every part that is there now, never waiting: a blocking read of a record whose producer
+/// stalls half-way would wait for it, as documented (the `try_`/`_timeout` forms bound it).
+fn read_parts(mut r: shmflow::Record<'_>) {
+    while let Ok(Some(part)) = r.try_next_part() {
+        let _ = part.iter().map(|&b| u64::from(b)).sum::<u64>();
+    }
+}
+
 fn raw_map(fd: &OwnedFd) -> memmap2::MmapMut {
     // SAFETY: a second shared mapping of the region, written while the ends use it: that is
     // the attack. Nothing in this process reads it as Rust data.
@@ -37,7 +45,7 @@ fn exercise(p: Option<&mut Producer>, c: Option<&mut Consumer>, seed: u8) {
         for _ in 0..24 {
             match c.try_recv() {
                 Ok(Some(r)) => {
-                    let _ = r.to_vec();
+                    read_parts(r);
                 }
                 Ok(None) => break,
                 Err(_) => {}
@@ -51,7 +59,7 @@ fn exercise(p: Option<&mut Producer>, c: Option<&mut Consumer>, seed: u8) {
         for _ in 0..8 {
             match c.try_recv_message() {
                 Ok(Some(shmflow::Message::Record(r))) => {
-                    let _ = r.to_vec();
+                    read_parts(r);
                 }
                 Ok(Some(shmflow::Message::Event(e))) => {
                     let _ = e.payload.iter().map(|&b| u64::from(b)).sum::<u64>();
