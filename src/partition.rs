@@ -7,6 +7,8 @@
 //! blocking form writes it channel by channel, the `try_` form either writes it to every
 //! channel or to none.
 
+use std::time::{Duration, Instant};
+
 use crate::error::{Error, Result};
 use crate::writer::{FlushPolicy, Producer};
 use crate::WaitStrategy;
@@ -156,6 +158,29 @@ impl Partition {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// As [`Partition::send`], waiting at most `timeout` in all ([`Error::Timeout`]). For one
+    /// channel nothing is sent on timeout; a broadcast that times out has reached the channels
+    /// before the one that was full (in channel order) and not the rest — use `try_send` for
+    /// all-or-nothing.
+    pub fn send_timeout(&mut self, record: &[u8], timeout: Duration) -> Result<()> {
+        let deadline = Instant::now().checked_add(timeout);
+        let left = || match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => Duration::MAX,
+        };
+        match self.route(record) {
+            Route::One(c) => {
+                self.outputs[c].send_timeout(record, timeout)?;
+                self.next = c + 1;
+                Ok(())
+            }
+            Route::All => self
+                .outputs
+                .iter_mut()
+                .try_for_each(|p| p.send_timeout(record, left())),
         }
     }
 

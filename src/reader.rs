@@ -905,6 +905,11 @@ enum RecordKind {
 
 /// One received record, borrowing the consumer (and, for records in one segment, the shared
 /// memory they sit in: no copy).
+///
+/// A record that spans segments arrives part by part: `next_part`, `to_vec`,
+/// `read_all_into` and `io::Read` wait for parts the producer has not committed yet, as long
+/// as it takes (a peer that dies ends the wait with [`Error::PeerDead`]); `try_next_part`,
+/// `next_part_timeout` and `to_vec_timeout` bound that wait.
 pub struct Record<'a> {
     consumer: &'a mut Consumer,
     kind: RecordKind,

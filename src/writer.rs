@@ -688,6 +688,20 @@ impl Producer {
         self.send(bytemuck::bytes_of(value))
     }
 
+    /// [`Producer::send_pod`] without waiting ([`Error::WouldBlock`]).
+    pub fn try_send_pod<T: bytemuck::Pod>(&mut self, value: &T) -> Result<()> {
+        self.try_send(bytemuck::bytes_of(value))
+    }
+
+    /// [`Producer::send_pod`] waiting at most `timeout` ([`Error::Timeout`]).
+    pub fn send_pod_timeout<T: bytemuck::Pod>(
+        &mut self,
+        value: &T,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.send_timeout(bytemuck::bytes_of(value), timeout)
+    }
+
     #[inline]
     fn claim_inner(&mut self, len: usize, deadline: Deadline) -> Result<Claim<'_>> {
         if HEADER + len > self.shared.segment_size() {
@@ -796,6 +810,16 @@ impl Producer {
     /// As [`Producer::send_event`], or [`Error::WouldBlock`] without a free segment.
     pub fn try_send_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
         self.send_event_inner(kind, payload, Deadline::Now)
+    }
+
+    /// As [`Producer::send_event`], waiting at most `timeout` for a free segment.
+    pub fn send_event_timeout(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        self.send_event_inner(kind, payload, Deadline::after(timeout))
     }
 
     /// Sends a priority event: it overtakes the records and events already sent and not yet

@@ -177,6 +177,29 @@ fn fill(p: &mut Producer, tag: u8) -> usize {
 }
 
 #[test]
+fn partition_send_timeout_waits_for_the_routed_channel_only() {
+    let name = unique_name("gate-part-timeout");
+    let gate = Gate::create(&name, small(2, 2, 0)).unwrap();
+    let outs = (0..2)
+        .map(|c| Producer::open_channel(&name, c).unwrap())
+        .collect();
+    let mut part =
+        Partition::new(outs, Partitioner::Key(Box::new(|r: &[u8]| r[0] as u64))).unwrap();
+    let n = fill(part.output(0), 0);
+    assert!(n > 0);
+    // Channel 0 is full and nobody reads: its key times out, the other channel's does not.
+    let start = std::time::Instant::now();
+    assert!(matches!(
+        part.send_timeout(&[0; 24], Duration::from_millis(40)),
+        Err(Error::Timeout)
+    ));
+    assert!(start.elapsed() >= Duration::from_millis(40));
+    part.send_timeout(&[1; 24], Duration::from_millis(40))
+        .unwrap();
+    assert!(gate.is_open(0));
+}
+
+#[test]
 fn a_busy_channel_does_not_starve_another() {
     let name = unique_name("gate-fair");
     let mut gate = Gate::create(&name, small(3, 2, 0)).unwrap();

@@ -236,6 +236,18 @@ fn try_and_timeout_sends_respect_the_pool() {
         Err(Error::Timeout)
     ));
     assert!(matches!(p.try_claim(3000), Err(Error::WouldBlock)));
+    assert!(matches!(
+        p.try_send_pod(&[7u64; 256]),
+        Err(Error::WouldBlock)
+    ));
+    assert!(matches!(
+        p.send_pod_timeout(&[7u64; 256], Duration::from_millis(20)),
+        Err(Error::Timeout)
+    ));
+    assert!(matches!(
+        p.send_event_timeout(1, &[0; 200], Duration::from_millis(20)),
+        Err(Error::Timeout)
+    ));
     // A spanning record that needs both segments: all or nothing.
     let big = vec![1u8; 6000];
     assert!(matches!(p.try_send(&big), Err(Error::WouldBlock)));
@@ -454,7 +466,10 @@ fn parts_of_a_spanning_record_have_try_and_timeout_forms() {
     }
     let mut expected = first.clone();
     expected.extend_from_slice(&rest);
-    assert!(whole == expected, "resumed after WouldBlock and Timeout, intact");
+    assert!(
+        whole == expected,
+        "resumed after WouldBlock and Timeout, intact"
+    );
 
     // The whole record within a deadline: times out while the producer stalls; the next
     // read skips what is left of it and gets the record after.
@@ -464,7 +479,12 @@ fn parts_of_a_spanning_record_have_try_and_timeout_forms() {
         Err(Error::Timeout)
     ));
     go_tx.send(()).unwrap();
-    let next = c.recv().unwrap().expect("the record after").to_vec().unwrap();
+    let next = c
+        .recv()
+        .unwrap()
+        .expect("the record after")
+        .to_vec()
+        .unwrap();
     assert_eq!(next, b"after");
     writer.join().unwrap();
 }
