@@ -121,7 +121,23 @@ fn list_shows_live_regions_with_geometry_and_ends() {
     );
 }
 
-fn raw_region(tag: &str, bytes: &[u8]) -> String {
+/// A file in /dev/shm that is removed when dropped, even if an assertion fails first.
+struct RawRegion(String);
+
+impl Drop for RawRegion {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(format!("/dev/shm{}", self.0));
+    }
+}
+
+impl std::ops::Deref for RawRegion {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+fn raw_region(tag: &str, bytes: &[u8]) -> RawRegion {
     let name = unique_name(tag);
     let path = format!("/dev/shm{name}");
     let f = OpenOptions::new()
@@ -132,7 +148,7 @@ fn raw_region(tag: &str, bytes: &[u8]) -> String {
     f.set_permissions(std::fs::Permissions::from_mode(0o600))
         .unwrap();
     f.write_all_at(bytes, 0).unwrap();
-    name
+    RawRegion(name)
 }
 
 #[test]
@@ -143,10 +159,10 @@ fn stat_fails_clearly_on_regions_that_are_not_right() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("not a shmflow region") && err.contains(&name),
+        err.contains("not a shmflow region") && err.contains(&*name),
         "{err}"
     );
-    std::fs::remove_file(format!("/dev/shm{name}")).unwrap();
+    drop(name);
     // Truncated: a real header, then cut short.
     let good = unique_name("cli-trunc");
     let p = Producer::create(&good, Geometry::default()).unwrap();
@@ -160,7 +176,7 @@ fn stat_fails_clearly_on_regions_that_are_not_right() {
         err.contains("truncated") || err.contains("bytes but its header"),
         "{err}"
     );
-    std::fs::remove_file(format!("/dev/shm{name}")).unwrap();
+    drop(name);
     // Another layout version.
     let mut v2 = header.clone();
     let other = shmflow::layout::LAYOUT_VERSION + 1;
@@ -170,7 +186,7 @@ fn stat_fails_clearly_on_regions_that_are_not_right() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("layout version {other}")), "{err}");
-    std::fs::remove_file(format!("/dev/shm{name}")).unwrap();
+    drop(name);
     // Missing.
     let out = shmflow(&["stat", "/shmflow-test-does-not-exist"]);
     assert!(!out.status.success());
