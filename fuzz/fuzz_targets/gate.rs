@@ -18,22 +18,22 @@
 //! no access outside the mapping, every call returns.
 #![no_main]
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use common::{apply_patches, read_parts};
 use libfuzzer_sys::fuzz_target;
 use shmflow::{FlushPolicy, Gate, GateGeometry, GateMessage, GateMonitor, Producer};
 
-const G: GateGeometry = GateGeometry { channels: 3, exclusive: 2, floating: 2, segment_size: 4096 };
+const G: GateGeometry = GateGeometry {
+    channels: 3,
+    exclusive: 2,
+    floating: 2,
+    segment_size: 4096,
+};
 
 static RUN: AtomicU64 = AtomicU64::new(0);
-
-/// Every part that is there now, never waiting: a blocking read of a record whose producer
-/// stalls half-way would wait for it, as documented (the `try_`/`_timeout` forms bound it).
-fn read_parts(mut r: shmflow::Record<'_>) {
-    while let Ok(Some(part)) = r.try_next_part() {
-        let _ = part.iter().map(|&b| u64::from(b)).sum::<u64>();
-    }
-}
 
 fn read_gate(gate: &mut Gate) {
     gate.set_max_record_len(1 << 20);
@@ -51,7 +51,11 @@ fn read_gate(gate: &mut Gate) {
         }
     }
     let m = gate.metrics();
-    let _ = (m.input_exclusive_buffers_usage(), m.input_floating_buffers_usage(), m.likely_skew());
+    let _ = (
+        m.input_exclusive_buffers_usage(),
+        m.input_floating_buffers_usage(),
+        m.likely_skew(),
+    );
 }
 
 fn write(p: &mut Producer, seed: u8) {
@@ -67,7 +71,9 @@ fn write(p: &mut Producer, seed: u8) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     let name = format!(
         "/shmflow-fuzz-gate-{}-{}",
         std::process::id(),
@@ -105,10 +111,7 @@ fuzz_target!(|data: &[u8]| {
         let n = rest.len().min(len);
         map[..n].copy_from_slice(&rest[..n]);
     } else {
-        for patch in rest.chunks_exact(10) {
-            let off = (u16::from_le_bytes([patch[0], patch[1]]) as usize * 8) % (len - 8);
-            map[off..off + 8].copy_from_slice(&patch[2..10]);
-        }
+        apply_patches(&mut map, rest);
     }
 
     // A zero magic reads as a creator still setting up: an open by name then waits its
@@ -131,7 +134,11 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(mon) = GateMonitor::open(&name) {
         let s = mon.snapshot();
-        let _ = (s.input_floating_buffers_usage(), s.likely_skew(), mon.is_stale());
+        let _ = (
+            s.input_floating_buffers_usage(),
+            s.likely_skew(),
+            mon.is_stale(),
+        );
         for c in 0..mon.channels() {
             let _ = mon.producer_alive(c);
         }

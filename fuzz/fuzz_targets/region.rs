@@ -18,20 +18,18 @@
 //! (AddressSanitizer and the mapping's bounds would catch it).
 #![no_main]
 
+mod common;
+
 use std::os::fd::OwnedFd;
 
+use common::{apply_patches, read_parts};
 use libfuzzer_sys::fuzz_target;
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer};
 
-const G: Geometry = Geometry { segment_size: 4096, segment_count: 3 };
-
-/// Every part that is there now, never waiting: a blocking read of a record whose producer
-/// stalls half-way would wait for it, as documented (the `try_`/`_timeout` forms bound it).
-fn read_parts(mut r: shmflow::Record<'_>) {
-    while let Ok(Some(part)) = r.try_next_part() {
-        let _ = part.iter().map(|&b| u64::from(b)).sum::<u64>();
-    }
-}
+const G: Geometry = Geometry {
+    segment_size: 4096,
+    segment_count: 3,
+};
 
 fn raw_map(fd: &OwnedFd) -> memmap2::MmapMut {
     // SAFETY: a second shared mapping of the region, written while the ends use it: that is
@@ -102,7 +100,9 @@ fn live_pair() -> (Producer, Consumer, memmap2::MmapMut) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
     match mode % 3 {
         0 => {
             // Build a region image from the input and open it.
@@ -129,12 +129,7 @@ fuzz_target!(|data: &[u8]| {
         }
         _ => {
             let (mut p, mut c, mut map) = live_pair();
-            let len = map.len();
-            for patch in rest.chunks_exact(10) {
-                // Offsets are spread over the whole region, 8-byte aligned like every field.
-                let off = (u16::from_le_bytes([patch[0], patch[1]]) as usize * 8) % (len - 8);
-                map[off..off + 8].copy_from_slice(&patch[2..10]);
-            }
+            apply_patches(&mut map, rest);
             exercise(Some(&mut p), Some(&mut c), mode);
             exercise(Some(&mut p), Some(&mut c), mode.wrapping_add(7));
         }
