@@ -128,14 +128,10 @@ fn reader_survives_a_scribbled_region() {
         let mut seen = std::collections::BTreeMap::new();
         while start.elapsed() < RUN + Duration::from_millis(500) {
             let call = Instant::now();
-            let res = c.recv_timeout(Duration::from_millis(100));
-            assert!(
-                call.elapsed() < Duration::from_secs(2),
-                "recv_timeout(100 ms) took {:?}",
-                call.elapsed()
-            );
-            let key = match res {
-                Ok(Some(r)) => match r.to_vec() {
+            let key = match c.recv_timeout(Duration::from_millis(100)) {
+                // The parts of a (possibly scribbled) spanning record are waited for with a
+                // bound too: the call as a whole must end near its deadlines.
+                Ok(Some(r)) => match r.to_vec_timeout(Duration::from_millis(100)) {
                     Ok(v) => {
                         assert!(v.len() as u64 <= MAX_RECORD);
                         "record"
@@ -145,6 +141,11 @@ fn reader_survives_a_scribbled_region() {
                 Ok(None) => "end",
                 Err(e) => outcome(&e),
             };
+            assert!(
+                call.elapsed() < Duration::from_secs(2),
+                "recv_timeout(100 ms) + to_vec_timeout(100 ms) took {:?}",
+                call.elapsed()
+            );
             *seen.entry(key).or_insert(0u64) += 1;
         }
         stop.store(true, Ordering::Relaxed);
@@ -169,7 +170,7 @@ fn writer_survives_a_scribbled_region() {
         let end = Instant::now() + RUN;
         while Instant::now() < end {
             if let Ok(Some(r)) = c.recv_timeout(Duration::from_millis(50)) {
-                let _ = r.to_vec();
+                let _ = r.to_vec_timeout(Duration::from_millis(50));
             }
         }
         std::process::exit(0);
@@ -285,20 +286,16 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
         let mut seen = std::collections::BTreeMap::new();
         while start.elapsed() < RUN + Duration::from_millis(500) {
             let call = Instant::now();
-            let res = gate.recv_timeout(Duration::from_millis(100));
-            assert!(
-                call.elapsed() < Duration::from_secs(2),
-                "recv_timeout(100 ms) took {:?}",
-                call.elapsed()
-            );
-            let key = match res {
-                Ok(Some(shmflow::GateMessage::Record { record, .. })) => match record.to_vec() {
-                    Ok(v) => {
-                        assert!(v.len() as u64 <= MAX_RECORD);
-                        "record"
+            let key = match gate.recv_timeout(Duration::from_millis(100)) {
+                Ok(Some(shmflow::GateMessage::Record { record, .. })) => {
+                    match record.to_vec_timeout(Duration::from_millis(100)) {
+                        Ok(v) => {
+                            assert!(v.len() as u64 <= MAX_RECORD);
+                            "record"
+                        }
+                        Err(e) => outcome(&e),
                     }
-                    Err(e) => outcome(&e),
-                },
+                }
                 Ok(Some(shmflow::GateMessage::Event { event, .. })) => {
                     assert!(event.payload.len() <= shmflow::MAX_EVENT_PAYLOAD);
                     "event"
@@ -308,6 +305,11 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
                 Ok(None) => "all-ended",
                 Err(e) => outcome(&e),
             };
+            assert!(
+                call.elapsed() < Duration::from_secs(2),
+                "recv_timeout(100 ms) + to_vec_timeout(100 ms) took {:?}",
+                call.elapsed()
+            );
             *seen.entry(key).or_insert(0u64) += 1;
         }
         stop.store(true, Ordering::Relaxed);
