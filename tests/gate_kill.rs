@@ -145,11 +145,26 @@ fn a_gate_whose_consumer_crashed_is_stale_and_can_be_cleaned() {
             "creator exited early"
         );
     }
-    // A producer attaches and stays: the gate is not stale while it lives.
-    let p = Producer::open_channel(&name, 1).unwrap();
+    // A producer attaches and stays: the gate is not stale while it lives. It fills its
+    // channel (the gate's process never reads) and blocks in `send` when the gate dies.
+    let mut p = Producer::open_channel(&name, 1).unwrap();
+    p.set_flush_policy(shmflow::FlushPolicy::EveryRecord);
+    let blocked = std::thread::spawn(move || {
+        while p.try_send(&[1; 4000]).is_ok() {}
+        let r = p.send(&[2; 4000]);
+        (p, r, std::time::Instant::now())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = std::time::Instant::now();
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
+    let (p, r, returned) = blocked.join().unwrap();
+    assert!(matches!(r, Err(Error::PeerDead { .. })), "{r:?}");
+    let noticed = returned.saturating_duration_since(killed);
+    println!("the blocked producer noticed the gate's death after {noticed:?}");
+    // The liveness bound is 100 ms; leave room for a loaded machine without making it a race.
+    assert!(noticed < Duration::from_secs(2), "{noticed:?}");
     assert!(matches!(
         Gate::create(&name, GateGeometry::new(2)),
         Err(Error::AlreadyExists { .. })
