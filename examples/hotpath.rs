@@ -29,7 +29,7 @@ fn main() {
         p.flush().unwrap();
         c.drain(usize::MAX, |r| {
             sum += r.as_bytes().unwrap()[0] as u64;
-            Ok(())
+            Ok::<_, shmflow::RecvError>(())
         })
         .unwrap();
     }

@@ -18,7 +18,7 @@ fn by_drain(c: &mut Consumer) -> Result<u64> {
     while n < N {
         let k = c.drain(usize::MAX, |r| {
             sum += u64::from(r.as_bytes().unwrap()[0]);
-            Ok(())
+            Ok::<_, shmflow::Error>(())
         })?;
         n += k as u64;
         if k == 0 {

@@ -26,8 +26,8 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use shmflow::{
-    BackpressureLevel, Error, Gate, GateGeometry, GateMessage, GateMonitor, GateSnapshot,
-    Partition, Partitioner, Producer,
+    BackpressureLevel, Gate, GateGeometry, GateMessage, GateMonitor, GateSnapshot, Partition,
+    Partitioner, Producer,
 };
 
 const SOURCES: usize = 2;
@@ -146,7 +146,9 @@ fn open_channel(name: &str, c: usize) -> Result<Producer, String> {
     loop {
         match Producer::open_channel(name, c as u32) {
             Ok(p) => return Ok(p),
-            Err(Error::NotFound { .. }) if start.elapsed() < Duration::from_secs(20) => {
+            Err(shmflow::OpenError::NotFound { .. })
+                if start.elapsed() < Duration::from_secs(20) =>
+            {
                 std::thread::sleep(Duration::from_millis(5))
             }
             Err(e) => return Err(format!("opening {name} channel {c}: {e}")),
@@ -154,7 +156,7 @@ fn open_channel(name: &str, c: usize) -> Result<Producer, String> {
     }
 }
 
-fn err(e: Error) -> String {
+fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 

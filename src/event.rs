@@ -40,12 +40,12 @@ pub enum Message<'a> {
 
 pub(crate) fn check_payload(region: &str, payload: &[u8]) -> Result<()> {
     if payload.len() > MAX_EVENT_PAYLOAD {
-        return Err(Error::InvalidConfig {
-            region: region.to_owned(),
-            field: "event payload length",
-            expected: format!("at most {MAX_EVENT_PAYLOAD} bytes"),
-            found: payload.len() as u64,
-        });
+        return Err(Error::too_large(
+            region,
+            "an event payload",
+            payload.len() as u64,
+            MAX_EVENT_PAYLOAD as u64,
+        ));
     }
     Ok(())
 }

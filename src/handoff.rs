@@ -10,7 +10,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, OpenError};
+
+type Result<T, E = OpenError> = std::result::Result<T, E>;
 use crate::shared::Shared;
 
 /// The other end of an anonymous region, to give to a child process.
@@ -85,38 +87,45 @@ pub(crate) fn fd_region_name(fd: &OwnedFd) -> String {
 /// handle was a gate's (`fd:channel`).
 pub(crate) fn fd_from_env(var: &str) -> Result<(OwnedFd, Option<u32>)> {
     let region = format!("${var}");
-    let value = std::env::var(var).map_err(|_| Error::InvalidConfig {
-        region: region.clone(),
-        field: "environment variable",
-        expected: "the number of an inherited region descriptor (see PeerHandle::pass_to)".into(),
-        found: 0,
+    let value = std::env::var(var).map_err(|_| {
+        ConfigError::new(
+            &region,
+            "environment variable",
+            "the number of an inherited region descriptor (see PeerHandle::pass_to)",
+            "nothing (not set, or not Unicode)",
+        )
     })?;
     let (fd_part, channel) = match value.trim().split_once(':') {
         Some((f, c)) => (
             f,
-            Some(c.parse::<u32>().map_err(|_| Error::InvalidConfig {
-                region: region.clone(),
-                field: "environment variable",
-                expected: format!("fd:channel with a channel number, got {value:?}"),
-                found: 0,
+            Some(c.parse::<u32>().map_err(|_| {
+                ConfigError::new(
+                    &region,
+                    "environment variable",
+                    "fd:channel with a channel number",
+                    format!("{value:?}"),
+                )
             })?),
         ),
         None => (value.trim(), None),
     };
-    let raw: i32 = fd_part.parse().map_err(|_| Error::InvalidConfig {
-        region: region.clone(),
-        field: "environment variable",
-        expected: format!("a descriptor number, got {value:?}"),
-        found: 0,
+    let raw: i32 = fd_part.parse().map_err(|_| {
+        ConfigError::new(
+            &region,
+            "environment variable",
+            "a descriptor number",
+            format!("{value:?}"),
+        )
     })?;
     // SAFETY: F_GETFD only asks whether `raw` is open.
     if raw < 0 || unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
-        return Err(Error::InvalidConfig {
-            region,
-            field: "inherited descriptor",
-            expected: "an open descriptor (was the handle passed with PeerHandle::pass_to?)".into(),
-            found: raw as u64,
-        });
+        return Err(ConfigError::new(
+            &region,
+            "inherited descriptor",
+            "an open descriptor (was the handle passed with PeerHandle::pass_to?)",
+            raw,
+        )
+        .into());
     }
     // Keep it from leaking further into our own children.
     // SAFETY: plain fcntl on an open descriptor.

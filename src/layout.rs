@@ -10,7 +10,7 @@
 //!
 //! There are no commit words: a frame's header is its own commit (see `frame.rs`).
 
-use crate::error::{Error, Result};
+use crate::error::ConfigError;
 use crate::metrics::{ConsumerCounters, ProducerCounters};
 use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 
@@ -171,13 +171,9 @@ const fn align_up(x: usize, a: usize) -> usize {
 
 impl Geometry {
     /// Checks the limits; `region` names where the values came from.
-    pub fn validate(&self, region: &str) -> Result<()> {
-        let bad = |field, expected: String, found: u32| Error::InvalidConfig {
-            region: region.to_owned(),
-            field,
-            expected,
-            found: found as u64,
-        };
+    pub fn validate(&self, region: &str) -> Result<(), ConfigError> {
+        let bad =
+            |field, expected: String, found: u32| ConfigError::new(region, field, expected, found);
         let s = self.segment_size;
         if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&s) || s % 64 != 0 {
             return Err(bad(

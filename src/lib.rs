@@ -63,7 +63,11 @@ mod sync;
 mod wait;
 mod writer;
 
-pub use error::{End, Error, Result};
+pub use error::{
+    ClosedError, ConfigError, CorruptError, End, Error, OpenError, PeerDeadError,
+    RecordAbortedError, RecordTooLargeError, RecvError, RecvTimeoutError, RegionKind, Result,
+    SendError, SendTimeoutError, SysError, TryRecvError, TrySendError, WriteError,
+};
 pub use event::{Event, Message, MAX_EVENT_PAYLOAD};
 pub use gate::{ChannelStats, Gate, GateGeometry, GateMessage, GateSnapshot};
 #[cfg(not(loom))]

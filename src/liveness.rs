@@ -14,7 +14,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use crate::error::{End, Error, Result};
+use crate::error::{End, Error, OpenError};
 
 /// How often a waiting side looks at its peer's lock: detection takes at most this long plus
 /// one wake-up.
@@ -49,13 +49,18 @@ pub(crate) struct EndLock {
 impl EndLock {
     /// Opens a new open file description of the object behind `fd` and write-locks `byte`
     /// (see [`lock_byte`]) for `end`. If another live process holds it, that end is taken.
-    pub(crate) fn acquire(fd: &OwnedFd, byte: i64, end: End, region: &str) -> Result<EndLock> {
+    pub(crate) fn acquire(
+        fd: &OwnedFd,
+        byte: i64,
+        end: End,
+        region: &str,
+    ) -> Result<EndLock, OpenError> {
         let path =
             std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
         // SAFETY: valid C string; the result is checked and then owned.
         let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         if raw < 0 {
-            return Err(Error::io(
+            return Err(OpenError::io(
                 region,
                 "reopening the region for its liveness lock",
                 io::Error::last_os_error(),
@@ -68,12 +73,12 @@ impl EndLock {
         if unsafe { libc::fcntl(own.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
             let e = io::Error::last_os_error();
             return Err(match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EACCES) => Error::AlreadyAttached {
+                Some(libc::EAGAIN) | Some(libc::EACCES) => OpenError::AlreadyAttached {
                     region: region.to_owned(),
                     end,
                     pid: 0,
                 },
-                _ => Error::io(region, "fcntl(F_OFD_SETLK)", e),
+                _ => OpenError::io(region, "fcntl(F_OFD_SETLK)", e),
             });
         }
         Ok(EndLock { fd: own, byte })
@@ -113,8 +118,10 @@ pub(crate) struct Liveness {
     lock: std::sync::Arc<EndLock>,
     peer: End,
     peer_byte: i64,
-    /// Set once the peer was found dead: later waits fail at once.
+    /// Set once the peer was found dead: every later call fails at once.
     dead: bool,
+    /// When the lock was last looked at (monotonic ns).
+    last_look_ns: u64,
 }
 
 impl Liveness {
@@ -128,13 +135,33 @@ impl Liveness {
             peer,
             peer_byte: lock_byte(channel, peer),
             dead: false,
+            last_look_ns: 0,
         }
     }
 
-    /// `Err(PeerDead)` if the peer attached and its process is gone without detaching.
-    pub(crate) fn check(&mut self, shared: &crate::shared::Shared) -> Result<()> {
+    /// `Err(PeerDead)` if the peer attached and its process is gone without detaching, looking
+    /// at its lock as closely as `look` says (a peer already found dead fails at once).
+    pub(crate) fn check(
+        &mut self,
+        shared: &crate::shared::Shared,
+        look: crate::wait::Look,
+    ) -> Result<(), Error> {
         use crate::sync::Ordering;
+        use crate::wait::Look;
         let st = shared.header().end(self.peer);
+        if !self.dead {
+            match look {
+                Look::Quick => return Ok(()),
+                Look::IfDue => {
+                    let now = crate::metrics::monotonic_ns();
+                    if now.saturating_sub(self.last_look_ns) < CHECK_INTERVAL.as_nanos() as u64 {
+                        return Ok(());
+                    }
+                    self.last_look_ns = now;
+                }
+                Look::Now => self.last_look_ns = crate::metrics::monotonic_ns(),
+            }
+        }
         let dead = self.dead
             || {
                 // Acquire: a peer that detached cleanly set DETACHED before its lock went away.
@@ -146,11 +173,11 @@ impl Liveness {
             };
         if dead {
             self.dead = true;
-            return Err(Error::PeerDead {
-                region: shared.name.clone(),
-                end: self.peer,
-                pid: st.pid.load(Ordering::Relaxed),
-            });
+            return Err(Error::peer_dead(
+                &shared.name,
+                self.peer,
+                st.pid.load(Ordering::Relaxed),
+            ));
         }
         Ok(())
     }

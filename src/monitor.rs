@@ -3,7 +3,7 @@
 //! shmflow regions in `/dev/shm`.
 
 use crate::error::End;
-use crate::error::Result;
+use crate::error::{Error, OpenError, Result};
 use crate::layout::Geometry;
 use crate::metrics::{snapshot, Snapshot};
 use crate::shared::Shared;
@@ -18,7 +18,7 @@ pub struct Monitor {
 impl Monitor {
     /// Opens `/name` read-only after the same checks as an end (owner, mode, magic, version,
     /// geometry, size).
-    pub fn open(name: &str) -> Result<Monitor> {
+    pub fn open(name: &str) -> Result<Monitor, OpenError> {
         Ok(Monitor {
             shared: crate::region::open_named(name, false)?,
         })
@@ -77,10 +77,10 @@ impl RegionInfo {
 
 /// Removes the named region (a channel or a gate) if it is shmflow's and no end of it is
 /// alive; returns whether it did. A region with a live end is never removed.
-pub fn remove_if_stale(name: &str) -> Result<bool> {
+pub fn remove_if_stale(name: &str) -> Result<bool, OpenError> {
     let alive = match GateMonitor::open(name) {
         Ok(g) => g.consumer_alive() || (0..g.channels()).any(|c| g.producer_alive(c)),
-        Err(crate::Error::BadMagic { .. }) => {
+        Err(OpenError::BadMagic { .. }) => {
             let m = Monitor::open(name)?;
             m.end_alive(End::Producer) || m.end_alive(End::Consumer)
         }
@@ -89,16 +89,10 @@ pub fn remove_if_stale(name: &str) -> Result<bool> {
     if alive {
         return Ok(false);
     }
-    let c = std::ffi::CString::new(name).map_err(|_| crate::Error::NotFound {
-        region: name.to_owned(),
-    })?;
+    let c = crate::region::c_name(name)?;
     // SAFETY: valid C string.
     if unsafe { libc::shm_unlink(c.as_ptr()) } != 0 {
-        return Err(crate::Error::io(
-            name,
-            "shm_unlink",
-            std::io::Error::last_os_error(),
-        ));
+        return Err(OpenError::last_os(name, "shm_unlink"));
     }
     Ok(true)
 }
@@ -129,7 +123,7 @@ pub struct GateMonitor {
 
 impl GateMonitor {
     /// Opens `/name` read-only after the same checks as an end.
-    pub fn open(name: &str) -> Result<GateMonitor> {
+    pub fn open(name: &str) -> Result<GateMonitor, OpenError> {
         Ok(GateMonitor {
             chans: crate::gate::region::open_named(name, false)?,
         })
@@ -189,8 +183,7 @@ pub fn list_gates() -> Result<Vec<(String, GateMonitor)>> {
 
 /// The names (`/name`) of the regular files in `/dev/shm`.
 fn shm_names() -> Result<Vec<String>> {
-    let dir =
-        std::fs::read_dir("/dev/shm").map_err(|e| crate::Error::io("/dev/shm", "read_dir", e))?;
+    let dir = std::fs::read_dir("/dev/shm").map_err(|e| Error::io("/dev/shm", "read_dir", e))?;
     Ok(dir
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, FromCore, SendError, SendTimeoutError, TrySendError};
 use crate::writer::{FlushPolicy, Producer};
 use crate::WaitStrategy;
 
@@ -51,14 +51,14 @@ enum Route {
 
 impl Partition {
     /// A partition over `outputs` (at least one).
-    pub fn new(outputs: Vec<Producer>, partitioner: Partitioner) -> Result<Partition> {
+    pub fn new(outputs: Vec<Producer>, partitioner: Partitioner) -> Result<Partition, ConfigError> {
         if outputs.is_empty() {
-            return Err(Error::InvalidConfig {
-                region: "partition".into(),
-                field: "outputs",
-                expected: "at least one channel".into(),
-                found: 0,
-            });
+            return Err(ConfigError::new(
+                "partition",
+                "outputs",
+                "at least one channel",
+                0,
+            ));
         }
         Ok(Partition {
             outputs,
@@ -116,7 +116,7 @@ impl Partition {
 
     /// Sends `record` where the partitioner says, blocking while that channel (or, for
     /// broadcast, each channel in turn) has no free segment.
-    pub fn send(&mut self, record: &[u8]) -> Result<()> {
+    pub fn send(&mut self, record: &[u8]) -> Result<(), SendError> {
         match self.route(record) {
             Route::One(c) => {
                 self.outputs[c].send(record)?;
@@ -127,10 +127,10 @@ impl Partition {
         }
     }
 
-    /// As [`Partition::send`], or [`Error::WouldBlock`] — with nothing sent — if the channel
+    /// As [`Partition::send`], or [`TrySendError::Full`] — with nothing sent — if the channel
     /// (for broadcast: any channel) has no room now. A broadcast `try_send` takes records that
-    /// fit in one segment only ([`Error::InvalidConfig`] otherwise; use `send`).
-    pub fn try_send(&mut self, record: &[u8]) -> Result<()> {
+    /// fit in one segment only ([`TrySendError::RecordTooLarge`] otherwise; use `send`).
+    pub fn try_send(&mut self, record: &[u8]) -> Result<(), TrySendError> {
         match self.route(record) {
             Route::One(c) => {
                 self.outputs[c].try_send(record)?;
@@ -140,12 +140,12 @@ impl Partition {
             Route::All => {
                 let max = self.outputs[0].max_unspanned_len();
                 if record.len() > max {
-                    return Err(Error::InvalidConfig {
-                        region: self.outputs[0].region_name().to_owned(),
-                        field: "broadcast try_send record length",
-                        expected: format!("at most {max} (one segment)"),
-                        found: record.len() as u64,
-                    });
+                    return Err(TrySendError::from_core(Error::too_large(
+                        self.outputs[0].region_name(),
+                        "a record broadcast with try_send (one segment at most)",
+                        record.len() as u64,
+                        max as u64,
+                    )));
                 }
                 // Claim room everywhere first; dropping the claims on failure writes nothing.
                 let mut claims = Vec::with_capacity(self.outputs.len());
@@ -161,56 +161,68 @@ impl Partition {
         }
     }
 
-    /// As [`Partition::send`], waiting at most `timeout` in all ([`Error::Timeout`]). For one
+    /// As [`Partition::send`], waiting at most `timeout` in all
+    /// ([`SendTimeoutError::Timeout`]). For one
     /// channel nothing is sent on timeout; a broadcast that times out has reached the channels
     /// before the one that was full (in channel order) and not the rest — use `try_send` for
     /// all-or-nothing.
-    pub fn send_timeout(&mut self, record: &[u8], timeout: Duration) -> Result<()> {
-        let deadline = Instant::now().checked_add(timeout);
-        let left = || match deadline {
-            Some(d) => d.saturating_duration_since(Instant::now()),
-            None => Duration::MAX,
-        };
+    pub fn send_timeout(
+        &mut self,
+        record: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.send_deadline(record, deadline),
+            None => Ok(self.send(record)?),
+        }
+    }
+
+    /// As [`Partition::send_timeout`], with the deadline as an instant.
+    pub fn send_deadline(
+        &mut self,
+        record: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
         match self.route(record) {
             Route::One(c) => {
-                self.outputs[c].send_timeout(record, timeout)?;
+                self.outputs[c].send_deadline(record, deadline)?;
                 self.next = c + 1;
                 Ok(())
             }
             Route::All => self
                 .outputs
                 .iter_mut()
-                .try_for_each(|p| p.send_timeout(record, left())),
+                .try_for_each(|p| p.send_deadline(record, deadline)),
         }
     }
 
     /// Sends `record` to the channel of `key` (`key % N`), whatever the partitioner.
-    pub fn send_keyed(&mut self, key: u64, record: &[u8]) -> Result<()> {
+    pub fn send_keyed(&mut self, key: u64, record: &[u8]) -> Result<(), SendError> {
         let c = (key % self.outputs.len() as u64) as usize;
         self.outputs[c].send(record)
     }
 
     /// Sends `record` to channel `c`, whatever the partitioner.
-    pub fn send_to(&mut self, c: usize, record: &[u8]) -> Result<()> {
+    pub fn send_to(&mut self, c: usize, record: &[u8]) -> Result<(), SendError> {
         self.outputs[c].send(record)
     }
 
     /// Sends an event to every channel, in order with the records (Flink broadcasts events).
-    pub fn send_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+    pub fn send_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
         self.outputs
             .iter_mut()
             .try_for_each(|p| p.send_event(kind, payload))
     }
 
     /// Sends a priority event to every channel (see [`Producer::send_priority_event`]).
-    pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
+    pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
         self.outputs
             .iter_mut()
             .try_for_each(|p| p.send_priority_event(kind, payload))
     }
 
     /// Makes everything sent visible on every channel.
-    pub fn flush(&mut self) -> Result<()> {
+    pub fn flush(&mut self) -> Result<(), SendError> {
         self.outputs.iter_mut().try_for_each(|p| p.flush())
     }
 }

@@ -12,9 +12,11 @@
 use std::io;
 #[cfg(not(loom))]
 use std::os::fd::OwnedFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::error::{End, Error, Result};
+use crate::error::{
+    op, End, Error, FromCore, OpenError, RecvError, RecvTimeoutError, Result, TryRecvError,
+};
 use crate::event::{Event, Message};
 use crate::frame::{self, HEADER};
 use crate::layout::END_DETACHED;
@@ -23,7 +25,7 @@ use crate::metrics::{monotonic_ns, Local};
 use crate::ring::{RingRx, RingTx};
 use crate::shared::Shared;
 use crate::sync::{Arc, Ordering};
-use crate::wait::{self, Deadline, WaitStrategy};
+use crate::wait::{self, Deadline, Look, WaitStrategy};
 
 /// Default limit on a record's total length for the reader (spanning records are otherwise
 /// unbounded): 4 GiB.
@@ -79,6 +81,8 @@ pub struct Consumer {
     prio_buf: [u8; crate::layout::PRIO_PAYLOAD],
     /// While waiting: report a pending priority event as a frame of kind `PRIORITY_PENDING`.
     watch_prio: bool,
+    /// The spanning record handed out last.
+    span: Span,
 }
 
 /// What the slow path found next, before anything borrows the consumer.
@@ -104,21 +108,23 @@ impl Consumer {
     /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
     /// consumer. The name is unlinked when this consumer is dropped.
     #[cfg(not(loom))]
-    pub fn create(name: &str, geometry: crate::Geometry) -> Result<Consumer> {
+    pub fn create(name: &str, geometry: crate::Geometry) -> Result<Consumer, OpenError> {
         let (shared, lock) = crate::region::create_named(name, geometry, End::Consumer)?;
         Consumer::attach_with(shared, Some(lock))
     }
 
     /// Opens a named region created by the producer and attaches as its consumer.
     #[cfg(not(loom))]
-    pub fn open(name: &str) -> Result<Consumer> {
+    pub fn open(name: &str) -> Result<Consumer, OpenError> {
         Consumer::attach(crate::region::open_named(name, true)?)
     }
 
     /// Creates an anonymous (memfd) region and attaches as its consumer; the returned handle
     /// gives the producer end to a child process.
     #[cfg(not(loom))]
-    pub fn create_anonymous(geometry: crate::Geometry) -> Result<(Consumer, crate::PeerHandle)> {
+    pub fn create_anonymous(
+        geometry: crate::Geometry,
+    ) -> Result<(Consumer, crate::PeerHandle), OpenError> {
         let (shared, lock) = crate::region::create_memfd(geometry, End::Consumer)?;
         let handle = crate::PeerHandle::new(&shared)?;
         Ok((Consumer::attach_with(shared, Some(lock))?, handle))
@@ -126,7 +132,7 @@ impl Consumer {
 
     /// Attaches as consumer to a region whose descriptor was inherited.
     #[cfg(not(loom))]
-    pub fn from_fd(fd: OwnedFd) -> Result<Consumer> {
+    pub fn from_fd(fd: OwnedFd) -> Result<Consumer, OpenError> {
         let name = crate::handoff::fd_region_name(&fd);
         Consumer::attach(crate::region::open_fd(name, fd, true)?)
     }
@@ -134,19 +140,20 @@ impl Consumer {
     /// Attaches as consumer to the region whose descriptor number is in environment variable
     /// `var` (set by [`crate::PeerHandle::pass_to`]).
     #[cfg(not(loom))]
-    pub fn from_env(var: &str) -> Result<Consumer> {
+    pub fn from_env(var: &str) -> Result<Consumer, OpenError> {
         match crate::handoff::fd_from_env(var)? {
             (fd, None) => Consumer::from_fd(fd),
-            (_, Some(c)) => Err(Error::InvalidConfig {
-                region: format!("${var}"),
-                field: "handle",
-                expected: "a channel's handle: a gate's channel is for its producer".into(),
-                found: c as u64,
-            }),
+            (_, Some(c)) => Err(crate::ConfigError::new(
+                &format!("${var}"),
+                "handle",
+                "a channel's handle: a gate's channel is for its producer",
+                format!("the handle of gate channel {c}"),
+            )
+            .into()),
         }
     }
 
-    pub(crate) fn attach(shared: Arc<Shared>) -> Result<Consumer> {
+    pub(crate) fn attach(shared: Arc<Shared>) -> Result<Consumer, OpenError> {
         Consumer::attach_with(shared, None)
     }
 
@@ -154,7 +161,7 @@ impl Consumer {
     pub(crate) fn attach_with(
         shared: Arc<Shared>,
         lock: Option<std::sync::Arc<EndLock>>,
-    ) -> Result<Consumer> {
+    ) -> Result<Consumer, OpenError> {
         let liveness = crate::shared::attach_end(&shared, End::Consumer, lock)?;
         let h = shared.header();
         let n = shared.initial_free;
@@ -162,7 +169,7 @@ impl Consumer {
         let ret_tail = h.cons.ret_tail.load(Ordering::Acquire);
         let ret_head = h.prod.ret_head.load(Ordering::Acquire);
         if data_head != 0 || ret_tail != n || ret_head > n {
-            return Err(Error::corrupt(
+            return Err(OpenError::corrupt(
                 &shared.name,
                 "consumer cursors at attach",
                 format!("data head 0 and return tail {n}"),
@@ -185,6 +192,7 @@ impl Consumer {
             prio_head: 0,
             prio_buf: [0; crate::layout::PRIO_PAYLOAD],
             watch_prio: false,
+            span: Span::default(),
         })
     }
 
@@ -418,7 +426,7 @@ impl Consumer {
                 .idle_since_ns
                 .store(start, Ordering::Relaxed);
         }
-        let got = wait::wait_for(shared.consumer_park(), self.wait, deadline, |check_peer| {
+        let got = wait::wait_for(shared.consumer_park(), self.wait, deadline, |look| {
             if self.watch_prio && self.prio_pending() {
                 return Ok(Some(Some(PRIO)));
             }
@@ -432,15 +440,13 @@ impl Consumer {
                 // Everything sealed before the detach is visible now: look once more.
                 return Ok(Some(self.poll_frame()?));
             }
-            if check_peer {
-                if let Some(l) = &mut self.liveness {
-                    if let Err(e) = l.check(&self.shared) {
-                        // Drain first: whatever it committed before dying is delivered.
-                        return match self.poll_frame()? {
-                            Some(f) => Ok(Some(Some(f))),
-                            None => Err(e),
-                        };
-                    }
+            if let Some(l) = &mut self.liveness {
+                if let Err(e) = l.check(&self.shared, look) {
+                    // Drain first: whatever it committed before dying is delivered.
+                    return match self.poll_frame()? {
+                        Some(f) => Ok(Some(Some(f))),
+                        None => Err(e),
+                    };
                 }
             }
             Ok(None)
@@ -513,7 +519,7 @@ impl Consumer {
     /// in hand. Anything else — a span, the end of the segment, or a header that does not
     /// check out — goes through `poll_frame`, which validates it fully and names the error.
     #[inline]
-    fn fast_whole(&mut self) -> Option<(usize, usize, *const u8)> {
+    fn fast_whole(&mut self) -> Option<(usize, *const u8)> {
         if self.skipping || self.in_span {
             return None;
         }
@@ -534,14 +540,13 @@ impl Consumer {
         c.rd = frame::next_frame(at, len);
         prefetch_ahead(c, seg_size);
         // SAFETY: `at + 8 + len <= segment_size` (checked above).
-        Some((at + HEADER, len, unsafe { c.base.add(at + HEADER) }))
+        Some((len, unsafe { c.base.add(at + HEADER) }))
     }
 
     /// A record within the segment in hand, at `at`.
     fn single(&self, at: usize, len: usize) -> RecordKind {
         let c = self.cur.as_ref().expect("a segment in hand");
         RecordKind::Single {
-            at,
             len,
             // SAFETY: `at + len <= segment_size` (validated by `parse`).
             ptr: unsafe { c.base.add(at) },
@@ -550,12 +555,9 @@ impl Consumer {
 
     #[inline]
     fn recv_inner(&mut self, deadline: Deadline) -> Result<Option<Record<'_>>> {
-        if let Some((at, len, ptr)) = self.fast_whole() {
+        if let Some((len, ptr)) = self.fast_whole() {
             self.count_record(len as u64);
-            return Ok(Some(Record {
-                consumer: self,
-                kind: RecordKind::Single { at, len, ptr },
-            }));
+            return Ok(Some(Record::single(self, ptr, len)));
         }
         self.recv_slow(deadline)
     }
@@ -563,10 +565,7 @@ impl Consumer {
     #[inline(never)]
     fn recv_slow(&mut self, deadline: Deadline) -> Result<Option<Record<'_>>> {
         match self.next_slow(deadline, false)? {
-            Next::Record(kind) => Ok(Some(Record {
-                consumer: self,
-                kind,
-            })),
+            Next::Record(kind) => Ok(Some(Record::new(self, kind))),
             Next::End => Ok(None),
             Next::Event { .. } | Next::Priority => unreachable!("events are skipped here"),
         }
@@ -612,11 +611,11 @@ impl Consumer {
                         self.skipping = true;
                         return Err(self.too_large(f.len as u64));
                     }
-                    return Ok(Next::Record(RecordKind::Span {
+                    return Ok(Next::Record(RecordKind::Span(Span {
                         next: Some((f.at + HEADER, f.len)),
                         ended: false,
                         total: f.len as u64,
-                    }));
+                    })));
                 }
             }
         }
@@ -644,17 +643,14 @@ impl Consumer {
     fn message_inner(&mut self, deadline: Deadline) -> Result<Option<Message<'_>>> {
         let next = if self.prio_pending() {
             Next::Priority
-        } else if let Some((at, len, ptr)) = self.fast_whole() {
+        } else if let Some((len, ptr)) = self.fast_whole() {
             self.count_record(len as u64);
-            Next::Record(RecordKind::Single { at, len, ptr })
+            Next::Record(RecordKind::Single { len, ptr })
         } else {
             self.next_slow(deadline, true)?
         };
         Ok(match next {
-            Next::Record(kind) => Some(Message::Record(Record {
-                consumer: self,
-                kind,
-            })),
+            Next::Record(kind) => Some(Message::Record(Record::new(self, kind))),
             Next::Event { at, len } => {
                 let bytes = self.view(at, len);
                 Some(Message::Event(Event {
@@ -684,18 +680,35 @@ impl Consumer {
 
     /// Receives the next record or event (see [`crate::event`] for the order), blocking.
     /// `Ok(None)` is end of stream, as for [`Consumer::recv`].
-    pub fn recv_message(&mut self) -> Result<Option<Message<'_>>> {
-        self.message_inner(Deadline::Never)
+    pub fn recv_message(&mut self) -> Result<Option<Message<'_>>, RecvError> {
+        op(self.message_inner(Deadline::Never))
     }
 
-    /// As [`Consumer::recv_message`], or [`Error::WouldBlock`] if nothing is there.
-    pub fn try_recv_message(&mut self) -> Result<Option<Message<'_>>> {
+    /// As [`Consumer::recv_message`], or [`TryRecvError::Empty`] if nothing is there.
+    pub fn try_recv_message(&mut self) -> Result<Option<Message<'_>>, TryRecvError> {
+        op(self.message_inner(Deadline::Now))
+    }
+
+    /// As [`Consumer::recv_message`], waiting at most `timeout`
+    /// ([`RecvTimeoutError::Timeout`]).
+    pub fn recv_message_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Message<'_>>, RecvTimeoutError> {
+        op(self.message_inner(Deadline::after(timeout)))
+    }
+
+    /// As [`Consumer::recv_message`], waiting until `deadline` at most.
+    pub fn recv_message_deadline(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<Option<Message<'_>>, RecvTimeoutError> {
+        op(self.message_inner(Deadline::at(deadline)))
+    }
+
+    /// Gates: the next message without waiting, with the core's error.
+    pub(crate) fn message_now(&mut self) -> Result<Option<Message<'_>>> {
         self.message_inner(Deadline::Now)
-    }
-
-    /// As [`Consumer::recv_message`], waiting at most `timeout` ([`Error::Timeout`]).
-    pub fn recv_message_timeout(&mut self, timeout: Duration) -> Result<Option<Message<'_>>> {
-        self.message_inner(Deadline::after(timeout))
     }
 
     /// Gates: is there something to read on this channel, without reading it?
@@ -728,7 +741,7 @@ impl Consumer {
     /// Gates: `Err(PeerDead)` if this channel's producer died (a syscall).
     pub(crate) fn check_producer(&mut self) -> Result<()> {
         match &mut self.liveness {
-            Some(l) => l.check(&self.shared),
+            Some(l) => l.check(&self.shared, Look::Now),
             None => Ok(()),
         }
     }
@@ -745,57 +758,74 @@ impl Consumer {
     }
 
     fn too_large(&self, len: u64) -> Error {
-        Error::RecordTooLarge {
-            region: self.shared.name.clone(),
-            len,
-            max: self.max_record_len,
-        }
+        Error::too_large(&self.shared.name, "a record", len, self.max_record_len)
     }
+
+    // Every receiving operation has one deadline-taking core (`recv_inner`, `message_inner`);
+    // the blocking, `try_`, `_timeout` and `_deadline` forms are one-line wrappers.
 
     /// Receives the next record, blocking until one is committed. `Ok(None)` is end of
     /// stream: the producer detached and every record it committed has been read.
+    ///
+    /// # Errors
+    /// [`RecvError::PeerDead`] once the producer died and everything it committed was read;
+    /// [`RecvError::Corrupt`] if it broke the protocol; [`RecvError::RecordTooLarge`] for a
+    /// spanning record over [`Consumer::set_max_record_len`] (the record is skipped).
     #[inline]
-    pub fn recv(&mut self) -> Result<Option<Record<'_>>> {
-        self.recv_inner(Deadline::Never)
+    pub fn recv(&mut self) -> Result<Option<Record<'_>>, RecvError> {
+        op(self.recv_inner(Deadline::Never))
     }
 
-    /// Receives the next record if one is committed, else [`Error::WouldBlock`].
+    /// Receives the next record if one is committed, else [`TryRecvError::Empty`].
     #[inline]
-    pub fn try_recv(&mut self) -> Result<Option<Record<'_>>> {
-        self.recv_inner(Deadline::Now)
+    pub fn try_recv(&mut self) -> Result<Option<Record<'_>>, TryRecvError> {
+        op(self.recv_inner(Deadline::Now))
     }
 
-    /// Receives the next record, waiting at most `timeout` ([`Error::Timeout`]).
-    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Record<'_>>> {
-        self.recv_inner(Deadline::after(timeout))
+    /// Receives the next record, waiting at most `timeout` ([`RecvTimeoutError::Timeout`]).
+    pub fn recv_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Record<'_>>, RecvTimeoutError> {
+        op(self.recv_inner(Deadline::after(timeout)))
+    }
+
+    /// Receives the next record, waiting until `deadline` at most.
+    pub fn recv_deadline(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<Option<Record<'_>>, RecvTimeoutError> {
+        op(self.recv_inner(Deadline::at(deadline)))
     }
 
     /// Hands every record that is available now (at most `max`) to `f`, without waiting;
-    /// returns how many. Stops early at end of stream or when `f` fails. Each record is built
-    /// in place for `f`, never moved through a `Result`, so its speed does not depend on how
-    /// the caller's loop compiles (a `recv` loop is as fast when its fast path inlines).
-    pub fn drain<F>(&mut self, max: usize, mut f: F) -> Result<usize>
+    /// returns how many. Stops early at end of stream or when `f` fails, with `f`'s error.
+    /// Each record is built in place for `f`, never moved through a `Result`, so its speed
+    /// does not depend on how the caller's loop compiles.
+    ///
+    /// # Errors
+    /// `f`'s error, or what `try_recv` would return other than `Empty` (converted with
+    /// `From<RecvError>`).
+    pub fn drain<F, E>(&mut self, max: usize, mut f: F) -> Result<usize, E>
     where
-        F: FnMut(Record<'_>) -> Result<()>,
+        F: FnMut(Record<'_>) -> Result<(), E>,
+        E: From<RecvError>,
     {
         let mut n = 0;
         while n < max {
-            if let Some((at, len, ptr)) = self.fast_whole() {
+            if let Some((len, ptr)) = self.fast_whole() {
                 self.count_record(len as u64);
-                f(Record {
-                    consumer: self,
-                    kind: RecordKind::Single { at, len, ptr },
-                })?;
+                f(Record::single(self, ptr, len))?;
                 n += 1;
                 continue;
             }
-            match self.try_recv() {
+            match self.recv_inner(Deadline::Now) {
                 Ok(Some(r)) => {
                     f(r)?;
                     n += 1;
                 }
                 Ok(None) | Err(Error::WouldBlock) => break,
-                Err(e) => return Err(e),
+                Err(e) => return Err(E::from(RecvError::from_core(e))),
             }
         }
         Ok(n)
@@ -806,19 +836,17 @@ impl Consumer {
     pub fn close(self) {}
 
     /// True once the producer has detached (records may still be waiting to be read).
-    pub fn producer_closed(&self) -> bool {
+    pub fn is_closed(&self) -> bool {
         self.producer_detached()
     }
 
     /// Tells the loom byte tracker that `len` bytes at `at` of the segment in hand are read.
+    #[cfg(loom)]
     #[inline(always)]
     fn track(&self, at: usize, len: usize) {
-        #[cfg(loom)]
         if let Some(c) = &self.cur {
             self.shared.tracker.read(c.seg as usize, at, len);
         }
-        #[cfg(not(loom))]
-        let _ = (at, len);
     }
 
     /// View of `len` bytes at `at` in the segment in hand.
@@ -888,19 +916,22 @@ impl Drop for Consumer {
     }
 }
 
+/// What the slow path hands out, before it is turned into a [`Record`].
 enum RecordKind {
-    Single {
-        at: usize,
-        len: usize,
-        /// Where the bytes are: `as_bytes` then needs nothing from the consumer, which keeps
-        /// the reader's loop tight however the caller's code around it compiles.
-        ptr: *const u8,
-    },
-    Span {
-        next: Option<(usize, usize)>,
-        ended: bool,
-        total: u64,
-    },
+    Single { len: usize, ptr: *const u8 },
+    Span(Span),
+}
+
+/// Where the consumer is in the spanning record it handed out (kept in the consumer, not in
+/// the [`Record`], so that a record stays three words).
+#[derive(Clone, Copy, Debug, Default)]
+struct Span {
+    /// A part (or the rest of one, after a short `io::Read`) to hand out before reading on.
+    next: Option<(usize, usize)>,
+    /// The last part was handed out (or the record was aborted).
+    ended: bool,
+    /// Bytes of the record so far.
+    total: u64,
 }
 
 /// One received record, borrowing the consumer (and, for records in one segment, the shared
@@ -908,11 +939,65 @@ enum RecordKind {
 ///
 /// A record that spans segments arrives part by part: `next_part`, `to_vec`,
 /// `read_all_into` and `io::Read` wait for parts the producer has not committed yet, as long
-/// as it takes (a peer that dies ends the wait with [`Error::PeerDead`]); `try_next_part`,
-/// `next_part_timeout` and `to_vec_timeout` bound that wait.
+/// as it takes (a peer that dies ends the wait with [`RecvError::PeerDead`]);
+/// `try_next_part`, `next_part_timeout` and `to_vec_timeout` bound that wait.
 pub struct Record<'a> {
     consumer: &'a mut Consumer,
-    kind: RecordKind,
+    /// A record within one segment: its bytes in place (`as_bytes` then needs nothing from
+    /// the consumer, which keeps the reader's loop tight however the caller's code compiles).
+    /// Null for a spanning record, whose state is the consumer's `span`.
+    ptr: *const u8,
+    len: u32,
+    spanning: bool,
+}
+
+impl std::fmt::Debug for Record<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Record")
+            .field("region", &self.consumer.shared.name)
+            .field("len", &self.len())
+            .field("spanning", &self.spanning)
+            .finish()
+    }
+}
+
+impl<'a> Record<'a> {
+    #[inline(always)]
+    fn single(consumer: &'a mut Consumer, ptr: *const u8, len: usize) -> Record<'a> {
+        // A frame's length is a u32 (frame.rs), so `len` fits.
+        Record {
+            consumer,
+            ptr,
+            len: len as u32,
+            spanning: false,
+        }
+    }
+
+    fn new(consumer: &'a mut Consumer, kind: RecordKind) -> Record<'a> {
+        match kind {
+            RecordKind::Single { ptr, len } => Record::single(consumer, ptr, len),
+            RecordKind::Span(span) => {
+                consumer.span = span;
+                Record {
+                    consumer,
+                    ptr: std::ptr::null(),
+                    len: 0,
+                    spanning: true,
+                }
+            }
+        }
+    }
+
+    /// Offset of a single record's bytes in the segment in hand.
+    fn at(&self) -> usize {
+        let base = self
+            .consumer
+            .cur
+            .as_ref()
+            .expect("a record's segment is in hand")
+            .base;
+        self.ptr as usize - base as usize
+    }
 }
 
 impl Record<'_> {
@@ -920,15 +1005,14 @@ impl Record<'_> {
     /// (use [`Record::next_part`], [`Record::to_vec`] or `io::Read`).
     #[inline]
     pub fn as_bytes(&self) -> Option<&[u8]> {
-        match self.kind {
-            RecordKind::Single { at, len, ptr } => {
-                self.consumer.track(at, len);
-                // SAFETY: `ptr` is `len` committed bytes of the segment in hand, which is not
-                // returned while this record borrows the consumer (see `view`).
-                Some(unsafe { std::slice::from_raw_parts(ptr, len) })
-            }
-            RecordKind::Span { .. } => None,
+        if self.spanning {
+            return None;
         }
+        #[cfg(loom)]
+        self.consumer.track(self.at(), self.len as usize);
+        // SAFETY: `ptr` is `len` committed bytes of the segment in hand, which is not
+        // returned while this record borrows the consumer (see `view`).
+        Some(unsafe { std::slice::from_raw_parts(self.ptr, self.len as usize) })
     }
 
     /// A `Pod` value viewed in place, if the record is in one segment and its size and
@@ -939,10 +1023,7 @@ impl Record<'_> {
 
     /// The length, known up front for a record within one segment.
     pub fn len(&self) -> Option<usize> {
-        match self.kind {
-            RecordKind::Single { len, .. } => Some(len),
-            RecordKind::Span { .. } => None,
-        }
+        (!self.spanning).then_some(self.len as usize)
     }
 
     /// True for an empty record in one segment.
@@ -952,87 +1033,95 @@ impl Record<'_> {
 
     /// True if the record spans segments.
     pub fn is_spanning(&self) -> bool {
-        matches!(self.kind, RecordKind::Span { .. })
+        self.spanning
     }
 
     /// The next part's place. Waiting for a part that is not committed yet ends at
     /// `deadline` with `WouldBlock`/`Timeout` and leaves the record as it was, so the call
     /// can be repeated.
     fn next_part_at(&mut self, deadline: Deadline) -> Result<Option<(usize, usize)>> {
+        if !self.spanning {
+            let part = (self.at(), self.len as usize);
+            // Yield once: mark as consumed by turning it into an ended span.
+            self.consumer.span = Span {
+                next: None,
+                ended: true,
+                total: part.1 as u64,
+            };
+            self.spanning = true;
+            return Ok(Some(part));
+        }
         let c = &mut *self.consumer;
-        match &mut self.kind {
-            RecordKind::Single { at, len, .. } => {
-                let part = (*at, *len);
-                // Yield once: mark as consumed by turning it into an ended span.
-                self.kind = RecordKind::Span {
-                    next: None,
-                    ended: true,
-                    total: part.1 as u64,
-                };
-                Ok(Some(part))
+        if let Some(p) = c.span.next.take() {
+            return Ok(Some(p));
+        }
+        if c.span.ended {
+            return Ok(None);
+        }
+        let Some(f) = c.wait_frame(deadline)? else {
+            // The producer detached in the middle of the record.
+            c.in_span = false;
+            c.span.ended = true;
+            return Err(Error::aborted(&c.shared.name));
+        };
+        c.advance(f);
+        match f.kind {
+            frame::MIDDLE => {}
+            frame::LAST => {
+                c.in_span = false;
+                c.span.ended = true;
             }
-            RecordKind::Span { next, ended, total } => {
-                if let Some(p) = next.take() {
-                    return Ok(Some(p));
-                }
-                if *ended {
-                    return Ok(None);
-                }
-                let Some(f) = c.wait_frame(deadline)? else {
-                    // The producer detached in the middle of the record.
-                    c.in_span = false;
-                    *ended = true;
-                    return Err(Error::RecordAborted {
-                        region: c.shared.name.clone(),
-                    });
-                };
-                c.advance(f);
-                match f.kind {
-                    frame::MIDDLE => {}
-                    frame::LAST => {
-                        c.in_span = false;
-                        *ended = true;
-                    }
-                    _ => {
-                        debug_assert_eq!(f.kind, frame::ABORT);
-                        c.in_span = false;
-                        *ended = true;
-                        return Err(Error::RecordAborted {
-                            region: c.shared.name.clone(),
-                        });
-                    }
-                }
-                *total += f.len as u64;
-                if *total > c.max_record_len {
-                    return Err(c.too_large(*total));
-                }
-                if *ended {
-                    let t = *total;
-                    c.count_record(t);
-                }
-                Ok(Some((f.at + HEADER, f.len)))
+            _ => {
+                debug_assert_eq!(f.kind, frame::ABORT);
+                c.in_span = false;
+                c.span.ended = true;
+                return Err(Error::aborted(&c.shared.name));
             }
         }
+        c.span.total += f.len as u64;
+        if c.span.total > c.max_record_len {
+            return Err(c.too_large(c.span.total));
+        }
+        if c.span.ended {
+            let t = c.span.total;
+            c.count_record(t);
+        }
+        Ok(Some((f.at + HEADER, f.len)))
     }
 
     /// The next part of the record, in place (no copy); `None` after the last. A record in one
     /// segment has one part. For a spanning record each call may wait for the producer, and
     /// moving to the next part gives the previous segment back (which is why a part borrows
     /// the record mutably: parts of records larger than the pool cannot all be held at once).
-    pub fn next_part(&mut self) -> Result<Option<&[u8]>> {
-        self.part(Deadline::Never)
+    ///
+    /// # Errors
+    /// [`RecvError::RecordAborted`] if the producer abandoned the record, and the failures of
+    /// [`Consumer::recv`].
+    pub fn next_part(&mut self) -> Result<Option<&[u8]>, RecvError> {
+        op(self.part(Deadline::Never))
     }
 
-    /// As [`Record::next_part`], without waiting: [`Error::WouldBlock`] if the producer has
+    /// As [`Record::next_part`], without waiting: [`TryRecvError::Empty`] if the producer has
     /// not committed the next part yet. The record stays as it was; call again later.
-    pub fn try_next_part(&mut self) -> Result<Option<&[u8]>> {
-        self.part(Deadline::Now)
+    pub fn try_next_part(&mut self) -> Result<Option<&[u8]>, TryRecvError> {
+        op(self.part(Deadline::Now))
     }
 
     /// As [`Record::next_part`], waiting at most `timeout` for the next part
-    /// ([`Error::Timeout`]; the record stays as it was).
-    pub fn next_part_timeout(&mut self, timeout: Duration) -> Result<Option<&[u8]>> {
-        self.part(Deadline::after(timeout))
+    /// ([`RecvTimeoutError::Timeout`]; the record stays as it was).
+    pub fn next_part_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<&[u8]>, RecvTimeoutError> {
+        op(self.part(Deadline::after(timeout)))
+    }
+
+    /// As [`Record::next_part`], waiting until `deadline` at most.
+    pub fn next_part_deadline(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<Option<&[u8]>, RecvTimeoutError> {
+        op(self.part(Deadline::at(deadline)))
     }
 
     fn part(&mut self, deadline: Deadline) -> Result<Option<&[u8]>> {
@@ -1044,30 +1133,37 @@ impl Record<'_> {
 
     /// Appends the whole record to `out` (one copy; spanning records are reassembled),
     /// waiting as long as the producer takes to commit the parts.
-    pub fn read_all_into(self, out: &mut Vec<u8>) -> Result<()> {
-        self.read_all_until(out, Deadline::Never)
+    pub fn read_all_into(self, out: &mut Vec<u8>) -> Result<(), RecvError> {
+        op(self.read_all_until(out, Deadline::Never))
     }
 
     /// The whole record as one contiguous `Vec` (one copy), waiting as long as the producer
     /// takes to commit the parts.
-    pub fn to_vec(self) -> Result<Vec<u8>> {
-        let mut v = Vec::with_capacity(self.len().unwrap_or(0));
-        self.read_all_until(&mut v, Deadline::Never)?;
-        Ok(v)
+    pub fn to_vec(self) -> Result<Vec<u8>, RecvError> {
+        op(self.collect_until(Deadline::Never))
     }
 
     /// As [`Record::to_vec`], but the whole record must arrive within `timeout`, else
-    /// [`Error::Timeout`] (the rest of the record is then skipped by the consumer's next
-    /// read). A record within one segment never waits.
-    pub fn to_vec_timeout(self, timeout: Duration) -> Result<Vec<u8>> {
+    /// [`RecvTimeoutError::Timeout`] (the rest of the record is then skipped by the
+    /// consumer's next read). A record within one segment never waits.
+    pub fn to_vec_timeout(self, timeout: Duration) -> Result<Vec<u8>, RecvTimeoutError> {
+        op(self.collect_until(Deadline::after(timeout)))
+    }
+
+    /// As [`Record::to_vec_timeout`], with the deadline as an instant.
+    pub fn to_vec_deadline(self, deadline: Instant) -> Result<Vec<u8>, RecvTimeoutError> {
+        op(self.collect_until(Deadline::at(deadline)))
+    }
+
+    fn collect_until(self, deadline: Deadline) -> Result<Vec<u8>> {
         let mut v = Vec::with_capacity(self.len().unwrap_or(0));
-        self.read_all_until(&mut v, Deadline::after(timeout))?;
+        self.read_all_until(&mut v, deadline)?;
         Ok(v)
     }
 
     fn read_all_until(mut self, out: &mut Vec<u8>, deadline: Deadline) -> Result<()> {
-        if let RecordKind::Single { at, len, .. } = self.kind {
-            out.extend_from_slice(self.consumer.view(at, len));
+        if !self.spanning {
+            out.extend_from_slice(self.consumer.view(self.at(), self.len as usize));
             return Ok(());
         }
         while let Some((at, len)) = self.next_part_at(deadline)? {
@@ -1088,9 +1184,7 @@ impl io::Read for Record<'_> {
             if n < len || len == 0 {
                 // Hand the rest of this part out first next time (`next_part_at` turned the
                 // record into a span whose pending part this is).
-                if let RecordKind::Span { next, .. } = &mut self.kind {
-                    *next = (n < len).then_some((at + n, len - n));
-                }
+                self.consumer.span.next = (n < len).then_some((at + n, len - n));
             }
             if n > 0 || buf.is_empty() {
                 return Ok(n);
@@ -1106,7 +1200,7 @@ impl Drop for Record<'_> {
         if std::thread::panicking() {
             return;
         }
-        if let RecordKind::Span { ended: false, .. } = self.kind {
+        if self.spanning && !self.consumer.span.ended {
             self.consumer.skipping = true;
         }
     }

@@ -16,7 +16,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use crate::error::{End, Error, Result};
+use crate::error::{ConfigError, End, OpenError};
+
+type Result<T, E = OpenError> = std::result::Result<T, E>;
 use crate::layout::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
 use crate::liveness::{lock_byte, EndLock};
 use crate::shared::Shared;
@@ -47,8 +49,8 @@ impl Drop for Mapping {
     }
 }
 
-pub(crate) fn last_os(region: &str, op: &'static str) -> Error {
-    Error::io(region, op, io::Error::last_os_error())
+pub(crate) fn last_os(region: &str, op: &'static str) -> OpenError {
+    OpenError::last_os(region, op)
 }
 
 pub(crate) fn c_name(name: &str) -> Result<CString> {
@@ -58,12 +60,13 @@ pub(crate) fn c_name(name: &str) -> Result<CString> {
         && !name[1..].contains('/')
         && !name.contains('\0');
     if !ok {
-        return Err(Error::InvalidConfig {
-            region: name.to_owned(),
-            field: "region name",
-            expected: "'/' followed by 1 to 254 characters without '/' or NUL".into(),
-            found: name.len() as u64,
-        });
+        return Err(ConfigError::new(
+            name,
+            "region name",
+            "'/' followed by 1 to 254 characters without '/' or NUL",
+            format!("{name:?}"),
+        )
+        .into());
     }
     Ok(CString::new(name).expect("checked for NUL above"))
 }
@@ -83,7 +86,7 @@ pub(crate) fn map(
     } else {
         opts.map_raw_read_only(fd.as_raw_fd())
     };
-    res.map_err(|e| Error::io(region, "mmap", e))
+    res.map_err(|e| OpenError::io(region, "mmap", e))
 }
 
 /// Sizes a fresh object and maps it writable; on failure a named object is unlinked again.
@@ -93,7 +96,7 @@ pub(crate) fn size_and_map(
     size: usize,
     unlink: Option<&CString>,
 ) -> Result<memmap2::MmapRaw> {
-    let undo = |e: Error| {
+    let undo = |e: OpenError| {
         if let Some(n) = unlink {
             // SAFETY: valid C string; we created this name a moment ago.
             unsafe { libc::shm_unlink(n.as_ptr()) };
@@ -147,7 +150,7 @@ pub(crate) fn shm_create(
         return Err(if e.raw_os_error() == Some(libc::EEXIST) {
             exists_error(name)
         } else {
-            Error::io(name, "shm_open(O_CREAT|O_EXCL)", e)
+            OpenError::io(name, "shm_open(O_CREAT|O_EXCL)", e)
         });
     }
     // SAFETY: `raw` is a fresh descriptor nobody else owns.
@@ -182,7 +185,7 @@ pub(crate) fn create_named(
 
 /// `AlreadyExists`, or `Stale` if the region there is shmflow's (a channel or a gate) and none
 /// of its ends is alive.
-pub(crate) fn exists_error(name: &str) -> Error {
+pub(crate) fn exists_error(name: &str) -> OpenError {
     let found: Option<(Arc<Shared>, Vec<i64>)> =
         if let Ok(chans) = crate::gate::region::open_named(name, false) {
             let m = chans.len() as i64;
@@ -196,12 +199,12 @@ pub(crate) fn exists_error(name: &str) -> Error {
     if let Some((shared, bytes)) = found {
         let alive = |b| crate::liveness::end_locked(shared.fd(), b).unwrap_or(true);
         if !bytes.into_iter().any(alive) {
-            return Error::Stale {
+            return OpenError::Stale {
                 region: name.to_owned(),
             };
         }
     }
-    Error::AlreadyExists {
+    OpenError::AlreadyExists {
         region: name.to_owned(),
     }
 }
@@ -275,11 +278,11 @@ pub(crate) fn shm_open_existing(name: &str, writable: bool) -> Result<OwnedFd> {
     if raw < 0 {
         let e = io::Error::last_os_error();
         return Err(if e.raw_os_error() == Some(libc::ENOENT) {
-            Error::NotFound {
+            OpenError::NotFound {
                 region: name.to_owned(),
             }
         } else {
-            Error::io(name, "shm_open", e)
+            OpenError::io(name, "shm_open", e)
         });
     }
     // SAFETY: fresh descriptor.
@@ -299,19 +302,16 @@ pub(crate) fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
     // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
     if st.st_uid != euid {
-        return Err(Error::InvalidConfig {
+        return Err(OpenError::NotOwner {
             region: name.to_owned(),
-            field: "owner uid",
-            expected: format!("this user's uid {euid}: a region of another user is not trusted"),
-            found: st.st_uid as u64,
+            expected: euid,
+            found: st.st_uid,
         });
     }
     if st.st_mode & 0o077 != 0 {
-        return Err(Error::InvalidConfig {
+        return Err(OpenError::BadMode {
             region: name.to_owned(),
-            field: "permission bits",
-            expected: "0600 (no access for group or others)".into(),
-            found: (st.st_mode & 0o777) as u64,
+            mode: st.st_mode & 0o777,
         });
     }
     Ok(())
@@ -351,7 +351,7 @@ pub(crate) fn identity(
         size = st.st_size as u64;
     }
     if size < HEADER_SIZE as u64 {
-        return Err(Error::SizeMismatch {
+        return Err(OpenError::SizeMismatch {
             region: name.to_owned(),
             expected: HEADER_SIZE as u64,
             found: size,
@@ -377,11 +377,11 @@ fn open_fd_inner(
 ) -> Result<Arc<Shared>> {
     let (size, magic, head) = identity(&name, &fd, grace)?;
     if magic != MAGIC {
-        return Err(Error::BadMagic {
-            region: name,
-            expected: MAGIC,
-            found: magic,
-        });
+        return Err(crate::region::bad_magic(
+            name,
+            crate::error::RegionKind::Channel,
+            magic,
+        ));
     }
     // SAFETY: the header mapping is HEADER_SIZE bytes, aligned, and `Header` fits in it; we
     // only read atomics from it while `head` lives.
@@ -420,14 +420,14 @@ fn open_fd_inner(
 /// The layout version and header size a header records must be this build's.
 pub(crate) fn check_version(name: &str, version: u32, header_size: u32) -> Result<()> {
     if version != LAYOUT_VERSION {
-        return Err(Error::VersionMismatch {
+        return Err(OpenError::VersionMismatch {
             region: name.to_owned(),
             expected: LAYOUT_VERSION,
             found: version,
         });
     }
     if header_size as usize != HEADER_SIZE {
-        return Err(Error::corrupt(
+        return Err(OpenError::corrupt(
             name,
             "header_size",
             HEADER_SIZE.to_string(),
@@ -443,28 +443,23 @@ pub(crate) fn check_version(name: &str, version: u32, header_size: u32) -> Resul
 /// the size to map.
 pub(crate) fn check_geometry(
     name: &str,
-    validated: Result<()>,
+    validated: Result<(), ConfigError>,
     size_of: impl FnOnce() -> usize,
     recorded: u64,
     size: u64,
 ) -> Result<u64> {
-    validated.map_err(|e| match e {
-        Error::InvalidConfig {
-            region,
-            field,
-            expected,
-            found,
-        } => Error::Corrupt {
-            region,
-            field,
-            expected,
-            found,
-        },
-        other => other,
+    // A header's bad value is corruption, not a configuration error.
+    validated.map_err(|e| {
+        OpenError::Corrupt(Box::new(crate::error::CorruptError {
+            region: e.region,
+            field: e.field,
+            expected: e.expected,
+            found: e.found.parse().unwrap_or(u64::MAX),
+        }))
     })?;
     let expected = size_of() as u64;
     if recorded != expected {
-        return Err(Error::corrupt(
+        return Err(OpenError::corrupt(
             name,
             "total_size",
             expected.to_string(),
@@ -472,7 +467,7 @@ pub(crate) fn check_geometry(
         ));
     }
     if size != expected {
-        return Err(Error::SizeMismatch {
+        return Err(OpenError::SizeMismatch {
             region: name.to_owned(),
             expected,
             found: size,
@@ -487,6 +482,25 @@ pub(crate) fn dup_fd(shared: &Shared) -> Result<OwnedFd> {
         crate::shared::Backing::Mapped(m) => m
             .fd()
             .try_clone()
-            .map_err(|e| Error::io(&shared.name, "dup", e)),
+            .map_err(|e| OpenError::io(&shared.name, "dup", e)),
+    }
+}
+
+/// `BadMagic` for a region that should be `expected`, naming what `magic` says it is.
+pub(crate) fn bad_magic(
+    region: String,
+    expected: crate::error::RegionKind,
+    magic: u64,
+) -> OpenError {
+    let found_kind = match magic {
+        MAGIC => Some(crate::error::RegionKind::Channel),
+        crate::gate::layout::GATE_MAGIC => Some(crate::error::RegionKind::Gate),
+        _ => None,
+    };
+    OpenError::BadMagic {
+        region,
+        expected,
+        found_kind,
+        found: magic,
     }
 }

@@ -375,7 +375,7 @@ impl Shared {
 }
 
 /// Attaches `end` (FREE → ATTACHED), or says who is in the way.
-pub(crate) fn attach(shared: &Shared, end: crate::End) -> crate::Result<()> {
+pub(crate) fn attach(shared: &Shared, end: crate::End) -> Result<(), crate::OpenError> {
     let st = shared.header().end(end);
     // AcqRel: the winner sees the previous state; a racing second attacher sees ATTACHED.
     match st.state.compare_exchange(
@@ -389,16 +389,16 @@ pub(crate) fn attach(shared: &Shared, end: crate::End) -> crate::Result<()> {
                 .store(std::process::id(), crate::sync::Ordering::Relaxed);
             Ok(())
         }
-        Err(crate::layout::END_ATTACHED) => Err(crate::Error::AlreadyAttached {
+        Err(crate::layout::END_ATTACHED) => Err(crate::OpenError::AlreadyAttached {
             region: shared.name.clone(),
             end,
             pid: st.pid.load(crate::sync::Ordering::Relaxed),
         }),
-        Err(crate::layout::END_DETACHED) => Err(crate::Error::EndDetached {
+        Err(crate::layout::END_DETACHED) => Err(crate::OpenError::EndDetached {
             region: shared.name.clone(),
             end,
         }),
-        Err(other) => Err(crate::Error::corrupt(
+        Err(other) => Err(crate::OpenError::corrupt(
             &shared.name,
             "end attach state",
             "0, 1 or 2".into(),
@@ -409,15 +409,15 @@ pub(crate) fn attach(shared: &Shared, end: crate::End) -> crate::Result<()> {
 
 /// Fills in the pid of the end that holds a liveness lock we could not take.
 #[cfg(not(loom))]
-pub(crate) fn with_pid(e: crate::Error, shared: &Shared) -> crate::Error {
+pub(crate) fn with_pid(e: crate::OpenError, shared: &Shared) -> crate::OpenError {
     match e {
-        crate::Error::AlreadyAttached { region, end, .. } => {
+        crate::OpenError::AlreadyAttached { region, end, .. } => {
             let pid = shared
                 .header()
                 .end(end)
                 .pid
                 .load(crate::sync::Ordering::Relaxed);
-            crate::Error::AlreadyAttached { region, end, pid }
+            crate::OpenError::AlreadyAttached { region, end, pid }
         }
         other => other,
     }
@@ -440,7 +440,7 @@ pub(crate) fn attach_end(
     shared: &Shared,
     end: crate::End,
     lock: Option<std::sync::Arc<crate::liveness::EndLock>>,
-) -> crate::Result<Option<crate::liveness::Liveness>> {
+) -> Result<Option<crate::liveness::Liveness>, crate::OpenError> {
     let channel = shared.gate.as_ref().map(|g| g.index);
     #[cfg(not(loom))]
     let lock = Some(match lock {

@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::error::{CoreResult as Result, Error};
 use crate::liveness::CHECK_INTERVAL;
 use crate::sync::{FutexWord, Ordering};
 
@@ -40,6 +40,19 @@ pub enum WaitStrategy {
     BusyPoll(Duration),
     /// Park at once, no spinning: the least CPU, every wait pays a futex wake-up.
     Park,
+}
+
+/// How closely a poll looks at the peer's liveness (a syscall, so never on the busy path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// Not at all: the busy path (a peer already known dead is still reported).
+    Quick,
+    /// Only if the last look is [`CHECK_INTERVAL`] old (one clock read otherwise): for `try_`
+    /// calls, so a caller that only ever polls learns of a dead peer as fast as one that
+    /// blocks, without a syscall on every poll.
+    IfDue,
+    /// Now: after a sleep.
+    Now,
 }
 
 /// When a blocking call gives up.
@@ -59,6 +72,10 @@ impl Deadline {
             Some(t) => Deadline::At(t),
             None => Deadline::Never,
         }
+    }
+
+    pub(crate) fn at(t: Instant) -> Deadline {
+        Deadline::At(t)
     }
 
     fn remaining(&self) -> Option<Option<Duration>> {
@@ -105,7 +122,7 @@ pub(crate) fn notify(word: &FutexWord) -> bool {
 /// Busy phase: polls a bounded number of times. `None` if nothing turned up.
 fn spin_phase<T>(
     strategy: WaitStrategy,
-    poll: &mut impl FnMut(bool) -> Result<Option<T>>,
+    poll: &mut impl FnMut(Look) -> Result<Option<T>>,
 ) -> Result<Option<T>> {
     match strategy {
         WaitStrategy::Block => {
@@ -113,7 +130,7 @@ fn spin_phase<T>(
             {
                 let backoff = crossbeam_utils::Backoff::new();
                 while !backoff.is_completed() {
-                    if let Some(v) = poll(false)? {
+                    if let Some(v) = poll(Look::Quick)? {
                         return Ok(Some(v));
                     }
                     backoff.snooze();
@@ -121,7 +138,7 @@ fn spin_phase<T>(
             }
             #[cfg(loom)]
             for _ in 0..crate::sync::SPIN_CHECKS {
-                if let Some(v) = poll(false)? {
+                if let Some(v) = poll(Look::Quick)? {
                     return Ok(Some(v));
                 }
                 crate::sync::spin_loop();
@@ -132,7 +149,7 @@ fn spin_phase<T>(
             let start = Instant::now();
             let mut i = 0u32;
             loop {
-                if let Some(v) = poll(false)? {
+                if let Some(v) = poll(Look::Quick)? {
                     return Ok(Some(v));
                 }
                 i = i.wrapping_add(1);
@@ -149,19 +166,22 @@ fn spin_phase<T>(
 
 /// Waits until `poll` yields a value: first a bounded busy phase, then parking on `word` until
 /// the peer notifies (or the deadline passes). `poll` must also report the peer's closing,
-/// so that a closed peer ends the wait. `poll(true)` is called after each sleep, at least every
+/// so that a closed peer ends the wait. `poll(Look::Now)` is called after each sleep, at least every
 /// [`CHECK_INTERVAL`]: that is when it should also check that the peer is alive (a syscall,
 /// so never on the busy path).
 pub(crate) fn wait_for<T>(
     word: &FutexWord,
     strategy: WaitStrategy,
     deadline: Deadline,
-    mut poll: impl FnMut(bool) -> Result<Option<T>>,
+    mut poll: impl FnMut(Look) -> Result<Option<T>>,
 ) -> Result<T> {
-    if let Some(v) = poll(false)? {
+    if let Some(v) = poll(Look::Quick)? {
         return Ok(v);
     }
     if let Deadline::Now = deadline {
+        if let Some(v) = poll(Look::IfDue)? {
+            return Ok(v);
+        }
         return Err(Error::WouldBlock);
     }
     if let Some(v) = spin_phase(strategy, &mut poll)? {
@@ -175,7 +195,7 @@ pub(crate) fn wait_for<T>(
         // Announce (RMW, so it synchronizes with the notifier's swap), then re-check.
         p.swap(1, Ordering::AcqRel);
         #[cfg(not(shmflow_broken = "no_recheck"))]
-        let ready = poll(false);
+        let ready = poll(Look::Quick);
         #[cfg(shmflow_broken = "no_recheck")]
         let ready: Result<Option<T>> = Ok(None);
         match ready {
@@ -196,7 +216,7 @@ pub(crate) fn wait_for<T>(
         word.wait(1, Some(nap));
         // An RMW, not a store: keeps every write to P in the notifier's release sequence.
         p.swap(0, Ordering::AcqRel);
-        if let Some(v) = poll(true)? {
+        if let Some(v) = poll(Look::Now)? {
             return Ok(v);
         }
     }

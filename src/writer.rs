@@ -19,9 +19,11 @@
 use std::io;
 #[cfg(not(loom))]
 use std::os::fd::OwnedFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::error::{End, Error, Result};
+use crate::error::{
+    op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError, WriteError,
+};
 use crate::frame::{self, HEADER};
 #[cfg(not(loom))]
 use crate::handoff::PeerHandle;
@@ -31,7 +33,7 @@ use crate::metrics::{monotonic_ns, Local};
 use crate::ring::{RingRx, RingTx};
 use crate::shared::Shared;
 use crate::sync::{Arc, Ordering};
-use crate::wait::{self, Deadline, WaitStrategy};
+use crate::wait::{self, Deadline, Look, WaitStrategy};
 
 /// When committed records become visible to the consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +108,8 @@ pub struct Producer {
     #[cfg(not(loom))]
     flusher: Option<crate::flusher::Flusher>,
     closed: bool,
+    /// The consumer was seen detached: every later call says so at once.
+    gone: bool,
     /// Gate channels: segments asked for so far, and whether this wait already asked.
     demand: u64,
     asked: bool,
@@ -117,21 +121,21 @@ impl Producer {
     /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
     /// producer. The name is unlinked when this producer is dropped.
     #[cfg(not(loom))]
-    pub fn create(name: &str, geometry: Geometry) -> Result<Producer> {
+    pub fn create(name: &str, geometry: Geometry) -> Result<Producer, OpenError> {
         let (shared, lock) = crate::region::create_named(name, geometry, End::Producer)?;
         Producer::attach_with(shared, Some(lock))
     }
 
     /// Opens a named region created by the consumer and attaches as its producer.
     #[cfg(not(loom))]
-    pub fn open(name: &str) -> Result<Producer> {
+    pub fn open(name: &str) -> Result<Producer, OpenError> {
         Producer::attach(crate::region::open_named(name, true)?)
     }
 
     /// Creates an anonymous (memfd) region and attaches as its producer; the returned handle
     /// gives the consumer end to a child process (see [`PeerHandle`]).
     #[cfg(not(loom))]
-    pub fn create_anonymous(geometry: Geometry) -> Result<(Producer, PeerHandle)> {
+    pub fn create_anonymous(geometry: Geometry) -> Result<(Producer, PeerHandle), OpenError> {
         let (shared, lock) = crate::region::create_memfd(geometry, End::Producer)?;
         let handle = PeerHandle::new(&shared)?;
         Ok((Producer::attach_with(shared, Some(lock))?, handle))
@@ -139,7 +143,7 @@ impl Producer {
 
     /// Attaches as producer to a region whose descriptor was inherited (see [`PeerHandle`]).
     #[cfg(not(loom))]
-    pub fn from_fd(fd: OwnedFd) -> Result<Producer> {
+    pub fn from_fd(fd: OwnedFd) -> Result<Producer, OpenError> {
         let name = crate::handoff::fd_region_name(&fd);
         Producer::attach(crate::region::open_fd(name, fd, true)?)
     }
@@ -149,7 +153,7 @@ impl Producer {
     /// For a gate's handle (see [`crate::Gate::create_anonymous`]) this opens the handle's
     /// channel.
     #[cfg(not(loom))]
-    pub fn from_env(var: &str) -> Result<Producer> {
+    pub fn from_env(var: &str) -> Result<Producer, OpenError> {
         match crate::handoff::fd_from_env(var)? {
             (fd, None) => Producer::from_fd(fd),
             (fd, Some(c)) => {
@@ -163,12 +167,12 @@ impl Producer {
     /// Opens channel `channel` of the named gate (made by [`crate::Gate::create`]) and attaches
     /// as its producer.
     #[cfg(not(loom))]
-    pub fn open_channel(name: &str, channel: u32) -> Result<Producer> {
+    pub fn open_channel(name: &str, channel: u32) -> Result<Producer, OpenError> {
         let chans = crate::gate::region::open_named(name, true)?;
         Producer::attach(crate::gate::pick(chans, channel, name)?)
     }
 
-    pub(crate) fn attach(shared: Arc<Shared>) -> Result<Producer> {
+    pub(crate) fn attach(shared: Arc<Shared>) -> Result<Producer, OpenError> {
         Producer::attach_with(shared, None)
     }
 
@@ -176,7 +180,7 @@ impl Producer {
     pub(crate) fn attach_with(
         shared: Arc<Shared>,
         lock: Option<std::sync::Arc<EndLock>>,
-    ) -> Result<Producer> {
+    ) -> Result<Producer, OpenError> {
         let liveness = crate::shared::attach_end(&shared, End::Producer, lock)?;
         let h = shared.header();
         // The producer's own cursors are private truth: take them from the header once, at
@@ -188,7 +192,7 @@ impl Producer {
         let n = shared.n() as u64;
         if data_tail != 0 || ret_head != 0 || ret_tail > n || data_head != 0 {
             // A fresh region only: a producer cannot take over a half-used stream.
-            return Err(Error::corrupt(
+            return Err(OpenError::corrupt(
                 &shared.name,
                 "producer cursors at attach",
                 "those of a fresh region".into(),
@@ -209,6 +213,7 @@ impl Producer {
             #[cfg(not(loom))]
             flusher: None,
             closed: false,
+            gone: false,
             demand: 0,
             asked: false,
             prio_tail: 0,
@@ -260,10 +265,26 @@ impl Producer {
         self.shared.header().consumer.state.load(Ordering::Acquire) == END_DETACHED
     }
 
-    fn closed_error(&self) -> Error {
-        Error::Closed {
-            region: self.shared.name.clone(),
+    /// `Closed`, remembered: every later call fails at once.
+    fn closed_error(&mut self) -> Error {
+        self.gone = true;
+        self.forget_segment();
+        Error::closed(&self.shared.name)
+    }
+
+    /// The consumer is gone or dead: nobody reads the segment in hand any more. Forgetting it
+    /// sends every later call through the slow path, which reports the peer at once.
+    fn forget_segment(&mut self) {
+        self.cur = None;
+        self.pending_abort = false;
+    }
+
+    /// Fails at once if the consumer was already seen gone or dead.
+    fn check_gone(&mut self) -> Result<()> {
+        if self.gone {
+            return Err(Error::closed(&self.shared.name));
         }
+        self.check_peer(Look::Quick)
     }
 
     // ----- segment hand-off ------------------------------------------------------------------
@@ -308,16 +329,14 @@ impl Producer {
         h.producer_counters
             .blocked_since_ns
             .store(start, Ordering::Relaxed);
-        let got = wait::wait_for(&h.producer_park, self.wait, deadline, |check_peer| {
+        let got = wait::wait_for(&h.producer_park, self.wait, deadline, |look| {
             if let Some(c) = self.try_take()? {
                 return Ok(Some(c));
             }
             if self.consumer_detached() {
                 return Err(self.closed_error());
             }
-            if check_peer {
-                self.check_peer()?;
-            }
+            self.check_peer(look)?;
             Ok(None)
         });
         h.producer_counters
@@ -357,7 +376,7 @@ impl Producer {
             &shared.header().producer_park,
             self.wait,
             deadline,
-            |check_peer| {
+            |look| {
                 let ready = self.ret.ready(&self.shared.return_ring())?;
                 if ready >= k {
                     return Ok(Some(()));
@@ -371,20 +390,22 @@ impl Producer {
                 if self.consumer_detached() {
                     return Err(self.closed_error());
                 }
-                if check_peer {
-                    self.check_peer()?;
-                }
+                self.check_peer(look)?;
                 Ok(None)
             },
         )
     }
 
     /// `Err(PeerDead)` if the consumer's process is gone (a syscall: only while waiting).
-    fn check_peer(&mut self) -> Result<()> {
-        match &mut self.liveness {
-            Some(l) => l.check(&self.shared),
+    fn check_peer(&mut self, look: Look) -> Result<()> {
+        let res = match &mut self.liveness {
+            Some(l) => l.check(&self.shared, look),
             None => Ok(()),
+        };
+        if res.is_err() {
+            self.forget_segment();
         }
+        res
     }
 
     fn notify_consumer(&mut self) {
@@ -469,6 +490,7 @@ impl Producer {
     #[cold]
     #[inline(never)]
     fn ensure_room_slow(&mut self, need: usize, deadline: Deadline) -> Result<()> {
+        self.check_gone()?;
         if self.pending_abort {
             self.write_pending_abort(deadline)?;
         }
@@ -660,56 +682,77 @@ impl Producer {
     }
 
     // ----- public writing API ----------------------------------------------------------------
+    //
+    // Every operation has one deadline-taking core (`*_inner`); the blocking, `try_`,
+    // `_timeout` and `_deadline` forms below are one-line wrappers that pick the deadline and
+    // the error type.
 
     /// Sends one record, blocking while no segment is free (backpressure).
     ///
-    /// Returns [`Error::Closed`] if the consumer has detached when a segment is needed.
+    /// # Errors
+    /// [`SendError::Closed`] if the consumer has detached, [`SendError::PeerDead`] if its
+    /// process died, [`SendError::Corrupt`] if it broke the protocol.
     #[inline]
-    pub fn send(&mut self, bytes: &[u8]) -> Result<()> {
-        self.send_inner(bytes, Deadline::Never)
+    pub fn send(&mut self, bytes: &[u8]) -> Result<(), SendError> {
+        op(self.send_inner(bytes, Deadline::Never))
     }
 
-    /// Sends one record if that needs no waiting, else [`Error::WouldBlock`] with nothing sent.
-    /// A spanning record that needs more segments than the pool has cannot be guaranteed: if
-    /// the pool runs dry half-way it is aborted (the consumer sees [`Error::RecordAborted`]).
-    pub fn try_send(&mut self, bytes: &[u8]) -> Result<()> {
-        self.send_inner(bytes, Deadline::Now)
+    /// Sends one record if that needs no waiting, else [`TrySendError::Full`] with nothing
+    /// sent. A spanning record that needs more segments than the pool has cannot be
+    /// guaranteed: if the pool runs dry half-way it is aborted (the consumer sees
+    /// [`RecvError::RecordAborted`](crate::RecvError::RecordAborted)).
+    pub fn try_send(&mut self, bytes: &[u8]) -> Result<(), TrySendError> {
+        op(self.send_inner(bytes, Deadline::Now))
     }
 
-    /// Sends one record, waiting at most `timeout` for free segments ([`Error::Timeout`]).
-    /// Same all-or-nothing rule as [`Producer::try_send`].
-    pub fn send_timeout(&mut self, bytes: &[u8], timeout: Duration) -> Result<()> {
-        self.send_inner(bytes, Deadline::after(timeout))
+    /// Sends one record, waiting at most `timeout` for free segments
+    /// ([`SendTimeoutError::Timeout`]). Same all-or-nothing rule as [`Producer::try_send`].
+    pub fn send_timeout(
+        &mut self,
+        bytes: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        op(self.send_inner(bytes, Deadline::after(timeout)))
+    }
+
+    /// As [`Producer::send_timeout`], with the deadline as an instant.
+    pub fn send_deadline(
+        &mut self,
+        bytes: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        op(self.send_inner(bytes, Deadline::at(deadline)))
     }
 
     /// Sends a `Pod` value as a record of `size_of::<T>()` bytes; the consumer can view it in
     /// place with [`crate::Record::as_pod`].
-    pub fn send_pod<T: bytemuck::Pod>(&mut self, value: &T) -> Result<()> {
+    pub fn send_pod<T: bytemuck::Pod>(&mut self, value: &T) -> Result<(), SendError> {
         self.send(bytemuck::bytes_of(value))
     }
 
-    /// [`Producer::send_pod`] without waiting ([`Error::WouldBlock`]).
-    pub fn try_send_pod<T: bytemuck::Pod>(&mut self, value: &T) -> Result<()> {
+    /// [`Producer::send_pod`] without waiting ([`TrySendError::Full`]).
+    pub fn try_send_pod<T: bytemuck::Pod>(&mut self, value: &T) -> Result<(), TrySendError> {
         self.try_send(bytemuck::bytes_of(value))
     }
 
-    /// [`Producer::send_pod`] waiting at most `timeout` ([`Error::Timeout`]).
+    /// [`Producer::send_pod`] waiting at most `timeout` ([`SendTimeoutError::Timeout`]).
     pub fn send_pod_timeout<T: bytemuck::Pod>(
         &mut self,
         value: &T,
         timeout: Duration,
-    ) -> Result<()> {
+    ) -> Result<(), SendTimeoutError> {
         self.send_timeout(bytemuck::bytes_of(value), timeout)
     }
 
     #[inline]
     fn claim_inner(&mut self, len: usize, deadline: Deadline) -> Result<Claim<'_>> {
         if HEADER + len > self.shared.segment_size() {
-            return Err(Error::RecordTooLarge {
-                region: self.shared.name.clone(),
-                len: len as u64,
-                max: self.max_unspanned_len() as u64,
-            });
+            return Err(Error::too_large(
+                &self.shared.name,
+                "a claimed record",
+                len as u64,
+                self.max_unspanned_len() as u64,
+            ));
         }
         self.ensure_room(HEADER + len, deadline)?;
         let c = self.cur.as_ref().expect("a segment in hand");
@@ -726,18 +769,35 @@ impl Producer {
     /// (zero copy). The record is sent by [`Claim::commit`]; dropping the claim sends nothing.
     /// `len` must be at most [`Producer::max_unspanned_len`].
     #[inline]
-    pub fn claim(&mut self, len: usize) -> Result<Claim<'_>> {
-        self.claim_inner(len, Deadline::Never)
+    ///
+    /// # Errors
+    /// [`SendError::RecordTooLarge`] if `len` does not fit in one segment; otherwise as
+    /// [`Producer::send`].
+    pub fn claim(&mut self, len: usize) -> Result<Claim<'_>, SendError> {
+        op(self.claim_inner(len, Deadline::Never))
     }
 
-    /// [`Producer::claim`] without waiting ([`Error::WouldBlock`]).
-    pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>> {
-        self.claim_inner(len, Deadline::Now)
+    /// [`Producer::claim`] without waiting ([`TrySendError::Full`]).
+    pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>, TrySendError> {
+        op(self.claim_inner(len, Deadline::Now))
     }
 
-    /// [`Producer::claim`] waiting at most `timeout`.
-    pub fn claim_timeout(&mut self, len: usize, timeout: Duration) -> Result<Claim<'_>> {
-        self.claim_inner(len, Deadline::after(timeout))
+    /// [`Producer::claim`] waiting at most `timeout` ([`SendTimeoutError::Timeout`]).
+    pub fn claim_timeout(
+        &mut self,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<Claim<'_>, SendTimeoutError> {
+        op(self.claim_inner(len, Deadline::after(timeout)))
+    }
+
+    /// [`Producer::claim`] waiting until `deadline` at most.
+    pub fn claim_deadline(
+        &mut self,
+        len: usize,
+        deadline: Instant,
+    ) -> Result<Claim<'_>, SendTimeoutError> {
+        op(self.claim_inner(len, Deadline::at(deadline)))
     }
 
     /// Starts a record whose length is not known up front, written through `std::io::Write`
@@ -745,22 +805,34 @@ impl Producer {
     /// one, and spans segments only if it is larger than a segment. Dropping the writer without
     /// `finish` discards the record (the consumer never sees it, or sees
     /// [`Error::RecordAborted`] if parts were already handed over). Waits block like `send`.
-    pub fn stream(&mut self) -> Result<RecordWriter<'_>> {
-        self.stream_inner(Deadline::Never)
+    pub fn stream(&mut self) -> Result<RecordWriter<'_>, SendError> {
+        op(self.stream_inner(Deadline::Never))
     }
 
     /// [`Producer::stream`] whose waits (for the first segment and for every further segment
     /// the record grows into) all end at `timeout` from now: a write that would wait longer
-    /// fails with [`Error::Timeout`] and the record is discarded (or aborted, if parts of it
-    /// were already handed over).
-    pub fn stream_timeout(&mut self, timeout: Duration) -> Result<RecordWriter<'_>> {
-        self.stream_inner(Deadline::after(timeout))
+    /// fails with [`WriteError::Timeout`] and the record is discarded (or aborted, if parts of
+    /// it were already handed over).
+    pub fn stream_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<RecordWriter<'_>, SendTimeoutError> {
+        op(self.stream_inner(Deadline::after(timeout)))
     }
 
-    /// [`Producer::stream`] that never waits: [`Error::WouldBlock`] wherever a segment would
-    /// have to be waited for, with the record discarded (or aborted) as for `stream_timeout`.
-    pub fn try_stream(&mut self) -> Result<RecordWriter<'_>> {
-        self.stream_inner(Deadline::Now)
+    /// As [`Producer::stream_timeout`], with the deadline as an instant.
+    pub fn stream_deadline(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<RecordWriter<'_>, SendTimeoutError> {
+        op(self.stream_inner(Deadline::at(deadline)))
+    }
+
+    /// [`Producer::stream`] that never waits: [`TrySendError::Full`] (and later
+    /// [`WriteError::Full`]) wherever a segment would have to be waited for, with the record
+    /// discarded (or aborted) as for `stream_timeout`.
+    pub fn try_stream(&mut self) -> Result<RecordWriter<'_>, TrySendError> {
+        op(self.stream_inner(Deadline::Now))
     }
 
     fn stream_inner(&mut self, deadline: Deadline) -> Result<RecordWriter<'_>> {
@@ -803,13 +875,17 @@ impl Producer {
     /// [`Consumer::recv_message`](crate::Consumer::recv_message) returns it after every
     /// record sent before it and before every record sent after it (plain `recv` skips it).
     /// `payload` is at most [`crate::MAX_EVENT_PAYLOAD`] bytes. Blocks like `send`.
-    pub fn send_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
-        self.send_event_inner(kind, payload, Deadline::Never)
+    ///
+    /// # Errors
+    /// [`SendError::RecordTooLarge`] for a payload over the limit; otherwise as
+    /// [`Producer::send`].
+    pub fn send_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
+        op(self.send_event_inner(kind, payload, Deadline::Never))
     }
 
-    /// As [`Producer::send_event`], or [`Error::WouldBlock`] without a free segment.
-    pub fn try_send_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
-        self.send_event_inner(kind, payload, Deadline::Now)
+    /// As [`Producer::send_event`], or [`TrySendError::Full`] without a free segment.
+    pub fn try_send_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), TrySendError> {
+        op(self.send_event_inner(kind, payload, Deadline::Now))
     }
 
     /// As [`Producer::send_event`], waiting at most `timeout` for a free segment.
@@ -818,21 +894,35 @@ impl Producer {
         kind: u32,
         payload: &[u8],
         timeout: Duration,
-    ) -> Result<()> {
-        self.send_event_inner(kind, payload, Deadline::after(timeout))
+    ) -> Result<(), SendTimeoutError> {
+        op(self.send_event_inner(kind, payload, Deadline::after(timeout)))
+    }
+
+    /// As [`Producer::send_event`], waiting until `deadline` at most.
+    pub fn send_event_deadline(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        op(self.send_event_inner(kind, payload, Deadline::at(deadline)))
     }
 
     /// Sends a priority event: it overtakes the records and events already sent and not yet
     /// received (see [`crate::event`] for exactly which), the way Flink's unaligned checkpoint
     /// barriers do. It is visible at once (no flush needed). At most four can be in flight:
     /// the fifth waits until the consumer has received one.
-    pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
-        self.priority_inner(kind, payload, Deadline::Never)
+    pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
+        op(self.priority_inner(kind, payload, Deadline::Never))
     }
 
-    /// As [`Producer::send_priority_event`], or [`Error::WouldBlock`] if four are in flight.
-    pub fn try_send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<()> {
-        self.priority_inner(kind, payload, Deadline::Now)
+    /// As [`Producer::send_priority_event`], or [`TrySendError::Full`] if four are in flight.
+    pub fn try_send_priority_event(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+    ) -> Result<(), TrySendError> {
+        op(self.priority_inner(kind, payload, Deadline::Now))
     }
 
     /// As [`Producer::send_priority_event`], waiting at most `timeout` for room.
@@ -841,8 +931,18 @@ impl Producer {
         kind: u32,
         payload: &[u8],
         timeout: Duration,
-    ) -> Result<()> {
-        self.priority_inner(kind, payload, Deadline::after(timeout))
+    ) -> Result<(), SendTimeoutError> {
+        op(self.priority_inner(kind, payload, Deadline::after(timeout)))
+    }
+
+    /// As [`Producer::send_priority_event`], waiting until `deadline` at most.
+    pub fn send_priority_event_deadline(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        op(self.priority_inner(kind, payload, Deadline::at(deadline)))
     }
 
     fn priority_inner(&mut self, kind: u32, payload: &[u8], deadline: Deadline) -> Result<()> {
@@ -850,20 +950,19 @@ impl Producer {
         if self.closed {
             return Err(self.closed_error());
         }
+        self.check_gone()?;
         let shared = self.shared.clone();
         let h = shared.header();
         let push = |tail| crate::event::lane_push(h, tail, kind, payload, &shared.name);
         if !push(self.prio_tail)? {
-            wait::wait_for(&h.producer_park, self.wait, deadline, |check_peer| {
+            wait::wait_for(&h.producer_park, self.wait, deadline, |look| {
                 if push(self.prio_tail)? {
                     return Ok(Some(()));
                 }
                 if self.consumer_detached() {
                     return Err(self.closed_error());
                 }
-                if check_peer {
-                    self.check_peer()?;
-                }
+                self.check_peer(look)?;
                 Ok(None)
             })?;
         }
@@ -873,8 +972,16 @@ impl Producer {
     }
 
     /// Makes every record sent so far visible to the consumer and wakes it if it is parked.
-    /// Returns [`Error::Closed`] if the consumer has detached.
-    pub fn flush(&mut self) -> Result<()> {
+    ///
+    /// # Errors
+    /// [`SendError::Closed`] if the consumer has detached, [`SendError::PeerDead`] once its
+    /// death has been seen.
+    pub fn flush(&mut self) -> Result<(), SendError> {
+        op(self.flush_inner())
+    }
+
+    fn flush_inner(&mut self) -> Result<()> {
+        self.check_gone()?;
         if self.pending_abort {
             // Best effort: if no segment is free the abort stays pending.
             match self.write_pending_abort(Deadline::Now) {
@@ -884,6 +991,7 @@ impl Producer {
         }
         self.publish();
         if self.consumer_detached() {
+            self.gone = true;
             return Err(self.closed_error());
         }
         Ok(())
@@ -891,9 +999,8 @@ impl Producer {
 
     /// Publishes everything, marks the stream ended and wakes the consumer, which reads what
     /// was committed and then gets end-of-stream. Dropping the producer does the same.
-    pub fn close(mut self) -> Result<()> {
+    pub fn close(mut self) {
         self.close_inner();
-        Ok(())
     }
 
     fn close_inner(&mut self) {
@@ -1064,11 +1171,17 @@ impl RecordWriter<'_> {
     }
 
     /// Appends bytes to the record.
-    pub fn write_bytes(&mut self, mut bytes: &[u8]) -> Result<()> {
+    ///
+    /// # Errors
+    /// As the call that started the record waits ([`WriteError`]); after a failure every
+    /// further write is [`WriteError::RecordAborted`].
+    pub fn write_bytes(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
+        op(self.write_inner(bytes))
+    }
+
+    fn write_inner(&mut self, mut bytes: &[u8]) -> Result<()> {
         if self.failed {
-            return Err(Error::RecordAborted {
-                region: self.producer.shared.name.clone(),
-            });
+            return Err(Error::aborted(&self.producer.shared.name));
         }
         let seg_size = self.producer.shared.segment_size();
         while !bytes.is_empty() {
@@ -1085,11 +1198,16 @@ impl RecordWriter<'_> {
     }
 
     /// Ends the record and sends it (according to the flush policy).
-    pub fn finish(mut self) -> Result<()> {
+    ///
+    /// # Errors
+    /// [`WriteError::RecordAborted`] if an earlier write failed.
+    pub fn finish(mut self) -> Result<(), WriteError> {
         if self.failed {
-            return Err(Error::RecordAborted {
-                region: self.producer.shared.name.clone(),
-            });
+            return Err(WriteError::RecordAborted(Box::new(
+                crate::error::RecordAbortedError {
+                    region: self.producer.shared.name.clone(),
+                },
+            )));
         }
         self.finished = true;
         let p = &mut *self.producer;
@@ -1108,7 +1226,7 @@ impl RecordWriter<'_> {
 
 impl io::Write for RecordWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_bytes(buf)?;
+        self.write_inner(buf)?;
         Ok(buf.len())
     }
 

@@ -72,7 +72,7 @@ fn stat_json_parses_and_has_every_field() {
         c.recv().unwrap().unwrap();
     }
     // The consumer publishes its counts every 16 records and whenever it finds nothing.
-    assert!(matches!(c.try_recv(), Err(shmflow::Error::WouldBlock)));
+    assert!(matches!(c.try_recv(), Err(shmflow::TryRecvError::Empty)));
     let out = shmflow(&["stat", &name, "--json", "--interval-ms", "50"]);
     assert!(
         out.status.success(),
@@ -232,7 +232,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
 
 #[test]
 fn stat_and_list_show_gates_and_flag_skew() {
-    use shmflow::{Error, Gate, GateGeometry};
+    use shmflow::{Gate, GateGeometry};
     let name = unique_name("cli-gate");
     let gg = GateGeometry {
         channels: 3,
@@ -292,6 +292,6 @@ fn stat_and_list_show_gates_and_flag_skew() {
     // A gate is not a channel, and the other way round, by name.
     assert!(matches!(
         shmflow::Monitor::open(&name),
-        Err(Error::BadMagic { .. })
+        Err(shmflow::OpenError::BadMagic { .. })
     ));
 }

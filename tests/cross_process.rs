@@ -9,7 +9,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use shmflow::{Consumer, Error, FlushPolicy, Geometry, Producer, WaitStrategy};
+use shmflow::{
+    Consumer, FlushPolicy, Geometry, OpenError, Producer, RecvTimeoutError, SendError,
+    SendTimeoutError, TrySendError, WaitStrategy,
+};
 
 const SEG: u32 = 4096;
 
@@ -119,12 +122,12 @@ fn producer_blocks_while_the_consumer_holds_every_segment() {
         p.send(&rec).unwrap();
     }
     assert!(
-        matches!(p.try_send(&rec), Err(Error::WouldBlock)),
+        matches!(p.try_send(&rec), Err(TrySendError::Full)),
         "pool exhausted: try_send must not block"
     );
     assert!(matches!(
         p.send_timeout(&rec, Duration::from_millis(50)),
-        Err(Error::Timeout)
+        Err(SendTimeoutError::Timeout)
     ));
     let (tx, rx) = mpsc::channel();
     let sender = std::thread::spawn(move || {
@@ -222,9 +225,9 @@ fn consumer_exit_makes_the_blocked_producer_fail_with_closed() {
         }
         assert!(sent < 1000, "the producer never noticed the consumer left");
     };
-    assert!(matches!(err, Error::Closed { .. }), "got {err}");
+    assert!(matches!(err, SendError::Closed(_)), "got {err}");
     assert!(p.is_closed());
-    assert!(matches!(p.flush(), Err(Error::Closed { .. })));
+    assert!(matches!(p.flush(), Err(SendError::Closed(_))));
     expect_success(child, "consumer");
 }
 
@@ -268,7 +271,7 @@ fn buffer_timeout_publishes_a_lone_record_without_flush() {
         }));
         match (policy, got) {
             ("timeout", Ok(Some(r))) => assert_eq!(r.as_bytes().unwrap(), b"lone record"),
-            ("explicit", Err(Error::Timeout)) => {} // the control: without the timeout it stays unpublished
+            ("explicit", Err(RecvTimeoutError::Timeout)) => {} // the control: without the timeout it stays unpublished
             (p, other) => panic!("{p}: unexpected {:?}", other.map(|r| r.map(|r| r.len()))),
         }
         child.stdin.as_mut().unwrap().write_all(b"done\n").unwrap();
@@ -342,7 +345,7 @@ fn echo(mut ping: Consumer, mut pong: Producer) -> Result<(), String> {
 fn a_second_producer_in_another_process_is_refused() {
     if role().as_deref() == Some("intruder") {
         child_main(|| match Producer::open(&std::env::var("NAME").unwrap()) {
-            Err(Error::AlreadyAttached {
+            Err(OpenError::AlreadyAttached {
                 end: shmflow::End::Producer,
                 pid,
                 ..

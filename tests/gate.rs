@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::*;
-use shmflow::{Error, Gate, GateGeometry, GateMessage, Partition, Partitioner, Producer};
+use shmflow::{
+    Gate, GateGeometry, GateMessage, OpenError, Partition, Partitioner, Producer, SendError,
+    SendTimeoutError, TryRecvError, TrySendError,
+};
 
 fn small(channels: u32, exclusive: u32, floating: u32) -> GateGeometry {
     GateGeometry {
@@ -77,7 +80,7 @@ fn a_single_channel_open_of_a_gate_names_what_it_is() {
     let name = unique_name("gate-magic");
     let _gate = Gate::create(&name, small(2, 2, 2)).unwrap();
     let e = shmflow::Consumer::open(&name).err().unwrap();
-    assert!(matches!(e, Error::BadMagic { .. }), "{e}");
+    assert!(matches!(e, OpenError::BadMagic { .. }), "{e}");
     assert!(
         e.to_string()
             .contains("is a shmflow gate, not a shmflow channel"),
@@ -87,17 +90,14 @@ fn a_single_channel_open_of_a_gate_names_what_it_is() {
     assert!(
         matches!(
             e,
-            Error::InvalidConfig {
-                field: "channel",
-                ..
-            }
+            OpenError::InvalidConfig(ref c) if c.field() == "channel"
         ),
         "{e}"
     );
     let _p = Producer::open_channel(&name, 1).unwrap();
     assert!(matches!(
         Producer::open_channel(&name, 1),
-        Err(Error::AlreadyAttached { .. })
+        Err(OpenError::AlreadyAttached { .. })
     ));
 }
 
@@ -170,7 +170,7 @@ fn fill(p: &mut Producer, tag: u8) -> usize {
     loop {
         match p.try_send(&[tag; 24]) {
             Ok(()) => n += 1,
-            Err(Error::WouldBlock) => return n,
+            Err(TrySendError::Full) => return n,
             Err(e) => panic!("{e}"),
         }
     }
@@ -191,7 +191,7 @@ fn partition_send_timeout_waits_for_the_routed_channel_only() {
     let start = std::time::Instant::now();
     assert!(matches!(
         part.send_timeout(&[0; 24], Duration::from_millis(40)),
-        Err(Error::Timeout)
+        Err(SendTimeoutError::Timeout)
     ));
     assert!(start.elapsed() >= Duration::from_millis(40));
     part.send_timeout(&[1; 24], Duration::from_millis(40))
@@ -259,7 +259,7 @@ fn floating_segments_go_to_the_channel_that_asks_and_all_come_back() {
     for _ in 0..floating * 2 {
         assert!(matches!(
             gate.try_recv(),
-            Ok(Some(_)) | Err(Error::WouldBlock)
+            Ok(Some(_)) | Err(TryRecvError::Empty)
         ));
         sent += fill(&mut hot, 0);
         let m = gate.metrics();
@@ -309,7 +309,7 @@ fn a_producer_without_exclusive_or_floating_segments_blocks() {
     fill(&mut p1, 1);
     assert!(matches!(
         p1.send_timeout(&[1; 24], Duration::from_millis(100)),
-        Err(Error::Timeout)
+        Err(SendTimeoutError::Timeout)
     ));
     assert!(gate.metrics().channels[1].backlog > 0, "it asked");
     p1.flush().unwrap();
@@ -393,7 +393,7 @@ fn plain_recv_skips_events_and_recv_message_sees_them() {
     p.send(b"b").unwrap();
     assert!(matches!(
         p.send_event(3, &[0; shmflow::MAX_EVENT_PAYLOAD + 1]),
-        Err(Error::InvalidConfig { .. })
+        Err(SendError::RecordTooLarge(_))
     ));
     p.flush().unwrap();
     // Many priority events: the lane holds four; the rest wait for the consumer.

@@ -55,14 +55,14 @@ fn scribbler(name: &str, seed: u64, stop: Arc<AtomicBool>) -> std::thread::JoinH
     })
 }
 
-fn outcome(e: &Error) -> &'static str {
-    match e {
-        Error::Corrupt { .. } => "corrupt",
+fn outcome(e: impl Into<Error>) -> &'static str {
+    match e.into() {
+        Error::Corrupt(_) => "corrupt",
         Error::Timeout | Error::WouldBlock => "timeout",
-        Error::Closed { .. } => "closed",
-        Error::PeerDead { .. } => "peer-dead",
-        Error::RecordAborted { .. } => "aborted",
-        Error::RecordTooLarge { .. } => "too-large",
+        Error::Closed(_) => "closed",
+        Error::PeerDead(_) => "peer-dead",
+        Error::RecordAborted(_) => "aborted",
+        Error::RecordTooLarge(_) => "too-large",
         _ => "other",
     }
 }
@@ -136,10 +136,10 @@ fn reader_survives_a_scribbled_region() {
                         assert!(v.len() as u64 <= MAX_RECORD);
                         "record"
                     }
-                    Err(e) => outcome(&e),
+                    Err(e) => outcome(e),
                 },
                 Ok(None) => "end",
-                Err(e) => outcome(&e),
+                Err(e) => outcome(e),
             };
             assert!(
                 call.elapsed() < Duration::from_secs(2),
@@ -197,9 +197,11 @@ fn writer_survives_a_scribbled_region() {
             seq += 1;
             let call = Instant::now();
             let res = match rng.below(3) {
-                0 => p.send_timeout(&buf, Duration::from_millis(50)),
-                1 => p.try_send(&buf),
-                _ => p.flush(),
+                0 => p
+                    .send_timeout(&buf, Duration::from_millis(50))
+                    .map_err(Error::from),
+                1 => p.try_send(&buf).map_err(Error::from),
+                _ => p.flush().map_err(Error::from),
             };
             assert!(
                 call.elapsed() < Duration::from_secs(2),
@@ -208,7 +210,7 @@ fn writer_survives_a_scribbled_region() {
             );
             let key = match res {
                 Ok(()) => "ok",
-                Err(e) => outcome(&e),
+                Err(e) => outcome(e),
             };
             *seen.entry(key).or_insert(0u64) += 1;
         }
@@ -241,10 +243,14 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
             seq += 1;
             let call = Instant::now();
             let _ = match rng.below(10) {
-                0 => p.try_send_event(1, &buf[..buf.len().min(100)]),
-                1 => p.send_priority_event_timeout(2, &buf[..buf.len().min(200)], t),
-                2 => p.flush(),
-                _ => p.send_timeout(&buf, t),
+                0 => p
+                    .try_send_event(1, &buf[..buf.len().min(100)])
+                    .map_err(Error::from),
+                1 => p
+                    .send_priority_event_timeout(2, &buf[..buf.len().min(200)], t)
+                    .map_err(Error::from),
+                2 => p.flush().map_err(Error::from),
+                _ => p.send_timeout(&buf, t).map_err(Error::from),
             };
             assert!(
                 call.elapsed() < Duration::from_secs(2),
@@ -293,7 +299,7 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
                             assert!(v.len() as u64 <= MAX_RECORD);
                             "record"
                         }
-                        Err(e) => outcome(&e),
+                        Err(e) => outcome(e),
                     }
                 }
                 Ok(Some(shmflow::GateMessage::Event { event, .. })) => {
@@ -303,7 +309,7 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
                 Ok(Some(shmflow::GateMessage::EndOfPartition { .. })) => "end",
                 Ok(Some(shmflow::GateMessage::ChannelDead { .. })) => "dead",
                 Ok(None) => "all-ended",
-                Err(e) => outcome(&e),
+                Err(e) => outcome(e),
             };
             assert!(
                 call.elapsed() < Duration::from_secs(2),

@@ -9,7 +9,10 @@ use std::thread;
 use std::time::Duration;
 
 use common::{check_record, make_record};
-use shmflow::{Consumer, Error, FlushPolicy, Geometry, Producer};
+use shmflow::{
+    Consumer, FlushPolicy, Geometry, Producer, RecvTimeoutError, SendError, SendTimeoutError,
+    TryRecvError, TrySendError,
+};
 
 const SEG: u32 = 4096;
 
@@ -163,7 +166,7 @@ fn claim_pod_and_stream_apis() {
     drop(w);
     assert!(matches!(
         p.claim(SEG as usize),
-        Err(Error::RecordTooLarge { .. })
+        Err(SendError::RecordTooLarge(_))
     ));
     drop(p);
     reader.join().unwrap();
@@ -210,12 +213,12 @@ fn explicit_policy_hides_records_until_flush() {
     let (mut p, mut c) = pair(4);
     p.set_flush_policy(FlushPolicy::Explicit);
     p.send(b"one").unwrap();
-    assert!(matches!(c.try_recv(), Err(Error::WouldBlock)));
+    assert!(matches!(c.try_recv(), Err(TryRecvError::Empty)));
     p.flush().unwrap();
     assert_eq!(c.try_recv().unwrap().unwrap().as_bytes().unwrap(), b"one");
     assert!(matches!(
         c.recv_timeout(Duration::from_millis(20)),
-        Err(Error::Timeout)
+        Err(RecvTimeoutError::Timeout)
     ));
     p.set_flush_policy(FlushPolicy::EveryRecord);
     p.send(b"two").unwrap();
@@ -230,33 +233,33 @@ fn try_and_timeout_sends_respect_the_pool() {
     p.try_send(&rec).unwrap();
     p.try_send(&rec).unwrap();
     // Both segments are with the consumer (unread): nothing is free.
-    assert!(matches!(p.try_send(&rec), Err(Error::WouldBlock)));
+    assert!(matches!(p.try_send(&rec), Err(TrySendError::Full)));
     assert!(matches!(
         p.send_timeout(&rec, Duration::from_millis(30)),
-        Err(Error::Timeout)
+        Err(SendTimeoutError::Timeout)
     ));
-    assert!(matches!(p.try_claim(3000), Err(Error::WouldBlock)));
+    assert!(matches!(p.try_claim(3000), Err(TrySendError::Full)));
     assert!(matches!(
         p.try_send_pod(&[7u64; 256]),
-        Err(Error::WouldBlock)
+        Err(TrySendError::Full)
     ));
     assert!(matches!(
         p.send_pod_timeout(&[7u64; 256], Duration::from_millis(20)),
-        Err(Error::Timeout)
+        Err(SendTimeoutError::Timeout)
     ));
     assert!(matches!(
         p.send_event_timeout(1, &[0; 200], Duration::from_millis(20)),
-        Err(Error::Timeout)
+        Err(SendTimeoutError::Timeout)
     ));
     // A spanning record that needs both segments: all or nothing.
     let big = vec![1u8; 6000];
-    assert!(matches!(p.try_send(&big), Err(Error::WouldBlock)));
+    assert!(matches!(p.try_send(&big), Err(TrySendError::Full)));
     assert_eq!(c.recv().unwrap().unwrap().len(), Some(3000));
     assert_eq!(c.recv().unwrap().unwrap().len(), Some(3000));
     // Reading the second record returned the first segment.
     p.try_send(&rec).unwrap();
     assert_eq!(c.try_recv().unwrap().unwrap().len(), Some(3000));
-    assert!(matches!(c.try_recv(), Err(Error::WouldBlock)));
+    assert!(matches!(c.try_recv(), Err(TryRecvError::Empty)));
     drop(p);
     assert!(
         c.try_recv().unwrap().is_none(),
@@ -273,7 +276,7 @@ fn dropping_the_consumer_unblocks_the_producer_with_closed() {
     let t = thread::spawn(move || p.send(&rec));
     thread::sleep(Duration::from_millis(50));
     drop(c);
-    assert!(matches!(t.join().unwrap(), Err(Error::Closed { .. })));
+    assert!(matches!(t.join().unwrap(), Err(SendError::Closed(_))));
 }
 
 #[test]
@@ -302,12 +305,12 @@ fn drain_hands_over_what_is_there() {
             seen.push(u32::from_le_bytes(
                 r.as_bytes().unwrap().try_into().unwrap(),
             ));
-            Ok(())
+            Ok::<_, shmflow::RecvError>(())
         })
         .unwrap();
     assert_eq!(n, 100);
     assert_eq!(seen, (0..100).collect::<Vec<_>>());
-    assert_eq!(c.drain(10, |_| Ok(())).unwrap(), 0);
+    assert_eq!(c.drain(10, |_| Ok::<_, shmflow::RecvError>(())).unwrap(), 0);
 }
 
 #[test]
@@ -317,10 +320,10 @@ fn stream_has_try_and_timeout_forms() {
     let rec = vec![5u8; 4088]; // fills a segment exactly
     p.send(&rec).unwrap();
     p.send(&rec).unwrap(); // both segments with the consumer, the current one full
-    assert!(matches!(p.try_stream().err(), Some(Error::WouldBlock)));
+    assert!(matches!(p.try_stream().err(), Some(TrySendError::Full)));
     assert!(matches!(
         p.stream_timeout(Duration::from_millis(20)).err(),
-        Some(Error::Timeout)
+        Some(SendTimeoutError::Timeout)
     ));
     // Free one segment; a streamed record that outgrows it times out and is discarded.
     assert_eq!(c.recv().unwrap().unwrap().len(), Some(4088));
@@ -454,10 +457,10 @@ fn parts_of_a_spanning_record_have_try_and_timeout_forms() {
         assert!(r.is_spanning());
         whole.extend_from_slice(r.next_part().unwrap().expect("the first part"));
         // The producer stalls: neither form waits past its bound, and the record survives.
-        assert!(matches!(r.try_next_part(), Err(Error::WouldBlock)));
+        assert!(matches!(r.try_next_part(), Err(TryRecvError::Empty)));
         assert!(matches!(
             r.next_part_timeout(Duration::from_millis(30)),
-            Err(Error::Timeout)
+            Err(RecvTimeoutError::Timeout)
         ));
         go_tx.send(()).unwrap();
         while let Some(part) = r.next_part_timeout(Duration::from_secs(10)).unwrap() {
@@ -476,7 +479,7 @@ fn parts_of_a_spanning_record_have_try_and_timeout_forms() {
     let r = c.recv().unwrap().expect("the second record");
     assert!(matches!(
         r.to_vec_timeout(Duration::from_millis(30)),
-        Err(Error::Timeout)
+        Err(RecvTimeoutError::Timeout)
     ));
     go_tx.send(()).unwrap();
     let next = c

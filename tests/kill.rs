@@ -72,12 +72,12 @@ fn consume(c: &mut Consumer, seed: u64, timeout: Duration) -> (u64, Result<(), E
         let r = match c.recv_timeout(timeout) {
             Ok(Some(r)) => r,
             Ok(None) => return (seq, Ok(())),
-            Err(e) => return (seq, Err(e)),
+            Err(e) => return (seq, Err(e.into())),
         };
         let len = next_len(&mut lens);
         buf.clear();
         if let Err(e) = r.read_all_into(&mut buf) {
-            return (seq, Err(e));
+            return (seq, Err(e.into()));
         }
         if let Err(msg) = check_record(seq, len, &buf, &mut scratch) {
             panic!("consumer got a bad record: {msg}");
@@ -135,7 +135,7 @@ fn producer_killed_at_random_consumer_gets_a_clean_prefix_then_peer_dead() {
         let detect = killed_at.elapsed();
         worst_detect = worst_detect.max(detect);
         match end {
-            Err(Error::PeerDead { end: End::Producer, .. }) => {}
+            Err(Error::PeerDead(e)) if e.end() == End::Producer => {}
             other => panic!("trial {trial}: after {got} records the consumer ended with {other:?}, not PeerDead"),
         }
         total_records += got;
@@ -175,9 +175,7 @@ fn consumer_killed_at_random_producer_gets_peer_dead() {
         let killed_at = killer.join().unwrap();
         worst_detect = worst_detect.max(killed_at.elapsed());
         match end {
-            Err(Error::PeerDead {
-                end: End::Consumer, ..
-            }) => {}
+            Err(Error::PeerDead(e)) if e.end() == End::Consumer => {}
             other => panic!("trial {trial}: the producer ended with {other:?}, not PeerDead"),
         }
     }

@@ -35,7 +35,7 @@ fn counters_are_exact_for_a_deterministic_run() {
     }
     let p = t.join().unwrap();
     // Finding nothing more publishes the consumer's counts (it batches them by 16 otherwise).
-    assert!(matches!(c.try_recv(), Err(shmflow::Error::WouldBlock)));
+    assert!(matches!(c.try_recv(), Err(shmflow::TryRecvError::Empty)));
     let s = monitor.snapshot();
     assert_eq!((s.records_written, s.bytes_written), (1000, 100_000));
     assert_eq!((s.records_read, s.bytes_read), (1000, 100_000));

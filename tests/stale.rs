@@ -7,7 +7,9 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 use common::*;
-use shmflow::{list_regions, remove_if_stale, Consumer, End, Error, Geometry, Monitor, Producer};
+use shmflow::{
+    list_regions, remove_if_stale, Consumer, End, Geometry, Monitor, OpenError as Error, Producer,
+};
 
 #[test]
 fn a_crashed_creator_leaves_a_stale_region_that_can_be_cleaned() {

@@ -62,10 +62,10 @@ fn write(p: &mut Producer, seed: u8) {
     let rec = vec![seed; usize::from(seed) * 41];
     for i in 0..8 {
         let _ = match i % 4 {
-            0 => p.try_send(&rec),
-            1 => p.flush(),
-            2 => p.try_send_event(7, &[seed; 9]),
-            _ => p.try_send_priority_event(8, &[seed; 3]),
+            0 => p.try_send(&rec).is_ok(),
+            1 => p.flush().is_ok(),
+            2 => p.try_send_event(7, &[seed; 9]).is_ok(),
+            _ => p.try_send_priority_event(8, &[seed; 3]).is_ok(),
         };
     }
 }

@@ -51,7 +51,7 @@ fn exercise(p: Option<&mut Producer>, c: Option<&mut Consumer>, seed: u8) {
         }
         let _ = c.drain(16, |r| {
             let _ = r.as_bytes();
-            Ok(())
+            Ok::<_, shmflow::RecvError>(())
         });
         // Events and the priority lane: kinds, lengths and lane cursors are peer-written too.
         for _ in 0..8 {
@@ -71,11 +71,13 @@ fn exercise(p: Option<&mut Producer>, c: Option<&mut Consumer>, seed: u8) {
         let rec = vec![seed; (seed as usize) * 37];
         for i in 0..10 {
             let _ = match i % 5 {
-                0 => p.try_send(&rec),
-                1 => p.flush(),
-                2 => p.try_send_event(u32::from(seed), &rec[..rec.len().min(64)]),
-                3 => p.try_send_priority_event(7, &[seed; 16]),
-                _ => p.try_claim(16).map(|c| c.commit()),
+                0 => p.try_send(&rec).is_ok(),
+                1 => p.flush().is_ok(),
+                2 => p
+                    .try_send_event(u32::from(seed), &rec[..rec.len().min(64)])
+                    .is_ok(),
+                3 => p.try_send_priority_event(7, &[seed; 16]).is_ok(),
+                _ => p.try_claim(16).map(|c| c.commit()).is_ok(),
             };
         }
     }

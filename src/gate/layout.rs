@@ -12,7 +12,7 @@
 //! that channel's return ring, and takes it back when it comes out of the data ring). A ring
 //! holds `E + F` slots, the most segments one channel can ever own.
 
-use crate::error::{Error, Result};
+use crate::error::ConfigError;
 use crate::layout::{EndState, Padded, HEADER_SIZE};
 use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 
@@ -88,13 +88,9 @@ impl GateGeometry {
     }
 
     /// Checks the limits; `region` names where the values came from.
-    pub fn validate(&self, region: &str) -> Result<()> {
-        let bad = |field, expected: &str, found: u32| Error::InvalidConfig {
-            region: region.to_owned(),
-            field,
-            expected: expected.to_owned(),
-            found: found as u64,
-        };
+    pub fn validate(&self, region: &str) -> Result<(), ConfigError> {
+        let bad =
+            |field, expected: &str, found: u32| ConfigError::new(region, field, expected, found);
         if !(1..=MAX_CHANNELS).contains(&self.channels) {
             return Err(bad("channels", "between 1 and 1024", self.channels));
         }

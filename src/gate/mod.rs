@@ -77,14 +77,19 @@ pub(crate) fn init(gate: &layout::GateHeader, chans: &[Arc<Shared>], gg: GateGeo
 
 /// Picks channel `c` out of a gate's channels.
 #[cfg(not(loom))]
-pub(crate) fn pick(mut chans: Vec<Arc<Shared>>, c: u32, name: &str) -> Result<Arc<Shared>> {
+pub(crate) fn pick(
+    mut chans: Vec<Arc<Shared>>,
+    c: u32,
+    name: &str,
+) -> Result<Arc<Shared>, crate::OpenError> {
     if c as usize >= chans.len() {
-        return Err(Error::InvalidConfig {
-            region: name.to_owned(),
-            field: "channel",
-            expected: format!("below {} (the gate's channel count)", chans.len()),
-            found: c as u64,
-        });
+        return Err(crate::ConfigError::new(
+            name,
+            "channel",
+            format!("below {} (the gate's channel count)", chans.len()),
+            c,
+        )
+        .into());
     }
     Ok(chans.swap_remove(c as usize))
 }
@@ -114,8 +119,8 @@ pub enum GateMessage<'a> {
     ChannelDead {
         /// The channel whose producer died.
         channel: usize,
-        /// The `PeerDead` error, naming the pid.
-        error: Error,
+        /// What died, naming the pid.
+        error: Box<crate::PeerDeadError>,
     },
 }
 
@@ -171,7 +176,7 @@ impl Gate {
     /// consumer; each producer attaches with [`crate::Producer::open_channel`]. The name is
     /// unlinked when the gate is dropped.
     #[cfg(not(loom))]
-    pub fn create(name: &str, geometry: GateGeometry) -> Result<Gate> {
+    pub fn create(name: &str, geometry: GateGeometry) -> Result<Gate, crate::OpenError> {
         let (chans, lock) = region::create_named(name, geometry)?;
         Gate::attach(chans, Some(lock))
     }
@@ -179,19 +184,21 @@ impl Gate {
     /// Creates an anonymous (memfd) gate and attaches as its consumer; handle `c` gives
     /// channel `c` to a child process, which calls [`crate::Producer::from_env`].
     #[cfg(not(loom))]
-    pub fn create_anonymous(geometry: GateGeometry) -> Result<(Gate, Vec<crate::PeerHandle>)> {
+    pub fn create_anonymous(
+        geometry: GateGeometry,
+    ) -> Result<(Gate, Vec<crate::PeerHandle>), crate::OpenError> {
         let (chans, lock) = region::create_memfd(geometry)?;
         let handles = chans
             .iter()
             .map(|s| crate::PeerHandle::new(s))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
         Ok((Gate::attach(chans, Some(lock))?, handles))
     }
 
     pub(crate) fn attach(
         chans: Vec<Arc<Shared>>,
         lock: Option<std::sync::Arc<crate::liveness::EndLock>>,
-    ) -> Result<Gate> {
+    ) -> Result<Gate, crate::OpenError> {
         let shared = chans[0].clone();
         let geometry = shared.gate.as_ref().expect("gate channels").geometry;
         let pool = Arc::new(pool::PoolShared::new(pool::Pool::new(
@@ -370,9 +377,13 @@ impl Gate {
         if waiting {
             figures.idle_since_ns.store(start, Ordering::Relaxed);
         }
-        let got = wait::wait_for(shared.consumer_park(), self.wait, deadline, |check_peer| {
+        let got = wait::wait_for(shared.consumer_park(), self.wait, deadline, |look| {
             self.lend()?;
-            if check_peer {
+            let due = || {
+                monotonic_ns().saturating_sub(self.last_check_ns)
+                    > crate::liveness::CHECK_INTERVAL.as_nanos() as u64
+            };
+            if look == crate::wait::Look::Now || (look == crate::wait::Look::IfDue && due()) {
                 self.check_producers();
             }
             match self.scan() {
@@ -410,6 +421,11 @@ impl Gate {
             }
             Pick::Dead(c, error) => {
                 self.chans[c].abandon();
+                let error = match error {
+                    Error::PeerDead(e) => e,
+                    // A failed liveness look (a syscall error) fails the channel instead.
+                    other => return Err(other),
+                };
                 return Ok(Some(GateMessage::ChannelDead { channel: c, error }));
             }
             Pick::Failed(c, e) => {
@@ -421,7 +437,7 @@ impl Gate {
         };
         self.burst += 1;
         // `ready` said a message (or an error) is there, so this does not block.
-        match self.chans[c].try_recv_message() {
+        match self.chans[c].message_now() {
             Ok(Some(Message::Record(record))) => {
                 Ok(Some(GateMessage::Record { channel: c, record }))
             }
@@ -452,18 +468,31 @@ impl Gate {
     /// The next message from any channel, blocking until there is one. `Ok(None)` once every
     /// channel has ended. `Err` only for a channel that broke the protocol (`Corrupt` and the
     /// like): that channel is closed and the next call goes on with the others.
-    pub fn recv(&mut self) -> Result<Option<GateMessage<'_>>> {
-        self.recv_inner(Deadline::Never)
+    pub fn recv(&mut self) -> Result<Option<GateMessage<'_>>, crate::RecvError> {
+        crate::error::op(self.recv_inner(Deadline::Never))
     }
 
-    /// As [`Gate::recv`], or [`Error::WouldBlock`] if no channel has anything now.
-    pub fn try_recv(&mut self) -> Result<Option<GateMessage<'_>>> {
-        self.recv_inner(Deadline::Now)
+    /// As [`Gate::recv`], or [`TryRecvError::Empty`](crate::TryRecvError::Empty) if no
+    /// channel has anything now.
+    pub fn try_recv(&mut self) -> Result<Option<GateMessage<'_>>, crate::TryRecvError> {
+        crate::error::op(self.recv_inner(Deadline::Now))
     }
 
-    /// As [`Gate::recv`], waiting at most `timeout` ([`Error::Timeout`]).
-    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<GateMessage<'_>>> {
-        self.recv_inner(Deadline::after(timeout))
+    /// As [`Gate::recv`], waiting at most `timeout`
+    /// ([`RecvTimeoutError::Timeout`](crate::RecvTimeoutError::Timeout)).
+    pub fn recv_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<GateMessage<'_>>, crate::RecvTimeoutError> {
+        crate::error::op(self.recv_inner(Deadline::after(timeout)))
+    }
+
+    /// As [`Gate::recv`], waiting until `deadline` at most.
+    pub fn recv_deadline(
+        &mut self,
+        deadline: std::time::Instant,
+    ) -> Result<Option<GateMessage<'_>>, crate::RecvTimeoutError> {
+        crate::error::op(self.recv_inner(Deadline::at(deadline)))
     }
 }
 

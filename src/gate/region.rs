@@ -7,7 +7,9 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 use super::layout::{GateGeometry, GateHeader, GATE_MAGIC};
-use crate::error::{End, Error, Result};
+use crate::error::{End, OpenError, RegionKind};
+
+type Result<T, E = OpenError> = std::result::Result<T, E>;
 use crate::layout::MAGIC;
 use crate::liveness::{lock_byte, EndLock};
 use crate::region::{self, Mapping};
@@ -97,11 +99,7 @@ fn open_inner(
 ) -> Result<Vec<Arc<Shared>>> {
     let (size, magic, head) = region::identity(&name, &fd, grace)?;
     if magic != GATE_MAGIC {
-        return Err(Error::BadMagic {
-            region: name,
-            expected: GATE_MAGIC,
-            found: magic,
-        });
+        return Err(region::bad_magic(name, RegionKind::Gate, magic));
     }
     // SAFETY: the first page is mapped and `GateHeader` fits in it; only atomics are read.
     let g = unsafe { &*(head.as_ptr() as *const GateHeader) };

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use shmflow::{
-    list_gates, list_regions, remove_if_stale, End, Error, GateMonitor, GateSnapshot, Monitor,
+    list_gates, list_regions, remove_if_stale, End, GateMonitor, GateSnapshot, Monitor, OpenError,
     Snapshot,
 };
 
@@ -150,7 +150,7 @@ fn stat(args: &[String]) -> Result<(), String> {
     match GateMonitor::open(name) {
         Ok(g) => return stat_gate(name, &g, json, interval, count),
         // Not a gate: a channel, or the channel open says what is wrong.
-        Err(Error::BadMagic { .. }) => {}
+        Err(OpenError::BadMagic { .. }) => {}
         Err(e) => return Err(e.to_string()),
     }
     let m = Monitor::open(name).map_err(|e| e.to_string())?;

@@ -1,0 +1,180 @@
+//! Once an end has seen its peer dead or gone, every later call on it says so at once; and a
+//! caller that only ever polls with `try_` forms learns of a killed peer about as fast as a
+//! blocked caller does. The peers are real child processes, killed with SIGKILL.
+
+mod common;
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use common::*;
+use shmflow::{
+    Consumer, End, FlushPolicy, Geometry, Producer, RecvError, RecvTimeoutError, SendError,
+    SendTimeoutError, TryRecvError, TrySendError,
+};
+
+const G: Geometry = Geometry {
+    segment_size: 4096,
+    segment_count: 2,
+};
+
+/// A child that attaches as its role's end of the inherited region and then sleeps until it
+/// is killed.
+fn idle_child(role_name: &str) -> ! {
+    let keep: Box<dyn std::any::Any> = match role_name {
+        "producer" => {
+            let mut p = Producer::from_env(FD_VAR).unwrap();
+            p.set_flush_policy(FlushPolicy::EveryRecord);
+            p.send(b"sent before dying").unwrap();
+            Box::new(p)
+        }
+        _ => Box::new(Consumer::from_env(FD_VAR).unwrap()),
+    };
+    std::thread::sleep(Duration::from_secs(60));
+    drop(keep);
+    std::process::exit(3)
+}
+
+fn kill(mut child: Child) -> Instant {
+    // SAFETY: kill(2) with a pid we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    Instant::now()
+}
+
+/// Upper bound on noticing a death: the liveness interval is 40 ms; leave room for a loaded
+/// machine without turning this into a timing test.
+const NOTICE: Duration = Duration::from_secs(2);
+
+#[test]
+fn a_consumer_that_only_polls_learns_of_a_killed_producer_and_it_stays_dead() {
+    if let Some(r) = role() {
+        idle_child(&r);
+    }
+    let (mut c, handle) = Consumer::create_anonymous(G).unwrap();
+    let child = spawn(
+        "a_consumer_that_only_polls_learns_of_a_killed_producer_and_it_stays_dead",
+        "producer",
+        &[],
+        Some(&handle),
+    );
+    drop(handle);
+    wait_attached(|| c.metrics().producer_state == 1);
+    // The record committed before the death is delivered first.
+    let start = Instant::now();
+    loop {
+        match c.try_recv() {
+            Ok(Some(r)) => {
+                assert_eq!(r.as_bytes().unwrap(), b"sent before dying");
+                break;
+            }
+            Err(TryRecvError::Empty) if start.elapsed() < NOTICE => std::thread::yield_now(),
+            other => panic!("expected the record, got {other:?}"),
+        }
+    }
+    let killed = kill(child);
+    let mut polls = 0u64;
+    let err = loop {
+        polls += 1;
+        match c.try_recv() {
+            Err(TryRecvError::Empty) => {
+                assert!(killed.elapsed() < NOTICE, "still Empty after {polls} polls");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Err(TryRecvError::PeerDead(e)) => break e,
+            other => panic!("expected PeerDead, got {other:?}"),
+        }
+    };
+    let noticed = killed.elapsed();
+    println!("a polling consumer noticed the kill after {noticed:?} ({polls} polls)");
+    assert_eq!(err.end(), End::Producer);
+    // Every later call says so at once, whatever its form.
+    let t = Instant::now();
+    assert!(matches!(c.try_recv(), Err(TryRecvError::PeerDead(_))));
+    assert!(matches!(c.recv(), Err(RecvError::PeerDead(_))));
+    assert!(matches!(
+        c.recv_timeout(Duration::from_secs(30)),
+        Err(RecvTimeoutError::PeerDead(_))
+    ));
+    assert!(matches!(
+        c.recv_message_timeout(Duration::from_secs(30)),
+        Err(RecvTimeoutError::PeerDead(_))
+    ));
+    let drained = c.drain(usize::MAX, |_| Ok::<_, RecvError>(()));
+    assert!(
+        matches!(drained, Err(RecvError::PeerDead(_))),
+        "{drained:?}"
+    );
+    assert!(
+        t.elapsed() < NOTICE,
+        "later calls must not wait: {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn a_producer_that_only_polls_learns_of_a_killed_consumer_and_it_stays_dead() {
+    if let Some(r) = role() {
+        idle_child(&r);
+    }
+    let (mut p, handle) = Producer::create_anonymous(G).unwrap();
+    p.set_flush_policy(FlushPolicy::EveryRecord);
+    let child = spawn(
+        "a_producer_that_only_polls_learns_of_a_killed_consumer_and_it_stays_dead",
+        "consumer",
+        &[],
+        Some(&handle),
+    );
+    drop(handle);
+    wait_attached(|| p.metrics().consumer_state == 1);
+    // Fill the pool: the consumer never reads, so the producer is out of segments.
+    let rec = [1u8; 3000];
+    while p.try_send(&rec).is_ok() {}
+    let killed = kill(child);
+    let err = loop {
+        match p.try_send(&rec) {
+            Err(TrySendError::Full) => {
+                assert!(killed.elapsed() < NOTICE, "still Full long after the kill");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Err(TrySendError::PeerDead(e)) => break e,
+            other => panic!("expected PeerDead, got {other:?}"),
+        }
+    };
+    println!(
+        "a polling producer noticed the kill after {:?}",
+        killed.elapsed()
+    );
+    assert_eq!(err.end(), End::Consumer);
+    let t = Instant::now();
+    assert!(matches!(p.flush(), Err(SendError::PeerDead(_))));
+    assert!(matches!(p.send(b"x"), Err(SendError::PeerDead(_))));
+    assert!(matches!(p.try_send(b"x"), Err(TrySendError::PeerDead(_))));
+    assert!(matches!(
+        p.send_timeout(b"x", Duration::from_secs(30)),
+        Err(SendTimeoutError::PeerDead(_))
+    ));
+    assert!(matches!(p.claim(8).err(), Some(SendError::PeerDead(_))));
+    assert!(matches!(p.send_event(1, b"e"), Err(SendError::PeerDead(_))));
+    assert!(matches!(
+        p.send_priority_event(1, b"e"),
+        Err(SendError::PeerDead(_))
+    ));
+    assert!(t.elapsed() < NOTICE, "later calls must not wait");
+}
+
+#[test]
+fn a_consumer_that_left_is_closed_for_every_later_call() {
+    let (mut p, handle) = Producer::create_anonymous(G).unwrap();
+    let c = Consumer::from_fd(handle.into_fd()).unwrap();
+    p.send(b"before").unwrap();
+    drop(c);
+    // The producer notices when it next needs a segment or flushes...
+    assert!(matches!(p.flush(), Err(SendError::Closed(_))));
+    // ...and from then on every call says so, even one that would fit in the segment in hand.
+    assert!(matches!(p.send(b"small"), Err(SendError::Closed(_))));
+    assert!(matches!(p.try_send(b"small"), Err(TrySendError::Closed(_))));
+    assert!(matches!(p.claim(8).err(), Some(SendError::Closed(_))));
+    assert!(matches!(p.flush(), Err(SendError::Closed(_))));
+    assert!(p.is_closed());
+}
