@@ -18,8 +18,7 @@ use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 const SIZES: [usize; 7] = [0, 8, 64, 512, 4096, 64 * 1024, 1024 * 1024];
 
 fn pair(g: Geometry) -> (Producer, Consumer) {
-    let (p, h) = Producer::create_anonymous(g).unwrap();
-    (p, Consumer::from_fd(h.into_fd()).unwrap())
+    shmflow::pair(g).unwrap()
 }
 
 fn ring(c: &mut Criterion) {

@@ -6,15 +6,14 @@
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000
 //! ```
 
-use shmflow::{Consumer, FlushPolicy, Geometry, Producer};
+use shmflow::{FlushPolicy, Geometry};
 
 fn main() {
     let n: u64 = std::env::args()
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
-    let (mut p, h) = Producer::create_anonymous(Geometry::default()).unwrap();
-    let mut c = Consumer::from_fd(h.into_fd()).unwrap();
+    let (mut p, mut c) = shmflow::pair(Geometry::default()).unwrap();
     p.set_flush_policy(FlushPolicy::Explicit);
     let rec = [7u8; 64];
     let mut sum = 0u64;

@@ -8,13 +8,12 @@
 
 use std::time::Instant;
 
-use shmflow::{Consumer, FlushPolicy, Geometry, Producer};
+use shmflow::{FlushPolicy, Geometry};
 
 const RECORDS: u64 = 5_000_000;
 
 fn run(metrics: bool) -> f64 {
-    let (mut p, h) = Producer::create_anonymous(Geometry::default()).unwrap();
-    let mut c = Consumer::from_fd(h.into_fd()).unwrap();
+    let (mut p, mut c) = shmflow::pair(Geometry::default()).unwrap();
     p.set_flush_policy(FlushPolicy::Explicit);
     p.set_metrics(metrics);
     c.set_metrics(metrics);

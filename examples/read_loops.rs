@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use shmflow::{Consumer, FlushPolicy, Geometry, Producer, Result, WaitStrategy};
+use shmflow::{Consumer, FlushPolicy, Geometry, Result, WaitStrategy};
 
 const N: u64 = 5_000_000;
 
@@ -70,8 +70,7 @@ fn main() {
     let spin = WaitStrategy::BusyPoll(Duration::from_millis(1));
     for _ in 0..rounds {
         for (i, (_, read)) in readers.iter().enumerate() {
-            let (mut p, h) = Producer::create_anonymous(Geometry::default()).unwrap();
-            let mut c = Consumer::from_fd(h.into_fd()).unwrap();
+            let (mut p, mut c) = shmflow::pair(Geometry::default()).unwrap();
             c.set_wait_strategy(spin);
             p.set_wait_strategy(spin);
             p.set_flush_policy(FlushPolicy::Explicit);

@@ -25,12 +25,14 @@ impl Cells {
 }
 
 /// The pushing half of a ring of `capacity` slots.
+#[allow(missing_debug_implementations)]
 pub struct RingSender {
     cells: Arc<Cells>,
     tx: RingTx,
 }
 
 /// The popping half.
+#[allow(missing_debug_implementations)]
 pub struct RingReceiver {
     cells: Arc<Cells>,
     rx: RingRx,

@@ -138,3 +138,12 @@ pub(crate) fn lane_pop(
     h.cons.prio_head.store(head + 1, Ordering::Release);
     Ok(Some((kind, len)))
 }
+
+impl std::fmt::Debug for Message<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Message::Record(r) => f.debug_tuple("Record").field(r).finish(),
+            Message::Event(e) => f.debug_tuple("Event").field(e).finish(),
+        }
+    }
+}

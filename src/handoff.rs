@@ -16,6 +16,7 @@ type Result<T, E = OpenError> = std::result::Result<T, E>;
 use crate::shared::Shared;
 
 /// The other end of an anonymous region, to give to a child process.
+#[derive(Debug)]
 pub struct PeerHandle {
     fd: OwnedFd,
     region: String,

@@ -40,6 +40,9 @@
 
 #![warn(missing_docs)]
 
+#[cfg(not(target_os = "linux"))]
+compile_error!("shmflow needs Linux: it uses futexes on shared memory, memfd seals and OFD locks");
+
 mod error;
 pub mod event;
 #[cfg(not(loom))]
@@ -80,6 +83,29 @@ pub use partition::{KeyFn, Partition, Partitioner};
 pub use reader::{Consumer, Record, DEFAULT_MAX_RECORD_LEN};
 pub use wait::WaitStrategy;
 pub use writer::{Claim, FlushPolicy, Producer, RecordWriter};
+
+/// Both ends of a fresh anonymous channel in this process: for threads, tests and benches.
+/// The region is a sealed memfd that disappears with the last end.
+///
+/// # Examples
+///
+/// ```
+/// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+/// tx.send(b"hello")?;
+/// tx.flush()?;
+/// assert_eq!(rx.recv()?.unwrap().as_bytes(), Some(&b"hello"[..]));
+/// # Ok::<(), shmflow::Error>(())
+/// ```
+///
+/// # Errors
+/// [`OpenError::InvalidConfig`] for a geometry out of range, [`OpenError::Io`] if the
+/// system cannot make or map the region.
+#[cfg(not(loom))]
+pub fn pair(geometry: Geometry) -> Result<(Producer, Consumer), OpenError> {
+    let (p, handle) = Producer::create_anonymous(geometry)?;
+    let c = Consumer::from_fd(handle.into_fd())?;
+    Ok((p, c))
+}
 
 /// Hooks for the criterion benches in `benches/` (the real ring, otherwise private).
 #[cfg(not(loom))]

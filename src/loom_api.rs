@@ -1,6 +1,9 @@
 //! Entry points for the loom models (`--cfg loom` only): the real ring, producer and consumer
 //! over a region on the heap, plus a census of where every segment is.
 
+// Loom-only hooks: nothing here is part of a normal build.
+#![allow(missing_debug_implementations)]
+
 use crate::layout::Geometry;
 use crate::ring::{RingRx, RingTx};
 use crate::shared::Shared;

@@ -190,3 +190,21 @@ fn shm_names() -> Result<Vec<String>> {
         .map(|e| format!("/{}", e.file_name().to_string_lossy()))
         .collect())
 }
+
+impl std::fmt::Debug for Monitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Monitor")
+            .field("region", &self.shared.name)
+            .field("geometry", &self.shared.geometry)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for GateMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateMonitor")
+            .field("region", &self.region_name())
+            .field("geometry", &self.geometry())
+            .finish()
+    }
+}

@@ -226,3 +226,12 @@ impl Partition {
         self.outputs.iter_mut().try_for_each(|p| p.flush())
     }
 }
+
+impl std::fmt::Debug for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partition")
+            .field("outputs", &self.outputs)
+            .field("partitioner", &self.partitioner)
+            .finish_non_exhaustive()
+    }
+}

@@ -1213,3 +1213,15 @@ impl Consumer {
         self.cur.map(|c| c.seg)
     }
 }
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("region", &self.shared.name)
+            .field("geometry", &self.shared.geometry)
+            .field("wait", &self.wait)
+            .field("max_record_len", &self.max_record_len)
+            .field("segment_in_hand", &self.cur.map(|c| c.seg))
+            .finish_non_exhaustive()
+    }
+}

@@ -1253,3 +1253,37 @@ impl Drop for RecordWriter<'_> {
         p.after_frame_end();
     }
 }
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("region", &self.shared.name)
+            .field("geometry", &self.shared.geometry)
+            .field("policy", &self.policy)
+            .field("wait", &self.wait)
+            .field("segment_in_hand", &self.cur.map(|c| c.seg))
+            .field("consumer_gone", &self.gone)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Claim<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claim")
+            .field("region", &self.producer.shared.name)
+            .field("at", &self.at)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for RecordWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordWriter")
+            .field("region", &self.producer.shared.name)
+            .field("written", &self.total)
+            .field("spanning", &self.spanning)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}

@@ -17,13 +17,11 @@ use shmflow::{
 const SEG: u32 = 4096;
 
 fn pair(segments: u32) -> (Producer, Consumer) {
-    let (p, handle) = Producer::create_anonymous(Geometry {
+    shmflow::pair(Geometry {
         segment_size: SEG,
         segment_count: segments,
     })
-    .unwrap();
-    let c = Consumer::from_fd(handle.into_fd()).unwrap();
-    (p, c)
+    .unwrap()
 }
 
 /// Lengths around every interesting boundary of a 4 KiB segment.
@@ -380,12 +378,12 @@ fn records_of_more_than_a_gibibyte_round_trip() {
     let len = (1usize << 30) + 13;
     let record = std::sync::Arc::new(big_record(len));
     let (p, mut c) = {
-        let (p, handle) = Producer::create_anonymous(Geometry {
+        let (p, c) = shmflow::pair(Geometry {
             segment_size: 32 * 1024,
             segment_count: 16,
         })
         .unwrap();
-        (p, Consumer::from_fd(handle.into_fd()).unwrap())
+        (p, c)
     };
     let src = record.clone();
     let writer = thread::spawn(move || {

@@ -43,12 +43,11 @@ fn cycle(prefix: &str, i: u32) {
     GateMonitor::open(&name).unwrap().snapshot();
     drop(gate);
 
-    let (mut p, h) = Producer::create_anonymous(Geometry {
+    let (mut p, mut c) = shmflow::pair(Geometry {
         segment_size: 4096,
         segment_count: 3,
     })
     .unwrap();
-    let mut c = Consumer::from_fd(h.into_fd()).unwrap();
     p.send(&[3; 9000]).unwrap(); // spanning
     let v = c.recv().unwrap().unwrap().to_vec().unwrap();
     assert_eq!(v.len(), 9000);

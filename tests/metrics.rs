@@ -64,12 +64,11 @@ fn counters_are_exact_for_a_deterministic_run() {
 #[test]
 fn holding_every_segment_shows_as_backpressured_time() {
     const HOLD: Duration = Duration::from_millis(300);
-    let (mut p, handle) = Producer::create_anonymous(Geometry {
+    let (mut p, mut c) = shmflow::pair(Geometry {
         segment_size: 4096,
         segment_count: 2,
     })
     .unwrap();
-    let mut c = Consumer::from_fd(handle.into_fd()).unwrap();
     p.set_flush_policy(FlushPolicy::EveryRecord);
     let rec = [0u8; 3000];
     p.send(&rec).unwrap();

@@ -510,3 +510,40 @@ impl Drop for Gate {
             .store(crate::layout::END_DETACHED, Ordering::Release);
     }
 }
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("region", &self.shared.name)
+            .field("geometry", &self.geometry)
+            .field("floating_free", &self.floating_free())
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for GateMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GateMessage::Record { channel, record } => f
+                .debug_struct("Record")
+                .field("channel", channel)
+                .field("record", record)
+                .finish(),
+            GateMessage::Event { channel, event } => f
+                .debug_struct("Event")
+                .field("channel", channel)
+                .field("event", event)
+                .finish(),
+            GateMessage::EndOfPartition { channel } => f
+                .debug_struct("EndOfPartition")
+                .field("channel", channel)
+                .finish(),
+            GateMessage::ChannelDead { channel, error } => f
+                .debug_struct("ChannelDead")
+                .field("channel", channel)
+                .field("error", error)
+                .finish(),
+        }
+    }
+}

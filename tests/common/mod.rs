@@ -8,22 +8,27 @@ use std::time::{Duration, Instant};
 use shmflow::PeerHandle;
 
 /// Environment variable that tells a re-executed test binary which role to play.
-pub const ROLE: &str = "SHMFLOW_TEST_ROLE";
+pub(crate) const ROLE: &str = "SHMFLOW_TEST_ROLE";
 /// Environment variable carrying an inherited region descriptor.
-pub const FD_VAR: &str = "SHMFLOW_TEST_FD";
+pub(crate) const FD_VAR: &str = "SHMFLOW_TEST_FD";
 
 /// The role this process plays, if it is a child.
-pub fn role() -> Option<String> {
+pub(crate) fn role() -> Option<String> {
     std::env::var(ROLE).ok()
 }
 
 /// Runs `test` of this test binary again as a child process playing `role`.
-pub fn spawn(test: &str, role: &str, env: &[(&str, String)], handle: Option<&PeerHandle>) -> Child {
+pub(crate) fn spawn(
+    test: &str,
+    role: &str,
+    env: &[(&str, String)],
+    handle: Option<&PeerHandle>,
+) -> Child {
     spawn_with_stdin(test, role, env, handle, Stdio::null())
 }
 
 /// As [`spawn`], with the child's stdin given (a pipe lets the parent pace the child).
-pub fn spawn_with_stdin(
+pub(crate) fn spawn_with_stdin(
     test: &str,
     role: &str,
     env: &[(&str, String)],
@@ -50,14 +55,14 @@ pub fn spawn_with_stdin(
 }
 
 /// Waits for a child and asserts it succeeded.
-pub fn expect_success(mut child: Child, what: &str) {
+pub(crate) fn expect_success(mut child: Child, what: &str) {
     let status = child.wait().unwrap();
     assert!(status.success(), "{what} child failed: {status}");
 }
 
 /// In a child: runs `body`, exiting 0 on success and 1 (after printing) on failure, so that
 /// the child never falls through into the rest of the test harness.
-pub fn child_main(body: impl FnOnce() -> Result<(), String>) -> ! {
+pub(crate) fn child_main(body: impl FnOnce() -> Result<(), String>) -> ! {
     match body() {
         Ok(()) => std::process::exit(0),
         Err(e) => {
@@ -69,13 +74,13 @@ pub fn child_main(body: impl FnOnce() -> Result<(), String>) -> ! {
 
 /// xorshift64*: small, fast, deterministic.
 #[derive(Clone)]
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -83,13 +88,13 @@ impl Rng {
         self.0 = x;
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         ((self.next() as u128 * n as u128) >> 64) as u64
     }
 }
 
 /// A 64-bit checksum (multiply-xor over words), good enough to catch torn or shifted data.
-pub fn checksum(bytes: &[u8]) -> u64 {
+pub(crate) fn checksum(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xCBF2_9CE4_8422_2325 ^ bytes.len() as u64;
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
@@ -104,7 +109,7 @@ pub fn checksum(bytes: &[u8]) -> u64 {
 
 /// Fills `out` with record `seq` of `len` bytes: `[seq][checksum of the rest][random…]` when
 /// it is at least 16 bytes, else bytes derived from `seq` alone.
-pub fn make_record(seq: u64, len: usize, out: &mut Vec<u8>) {
+pub(crate) fn make_record(seq: u64, len: usize, out: &mut Vec<u8>) {
     out.clear();
     out.resize(len, 0);
     let mut rng = Rng::new(seq ^ 0xA5A5);
@@ -124,7 +129,12 @@ pub fn make_record(seq: u64, len: usize, out: &mut Vec<u8>) {
 }
 
 /// Checks record `seq` of expected length `len`.
-pub fn check_record(seq: u64, len: usize, got: &[u8], scratch: &mut Vec<u8>) -> Result<(), String> {
+pub(crate) fn check_record(
+    seq: u64,
+    len: usize,
+    got: &[u8],
+    scratch: &mut Vec<u8>,
+) -> Result<(), String> {
     if got.len() != len {
         return Err(format!(
             "record {seq}: length {} instead of {len}",
@@ -150,12 +160,12 @@ pub fn check_record(seq: u64, len: usize, got: &[u8], scratch: &mut Vec<u8>) -> 
 }
 
 /// A region name unique to this process and `tag`.
-pub fn unique_name(tag: &str) -> String {
+pub(crate) fn unique_name(tag: &str) -> String {
     format!("/shmflow-test-{}-{tag}", std::process::id())
 }
 
 /// Pins the calling thread (and children spawned after) to one CPU.
-pub fn pin_to_cpu(cpu: usize) {
+pub(crate) fn pin_to_cpu(cpu: usize) {
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes within it; sched_setaffinity(0)
     // applies to the calling thread.
     unsafe {
@@ -169,7 +179,7 @@ pub fn pin_to_cpu(cpu: usize) {
 }
 
 /// A number from the environment, or `default`.
-pub fn env_u64(name: &str, default: u64) -> u64 {
+pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -177,7 +187,7 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 /// Waits (up to 10 s) until a child has attached its end, as `attached` reports.
-pub fn wait_attached(attached: impl Fn() -> bool) {
+pub(crate) fn wait_attached(attached: impl Fn() -> bool) {
     let start = Instant::now();
     while !attached() {
         assert!(

@@ -486,7 +486,7 @@ fn os_stream(cfg: &Cfg, pipe: bool) -> (f64, f64) {
 
 // ----- the peer --------------------------------------------------------------------------------
 
-pub fn role(args: &[String]) -> Result<(), String> {
+pub(crate) fn role(args: &[String]) -> Result<(), String> {
     let kind = args.first().ok_or("bench role")?.as_str();
     match kind {
         "echo" => {
@@ -704,7 +704,7 @@ fn machine() -> (String, usize, String) {
     (cpu, cores, kernel)
 }
 
-pub fn main(args: &[String]) -> Result<(), String> {
+pub(crate) fn main(args: &[String]) -> Result<(), String> {
     let quick = args.iter().any(|a| a == "--quick");
     let json = args.iter().any(|a| a == "--json");
     let cfg = if quick {

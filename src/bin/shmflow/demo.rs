@@ -91,7 +91,7 @@ impl Pacer {
     }
 }
 
-pub fn main(args: &[String]) -> Result<(), String> {
+pub(crate) fn main(args: &[String]) -> Result<(), String> {
     if args.first().map(String::as_str) != Some("backpressure") {
         return Err("usage: shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size BYTES] [--record-size BYTES] [--out DIR]".into());
     }
@@ -162,7 +162,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
 }
 
 /// The child: the consumer, paced by the same plan.
-pub fn role(args: &[String]) -> Result<(), String> {
+pub(crate) fn role(args: &[String]) -> Result<(), String> {
     let [role, name, start, phase] = args else {
         return Err("bad __demo-role arguments".into());
     };

@@ -35,7 +35,7 @@ fn object(mut f: Vec<(&str, String)>) -> String {
 
 /// One JSON object for a gate: the gate's figures and an array of its channels, each with
 /// every field of a channel's object plus backlog and floating/exclusive segments.
-pub fn gate(
+pub(crate) fn gate(
     name: &str,
     prev: &GateSnapshot,
     now: &GateSnapshot,
@@ -86,7 +86,7 @@ pub fn gate(
 }
 
 /// One JSON object: every counter of `now` and the figures derived over `prev..now`.
-pub fn snapshot(name: &str, prev: &Snapshot, now: &Snapshot) -> String {
+pub(crate) fn snapshot(name: &str, prev: &Snapshot, now: &Snapshot) -> String {
     object(fields(name, prev, now))
 }
 
