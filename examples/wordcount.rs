@@ -348,7 +348,7 @@ fn orchestrate(opts: &Opts, args: &[String]) -> Result<(), String> {
             }
             let (m, prev) = monitors[i].as_mut().expect("opened");
             let now = m.snapshot();
-            if now.consumer_state == 2 {
+            if now.consumer_state == shmflow::EndState::Detached {
                 continue; // that stage is done
             }
             lines.push((stage.clone(), prev.clone(), now.clone()));

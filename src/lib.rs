@@ -76,7 +76,7 @@ pub use gate::{ChannelStats, Gate, GateGeometry, GateMessage, GateSnapshot};
 #[cfg(not(loom))]
 pub use handoff::PeerHandle;
 pub use layout::Geometry;
-pub use metrics::{BackpressureLevel, Rates, Snapshot};
+pub use metrics::{BackpressureLevel, EndState, Rates, Snapshot};
 #[cfg(not(loom))]
 pub use monitor::{list_gates, list_regions, remove_if_stale, GateMonitor, Monitor, RegionInfo};
 pub use partition::{KeyFn, Partition, Partitioner};

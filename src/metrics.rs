@@ -123,10 +123,10 @@ pub struct Snapshot {
     pub segments_not_free: u64,
     /// Segments queued for the consumer (data ring) or held by it.
     pub segments_at_consumer: u64,
-    /// Producer end attached (1), detached (2) or never attached (0).
-    pub producer_state: u32,
-    /// Consumer end state, as for the producer.
-    pub consumer_state: u32,
+    /// The producer end's attach state.
+    pub producer_state: EndState,
+    /// The consumer end's attach state.
+    pub consumer_state: EndState,
     /// Pid recorded by the producer at attach.
     pub producer_pid: u32,
     /// Pid recorded by the consumer at attach.
@@ -283,9 +283,57 @@ pub(crate) fn snapshot(shared: &crate::shared::Shared) -> Snapshot {
         idle_ns: with_ongoing(r(&cc.idle_ns), r(&cc.idle_since_ns)),
         segments_not_free: n - free,
         segments_at_consumer: at_consumer,
-        producer_state: h.producer.state.load(Ordering::Relaxed),
-        consumer_state: h.consumer.state.load(Ordering::Relaxed),
+        producer_state: EndState::from_raw(h.producer.state.load(Ordering::Relaxed)),
+        consumer_state: EndState::from_raw(h.consumer.state.load(Ordering::Relaxed)),
         producer_pid: h.producer.pid.load(Ordering::Relaxed),
         consumer_pid: h.consumer.pid.load(Ordering::Relaxed),
+    }
+}
+
+/// An end's attach state as the region records it: `Free` → `Attached` → `Detached`, never
+/// back. A value no shmflow writes is shown as it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EndState {
+    /// Never attached.
+    #[default]
+    Free,
+    /// Attached (alive, unless its liveness lock says otherwise).
+    Attached,
+    /// Attached once and detached.
+    Detached,
+    /// A value no shmflow writes (a corrupt or foreign region).
+    Invalid(u32),
+}
+
+impl EndState {
+    pub(crate) fn from_raw(v: u32) -> EndState {
+        match v {
+            crate::layout::END_FREE => EndState::Free,
+            crate::layout::END_ATTACHED => EndState::Attached,
+            crate::layout::END_DETACHED => EndState::Detached,
+            other => EndState::Invalid(other),
+        }
+    }
+
+    /// The number stored in the region (0 free, 1 attached, 2 detached), as `shmflow stat
+    /// --json` prints it.
+    pub fn code(self) -> u32 {
+        match self {
+            EndState::Free => crate::layout::END_FREE,
+            EndState::Attached => crate::layout::END_ATTACHED,
+            EndState::Detached => crate::layout::END_DETACHED,
+            EndState::Invalid(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Display for EndState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EndState::Free => f.write_str("free"),
+            EndState::Attached => f.write_str("attached"),
+            EndState::Detached => f.write_str("detached"),
+            EndState::Invalid(v) => write!(f, "invalid state {v}"),
+        }
     }
 }

@@ -720,7 +720,9 @@ impl Consumer {
         }
         if self.skipping {
             match self.skip_rest(Deadline::Now) {
-                Err(Error::WouldBlock) => return Ok(Ready::Empty),
+                // A producer that died in the middle of the record being skipped: the gate
+                // learns of the death through its own look and reports `ChannelDead`.
+                Err(Error::WouldBlock) | Err(Error::PeerDead(_)) => return Ok(Ready::Empty),
                 other => other?,
             }
         }

@@ -402,7 +402,9 @@ impl Producer {
             Some(l) => l.check(&self.shared, look),
             None => Ok(()),
         };
-        if res.is_err() {
+        // Only a dead consumer makes the segment in hand worthless; a failed look (a syscall
+        // error) leaves it, and any pending abort, for the next call.
+        if let Err(Error::PeerDead(_)) = res {
             self.forget_segment();
         }
         res
@@ -768,11 +770,11 @@ impl Producer {
     /// Claims `len` bytes inside shared memory for one record, to serialize into in place
     /// (zero copy). The record is sent by [`Claim::commit`]; dropping the claim sends nothing.
     /// `len` must be at most [`Producer::max_unspanned_len`].
-    #[inline]
     ///
     /// # Errors
     /// [`SendError::RecordTooLarge`] if `len` does not fit in one segment; otherwise as
     /// [`Producer::send`].
+    #[inline]
     pub fn claim(&mut self, len: usize) -> Result<Claim<'_>, SendError> {
         op(self.claim_inner(len, Deadline::Never))
     }

@@ -121,7 +121,7 @@ fn reader_survives_a_scribbled_region() {
             &[("NAME", name.clone())],
             None,
         );
-        wait_attached(|| c.metrics().producer_state == 1);
+        wait_attached(|| c.metrics().producer_state == shmflow::EndState::Attached);
         let stop = Arc::new(AtomicBool::new(false));
         let scrib = scribbler(&name, seed, stop.clone());
         let start = Instant::now();
@@ -184,7 +184,7 @@ fn writer_survives_a_scribbled_region() {
             &[("NAME", name.clone())],
             None,
         );
-        wait_attached(|| p.metrics().consumer_state == 1);
+        wait_attached(|| p.metrics().consumer_state == shmflow::EndState::Attached);
         let stop = Arc::new(AtomicBool::new(false));
         let scrib = scribbler(&name, seed ^ 0xFF, stop.clone());
         let mut rng = Rng::new(seed);
@@ -284,7 +284,7 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
             gate.metrics()
                 .channels
                 .iter()
-                .all(|c| c.snapshot.producer_state == 1)
+                .all(|c| c.snapshot.producer_state == shmflow::EndState::Attached)
         });
         let stop = Arc::new(AtomicBool::new(false));
         let scrib = scribbler(&name, seed ^ 0x6A7E, stop.clone());

@@ -66,7 +66,7 @@ fn a_crashed_creator_leaves_a_stale_region_that_can_be_cleaned() {
         .find(|r| r.name == name)
         .expect("listed");
     assert!(
-        listed.is_stale() && listed.snapshot.producer_state == 1,
+        listed.is_stale() && listed.snapshot.producer_state == shmflow::EndState::Attached,
         "attached but dead"
     );
     #[cfg(feature = "cli")]
@@ -98,7 +98,7 @@ fn a_dead_consumer_is_seen_as_dead_not_as_attached() {
     }
     // Dropped cleanly: detached, lock released.
     assert!(!m.end_alive(End::Consumer));
-    assert_eq!(m.snapshot().consumer_state, 2);
+    assert_eq!(m.snapshot().consumer_state, shmflow::EndState::Detached);
     drop(p);
 }
 

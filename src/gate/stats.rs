@@ -35,8 +35,8 @@ pub struct GateSnapshot {
     /// Nanoseconds the gate's consumer spent waiting for any channel (including a wait going
     /// on now).
     pub idle_ns: u64,
-    /// The gate consumer's attach state (0 never, 1 attached, 2 detached).
-    pub consumer_state: u32,
+    /// The gate consumer's attach state.
+    pub consumer_state: crate::EndState,
     /// Per channel.
     pub channels: Vec<ChannelStats>,
 }
@@ -93,7 +93,7 @@ pub(crate) fn snapshot(chans: &[Arc<Shared>]) -> GateSnapshot {
         floating: gg.floating as u64,
         floating_free: r(&g.pool.floating_free).min(gg.floating as u64),
         idle_ns: idle,
-        consumer_state: g.consumer.state.load(Ordering::Relaxed),
+        consumer_state: crate::EndState::from_raw(g.consumer.state.load(Ordering::Relaxed)),
         channels: chans.iter().map(|s| channel(s)).collect(),
     }
 }

@@ -15,8 +15,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use shmflow::{
-    list_gates, list_regions, remove_if_stale, End, GateMonitor, GateSnapshot, Monitor, OpenError,
-    Snapshot,
+    list_gates, list_regions, remove_if_stale, End, EndState, GateMonitor, GateSnapshot, Monitor,
+    OpenError, Snapshot,
 };
 
 const USAGE: &str = "usage:
@@ -51,13 +51,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn end(state: u32, pid: u32, alive: bool) -> String {
+fn end(state: EndState, pid: u32, alive: bool) -> String {
     match state {
-        0 => "-".into(),
-        1 if alive => format!("pid {pid}"),
-        1 => format!("pid {pid} (dead)"),
-        2 => "detached".into(),
-        s => format!("state {s}?"),
+        EndState::Free => "-".into(),
+        EndState::Attached if alive => format!("pid {pid}"),
+        EndState::Attached => format!("pid {pid} (dead)"),
+        EndState::Detached => "detached".into(),
+        EndState::Invalid(s) => format!("state {s}?"),
     }
 }
 
@@ -226,7 +226,6 @@ fn stat_gate(
 ) -> Result<(), String> {
     let mut prev = g.snapshot();
     // SAFETY: isatty only looks at the descriptor.
-    // SAFETY: isatty only asks about descriptor 1; it reads no memory of ours.
     let tty = unsafe { libc::isatty(1) } == 1;
     for _ in 0..count {
         std::thread::sleep(interval);
