@@ -1045,6 +1045,7 @@ impl Drop for Producer {
 }
 
 /// `len` bytes claimed in a segment for one record (see [`Producer::claim`]).
+#[must_use = "dropping a claim without `commit` sends nothing"]
 pub struct Claim<'a> {
     producer: &'a mut Producer,
     at: usize,
@@ -1100,6 +1101,7 @@ impl std::ops::DerefMut for Claim<'_> {
 }
 
 /// A record being streamed (see [`Producer::stream`]).
+#[must_use = "dropping a record writer without `finish` discards the record"]
 pub struct RecordWriter<'a> {
     producer: &'a mut Producer,
     /// Where the current frame's header goes.
