@@ -538,11 +538,6 @@ impl OpenError {
         }))
     }
 
-    #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fn last_os(region: &str, op: &'static str) -> Self {
-        OpenError::io(region, op, io::Error::last_os_error())
-    }
-
     pub(crate) fn corrupt(region: &str, field: &'static str, expected: String, found: u64) -> Self {
         OpenError::Corrupt(Box::new(CorruptError {
             region: region.to_owned(),

@@ -6,8 +6,7 @@
 //! number in an environment variable; the child calls `Consumer::from_env(var)` (or
 //! `Producer::from_env`). Drop the handle after spawning: the parent's copy is not needed.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::process::Command;
 
 use crate::error::{ConfigError, OpenError};
@@ -41,17 +40,9 @@ impl PeerHandle {
             Some(c) => cmd.env(var, format!("{raw}:{c}")),
             None => cmd.env(var, raw.to_string()),
         };
-        // SAFETY: the closure runs in the child between fork and exec and calls only fcntl,
-        // which is async-signal-safe; `raw` stays open in the parent until spawn returns
-        // because `self` is borrowed for this call and must outlive the spawn (documented).
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::fcntl(raw, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // `raw` stays open in this process until the spawn: the handle must outlive it
+        // (documented on the type).
+        crate::sys::fd::inherit_in_child(cmd, raw);
     }
 
     /// The region's name, for messages.
@@ -118,8 +109,7 @@ pub(crate) fn fd_from_env(var: &str) -> Result<(OwnedFd, Option<u32>)> {
             format!("{value:?}"),
         )
     })?;
-    // SAFETY: F_GETFD only asks whether `raw` is open.
-    if raw < 0 || unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
+    if !crate::sys::fd::is_open(raw) {
         return Err(ConfigError::new(
             &region,
             "inherited descriptor",
@@ -128,10 +118,9 @@ pub(crate) fn fd_from_env(var: &str) -> Result<(OwnedFd, Option<u32>)> {
         )
         .into());
     }
-    // Keep it from leaking further into our own children.
-    // SAFETY: plain fcntl on an open descriptor.
-    unsafe { libc::fcntl(raw, libc::F_SETFD, libc::FD_CLOEXEC) };
     // SAFETY: the parent passed this descriptor for us to own; nothing else in this process
     // refers to it (it was inherited, not opened here).
-    Ok((unsafe { OwnedFd::from_raw_fd(raw) }, channel))
+    let fd = unsafe { crate::sys::fd::adopt(raw) }
+        .map_err(|e| OpenError::io(&region, "fcntl(F_SETFD)", e))?;
+    Ok((fd, channel))
 }

@@ -63,6 +63,7 @@ mod region;
 mod ring;
 mod shared;
 mod sync;
+mod sys;
 mod wait;
 mod writer;
 

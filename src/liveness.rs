@@ -11,7 +11,7 @@
 #![cfg_attr(loom, allow(dead_code))]
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use crate::error::{End, Error, OpenError};
@@ -30,16 +30,6 @@ pub(crate) fn lock_byte(channel: Option<u32>, end: End) -> i64 {
     }
 }
 
-fn flock(kind: i32, byte: i64) -> libc::flock {
-    // SAFETY: flock is plain data; zero is a valid value for every field.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = kind as libc::c_short;
-    fl.l_whence = libc::SEEK_SET as libc::c_short;
-    fl.l_start = byte;
-    fl.l_len = 1;
-    fl
-}
-
 /// The lock that says "this end is alive", on a private open file description.
 pub(crate) struct EndLock {
     fd: OwnedFd,
@@ -55,33 +45,17 @@ impl EndLock {
         end: End,
         region: &str,
     ) -> Result<EndLock, OpenError> {
-        let path =
-            std::ffi::CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
-        // SAFETY: valid C string; the result is checked and then owned.
-        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if raw < 0 {
-            return Err(OpenError::io(
-                region,
-                "reopening the region for its liveness lock",
-                io::Error::last_os_error(),
-            ));
+        let own = crate::sys::lock::reopen(fd.as_fd())
+            .map_err(|e| OpenError::io(region, "reopening the region for its liveness lock", e))?;
+        match crate::sys::lock::try_lock(own.as_fd(), byte) {
+            Ok(true) => Ok(EndLock { fd: own, byte }),
+            Ok(false) => Err(OpenError::AlreadyAttached {
+                region: region.to_owned(),
+                end,
+                pid: 0,
+            }),
+            Err(e) => Err(OpenError::io(region, "fcntl(F_OFD_SETLK)", e)),
         }
-        // SAFETY: fresh descriptor, owned from here.
-        let own = unsafe { OwnedFd::from_raw_fd(raw) };
-        let fl = flock(libc::F_WRLCK, byte);
-        // SAFETY: valid descriptor and flock.
-        if unsafe { libc::fcntl(own.as_raw_fd(), libc::F_OFD_SETLK, &fl) } != 0 {
-            let e = io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EACCES) => OpenError::AlreadyAttached {
-                    region: region.to_owned(),
-                    end,
-                    pid: 0,
-                },
-                _ => OpenError::io(region, "fcntl(F_OFD_SETLK)", e),
-            });
-        }
-        Ok(EndLock { fd: own, byte })
     }
 
     pub(crate) fn fd(&self) -> &OwnedFd {
@@ -95,20 +69,13 @@ impl Drop for EndLock {
     /// never execs), and the lock lives as long as any descriptor of it. An explicit unlock
     /// through any of them releases it, so a clean detach is seen at once.
     fn drop(&mut self) {
-        let fl = flock(libc::F_UNLCK, self.byte);
-        // SAFETY: valid descriptor and flock; failure leaves the close to release the lock.
-        unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+        crate::sys::lock::unlock(self.fd.as_fd(), self.byte);
     }
 }
 
 /// True if some open file description other than `fd`'s holds the lock on `byte`.
 pub(crate) fn end_locked(fd: &OwnedFd, byte: i64) -> io::Result<bool> {
-    let mut fl = flock(libc::F_WRLCK, byte);
-    // SAFETY: valid descriptor and flock; F_OFD_GETLK only fills `fl`.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_GETLK, &mut fl) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fl.l_type != libc::F_UNLCK as libc::c_short)
+    crate::sys::lock::locked_by_other(fd, byte)
 }
 
 /// What an end knows about its peer's life.

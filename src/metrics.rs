@@ -73,16 +73,7 @@ pub fn monotonic_now_ns() -> u64 {
     monotonic_ns()
 }
 
-/// Nanoseconds on the monotonic clock, comparable between processes of one boot.
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub(crate) use crate::sys::clock::monotonic_ns;
 
 /// The counters of one channel at one instant, read from its region header without
 /// disturbing the channel (plain loads of lines the two sides write).

@@ -90,10 +90,7 @@ pub fn remove_if_stale(name: &str) -> Result<bool, OpenError> {
         return Ok(false);
     }
     let c = crate::region::c_name(name)?;
-    // SAFETY: valid C string.
-    if unsafe { libc::shm_unlink(c.as_ptr()) } != 0 {
-        return Err(OpenError::last_os(name, "shm_unlink"));
-    }
+    crate::sys::shm::unlink(&c).map_err(|e| OpenError::io(name, "shm_unlink", e))?;
     Ok(true)
 }
 

@@ -12,7 +12,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
@@ -42,15 +42,10 @@ impl Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         if let Some(name) = &self.unlink {
-            // SAFETY: `name` is a valid NUL-terminated string. Failure (already removed by
-            // `shmflow clean` or by hand) leaves nothing to do.
-            unsafe { libc::shm_unlink(name.as_ptr()) };
+            // Failure (already removed by `shmflow clean` or by hand) leaves nothing to do.
+            let _ = crate::sys::shm::unlink(name);
         }
     }
-}
-
-pub(crate) fn last_os(region: &str, op: &'static str) -> OpenError {
-    OpenError::last_os(region, op)
 }
 
 pub(crate) fn c_name(name: &str) -> Result<CString> {
@@ -77,16 +72,7 @@ pub(crate) fn map(
     len: usize,
     writable: bool,
 ) -> Result<memmap2::MmapRaw> {
-    let mut opts = memmap2::MmapOptions::new();
-    opts.len(len);
-    // Prefault: the first touch of each page would otherwise happen on the hot path.
-    opts.populate();
-    let res = if writable {
-        opts.map_raw(fd.as_raw_fd())
-    } else {
-        opts.map_raw_read_only(fd.as_raw_fd())
-    };
-    res.map_err(|e| OpenError::io(region, "mmap", e))
+    crate::sys::shm::map(fd, len, writable).map_err(|e| OpenError::io(region, "mmap", e))
 }
 
 /// Sizes a fresh object and maps it writable; on failure a named object is unlinked again.
@@ -98,15 +84,13 @@ pub(crate) fn size_and_map(
 ) -> Result<memmap2::MmapRaw> {
     let undo = |e: OpenError| {
         if let Some(n) = unlink {
-            // SAFETY: valid C string; we created this name a moment ago.
-            unsafe { libc::shm_unlink(n.as_ptr()) };
+            // We created this name a moment ago.
+            let _ = crate::sys::shm::unlink(n);
         }
         e
     };
-    // SAFETY: plain syscall on a descriptor we own.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
-        return Err(undo(last_os(name, "ftruncate")));
-    }
+    crate::sys::shm::set_len(fd, size as u64)
+        .map_err(|e| undo(OpenError::io(name, "ftruncate", e)))?;
     map(name, fd, size, true).map_err(undo)
 }
 
@@ -137,32 +121,18 @@ pub(crate) fn shm_create(
     end: End,
 ) -> Result<(OwnedFd, CString, EndLock)> {
     let cname = c_name(name)?;
-    // SAFETY: valid C string; the returned descriptor is checked and then owned.
-    let raw = unsafe {
-        libc::shm_open(
-            cname.as_ptr(),
-            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
-            0o600,
-        )
-    };
-    if raw < 0 {
-        let e = io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::EEXIST) {
+    let fd = crate::sys::shm::create_excl(&cname, 0o600).map_err(|e| {
+        if e.kind() == io::ErrorKind::AlreadyExists {
             exists_error(name)
         } else {
             OpenError::io(name, "shm_open(O_CREAT|O_EXCL)", e)
-        });
-    }
-    // SAFETY: `raw` is a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // The umask may have removed bits, never added them; fchmod makes 0600 exact.
-    // SAFETY: plain syscall on our descriptor.
-    unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) };
+        }
+    })?;
     match EndLock::acquire(&fd, lock_byte, end, name) {
         Ok(l) => Ok((fd, cname, l)),
         Err(e) => {
-            // SAFETY: valid C string; we created this name a moment ago.
-            unsafe { libc::shm_unlink(cname.as_ptr()) };
+            // We created this name a moment ago.
+            let _ = crate::sys::shm::unlink(&cname);
             Err(e)
         }
     }
@@ -212,36 +182,16 @@ pub(crate) fn exists_error(name: &str) -> OpenError {
 /// A fresh sealed memfd of `size` bytes (it can never shrink or grow under a peer), and the
 /// name that messages use for it.
 pub(crate) fn memfd_sealed(size: usize) -> Result<(OwnedFd, String)> {
-    let name = "memfd:shmflow";
-    // SAFETY: valid C string; the returned descriptor is checked and then owned.
-    let raw = unsafe {
-        libc::memfd_create(
-            c"shmflow".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
-    if raw < 0 {
-        return Err(last_os(name, "memfd_create"));
-    }
-    // SAFETY: fresh descriptor.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let name = format!("memfd:shmflow(fd {raw}, pid {})", std::process::id());
-    // SAFETY: plain syscall on our descriptor.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } != 0 {
-        return Err(last_os(&name, "ftruncate"));
-    }
+    let fd = crate::sys::shm::memfd(c"shmflow")
+        .map_err(|e| OpenError::io("memfd:shmflow", "memfd_create", e))?;
+    let name = format!(
+        "memfd:shmflow(fd {}, pid {})",
+        fd.as_raw_fd(),
+        std::process::id()
+    );
+    crate::sys::shm::set_len(&fd, size as u64).map_err(|e| OpenError::io(&name, "ftruncate", e))?;
     // Seal the size: a peer can then never truncate the object under our mapping (SIGBUS).
-    // SAFETY: plain fcntl on our descriptor.
-    if unsafe {
-        libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-        )
-    } != 0
-    {
-        return Err(last_os(&name, "fcntl(F_ADD_SEALS)"));
-    }
+    crate::sys::shm::seal_size(&fd).map_err(|e| OpenError::io(&name, "fcntl(F_ADD_SEALS)", e))?;
     Ok((fd, name))
 }
 
@@ -268,50 +218,34 @@ pub(crate) fn open_named(name: &str, writable: bool) -> Result<Arc<Shared>> {
 /// Opens an existing named object that belongs to this user and nobody else.
 pub(crate) fn shm_open_existing(name: &str, writable: bool) -> Result<OwnedFd> {
     let cname = c_name(name)?;
-    let flags = if writable {
-        libc::O_RDWR
-    } else {
-        libc::O_RDONLY
-    };
-    // SAFETY: valid C string; the descriptor is checked and then owned.
-    let raw = unsafe { libc::shm_open(cname.as_ptr(), flags | libc::O_CLOEXEC, 0) };
-    if raw < 0 {
-        let e = io::Error::last_os_error();
-        return Err(if e.raw_os_error() == Some(libc::ENOENT) {
+    let fd = crate::sys::shm::open_existing(&cname, writable).map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
             OpenError::NotFound {
                 region: name.to_owned(),
             }
         } else {
             OpenError::io(name, "shm_open", e)
-        });
-    }
-    // SAFETY: fresh descriptor.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        }
+    })?;
     check_owner_and_mode(name, &fd)?;
     Ok(fd)
 }
 
 /// A named region must belong to this user and be closed to everyone else.
 pub(crate) fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
-    // SAFETY: zeroed stat is a valid out-buffer for fstat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid descriptor and out-pointer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(last_os(name, "fstat"));
-    }
-    // SAFETY: geteuid cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if st.st_uid != euid {
+    let st = crate::sys::shm::stat(fd).map_err(|e| OpenError::io(name, "fstat", e))?;
+    let euid = crate::sys::shm::euid();
+    if st.uid != euid {
         return Err(OpenError::NotOwner {
             region: name.to_owned(),
             expected: euid,
-            found: st.st_uid,
+            found: st.uid,
         });
     }
-    if st.st_mode & 0o077 != 0 {
+    if st.mode & 0o077 != 0 {
         return Err(OpenError::BadMode {
             region: name.to_owned(),
-            mode: st.st_mode & 0o777,
+            mode: st.mode,
         });
     }
     Ok(())
@@ -333,22 +267,17 @@ pub(crate) fn identity(
     fd: &OwnedFd,
     grace: Duration,
 ) -> Result<(u64, u64, memmap2::MmapRaw)> {
-    // SAFETY: zeroed stat is a valid out-buffer for fstat.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid descriptor and out-pointer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(last_os(name, "fstat"));
-    }
-    let mut size = st.st_size as u64;
+    let size_of = || {
+        crate::sys::shm::stat(fd)
+            .map(|st| st.size)
+            .map_err(|e| OpenError::io(name, "fstat", e))
+    };
+    let mut size = size_of()?;
     // A creator that is still between shm_open and ftruncate shows size 0: give it a moment.
     let start = Instant::now();
     while size == 0 && start.elapsed() < grace {
         std::thread::sleep(Duration::from_millis(2));
-        // SAFETY: as above.
-        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(last_os(name, "fstat"));
-        }
-        size = st.st_size as u64;
+        size = size_of()?;
     }
     if size < HEADER_SIZE as u64 {
         return Err(OpenError::SizeMismatch {

@@ -155,8 +155,7 @@ fn stat(args: &[String]) -> Result<(), String> {
     }
     let m = Monitor::open(name).map_err(|e| e.to_string())?;
     let mut prev = m.snapshot();
-    // SAFETY: isatty only asks about descriptor 1; it reads no memory of ours.
-    let tty = unsafe { libc::isatty(1) } == 1;
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     for _ in 0..count {
         std::thread::sleep(interval);
         let now = m.snapshot();
@@ -225,8 +224,7 @@ fn stat_gate(
     count: u64,
 ) -> Result<(), String> {
     let mut prev = g.snapshot();
-    // SAFETY: isatty only looks at the descriptor.
-    let tty = unsafe { libc::isatty(1) } == 1;
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     for _ in 0..count {
         std::thread::sleep(interval);
         let now = g.snapshot();

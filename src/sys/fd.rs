@@ -1,0 +1,47 @@
+//! Descriptors handed between processes.
+
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+
+/// True if `raw` is an open descriptor of this process.
+pub(crate) fn is_open(raw: RawFd) -> bool {
+    if raw < 0 {
+        return false;
+    }
+    // SAFETY: the borrow lives only for this one F_GETFD, which reads no memory and changes
+    // nothing; if `raw` is not open the call fails with EBADF, which is the answer.
+    let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+    fcntl(fd, FcntlArg::F_GETFD).is_ok()
+}
+
+/// Takes ownership of an inherited descriptor and marks it close-on-exec, so that it leaks
+/// into no child of ours.
+///
+/// # Safety
+/// `raw` must be open and owned by nobody else in this process (inherited, not opened here).
+pub(crate) unsafe fn adopt(raw: RawFd) -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: the caller's promise.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    fcntl(&fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(super::io)?;
+    Ok(fd)
+}
+
+/// Makes the child that `cmd` spawns inherit `raw` (its close-on-exec flag is cleared between
+/// fork and exec, in that child only). `raw` must stay open in this process until the spawn.
+pub(crate) fn inherit_in_child(cmd: &mut Command, raw: RawFd) {
+    // SAFETY: the closure runs in the child between fork and exec and calls only fcntl, which
+    // is async-signal-safe, on a descriptor the child inherited open.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = BorrowedFd::borrow_raw(raw);
+            fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))
+                .map(|_| ())
+                .map_err(super::io)
+        });
+    }
+}

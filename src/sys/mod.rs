@@ -1,0 +1,15 @@
+//! The system layer: every Linux call shmflow makes, as safe functions. Nothing outside this
+//! module makes a system call through `unsafe`; the calls go through `nix` where it wraps them
+//! (the futex, which nix does not wrap, goes through `libc::syscall` here). Errors are plain
+//! `io::Error`s: the layers above say which region and what they were doing.
+
+pub(crate) mod clock;
+pub(crate) mod fd;
+pub(crate) mod futex;
+pub(crate) mod lock;
+pub(crate) mod shm;
+
+/// A nix error as an `io::Error` (nix's `Errno` is the OS error number).
+pub(crate) fn io(e: nix::errno::Errno) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e as i32)
+}
