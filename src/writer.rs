@@ -115,6 +115,8 @@ pub struct Producer {
     asked: bool,
     /// Priority lane: next slot to fill.
     prio_tail: u64,
+    /// Where a streamed record's bytes wait while it moves to a fresh segment.
+    scratch: Vec<u8>,
 }
 
 impl Producer {
@@ -217,6 +219,7 @@ impl Producer {
             demand: 0,
             asked: false,
             prio_tail: 0,
+            scratch: Vec::new(),
         })
     }
 
@@ -1122,8 +1125,22 @@ impl RecordWriter<'_> {
         let seg_size = p.shared.segment_size();
         if !self.spanning && self.frag_start > 0 {
             // Still fits a fresh segment perhaps: move it there (records that fit never span).
+            // The bytes written so far are copied out *before* the seal: once sealed, the
+            // consumer may return the segment, and a gate may lend a floating segment to
+            // another channel whose producer then writes it. One scratch buffer per producer,
+            // grown on the first move, keeps this rare path from allocating per record.
             let old = p.cur.expect("a segment in hand");
             let partial = self.pos - self.frag_start - HEADER;
+            p.shared
+                .tracker
+                .read(old.seg as usize, self.frag_start + HEADER, partial);
+            p.scratch.clear();
+            // SAFETY: `frag_start + 8 + partial <= segment_size` (the writer's positions stay
+            // inside the segment in hand), and the segment is the producer's until the seal
+            // below publishes it: nobody else writes these bytes now.
+            p.scratch.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(old.base.add(self.frag_start + HEADER), partial)
+            });
             p.cur.as_mut().expect("in hand").wpos = self.frag_start;
             p.seal();
             if let Err(e) = p.take(self.deadline) {
@@ -1132,17 +1149,13 @@ impl RecordWriter<'_> {
                 return Err(e);
             }
             let new = p.cur.expect("just taken");
-            p.shared
-                .tracker
-                .read(old.seg as usize, self.frag_start + HEADER, partial);
             p.shared.tracker.write(new.seg as usize, HEADER, partial);
-            // SAFETY: both ranges lie inside their segments; the old bytes sit past the sealed
-            // offset, so the consumer never reads them, and only the producer writes segments.
-            // `copy` (memmove) because the new segment may be the old one, returned meanwhile.
+            // SAFETY: `8 + partial <= segment_size`: inside the fresh segment, which is ours
+            // (just taken); the scratch buffer is ours too and does not overlap the mapping.
             unsafe {
-                std::ptr::copy(
-                    p.shared.segment_ptr(old.seg).add(self.frag_start + HEADER),
-                    p.shared.segment_ptr(new.seg).add(HEADER),
+                std::ptr::copy_nonoverlapping(
+                    p.scratch.as_ptr(),
+                    new.base.add(HEADER),
                     partial,
                 );
             }
