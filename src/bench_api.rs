@@ -1,7 +1,7 @@
 //! Hooks for `benches/`: the real ring on the heap, which is otherwise private. Not part of the
 //! API (hidden, may change).
 
-use crate::ring::{RingRef, RingRx, RingTx};
+use crate::protocol::ring::{RingRef, RingRx, RingTx};
 use crate::sync::AtomicU64;
 use std::sync::Arc;
 

@@ -914,7 +914,7 @@ mod tests {
     /// error type was 80 bytes and so was `recv`'s result.
     #[test]
     fn hot_results_are_small() {
-        type Recv<'a> = Option<crate::Record<'a>>;
+        type Recv<'a> = Option<crate::endpoint::consumer::Record<'a>>;
         assert!(size_of::<Error>() <= 16, "{}", size_of::<Error>());
         assert!(size_of::<TryRecvError>() <= 16);
         assert!(size_of::<TrySendError>() <= 16);

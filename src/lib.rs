@@ -43,47 +43,35 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("shmflow needs Linux: it uses futexes on shared memory, memfd seals and OFD locks");
 
+// The layers, lowest first; a module refers only to its own layer and those below
+// (`scripts/check-layers.py` checks it in CI).
+mod endpoint;
 mod error;
-pub mod event;
-#[cfg(not(loom))]
-mod flusher;
-mod frame;
-pub mod gate;
-#[cfg(not(loom))]
-mod handoff;
-pub mod layout;
-mod liveness;
-pub mod metrics;
-#[cfg(not(loom))]
-mod monitor;
-mod partition;
-mod reader;
-#[cfg(not(loom))]
+mod protocol;
 mod region;
-mod ring;
-mod shared;
 mod sync;
 mod sys;
-mod wait;
-mod writer;
 
+pub use endpoint::consumer::{Consumer, Message, Record, DEFAULT_MAX_RECORD_LEN};
+pub use endpoint::event::{Event, MAX_EVENT_PAYLOAD};
+pub use endpoint::gate::{Gate, GateMessage, QUANTUM};
+pub use endpoint::gate_stats::{ChannelStats, GateSnapshot};
+pub use endpoint::metrics::{monotonic_now_ns, BackpressureLevel, EndState, Rates, Snapshot};
+#[cfg(not(loom))]
+pub use endpoint::monitor::{
+    list_gates, list_regions, remove_if_stale, GateMonitor, Monitor, RegionInfo,
+};
+pub use endpoint::partition::{KeyFn, Partition, Partitioner};
+pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};
 pub use error::{
     ClosedError, ConfigError, CorruptError, End, Error, OpenError, PeerDeadError,
     RecordAbortedError, RecordTooLargeError, RecvError, RecvTimeoutError, RegionKind, Result,
     SendError, SendTimeoutError, SysError, TryRecvError, TrySendError, WriteError,
 };
-pub use event::{Event, Message, MAX_EVENT_PAYLOAD};
-pub use gate::{ChannelStats, Gate, GateGeometry, GateMessage, GateSnapshot};
+pub use protocol::abi::{GateGeometry, Geometry, LAYOUT_VERSION};
+pub use protocol::park::WaitStrategy;
 #[cfg(not(loom))]
-pub use handoff::PeerHandle;
-pub use layout::Geometry;
-pub use metrics::{BackpressureLevel, EndState, Rates, Snapshot};
-#[cfg(not(loom))]
-pub use monitor::{list_gates, list_regions, remove_if_stale, GateMonitor, Monitor, RegionInfo};
-pub use partition::{KeyFn, Partition, Partitioner};
-pub use reader::{Consumer, Record, DEFAULT_MAX_RECORD_LEN};
-pub use wait::WaitStrategy;
-pub use writer::{Claim, FlushPolicy, Producer, RecordWriter};
+pub use region::handoff::PeerHandle;
 
 /// Both ends of a fresh anonymous channel in this process: for threads, tests and benches.
 /// The region is a sealed memfd that disappears with the last end.

@@ -4,9 +4,9 @@
 // Loom-only hooks: nothing here is part of a normal build.
 #![allow(missing_debug_implementations)]
 
-use crate::layout::Geometry;
-use crate::ring::{RingRx, RingTx};
-use crate::shared::Shared;
+use crate::protocol::abi::Geometry;
+use crate::protocol::ring::{RingRx, RingTx};
+use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
 use crate::{Consumer, Producer};
 
@@ -21,7 +21,9 @@ impl Region {
             segment_size,
             segment_count: segments,
         };
-        g.validate("loom").unwrap();
+        // Not `Geometry::validate`: the models use segments far below the product's minimum
+        // (a page) to keep loom's state space small; the layout code takes any multiple of 64.
+        assert!(segment_size % 64 == 0 && segment_size >= 64 && segments >= 2);
         Region(Arc::new(Shared::new_heap(g)))
     }
 
@@ -104,14 +106,14 @@ pub fn ring(capacity: u32) -> (RingSender, RingReceiver) {
 
 impl RingSender {
     /// Pushes; an error means the ring was full (which the channel never lets happen).
-    pub fn push(&mut self, v: u32) -> crate::Result<()> {
+    pub fn push(&mut self, v: u32) -> crate::error::Result<()> {
         self.tx.push(&self.region.0.data_ring(), v)
     }
 }
 
 impl RingReceiver {
     /// Pops, `None` if empty.
-    pub fn pop(&mut self) -> crate::Result<Option<u32>> {
+    pub fn pop(&mut self) -> crate::error::Result<Option<u32>> {
         self.rx.pop(&self.region.0.data_ring())
     }
 }
@@ -125,29 +127,30 @@ pub struct GateRegion {
 impl GateRegion {
     /// A fresh gate.
     pub fn new(channels: u32, exclusive: u32, floating: u32) -> GateRegion {
-        let gg = crate::GateGeometry {
+        let gg = crate::protocol::abi::GateGeometry {
             channels,
             exclusive,
             floating,
             segment_size: 64,
         };
-        gg.validate("loom").unwrap();
-        let hg = std::sync::Arc::new(crate::gate::heap::HeapGate::new(gg));
+        // As for `Region::new`: tiny segments, below the product's minimum, on purpose.
+        assert!(channels >= 1 && exclusive >= 1 && exclusive + floating >= 2);
+        let hg = std::sync::Arc::new(crate::region::heap::HeapGate::new(gg));
         let chans: Vec<_> = (0..channels)
             .map(|c| Arc::new(Shared::heap_gate_channel(hg.clone(), c)))
             .collect();
-        crate::gate::init(&hg.gate, &chans, gg, 0);
+        crate::region::view::init_gate(&hg.gate, &chans, gg, 0);
         GateRegion { chans }
     }
 
     /// Attaches the gate's consumer.
-    pub fn gate(&self) -> crate::Gate {
-        crate::Gate::attach(self.chans.clone(), None).unwrap()
+    pub fn gate(&self) -> crate::endpoint::gate::Gate {
+        crate::endpoint::gate::Gate::attach(self.chans.clone(), None).unwrap()
     }
 
     /// Attaches channel `c`'s producer.
     pub fn producer(&self, c: usize) -> Producer {
-        Producer::attach(self.chans[c].clone()).unwrap()
+        Producer::attach_gate_channel(self.chans[c].clone()).unwrap()
     }
 
     /// Floating segments granted to channel `c` so far.

@@ -179,7 +179,7 @@ fn stat_fails_clearly_on_regions_that_are_not_right() {
     drop(name);
     // Another layout version.
     let mut v2 = header.clone();
-    let other = shmflow::layout::LAYOUT_VERSION + 1;
+    let other = shmflow::LAYOUT_VERSION + 1;
     v2[8..12].copy_from_slice(&other.to_le_bytes());
     let name = raw_region("cli-version", &v2);
     let out = shmflow(&["stat", &name]);

@@ -236,9 +236,9 @@ fn a_busy_channel_does_not_starve_another() {
             longest_run_while_others_wait = longest_run_while_others_wait.max(run.1);
         }
     }
-    assert!(counts.iter().all(|&n| n > shmflow::gate::QUANTUM as usize));
+    assert!(counts.iter().all(|&n| n > shmflow::QUANTUM as usize));
     assert!(
-        longest_run_while_others_wait <= shmflow::gate::QUANTUM as usize,
+        longest_run_while_others_wait <= shmflow::QUANTUM as usize,
         "a channel was read {longest_run_while_others_wait} times in a row while others had data"
     );
 }

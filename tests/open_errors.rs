@@ -74,7 +74,7 @@ fn other_layout_version() {
         matches!(
             e,
             Error::VersionMismatch {
-                expected: shmflow::layout::LAYOUT_VERSION,
+                expected: shmflow::LAYOUT_VERSION,
                 found: 99,
                 ..
             }

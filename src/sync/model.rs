@@ -5,7 +5,7 @@ use std::time::Duration;
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64};
 pub(crate) use loom::sync::Arc;
 use loom::sync::Condvar;
-pub(crate) use loom::sync::{Mutex, MutexGuard};
+use loom::sync::Mutex;
 
 /// The futex, modelled: `wait` sleeps only if the word still equals `expected`, checked under
 /// the same lock that `wake` takes, so the check and the sleep are atomic with respect to a

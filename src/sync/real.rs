@@ -45,5 +45,3 @@ impl ByteTracker {
     #[inline(always)]
     pub(crate) fn read(&self, _seg: usize, _off: usize, _len: usize) {}
 }
-
-pub(crate) use std::sync::{Mutex, MutexGuard};

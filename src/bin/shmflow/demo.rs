@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shmflow::{metrics::monotonic_now_ns, Consumer, Geometry, Monitor, Producer, Snapshot};
+use shmflow::{monotonic_now_ns, Consumer, Geometry, Monitor, Producer, Snapshot};
 
 use crate::flag;
 

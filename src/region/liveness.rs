@@ -12,13 +12,10 @@
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::time::Duration;
 
 use crate::error::{End, Error, OpenError};
 
-/// How often a waiting side looks at its peer's lock: detection takes at most this long plus
-/// one wake-up.
-pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(40);
+pub(crate) use crate::protocol::park::CHECK_INTERVAL;
 
 /// The byte `end` locks: in a single channel the producer 0 and the consumer 1; in a gate the
 /// consumer 1 and the producer of channel `c` byte `2 + c`.
@@ -110,38 +107,39 @@ impl Liveness {
     /// at its lock as closely as `look` says (a peer already found dead fails at once).
     pub(crate) fn check(
         &mut self,
-        shared: &crate::shared::Shared,
-        look: crate::wait::Look,
+        header: &crate::protocol::abi::Header,
+        region: &str,
+        look: crate::protocol::park::Look,
     ) -> Result<(), Error> {
+        use crate::protocol::park::Look;
         use crate::sync::Ordering;
-        use crate::wait::Look;
-        let st = shared.header().end(self.peer);
+        let st = header.end(self.peer);
         if !self.dead {
             match look {
                 Look::Quick => return Ok(()),
                 Look::IfDue => {
-                    let now = crate::metrics::monotonic_ns();
+                    let now = crate::sys::clock::monotonic_ns();
                     if now.saturating_sub(self.last_look_ns) < CHECK_INTERVAL.as_nanos() as u64 {
                         return Ok(());
                     }
                     self.last_look_ns = now;
                 }
-                Look::Now => self.last_look_ns = crate::metrics::monotonic_ns(),
+                Look::Now => self.last_look_ns = crate::sys::clock::monotonic_ns(),
             }
         }
         let dead = self.dead
             || {
                 // Acquire: a peer that detached cleanly set DETACHED before its lock went away.
                 let state = st.state.load(Ordering::Acquire);
-                state == crate::layout::END_ATTACHED
-                && !end_locked(self.lock.fd(), self.peer_byte).map_err(|e| Error::io(&shared.name, "fcntl(F_OFD_GETLK)", e))?
+                state == crate::protocol::abi::END_ATTACHED
+                && !end_locked(self.lock.fd(), self.peer_byte).map_err(|e| Error::io(region, "fcntl(F_OFD_GETLK)", e))?
                 // Re-read: it may have detached between the two looks.
-                && st.state.load(Ordering::Acquire) == crate::layout::END_ATTACHED
+                && st.state.load(Ordering::Acquire) == crate::protocol::abi::END_ATTACHED
             };
         if dead {
             self.dead = true;
             return Err(Error::peer_dead(
-                &shared.name,
+                region,
                 self.peer,
                 st.pid.load(Ordering::Relaxed),
             ));

@@ -12,7 +12,7 @@ use std::process::Command;
 use crate::error::{ConfigError, OpenError};
 
 type Result<T, E = OpenError> = std::result::Result<T, E>;
-use crate::shared::Shared;
+use crate::region::view::Shared;
 
 /// The other end of an anonymous region, to give to a child process.
 #[derive(Debug)]
@@ -26,7 +26,7 @@ pub struct PeerHandle {
 impl PeerHandle {
     pub(crate) fn new(shared: &Shared) -> Result<PeerHandle> {
         Ok(PeerHandle {
-            fd: crate::region::dup_fd(shared)?,
+            fd: crate::region::object::dup_fd(shared)?,
             region: shared.name.clone(),
             channel: shared.gate.as_ref().map(|g| g.index),
         })

@@ -1,21 +1,52 @@
 //! `Shared`: typed access to one region's header, rings and segments, whatever
 //! holds the bytes (a shared mapping in production, the heap under loom).
 
+#[cfg(not(loom))]
+use std::ffi::CString;
+#[cfg(not(loom))]
+use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 
-use crate::gate::layout::{GateGeometry, GateHeader};
-use crate::layout::{Geometry, Header};
+use crate::protocol::abi::{GateGeometry, GateHeader};
+use crate::protocol::abi::{Geometry, Header};
 use crate::sync::{AtomicU64, ByteTracker, FutexWord};
+
+#[cfg(not(loom))]
+/// The mapping and the descriptor behind a region.
+pub(crate) struct Mapping {
+    /// Held for its `Drop`, which unmaps (after our `Drop` has unlinked the name).
+    pub(crate) _map: memmap2::MmapRaw,
+    pub(crate) fd: OwnedFd,
+    /// Set for the creator of a named region: the name to unlink on drop.
+    pub(crate) unlink: Option<CString>,
+}
+
+#[cfg(not(loom))]
+impl Mapping {
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+}
+
+#[cfg(not(loom))]
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Some(name) = &self.unlink {
+            // Failure (already removed by `shmflow clean` or by hand) leaves nothing to do.
+            let _ = crate::sys::shm::unlink(name);
+        }
+    }
+}
 
 /// What keeps the region's memory alive.
 #[cfg_attr(loom, allow(dead_code))]
 pub(crate) enum Backing {
     #[cfg(not(loom))]
-    Mapped(std::sync::Arc<crate::region::Mapping>),
+    Mapped(std::sync::Arc<Mapping>),
     #[cfg(loom)]
     Heap(Box<HeapRegion>),
     #[cfg(loom)]
-    HeapGate(std::sync::Arc<crate::gate::heap::HeapGate>),
+    HeapGate(std::sync::Arc<crate::region::heap::HeapGate>),
 }
 
 /// What a channel of a gate knows about its place in it.
@@ -88,7 +119,7 @@ impl Shared {
         name: String,
         geometry: Geometry,
         base: NonNull<u8>,
-        backing: crate::region::Mapping,
+        backing: Mapping,
     ) -> Shared {
         let at = |off: usize| {
             // SAFETY: every offset comes from `geometry` and lies inside the region (caller).
@@ -124,7 +155,7 @@ impl Shared {
         gg: GateGeometry,
         c: u32,
         base: NonNull<u8>,
-        backing: std::sync::Arc<crate::region::Mapping>,
+        backing: std::sync::Arc<Mapping>,
     ) -> Shared {
         let at = |off: usize| {
             // SAFETY: every offset comes from `gg` and lies inside the region (caller).
@@ -192,7 +223,7 @@ impl Shared {
     /// race-checked across the two trackers (the lending model checks the hand-off instead).
     #[cfg(loom)]
     pub(crate) fn heap_gate_channel(
-        hg: std::sync::Arc<crate::gate::heap::HeapGate>,
+        hg: std::sync::Arc<crate::region::heap::HeapGate>,
         c: u32,
     ) -> Shared {
         let gg = hg.geometry;
@@ -319,7 +350,7 @@ impl Shared {
 
     /// Writes a fresh header (creator only, before anyone else can see the region).
     pub(crate) fn init_header(&self, creator_pid: u32) {
-        use crate::layout::{HEADER_SIZE, LAYOUT_VERSION, MAGIC};
+        use crate::protocol::abi::{HEADER_SIZE, LAYOUT_VERSION, MAGIC};
         use crate::sync::Ordering::{Relaxed, Release};
         let h = self.header();
         h.version.store(LAYOUT_VERSION, Relaxed);
@@ -348,9 +379,9 @@ impl Shared {
 
 impl Shared {
     /// The data ring (producer → consumer).
-    pub(crate) fn data_ring(&self) -> crate::ring::RingRef<'_> {
+    pub(crate) fn data_ring(&self) -> crate::protocol::ring::RingRef<'_> {
         let h = self.header();
-        crate::ring::RingRef {
+        crate::protocol::ring::RingRef {
             slots: self.data_slots(),
             head: &h.cons.data_head,
             tail: &h.prod.data_tail,
@@ -361,9 +392,9 @@ impl Shared {
     }
 
     /// The return ring (consumer → producer).
-    pub(crate) fn return_ring(&self) -> crate::ring::RingRef<'_> {
+    pub(crate) fn return_ring(&self) -> crate::protocol::ring::RingRef<'_> {
         let h = self.header();
-        crate::ring::RingRef {
+        crate::protocol::ring::RingRef {
             slots: self.ret_slots(),
             head: &h.prod.ret_head,
             tail: &h.cons.ret_tail,
@@ -375,12 +406,15 @@ impl Shared {
 }
 
 /// Attaches `end` (FREE → ATTACHED), or says who is in the way.
-pub(crate) fn attach(shared: &Shared, end: crate::End) -> Result<(), crate::OpenError> {
+pub(crate) fn attach(
+    shared: &Shared,
+    end: crate::error::End,
+) -> Result<(), crate::error::OpenError> {
     let st = shared.header().end(end);
     // AcqRel: the winner sees the previous state; a racing second attacher sees ATTACHED.
     match st.state.compare_exchange(
-        crate::layout::END_FREE,
-        crate::layout::END_ATTACHED,
+        crate::protocol::abi::END_FREE,
+        crate::protocol::abi::END_ATTACHED,
         crate::sync::Ordering::AcqRel,
         crate::sync::Ordering::Acquire,
     ) {
@@ -389,16 +423,16 @@ pub(crate) fn attach(shared: &Shared, end: crate::End) -> Result<(), crate::Open
                 .store(std::process::id(), crate::sync::Ordering::Relaxed);
             Ok(())
         }
-        Err(crate::layout::END_ATTACHED) => Err(crate::OpenError::AlreadyAttached {
+        Err(crate::protocol::abi::END_ATTACHED) => Err(crate::error::OpenError::AlreadyAttached {
             region: shared.name.clone(),
             end,
             pid: st.pid.load(crate::sync::Ordering::Relaxed),
         }),
-        Err(crate::layout::END_DETACHED) => Err(crate::OpenError::EndDetached {
+        Err(crate::protocol::abi::END_DETACHED) => Err(crate::error::OpenError::EndDetached {
             region: shared.name.clone(),
             end,
         }),
-        Err(other) => Err(crate::OpenError::corrupt(
+        Err(other) => Err(crate::error::OpenError::corrupt(
             &shared.name,
             "end attach state",
             "0, 1 or 2".into(),
@@ -409,15 +443,15 @@ pub(crate) fn attach(shared: &Shared, end: crate::End) -> Result<(), crate::Open
 
 /// Fills in the pid of the end that holds a liveness lock we could not take.
 #[cfg(not(loom))]
-pub(crate) fn with_pid(e: crate::OpenError, shared: &Shared) -> crate::OpenError {
+pub(crate) fn with_pid(e: crate::error::OpenError, shared: &Shared) -> crate::error::OpenError {
     match e {
-        crate::OpenError::AlreadyAttached { region, end, .. } => {
+        crate::error::OpenError::AlreadyAttached { region, end, .. } => {
             let pid = shared
                 .header()
                 .end(end)
                 .pid
                 .load(crate::sync::Ordering::Relaxed);
-            crate::OpenError::AlreadyAttached { region, end, pid }
+            crate::error::OpenError::AlreadyAttached { region, end, pid }
         }
         other => other,
     }
@@ -438,17 +472,17 @@ impl Shared {
 /// loom there is no lock and no liveness.
 pub(crate) fn attach_end(
     shared: &Shared,
-    end: crate::End,
-    lock: Option<std::sync::Arc<crate::liveness::EndLock>>,
-) -> Result<Option<crate::liveness::Liveness>, crate::OpenError> {
+    end: crate::error::End,
+    lock: Option<std::sync::Arc<crate::region::liveness::EndLock>>,
+) -> Result<Option<crate::region::liveness::Liveness>, crate::error::OpenError> {
     let channel = shared.gate.as_ref().map(|g| g.index);
     #[cfg(not(loom))]
     let lock = Some(match lock {
         Some(l) => l,
         None => std::sync::Arc::new(
-            crate::liveness::EndLock::acquire(
+            crate::region::liveness::EndLock::acquire(
                 shared.fd(),
-                crate::liveness::lock_byte(channel, end),
+                crate::region::liveness::lock_byte(channel, end),
                 end,
                 &shared.name,
             )
@@ -456,5 +490,43 @@ pub(crate) fn attach_end(
         ),
     });
     attach(shared, end)?;
-    Ok(lock.map(|l| crate::liveness::Liveness::new(l, end, channel)))
+    Ok(lock.map(|l| crate::region::liveness::Liveness::new(l, end, channel)))
+}
+
+/// Writes a fresh gate (creator only, before anyone else can see it): every channel's return
+/// ring holds its exclusive segments; the floating ones stay with the consumer.
+pub(crate) fn init_gate(
+    gate: &crate::protocol::abi::GateHeader,
+    chans: &[crate::sync::Arc<Shared>],
+    gg: GateGeometry,
+    pid: u32,
+) {
+    use crate::protocol::abi::GATE_MAGIC;
+    use crate::protocol::abi::{Header, HEADER_SIZE, LAYOUT_VERSION};
+    use crate::sync::Ordering::{Relaxed, Release};
+    gate.version.store(LAYOUT_VERSION, Relaxed);
+    gate.header_size.store(HEADER_SIZE as u32, Relaxed);
+    gate.channels.store(gg.channels, Relaxed);
+    gate.exclusive.store(gg.exclusive, Relaxed);
+    gate.floating.store(gg.floating, Relaxed);
+    gate.segment_size.store(gg.segment_size, Relaxed);
+    gate.total_size.store(gg.region_size() as u64, Relaxed);
+    gate.creator_pid.store(pid, Relaxed);
+    gate.pool.floating_free.store(gg.floating as u64, Relaxed);
+    for (c, ch) in chans.iter().enumerate() {
+        let h: &Header = ch.header();
+        h.magic.store(GATE_MAGIC, Relaxed);
+        h.version.store(LAYOUT_VERSION, Relaxed);
+        h.header_size.store(HEADER_SIZE as u32, Relaxed);
+        h.segment_size.store(gg.segment_size, Relaxed);
+        h.segment_count.store(gg.ring_cap() as u32, Relaxed);
+        h.total_size.store(gg.region_size() as u64, Relaxed);
+        h.creator_pid.store(pid, Relaxed);
+        for (slot, seg) in ch.ret_slots().iter().zip(gg.exclusive_range(c as u32)) {
+            slot.store(seg as u64, Relaxed);
+        }
+        h.cons.ret_tail.store(gg.exclusive as u64, Relaxed);
+    }
+    // Release: an opener that sees the magic (Acquire) sees everything above.
+    gate.magic.store(GATE_MAGIC, Release);
 }

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::metrics::Local;
-use crate::shared::Shared;
+use crate::protocol::counters::Local;
+use crate::region::view::Shared;
 use crate::sync::Arc;
 
 struct State {
@@ -39,7 +39,7 @@ impl Flusher {
                     std::thread::park_timeout(interval);
                     if st.pending.swap(false, StdOrdering::Acquire) {
                         let h = shared.header();
-                        if crate::wait::notify(shared.consumer_park()) {
+                        if crate::protocol::park::notify(shared.consumer_park()) {
                             wakes.add(&h.producer_counters.flusher_wakes, 1);
                         }
                     }

@@ -14,18 +14,20 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
+use crate::endpoint::event::Event;
 use crate::error::{
     op, End, Error, FromCore, OpenError, RecvError, RecvTimeoutError, Result, TryRecvError,
 };
-use crate::event::{Event, Message};
-use crate::frame::{self, HEADER};
-use crate::layout::END_DETACHED;
-use crate::liveness::{EndLock, Liveness};
-use crate::metrics::{monotonic_ns, Local};
-use crate::ring::{RingRx, RingTx};
-use crate::shared::Shared;
+use crate::protocol::abi::END_DETACHED;
+use crate::protocol::counters::Local;
+use crate::protocol::frame::{self, HEADER};
+use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
+use crate::protocol::pool::Recycler;
+use crate::protocol::ring::{RingRx, RingTx};
+use crate::region::liveness::{EndLock, Liveness};
+use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
-use crate::wait::{self, Deadline, Look, WaitStrategy};
+use crate::sys::clock::monotonic_ns;
 
 /// Default limit on a record's total length for the reader (spanning records are otherwise
 /// unbounded): 4 GiB.
@@ -74,11 +76,12 @@ pub struct Consumer {
     metrics: bool,
     /// The producer's liveness, looked at only while waiting (None under loom).
     liveness: Option<Liveness>,
-    /// Set for a channel of a gate: where floating segments come from and go.
-    pub(crate) gate: Option<crate::gate::pool::GateLink>,
+    /// Where finished segments go and which segments the data ring may carry: supplied by
+    /// the channel's owner (its own, or a gate's).
+    recycler: Recycler,
     /// Priority lane: next slot to read, and the payload of the last one read.
     prio_head: u64,
-    prio_buf: [u8; crate::layout::PRIO_PAYLOAD],
+    prio_buf: [u8; crate::protocol::abi::PRIO_PAYLOAD],
     /// While waiting: report a pending priority event as a frame of kind `PRIORITY_PENDING`.
     watch_prio: bool,
     /// The spanning record handed out last.
@@ -108,42 +111,45 @@ impl Consumer {
     /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
     /// consumer. The name is unlinked when this consumer is dropped.
     #[cfg(not(loom))]
-    pub fn create(name: &str, geometry: crate::Geometry) -> Result<Consumer, OpenError> {
-        let (shared, lock) = crate::region::create_named(name, geometry, End::Consumer)?;
+    pub fn create(
+        name: &str,
+        geometry: crate::protocol::abi::Geometry,
+    ) -> Result<Consumer, OpenError> {
+        let (shared, lock) = crate::region::object::create_named(name, geometry, End::Consumer)?;
         Consumer::attach_with(shared, Some(lock))
     }
 
     /// Opens a named region created by the producer and attaches as its consumer.
     #[cfg(not(loom))]
     pub fn open(name: &str) -> Result<Consumer, OpenError> {
-        Consumer::attach(crate::region::open_named(name, true)?)
+        Consumer::attach(crate::region::object::open_named(name, true)?)
     }
 
     /// Creates an anonymous (memfd) region and attaches as its consumer; the returned handle
     /// gives the producer end to a child process.
     #[cfg(not(loom))]
     pub fn create_anonymous(
-        geometry: crate::Geometry,
-    ) -> Result<(Consumer, crate::PeerHandle), OpenError> {
-        let (shared, lock) = crate::region::create_memfd(geometry, End::Consumer)?;
-        let handle = crate::PeerHandle::new(&shared)?;
+        geometry: crate::protocol::abi::Geometry,
+    ) -> Result<(Consumer, crate::region::handoff::PeerHandle), OpenError> {
+        let (shared, lock) = crate::region::object::create_memfd(geometry, End::Consumer)?;
+        let handle = crate::region::handoff::PeerHandle::new(&shared)?;
         Ok((Consumer::attach_with(shared, Some(lock))?, handle))
     }
 
     /// Attaches as consumer to a region whose descriptor was inherited.
     #[cfg(not(loom))]
     pub fn from_fd(fd: OwnedFd) -> Result<Consumer, OpenError> {
-        let name = crate::handoff::fd_region_name(&fd);
-        Consumer::attach(crate::region::open_fd(name, fd, true)?)
+        let name = crate::region::handoff::fd_region_name(&fd);
+        Consumer::attach(crate::region::object::open_fd(name, fd, true)?)
     }
 
     /// Attaches as consumer to the region whose descriptor number is in environment variable
     /// `var` (set by [`crate::PeerHandle::pass_to`]).
     #[cfg(not(loom))]
     pub fn from_env(var: &str) -> Result<Consumer, OpenError> {
-        match crate::handoff::fd_from_env(var)? {
+        match crate::region::handoff::fd_from_env(var)? {
             (fd, None) => Consumer::from_fd(fd),
-            (_, Some(c)) => Err(crate::ConfigError::new(
+            (_, Some(c)) => Err(crate::error::ConfigError::new(
                 &format!("${var}"),
                 "handle",
                 "a channel's handle: a gate's channel is for its producer",
@@ -162,7 +168,16 @@ impl Consumer {
         shared: Arc<Shared>,
         lock: Option<std::sync::Arc<EndLock>>,
     ) -> Result<Consumer, OpenError> {
-        let liveness = crate::shared::attach_end(&shared, End::Consumer, lock)?;
+        Consumer::attach_as(shared, lock, Recycler::Own)
+    }
+
+    /// Attaches with the recycler the channel's owner supplies (a gate supplies its own).
+    pub(crate) fn attach_as(
+        shared: Arc<Shared>,
+        lock: Option<std::sync::Arc<EndLock>>,
+        recycler: Recycler,
+    ) -> Result<Consumer, OpenError> {
+        let liveness = crate::region::view::attach_end(&shared, End::Consumer, lock)?;
         let h = shared.header();
         let n = shared.initial_free;
         let data_head = h.cons.data_head.load(Ordering::Acquire);
@@ -188,9 +203,9 @@ impl Consumer {
             counters: Counters::default(),
             metrics: true,
             liveness,
-            gate: None,
+            recycler,
             prio_head: 0,
-            prio_buf: [0; crate::layout::PRIO_PAYLOAD],
+            prio_buf: [0; crate::protocol::abi::PRIO_PAYLOAD],
             watch_prio: false,
             span: Span::default(),
         })
@@ -202,7 +217,7 @@ impl Consumer {
     }
 
     /// Segment size and count of the channel.
-    pub fn geometry(&self) -> crate::Geometry {
+    pub fn geometry(&self) -> crate::protocol::abi::Geometry {
         self.shared.geometry
     }
 
@@ -233,11 +248,8 @@ impl Consumer {
             return Ok(());
         };
         self.publish_counts();
-        let back = match &mut self.gate {
-            None => Some(c.seg),
-            Some(link) => link.on_release(&self.shared, c.seg),
-        };
         let h = self.shared.header();
+        let back = self.recycler.release(h, c.seg);
         self.counters
             .returned
             .add(&h.consumer_counters.segments_returned, 1);
@@ -252,21 +264,31 @@ impl Consumer {
         // Release (inside push): our reads of the segment happen before the producer reuses it.
         self.ret.push(&self.shared.return_ring(), seg)?;
         let h = self.shared.header();
-        if wait::notify(&h.producer_park) {
+        if park::notify(&h.producer_park) {
             self.counters.wakes.add(&h.consumer_counters.wakes, 1);
         }
         Ok(())
     }
 
-    /// Gate channels: lends a floating segment if the producer asks and the pool has one.
-    pub(crate) fn lend(&mut self) -> Result<bool> {
-        let Some(link) = &mut self.gate else {
-            return Ok(false);
-        };
-        match link.take_loan(&self.shared) {
-            Some(seg) => self.give(seg).map(|_| true),
-            None => Ok(false),
+    /// Gates: the channel's lending state (`None` for a channel of its own).
+    pub(crate) fn lending(&mut self) -> Option<&mut crate::protocol::pool::Lending> {
+        self.recycler.lending()
+    }
+
+    /// Gates: segments this channel's producer asked for and was not given.
+    pub(crate) fn backlog(&mut self) -> u64 {
+        let h = self.shared.header();
+        self.recycler.lending().map_or(0, |l| l.backlog(h))
+    }
+
+    /// Gates: hands a floating segment to this channel's producer (through its return ring).
+    pub(crate) fn grant(&mut self, seg: u32) -> Result<()> {
+        self.give(seg)?;
+        let h = self.shared.header();
+        if let Some(l) = self.recycler.lending() {
+            l.grant(h, seg);
         }
+        Ok(())
     }
 
     /// Checks the published header `word` of the frame at `c.rd`.
@@ -290,11 +312,12 @@ impl Consumer {
                 "MIDDLE, LAST or ABORT inside a spanning record".into(),
                 kind as u64,
             )),
-            frame::EVENT if len < 8 || len - 8 > crate::layout::PRIO_PAYLOAD => Err(self.corrupt(
-                "event frame length",
-                format!("8 to {} bytes", 8 + crate::layout::PRIO_PAYLOAD),
-                len as u64,
-            )),
+            frame::EVENT if len < 8 || len - 8 > crate::protocol::abi::PRIO_PAYLOAD => Err(self
+                .corrupt(
+                    "event frame length",
+                    format!("8 to {} bytes", 8 + crate::protocol::abi::PRIO_PAYLOAD),
+                    len as u64,
+                )),
             frame::MIDDLE | frame::LAST | frame::ABORT if !self.in_span => Err(self.corrupt(
                 "frame kind",
                 "WHOLE or FIRST outside a spanning record".into(),
@@ -345,8 +368,15 @@ impl Consumer {
                 let Some(seg) = self.data.pop(&self.shared.data_ring())? else {
                     return Ok(None);
                 };
-                if let Some(link) = &self.gate {
-                    link.check_owned(&self.shared, seg)?;
+                if let Err(e) = self.recycler.check(seg) {
+                    return Err(self.corrupt(
+                        "segment index in data ring",
+                        format!(
+                            "one of the channel's segments {:?} or a floating segment lent to it",
+                            e.exclusive
+                        ),
+                        seg as u64,
+                    ));
                 }
                 self.cur = Some(ReadSeg {
                     seg,
@@ -426,22 +456,19 @@ impl Consumer {
                 .idle_since_ns
                 .store(start, Ordering::Relaxed);
         }
-        let got = wait::wait_for(shared.consumer_park(), self.wait, deadline, |look| {
+        let got = park::wait_for(shared.consumer_park(), self.wait, deadline, |look| {
             if self.watch_prio && self.prio_pending() {
                 return Ok(Some(Some(PRIO)));
             }
             if let Some(f) = self.poll_frame()? {
                 return Ok(Some(Some(f)));
             }
-            // A gate channel waited on in the middle of a record: its producer may need a
-            // floating segment to finish it.
-            self.lend()?;
             if self.producer_detached() {
                 // Everything sealed before the detach is visible now: look once more.
                 return Ok(Some(self.poll_frame()?));
             }
             if let Some(l) = &mut self.liveness {
-                if let Err(e) = l.check(&self.shared, look) {
+                if let Err(e) = l.check(self.shared.header(), &self.shared.name, look) {
                     // Drain first: whatever it committed before dying is delivered.
                     return match self.poll_frame()? {
                         Some(f) => Ok(Some(Some(f))),
@@ -472,9 +499,9 @@ impl Consumer {
     /// The channel's counters now (both sides', as the region shows them). Record and byte
     /// counts are published in batches: the producer's with its commits (at flushes and
     /// segment ends), the consumer's every 16 records and whenever it finds nothing to read.
-    pub fn metrics(&self) -> crate::Snapshot {
+    pub fn metrics(&self) -> crate::endpoint::metrics::Snapshot {
         self.publish_counts();
-        crate::metrics::snapshot(&self.shared)
+        crate::endpoint::metrics::snapshot(&self.shared)
     }
 
     #[inline]
@@ -630,11 +657,16 @@ impl Consumer {
     /// Reads the next priority event into `prio_buf`: `(kind, len)`.
     fn pop_priority(&mut self) -> Result<Option<(u32, usize)>> {
         let h = self.shared.header();
-        let got = crate::event::lane_pop(h, self.prio_head, &mut self.prio_buf, &self.shared.name)?;
+        let got = crate::protocol::lane::lane_pop(
+            h,
+            self.prio_head,
+            &mut self.prio_buf,
+            &self.shared.name,
+        )?;
         if got.is_some() {
             self.prio_head += 1;
             // The producer may wait for room in the lane.
-            wait::notify(&h.producer_park);
+            park::notify(&h.producer_park);
         }
         Ok(got)
     }
@@ -743,7 +775,7 @@ impl Consumer {
     /// Gates: `Err(PeerDead)` if this channel's producer died (a syscall).
     pub(crate) fn check_producer(&mut self) -> Result<()> {
         match &mut self.liveness {
-            Some(l) => l.check(&self.shared, Look::Now),
+            Some(l) => l.check(self.shared.header(), &self.shared.name, Look::Now),
             None => Ok(()),
         }
     }
@@ -754,9 +786,7 @@ impl Consumer {
         self.cur = None;
         self.in_span = false;
         self.skipping = false;
-        if let Some(link) = &mut self.gate {
-            link.reclaim_all(&self.shared);
-        }
+        self.recycler.reclaim_all(self.shared.header());
     }
 
     fn too_large(&self, len: u64) -> Error {
@@ -914,7 +944,7 @@ impl Drop for Consumer {
         let h = self.shared.header();
         // Release: our last reads of the region happen before the producer sees us gone.
         h.consumer.state.store(END_DETACHED, Ordering::Release);
-        wait::notify(&h.producer_park);
+        park::notify(&h.producer_park);
     }
 }
 
@@ -1225,5 +1255,22 @@ impl std::fmt::Debug for Consumer {
             .field("max_record_len", &self.max_record_len)
             .field("segment_in_hand", &self.cur.map(|c| c.seg))
             .finish_non_exhaustive()
+    }
+}
+
+/// What a consumer receives with [`crate::Consumer::recv_message`].
+pub enum Message<'a> {
+    /// A record.
+    Record(Record<'a>),
+    /// An event (ordinary or priority).
+    Event(Event<'a>),
+}
+
+impl std::fmt::Debug for Message<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Message::Record(r) => f.debug_tuple("Record").field(r).finish(),
+            Message::Event(e) => f.debug_tuple("Event").field(e).finish(),
+        }
     }
 }

@@ -2,8 +2,8 @@
 //! each channel's backlog and floating segments, and each channel's own counters — all read
 //! from the region, so `shmflow stat` computes the same from a read-only mapping.
 
-use crate::metrics::{snapshot as channel_snapshot, Snapshot};
-use crate::shared::Shared;
+use crate::endpoint::metrics::{snapshot as channel_snapshot, Snapshot};
+use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
 
 /// One channel of a gate.
@@ -36,7 +36,7 @@ pub struct GateSnapshot {
     /// on now).
     pub idle_ns: u64,
     /// The gate consumer's attach state.
-    pub consumer_state: crate::EndState,
+    pub consumer_state: crate::endpoint::metrics::EndState,
     /// Per channel.
     pub channels: Vec<ChannelStats>,
 }
@@ -81,7 +81,7 @@ pub(crate) fn snapshot(chans: &[Arc<Shared>]) -> GateSnapshot {
     let gg = m.geometry;
     let g = m.gate_header();
     let r = |a: &crate::sync::AtomicU64| a.load(Ordering::Relaxed);
-    let now = crate::metrics::monotonic_ns();
+    let now = crate::sys::clock::monotonic_ns();
     let since = r(&g.pool.idle_since_ns);
     let mut idle = r(&g.pool.idle_ns);
     if since != 0 && since <= now {
@@ -93,7 +93,9 @@ pub(crate) fn snapshot(chans: &[Arc<Shared>]) -> GateSnapshot {
         floating: gg.floating as u64,
         floating_free: r(&g.pool.floating_free).min(gg.floating as u64),
         idle_ns: idle,
-        consumer_state: crate::EndState::from_raw(g.consumer.state.load(Ordering::Relaxed)),
+        consumer_state: crate::endpoint::metrics::EndState::from_raw(
+            g.consumer.state.load(Ordering::Relaxed),
+        ),
         channels: chans.iter().map(|s| channel(s)).collect(),
     }
 }

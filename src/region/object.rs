@@ -16,37 +16,14 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use crate::error::{ConfigError, End, OpenError};
+use crate::error::{ConfigError, End, OpenError, RegionKind};
+use crate::protocol::abi::{GateGeometry, GateHeader, GATE_MAGIC};
 
 type Result<T, E = OpenError> = std::result::Result<T, E>;
-use crate::layout::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
-use crate::liveness::{lock_byte, EndLock};
-use crate::shared::Shared;
+use crate::protocol::abi::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
+use crate::region::liveness::{lock_byte, EndLock};
+use crate::region::view::{Mapping, Shared};
 use crate::sync::{Arc, Ordering};
-
-/// The mapping and the descriptor behind a region.
-pub(crate) struct Mapping {
-    /// Held for its `Drop`, which unmaps (after our `Drop` has unlinked the name).
-    pub(crate) _map: memmap2::MmapRaw,
-    pub(crate) fd: OwnedFd,
-    /// Set for the creator of a named region: the name to unlink on drop.
-    pub(crate) unlink: Option<CString>,
-}
-
-impl Mapping {
-    pub(crate) fn fd(&self) -> &OwnedFd {
-        &self.fd
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        if let Some(name) = &self.unlink {
-            // Failure (already removed by `shmflow clean` or by hand) leaves nothing to do.
-            let _ = crate::sys::shm::unlink(name);
-        }
-    }
-}
 
 pub(crate) fn c_name(name: &str) -> Result<CString> {
     let ok = name.starts_with('/')
@@ -157,7 +134,7 @@ pub(crate) fn create_named(
 /// of its ends is alive.
 pub(crate) fn exists_error(name: &str) -> OpenError {
     let found: Option<(Arc<Shared>, Vec<i64>)> =
-        if let Ok(chans) = crate::gate::region::open_named(name, false) {
+        if let Ok(chans) = crate::region::object::gate_open_named(name, false) {
             let m = chans.len() as i64;
             Some((
                 chans[0].clone(),
@@ -167,7 +144,7 @@ pub(crate) fn exists_error(name: &str) -> OpenError {
             open_named(name, false).ok().map(|s| (s, vec![0, 1]))
         };
     if let Some((shared, bytes)) = found {
-        let alive = |b| crate::liveness::end_locked(shared.fd(), b).unwrap_or(true);
+        let alive = |b| crate::region::liveness::end_locked(shared.fd(), b).unwrap_or(true);
         if !bytes.into_iter().any(alive) {
             return OpenError::Stale {
                 region: name.to_owned(),
@@ -306,7 +283,7 @@ fn open_fd_inner(
 ) -> Result<Arc<Shared>> {
     let (size, magic, head) = identity(&name, &fd, grace)?;
     if magic != MAGIC {
-        return Err(crate::region::bad_magic(
+        return Err(crate::region::object::bad_magic(
             name,
             crate::error::RegionKind::Channel,
             magic,
@@ -314,7 +291,7 @@ fn open_fd_inner(
     }
     // SAFETY: the header mapping is HEADER_SIZE bytes, aligned, and `Header` fits in it; we
     // only read atomics from it while `head` lives.
-    let hdr = unsafe { &*(head.as_ptr() as *const crate::layout::Header) };
+    let hdr = unsafe { &*(head.as_ptr() as *const crate::protocol::abi::Header) };
     check_version(
         &name,
         hdr.version.load(Ordering::Relaxed),
@@ -408,7 +385,7 @@ pub(crate) fn check_geometry(
 /// A duplicate of the region's descriptor, for handing to a child process.
 pub(crate) fn dup_fd(shared: &Shared) -> Result<OwnedFd> {
     match &shared.backing() {
-        crate::shared::Backing::Mapped(m) => m
+        crate::region::view::Backing::Mapped(m) => m
             .fd()
             .try_clone()
             .map_err(|e| OpenError::io(&shared.name, "dup", e)),
@@ -423,7 +400,7 @@ pub(crate) fn bad_magic(
 ) -> OpenError {
     let found_kind = match magic {
         MAGIC => Some(crate::error::RegionKind::Channel),
-        crate::gate::layout::GATE_MAGIC => Some(crate::error::RegionKind::Gate),
+        crate::protocol::abi::GATE_MAGIC => Some(crate::error::RegionKind::Gate),
         _ => None,
     };
     OpenError::BadMagic {
@@ -433,3 +410,118 @@ pub(crate) fn bad_magic(
         found: magic,
     }
 }
+
+// ----- gates: the same rules, one region for M channels ------------------------------------
+
+/// One `Shared` per channel over one mapping.
+fn gate_channels(
+    name: &str,
+    gg: GateGeometry,
+    map: memmap2::MmapRaw,
+    fd: OwnedFd,
+    unlink: Option<std::ffi::CString>,
+) -> Vec<Arc<Shared>> {
+    let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
+    let mapping = std::sync::Arc::new(Mapping {
+        _map: map,
+        fd,
+        unlink,
+    });
+    (0..gg.channels)
+        .map(|c| {
+            // SAFETY: the mapping is `gg.region_size()` bytes (created or validated so),
+            // page aligned, kept alive by `mapping`; c < channels.
+            Arc::new(unsafe { Shared::gate_channel(name.to_owned(), gg, c, base, mapping.clone()) })
+        })
+        .collect()
+}
+
+fn gate_create(
+    name: String,
+    fd: OwnedFd,
+    gg: GateGeometry,
+    unlink: Option<std::ffi::CString>,
+) -> Result<Vec<Arc<Shared>>> {
+    let map = size_and_map(&name, &fd, gg.region_size(), unlink.as_ref())?;
+    let chans = gate_channels(&name, gg, map, fd, unlink);
+    crate::region::view::init_gate(
+        chans[0].gate.as_ref().expect("gate channel").gate_header(),
+        &chans,
+        gg,
+        std::process::id(),
+    );
+    Ok(chans)
+}
+
+/// Creates a named gate and takes the consumer's liveness lock on it.
+pub(crate) fn gate_create_named(
+    name: &str,
+    gg: GateGeometry,
+) -> Result<(Vec<Arc<Shared>>, std::sync::Arc<EndLock>)> {
+    gg.validate(name)?;
+    let (fd, cname, lock) = shm_create(name, lock_byte(None, End::Consumer), End::Consumer)?;
+    Ok((
+        gate_create(name.to_owned(), fd, gg, Some(cname))?,
+        std::sync::Arc::new(lock),
+    ))
+}
+
+/// Creates an anonymous (sealed memfd) gate and takes the consumer's liveness lock on it.
+pub(crate) fn gate_create_memfd(
+    gg: GateGeometry,
+) -> Result<(Vec<Arc<Shared>>, std::sync::Arc<EndLock>)> {
+    gg.validate("memfd:shmflow")?;
+    let (fd, name) = memfd_sealed(gg.region_size())?;
+    let lock = EndLock::acquire(&fd, lock_byte(None, End::Consumer), End::Consumer, &name)?;
+    Ok((gate_create(name, fd, gg, None)?, std::sync::Arc::new(lock)))
+}
+
+/// Opens a named gate (every channel).
+pub(crate) fn gate_open_named(name: &str, writable: bool) -> Result<Vec<Arc<Shared>>> {
+    let fd = shm_open_existing(name, writable)?;
+    gate_open_inner(name.to_owned(), fd, writable, INIT_GRACE)
+}
+
+/// Opens a gate from an inherited descriptor (every channel).
+pub(crate) fn gate_open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Vec<Arc<Shared>>> {
+    gate_open_inner(name, fd, writable, Duration::ZERO)
+}
+
+fn gate_open_inner(
+    name: String,
+    fd: OwnedFd,
+    writable: bool,
+    grace: Duration,
+) -> Result<Vec<Arc<Shared>>> {
+    let (size, magic, head) = identity(&name, &fd, grace)?;
+    if magic != GATE_MAGIC {
+        return Err(bad_magic(name, RegionKind::Gate, magic));
+    }
+    // SAFETY: the first page is mapped and `GateHeader` fits in it; only atomics are read.
+    let g = unsafe { &*(head.as_ptr() as *const GateHeader) };
+    check_version(
+        &name,
+        g.version.load(Ordering::Relaxed),
+        g.header_size.load(Ordering::Relaxed),
+    )?;
+    let gg = GateGeometry {
+        channels: g.channels.load(Ordering::Relaxed),
+        exclusive: g.exclusive.load(Ordering::Relaxed),
+        floating: g.floating.load(Ordering::Relaxed),
+        segment_size: g.segment_size.load(Ordering::Relaxed),
+    };
+    let recorded = g.total_size.load(Ordering::Relaxed);
+    drop(head);
+    let expected = check_geometry(
+        &name,
+        gg.validate(&name),
+        || gg.region_size(),
+        recorded,
+        size,
+    )?;
+    let map = map(&name, &fd, expected as usize, writable)?;
+    Ok(gate_channels(&name, gg, map, fd, None))
+}
+
+/// Never a channel's magic: a gate's channel headers carry the gate's.
+const _: () = assert!(MAGIC != GATE_MAGIC);

@@ -2,11 +2,11 @@
 //! as an attached end (the way AeronStat reads Aeron's counters file), and a listing of the
 //! shmflow regions in `/dev/shm`.
 
+use crate::endpoint::metrics::{snapshot, Snapshot};
 use crate::error::End;
 use crate::error::{Error, OpenError, Result};
-use crate::layout::Geometry;
-use crate::metrics::{snapshot, Snapshot};
-use crate::shared::Shared;
+use crate::protocol::abi::Geometry;
+use crate::region::view::Shared;
 use crate::sync::Arc;
 
 /// A read-only view of a named channel's header: its mapping is `PROT_READ` and opening it
@@ -20,7 +20,7 @@ impl Monitor {
     /// geometry, size).
     pub fn open(name: &str) -> Result<Monitor, OpenError> {
         Ok(Monitor {
-            shared: crate::region::open_named(name, false)?,
+            shared: crate::region::object::open_named(name, false)?,
         })
     }
 
@@ -41,8 +41,11 @@ impl Monitor {
 
     /// True while a live process holds `end`'s liveness lock (attached and not dead).
     pub fn end_alive(&self, end: End) -> bool {
-        crate::liveness::end_locked(self.shared.fd(), crate::liveness::lock_byte(None, end))
-            .unwrap_or(true)
+        crate::region::liveness::end_locked(
+            self.shared.fd(),
+            crate::region::liveness::lock_byte(None, end),
+        )
+        .unwrap_or(true)
     }
 
     /// Start of the read-only mapping (for tests that check it cannot be written).
@@ -89,7 +92,7 @@ pub fn remove_if_stale(name: &str) -> Result<bool, OpenError> {
     if alive {
         return Ok(false);
     }
-    let c = crate::region::c_name(name)?;
+    let c = crate::region::object::c_name(name)?;
     crate::sys::shm::unlink(&c).map_err(|e| OpenError::io(name, "shm_unlink", e))?;
     Ok(true)
 }
@@ -122,17 +125,17 @@ impl GateMonitor {
     /// Opens `/name` read-only after the same checks as an end.
     pub fn open(name: &str) -> Result<GateMonitor, OpenError> {
         Ok(GateMonitor {
-            chans: crate::gate::region::open_named(name, false)?,
+            chans: crate::region::object::gate_open_named(name, false)?,
         })
     }
 
     /// The gate's figures now.
-    pub fn snapshot(&self) -> crate::GateSnapshot {
-        crate::gate::stats_snapshot(&self.chans)
+    pub fn snapshot(&self) -> crate::endpoint::gate_stats::GateSnapshot {
+        crate::endpoint::gate_stats::snapshot(&self.chans)
     }
 
     /// The gate's shape.
-    pub fn geometry(&self) -> crate::GateGeometry {
+    pub fn geometry(&self) -> crate::protocol::abi::GateGeometry {
         self.chans[0].gate.as_ref().expect("gate").geometry
     }
 
@@ -148,16 +151,19 @@ impl GateMonitor {
 
     /// True while a live process holds the gate consumer's liveness lock.
     pub fn consumer_alive(&self) -> bool {
-        self.locked(crate::liveness::lock_byte(None, End::Consumer))
+        self.locked(crate::region::liveness::lock_byte(None, End::Consumer))
     }
 
     /// True while a live process holds channel `c`'s producer lock.
     pub fn producer_alive(&self, c: usize) -> bool {
-        self.locked(crate::liveness::lock_byte(Some(c as u32), End::Producer))
+        self.locked(crate::region::liveness::lock_byte(
+            Some(c as u32),
+            End::Producer,
+        ))
     }
 
     fn locked(&self, byte: i64) -> bool {
-        crate::liveness::end_locked(self.chans[0].fd(), byte).unwrap_or(true)
+        crate::region::liveness::end_locked(self.chans[0].fd(), byte).unwrap_or(true)
     }
 
     /// Which gates are stale: no live consumer and no live producer.

@@ -1,71 +1,6 @@
-//! Counters kept in the region header so that another process can read them live.
-//!
-//! Each side writes only its own lines, with plain (non-RMW) relaxed stores of values it keeps
-//! locally: no contended counter, no locked instruction on the hot path. A reader may see a
-//! slightly old value, never a torn one.
+//! Snapshots of a channel's counters, rates per second and the backpressure level.
 
 use crate::sync::{AtomicU64, Ordering};
-
-/// Producer-side counters (one padded block, written only by the producer).
-#[repr(C)]
-#[derive(Default)]
-pub(crate) struct ProducerCounters {
-    pub records: AtomicU64,
-    pub bytes: AtomicU64,
-    pub segments_committed: AtomicU64,
-    pub wakes: AtomicU64,
-    /// Nanoseconds spent blocked waiting for a free segment (backpressure).
-    pub backpressured_ns: AtomicU64,
-    /// Monotonic-clock nanoseconds when the current wait began, 0 when not waiting: lets a
-    /// reader count a wait that is still going on.
-    pub blocked_since_ns: AtomicU64,
-    /// Wake-ups issued by the buffer-timeout flusher thread (its own line of writes).
-    pub flusher_wakes: AtomicU64,
-    /// Segments the producer has taken from the return ring.
-    pub segments_acquired: AtomicU64,
-}
-
-/// Consumer-side counters.
-#[repr(C)]
-#[derive(Default)]
-pub(crate) struct ConsumerCounters {
-    pub records: AtomicU64,
-    pub bytes: AtomicU64,
-    pub segments_returned: AtomicU64,
-    pub wakes: AtomicU64,
-    /// Nanoseconds spent waiting for data.
-    pub idle_ns: AtomicU64,
-    pub idle_since_ns: AtomicU64,
-    /// Segments the consumer has taken from the data ring.
-    pub segments_taken: AtomicU64,
-}
-
-/// A counter owned by one side: the local value is the truth, the shared one a mirror.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Local(pub u64);
-
-impl Local {
-    /// Counts without publishing (per-record counters: published by [`Local::publish`] at
-    /// segment boundaries, flushes and waits, so the hot path stores nothing shared).
-    #[inline]
-    pub(crate) fn bump(&mut self, v: u64) {
-        self.0 = self.0.wrapping_add(v);
-    }
-
-    /// Publishes the local value.
-    #[inline]
-    pub(crate) fn publish(&self, shared: &AtomicU64) {
-        // Relaxed: a statistic; readers need no ordering with the data.
-        shared.store(self.0, Ordering::Relaxed);
-    }
-
-    #[inline]
-    pub(crate) fn add(&mut self, shared: &AtomicU64, v: u64) {
-        self.0 = self.0.wrapping_add(v);
-        // Relaxed: a statistic; readers need no ordering with the data.
-        shared.store(self.0, Ordering::Relaxed);
-    }
-}
 
 /// Nanoseconds on the monotonic clock (the clock of [`Snapshot::at_ns`]), comparable between
 /// processes of one boot.
@@ -224,7 +159,7 @@ impl Snapshot {
 }
 
 /// Reads a snapshot from a region header.
-pub(crate) fn snapshot(shared: &crate::shared::Shared) -> Snapshot {
+pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
     let h = shared.header();
     let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
     let now = monotonic_ns();
@@ -299,9 +234,9 @@ pub enum EndState {
 impl EndState {
     pub(crate) fn from_raw(v: u32) -> EndState {
         match v {
-            crate::layout::END_FREE => EndState::Free,
-            crate::layout::END_ATTACHED => EndState::Attached,
-            crate::layout::END_DETACHED => EndState::Detached,
+            crate::protocol::abi::END_FREE => EndState::Free,
+            crate::protocol::abi::END_ATTACHED => EndState::Attached,
+            crate::protocol::abi::END_DETACHED => EndState::Detached,
             other => EndState::Invalid(other),
         }
     }
@@ -310,9 +245,9 @@ impl EndState {
     /// --json` prints it.
     pub fn code(self) -> u32 {
         match self {
-            EndState::Free => crate::layout::END_FREE,
-            EndState::Attached => crate::layout::END_ATTACHED,
-            EndState::Detached => crate::layout::END_DETACHED,
+            EndState::Free => crate::protocol::abi::END_FREE,
+            EndState::Attached => crate::protocol::abi::END_ATTACHED,
+            EndState::Detached => crate::protocol::abi::END_DETACHED,
             EndState::Invalid(v) => v,
         }
     }

@@ -5,13 +5,13 @@
 // Loom-only hooks: nothing here is part of a normal build.
 #![allow(missing_debug_implementations)]
 
-use crate::layout::Header;
+use crate::protocol::abi::Header;
 use crate::sync::AtomicU64;
 
-use super::layout::{GateGeometry, GateHeader};
+use crate::protocol::abi::{GateGeometry, GateHeader};
 
 /// The memory of a gate, on the heap.
-pub struct HeapGate {
+pub(crate) struct HeapGate {
     pub(crate) geometry: GateGeometry,
     pub(crate) gate: GateHeader,
     pub(crate) headers: Box<[Header]>,

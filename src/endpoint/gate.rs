@@ -15,65 +15,23 @@
 //! delivered first, and its floating segments went back to the pool). After every channel has
 //! ended, `recv` returns `Ok(None)`.
 
-#[cfg(loom)]
-pub mod heap;
-pub mod layout;
-pub(crate) mod pool;
-#[cfg(not(loom))]
-pub(crate) mod region;
-mod stats;
-
 use std::time::Duration;
 
+use crate::endpoint::consumer::Message;
+use crate::endpoint::consumer::Record;
+use crate::endpoint::consumer::{Consumer, Ready};
+use crate::endpoint::event::Event;
+use crate::endpoint::gate_stats::{self as stats, GateSnapshot};
 use crate::error::{Error, Result};
-use crate::event::{Event, Message};
-use crate::metrics::monotonic_ns;
-use crate::reader::{Consumer, Ready};
-use crate::shared::Shared;
+use crate::protocol::abi::GateGeometry;
+use crate::protocol::park::{self, Deadline, WaitStrategy};
+use crate::protocol::pool;
+use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
-use crate::wait::{self, Deadline, WaitStrategy};
-use crate::Record;
-
-pub use layout::GateGeometry;
-#[cfg(not(loom))]
-pub(crate) use stats::snapshot as stats_snapshot;
-pub use stats::{ChannelStats, GateSnapshot};
+use crate::sys::clock::monotonic_ns;
 
 /// Messages the gate takes from one channel before it moves on to the next that has data.
 pub const QUANTUM: u32 = 8;
-
-/// Writes a fresh gate (creator only, before anyone else can see it): every channel's return
-/// ring holds its exclusive segments; the floating ones stay with the consumer.
-pub(crate) fn init(gate: &layout::GateHeader, chans: &[Arc<Shared>], gg: GateGeometry, pid: u32) {
-    use crate::layout::{Header, HEADER_SIZE, LAYOUT_VERSION};
-    use crate::sync::Ordering::{Relaxed, Release};
-    use layout::GATE_MAGIC;
-    gate.version.store(LAYOUT_VERSION, Relaxed);
-    gate.header_size.store(HEADER_SIZE as u32, Relaxed);
-    gate.channels.store(gg.channels, Relaxed);
-    gate.exclusive.store(gg.exclusive, Relaxed);
-    gate.floating.store(gg.floating, Relaxed);
-    gate.segment_size.store(gg.segment_size, Relaxed);
-    gate.total_size.store(gg.region_size() as u64, Relaxed);
-    gate.creator_pid.store(pid, Relaxed);
-    gate.pool.floating_free.store(gg.floating as u64, Relaxed);
-    for (c, ch) in chans.iter().enumerate() {
-        let h: &Header = ch.header();
-        h.magic.store(GATE_MAGIC, Relaxed);
-        h.version.store(LAYOUT_VERSION, Relaxed);
-        h.header_size.store(HEADER_SIZE as u32, Relaxed);
-        h.segment_size.store(gg.segment_size, Relaxed);
-        h.segment_count.store(gg.ring_cap() as u32, Relaxed);
-        h.total_size.store(gg.region_size() as u64, Relaxed);
-        h.creator_pid.store(pid, Relaxed);
-        for (slot, seg) in ch.ret_slots().iter().zip(gg.exclusive_range(c as u32)) {
-            slot.store(seg as u64, Relaxed);
-        }
-        h.cons.ret_tail.store(gg.exclusive as u64, Relaxed);
-    }
-    // Release: an opener that sees the magic (Acquire) sees everything above.
-    gate.magic.store(GATE_MAGIC, Release);
-}
 
 /// Picks channel `c` out of a gate's channels.
 #[cfg(not(loom))]
@@ -81,9 +39,9 @@ pub(crate) fn pick(
     mut chans: Vec<Arc<Shared>>,
     c: u32,
     name: &str,
-) -> Result<Arc<Shared>, crate::OpenError> {
+) -> Result<Arc<Shared>, crate::error::OpenError> {
     if c as usize >= chans.len() {
-        return Err(crate::ConfigError::new(
+        return Err(crate::error::ConfigError::new(
             name,
             "channel",
             format!("below {} (the gate's channel count)", chans.len()),
@@ -120,7 +78,7 @@ pub enum GateMessage<'a> {
         /// The channel whose producer died.
         channel: usize,
         /// What died, naming the pid.
-        error: Box<crate::PeerDeadError>,
+        error: Box<crate::error::PeerDeadError>,
     },
 }
 
@@ -160,7 +118,8 @@ pub struct Gate {
     chans: Vec<Consumer>,
     state: Vec<State>,
     geometry: GateGeometry,
-    pool: pool::SharedPool,
+    /// Floating segments lent to nobody: the gate's alone, used by its one thread.
+    pool: pool::Pool,
     shared: Arc<Shared>,
     wait: WaitStrategy,
     /// Round-robin: the channel read last, and how many messages in a row it gave.
@@ -176,8 +135,8 @@ impl Gate {
     /// consumer; each producer attaches with [`crate::Producer::open_channel`]. The name is
     /// unlinked when the gate is dropped.
     #[cfg(not(loom))]
-    pub fn create(name: &str, geometry: GateGeometry) -> Result<Gate, crate::OpenError> {
-        let (chans, lock) = region::create_named(name, geometry)?;
+    pub fn create(name: &str, geometry: GateGeometry) -> Result<Gate, crate::error::OpenError> {
+        let (chans, lock) = crate::region::object::gate_create_named(name, geometry)?;
         Gate::attach(chans, Some(lock))
     }
 
@@ -186,36 +145,37 @@ impl Gate {
     #[cfg(not(loom))]
     pub fn create_anonymous(
         geometry: GateGeometry,
-    ) -> Result<(Gate, Vec<crate::PeerHandle>), crate::OpenError> {
-        let (chans, lock) = region::create_memfd(geometry)?;
+    ) -> Result<(Gate, Vec<crate::region::handoff::PeerHandle>), crate::error::OpenError> {
+        let (chans, lock) = crate::region::object::gate_create_memfd(geometry)?;
         let handles = chans
             .iter()
-            .map(|s| crate::PeerHandle::new(s))
+            .map(|s| crate::region::handoff::PeerHandle::new(s))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((Gate::attach(chans, Some(lock))?, handles))
     }
 
     pub(crate) fn attach(
         chans: Vec<Arc<Shared>>,
-        lock: Option<std::sync::Arc<crate::liveness::EndLock>>,
-    ) -> Result<Gate, crate::OpenError> {
+        lock: Option<std::sync::Arc<crate::region::liveness::EndLock>>,
+    ) -> Result<Gate, crate::error::OpenError> {
         let shared = chans[0].clone();
         let geometry = shared.gate.as_ref().expect("gate channels").geometry;
-        let pool = Arc::new(pool::PoolShared::new(pool::Pool::new(
-            geometry.floating_range(),
-        )));
+        let pool = pool::Pool::new(geometry.floating_range());
         let mut consumers = Vec::with_capacity(chans.len());
-        for s in chans {
-            let mut c = Consumer::attach_with(s.clone(), lock.clone())?;
-            c.gate = Some(pool::GateLink::new(&s, pool.clone()));
-            consumers.push(c);
+        for (c, s) in chans.into_iter().enumerate() {
+            let lending = pool::Lending::new(geometry.exclusive_range(c as u32));
+            consumers.push(Consumer::attach_as(
+                s,
+                lock.clone(),
+                pool::Recycler::Lent(lending),
+            )?);
         }
         let g = shared.gate.as_ref().expect("gate channels").gate_header();
         g.consumer.pid.store(std::process::id(), Ordering::Relaxed);
         // Release: as for a channel's attach state.
         g.consumer
             .state
-            .store(crate::layout::END_ATTACHED, Ordering::Release);
+            .store(crate::protocol::abi::END_ATTACHED, Ordering::Release);
         Ok(Gate {
             state: consumers.iter().map(|_| State::Open).collect(),
             chans: consumers,
@@ -279,19 +239,44 @@ impl Gate {
 
     /// Floating segments in the pool (lent to nobody).
     pub fn floating_free(&self) -> usize {
-        self.pool.free() as usize
+        self.pool.free()
     }
 
-    /// Lends floating segments to channels that ask, while the pool has some.
+    /// Takes back the floating segments channels handed back, then lends to channels that
+    /// ask while the pool has some.
     fn lend(&mut self) -> Result<()> {
-        if self.floating_free() == 0 {
-            return Ok(());
-        }
-        for (c, st) in self.chans.iter_mut().zip(&self.state) {
-            if matches!(st, State::Open) {
-                // A channel that turns out corrupt fails when it is read; lending is best effort.
-                let _ = c.lend();
+        let before = self.pool.free();
+        for c in &mut self.chans {
+            if let Some(l) = c.lending() {
+                for seg in l.take_returned() {
+                    self.pool.put(seg);
+                }
             }
+        }
+        if self.pool.free() > 0 {
+            for (c, st) in self.chans.iter_mut().zip(&self.state) {
+                if !matches!(st, State::Open) || c.backlog() == 0 {
+                    continue;
+                }
+                let Some(seg) = self.pool.take() else { break };
+                // A channel that turns out corrupt fails when it is read; lending is best
+                // effort, and a segment that could not be handed over stays in the pool.
+                if c.grant(seg).is_err() {
+                    self.pool.put(seg);
+                }
+            }
+        }
+        if self.pool.free() != before {
+            let g = self
+                .shared
+                .gate
+                .as_ref()
+                .expect("gate channels")
+                .gate_header();
+            // Relaxed: a figure for `shmflow stat`.
+            g.pool
+                .floating_free
+                .store(self.pool.free() as u64, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -361,7 +346,7 @@ impl Gate {
         self.scans = self.scans.wrapping_add(1);
         if self.scans % 1024 == 0
             && monotonic_ns().saturating_sub(self.last_check_ns)
-                > crate::liveness::CHECK_INTERVAL.as_nanos() as u64
+                > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
         {
             // Busy with some channels: still notice a dead one within about the interval.
             self.check_producers();
@@ -377,13 +362,15 @@ impl Gate {
         if waiting {
             figures.idle_since_ns.store(start, Ordering::Relaxed);
         }
-        let got = wait::wait_for(shared.consumer_park(), self.wait, deadline, |look| {
+        let got = park::wait_for(shared.consumer_park(), self.wait, deadline, |look| {
             self.lend()?;
             let due = || {
                 monotonic_ns().saturating_sub(self.last_check_ns)
-                    > crate::liveness::CHECK_INTERVAL.as_nanos() as u64
+                    > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
             };
-            if look == crate::wait::Look::Now || (look == crate::wait::Look::IfDue && due()) {
+            if look == crate::protocol::park::Look::Now
+                || (look == crate::protocol::park::Look::IfDue && due())
+            {
                 self.check_producers();
             }
             match self.scan() {
@@ -468,13 +455,13 @@ impl Gate {
     /// The next message from any channel, blocking until there is one. `Ok(None)` once every
     /// channel has ended. `Err` only for a channel that broke the protocol (`Corrupt` and the
     /// like): that channel is closed and the next call goes on with the others.
-    pub fn recv(&mut self) -> Result<Option<GateMessage<'_>>, crate::RecvError> {
+    pub fn recv(&mut self) -> Result<Option<GateMessage<'_>>, crate::error::RecvError> {
         crate::error::op(self.recv_inner(Deadline::Never))
     }
 
     /// As [`Gate::recv`], or [`TryRecvError::Empty`](crate::TryRecvError::Empty) if no
     /// channel has anything now.
-    pub fn try_recv(&mut self) -> Result<Option<GateMessage<'_>>, crate::TryRecvError> {
+    pub fn try_recv(&mut self) -> Result<Option<GateMessage<'_>>, crate::error::TryRecvError> {
         crate::error::op(self.recv_inner(Deadline::Now))
     }
 
@@ -483,7 +470,7 @@ impl Gate {
     pub fn recv_timeout(
         &mut self,
         timeout: Duration,
-    ) -> Result<Option<GateMessage<'_>>, crate::RecvTimeoutError> {
+    ) -> Result<Option<GateMessage<'_>>, crate::error::RecvTimeoutError> {
         crate::error::op(self.recv_inner(Deadline::after(timeout)))
     }
 
@@ -491,7 +478,7 @@ impl Gate {
     pub fn recv_deadline(
         &mut self,
         deadline: std::time::Instant,
-    ) -> Result<Option<GateMessage<'_>>, crate::RecvTimeoutError> {
+    ) -> Result<Option<GateMessage<'_>>, crate::error::RecvTimeoutError> {
         crate::error::op(self.recv_inner(Deadline::at(deadline)))
     }
 }
@@ -507,7 +494,7 @@ impl Drop for Gate {
         // Release: our last reads happen before anyone sees us gone.
         g.consumer
             .state
-            .store(crate::layout::END_DETACHED, Ordering::Release);
+            .store(crate::protocol::abi::END_DETACHED, Ordering::Release);
     }
 }
 

@@ -24,8 +24,11 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{CoreResult as Result, Error};
-use crate::liveness::CHECK_INTERVAL;
 use crate::sync::{FutexWord, Ordering};
+
+/// How often a waiting side looks at its peer's lock: detection takes at most this long plus
+/// one wake-up.
+pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(40);
 
 /// How a blocking call waits before it parks on the futex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -24,16 +24,18 @@ use std::time::{Duration, Instant};
 use crate::error::{
     op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError, WriteError,
 };
-use crate::frame::{self, HEADER};
+use crate::protocol::abi::{Geometry, END_DETACHED};
+use crate::protocol::counters::Local;
+use crate::protocol::frame::{self, HEADER};
+use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
+use crate::protocol::pool::Supply;
+use crate::protocol::ring::{RingRx, RingTx};
 #[cfg(not(loom))]
-use crate::handoff::PeerHandle;
-use crate::layout::{Geometry, END_DETACHED};
-use crate::liveness::{EndLock, Liveness};
-use crate::metrics::{monotonic_ns, Local};
-use crate::ring::{RingRx, RingTx};
-use crate::shared::Shared;
+use crate::region::handoff::PeerHandle;
+use crate::region::liveness::{EndLock, Liveness};
+use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
-use crate::wait::{self, Deadline, Look, WaitStrategy};
+use crate::sys::clock::monotonic_ns;
 
 /// When committed records become visible to the consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,13 +108,12 @@ pub struct Producer {
     /// The consumer's liveness, looked at only while waiting (None under loom).
     liveness: Option<Liveness>,
     #[cfg(not(loom))]
-    flusher: Option<crate::flusher::Flusher>,
+    flusher: Option<crate::endpoint::flusher::Flusher>,
     closed: bool,
     /// The consumer was seen detached: every later call says so at once.
     gone: bool,
-    /// Gate channels: segments asked for so far, and whether this wait already asked.
-    demand: u64,
-    asked: bool,
+    /// How the producer gets more segments: supplied by the channel's owner.
+    supply: Supply,
     /// Priority lane: next slot to fill.
     prio_tail: u64,
     /// Where a streamed record's bytes wait while it moves to a fresh segment.
@@ -124,30 +125,33 @@ impl Producer {
     /// producer. The name is unlinked when this producer is dropped.
     #[cfg(not(loom))]
     pub fn create(name: &str, geometry: Geometry) -> Result<Producer, OpenError> {
-        let (shared, lock) = crate::region::create_named(name, geometry, End::Producer)?;
-        Producer::attach_with(shared, Some(lock))
+        let (shared, lock) = crate::region::object::create_named(name, geometry, End::Producer)?;
+        Producer::attach_with(shared, Some(lock), Supply::Own)
     }
 
     /// Opens a named region created by the consumer and attaches as its producer.
     #[cfg(not(loom))]
     pub fn open(name: &str) -> Result<Producer, OpenError> {
-        Producer::attach(crate::region::open_named(name, true)?)
+        Producer::attach(crate::region::object::open_named(name, true)?)
     }
 
     /// Creates an anonymous (memfd) region and attaches as its producer; the returned handle
     /// gives the consumer end to a child process (see [`PeerHandle`]).
     #[cfg(not(loom))]
     pub fn create_anonymous(geometry: Geometry) -> Result<(Producer, PeerHandle), OpenError> {
-        let (shared, lock) = crate::region::create_memfd(geometry, End::Producer)?;
+        let (shared, lock) = crate::region::object::create_memfd(geometry, End::Producer)?;
         let handle = PeerHandle::new(&shared)?;
-        Ok((Producer::attach_with(shared, Some(lock))?, handle))
+        Ok((
+            Producer::attach_with(shared, Some(lock), Supply::Own)?,
+            handle,
+        ))
     }
 
     /// Attaches as producer to a region whose descriptor was inherited (see [`PeerHandle`]).
     #[cfg(not(loom))]
     pub fn from_fd(fd: OwnedFd) -> Result<Producer, OpenError> {
-        let name = crate::handoff::fd_region_name(&fd);
-        Producer::attach(crate::region::open_fd(name, fd, true)?)
+        let name = crate::region::handoff::fd_region_name(&fd);
+        Producer::attach(crate::region::object::open_fd(name, fd, true)?)
     }
 
     /// Attaches as producer to the region whose descriptor number is in environment variable
@@ -156,12 +160,12 @@ impl Producer {
     /// channel.
     #[cfg(not(loom))]
     pub fn from_env(var: &str) -> Result<Producer, OpenError> {
-        match crate::handoff::fd_from_env(var)? {
+        match crate::region::handoff::fd_from_env(var)? {
             (fd, None) => Producer::from_fd(fd),
             (fd, Some(c)) => {
-                let name = crate::handoff::fd_region_name(&fd);
-                let chans = crate::gate::region::open_fd(name.clone(), fd, true)?;
-                Producer::attach(crate::gate::pick(chans, c, &name)?)
+                let name = crate::region::handoff::fd_region_name(&fd);
+                let chans = crate::region::object::gate_open_fd(name.clone(), fd, true)?;
+                Producer::attach_gate_channel(crate::endpoint::gate::pick(chans, c, &name)?)
             }
         }
     }
@@ -170,20 +174,26 @@ impl Producer {
     /// as its producer.
     #[cfg(not(loom))]
     pub fn open_channel(name: &str, channel: u32) -> Result<Producer, OpenError> {
-        let chans = crate::gate::region::open_named(name, true)?;
-        Producer::attach(crate::gate::pick(chans, channel, name)?)
+        let chans = crate::region::object::gate_open_named(name, true)?;
+        Producer::attach_gate_channel(crate::endpoint::gate::pick(chans, channel, name)?)
     }
 
     pub(crate) fn attach(shared: Arc<Shared>) -> Result<Producer, OpenError> {
-        Producer::attach_with(shared, None)
+        Producer::attach_with(shared, None, Supply::Own)
+    }
+
+    /// Attaches to channel `c` of a gate: its supply includes the gate's floating segments.
+    pub(crate) fn attach_gate_channel(shared: Arc<Shared>) -> Result<Producer, OpenError> {
+        Producer::attach_with(shared, None, Supply::lent())
     }
 
     /// Attaches, with the liveness lock already taken (creators) or taking it now.
     pub(crate) fn attach_with(
         shared: Arc<Shared>,
         lock: Option<std::sync::Arc<EndLock>>,
+        supply: Supply,
     ) -> Result<Producer, OpenError> {
-        let liveness = crate::shared::attach_end(&shared, End::Producer, lock)?;
+        let liveness = crate::region::view::attach_end(&shared, End::Producer, lock)?;
         let h = shared.header();
         // The producer's own cursors are private truth: take them from the header once, at
         // attach (they are 0 for a fresh region; the consumer's cursors start the rings).
@@ -216,8 +226,7 @@ impl Producer {
             flusher: None,
             closed: false,
             gone: false,
-            demand: 0,
-            asked: false,
+            supply,
             prio_tail: 0,
             scratch: Vec::new(),
         })
@@ -297,7 +306,7 @@ impl Producer {
         let Some(seg) = self.ret.pop(&self.shared.return_ring())? else {
             return Ok(None);
         };
-        self.asked = false;
+        self.supply.got();
         // The segment's first word ends its (empty) list of frames. Relaxed: published by the
         // Release push below; the consumer's last look at this word happened before it
         // returned the segment (its Release push, our Acquire pop).
@@ -332,7 +341,7 @@ impl Producer {
         h.producer_counters
             .blocked_since_ns
             .store(start, Ordering::Relaxed);
-        let got = wait::wait_for(&h.producer_park, self.wait, deadline, |look| {
+        let got = park::wait_for(&h.producer_park, self.wait, deadline, |look| {
             if let Some(c) = self.try_take()? {
                 return Ok(Some(c));
             }
@@ -353,21 +362,12 @@ impl Producer {
         Ok(())
     }
 
-    /// Gate channels: out of segments, so ask the gate for a floating one (once per wait):
-    /// this is the channel's backlog, in Flink's terms.
+    /// Out of segments: asks the channel's owner for more (a gate lends a floating segment;
+    /// a channel of its own has nobody to ask). This is the channel's backlog, in Flink's terms.
     fn ask_for_segment(&mut self) {
-        if self.shared.gate.is_none() || self.asked {
-            return;
+        if self.supply.ask(self.shared.header()) {
+            self.notify_consumer();
         }
-        self.asked = true;
-        self.demand += 1;
-        // Release: pairs with the gate's Acquire; the wake below makes sure it looks.
-        self.shared
-            .header()
-            .prod
-            .demand
-            .store(self.demand, Ordering::Release);
-        self.notify_consumer();
     }
 
     /// Waits until at least `k` segments are free (for `try_`/`_timeout` sends of spanning
@@ -375,7 +375,7 @@ impl Producer {
     fn wait_free(&mut self, k: u64, deadline: Deadline) -> Result<()> {
         let shared = self.shared.clone();
         let mut last_ready = u64::MAX;
-        wait::wait_for(
+        park::wait_for(
             &shared.header().producer_park,
             self.wait,
             deadline,
@@ -386,7 +386,7 @@ impl Producer {
                 }
                 if ready > last_ready {
                     // The last ask was granted and it is not enough yet: ask again.
-                    self.asked = false;
+                    self.supply.got();
                 }
                 last_ready = ready;
                 self.ask_for_segment();
@@ -402,7 +402,7 @@ impl Producer {
     /// `Err(PeerDead)` if the consumer's process is gone (a syscall: only while waiting).
     fn check_peer(&mut self, look: Look) -> Result<()> {
         let res = match &mut self.liveness {
-            Some(l) => l.check(&self.shared, look),
+            Some(l) => l.check(self.shared.header(), &self.shared.name, look),
             None => Ok(()),
         };
         // Only a dead consumer makes the segment in hand worthless; a failed look (a syscall
@@ -415,7 +415,7 @@ impl Producer {
 
     fn notify_consumer(&mut self) {
         let h = self.shared.header();
-        if wait::notify(self.shared.consumer_park()) {
+        if park::notify(self.shared.consumer_park()) {
             self.counters.wakes.add(&h.producer_counters.wakes, 1);
         }
     }
@@ -581,7 +581,10 @@ impl Producer {
                         let interval = policy_interval(self.policy);
                         self.flusher
                             .get_or_insert_with(|| {
-                                crate::flusher::Flusher::start(self.shared.clone(), interval)
+                                crate::endpoint::flusher::Flusher::start(
+                                    self.shared.clone(),
+                                    interval,
+                                )
                             })
                             .mark_pending();
                     }
@@ -610,11 +613,11 @@ impl Producer {
 
     /// The channel's counters now (both sides', as the region shows them; the peer publishes
     /// its per-record counts at segment boundaries, flushes and waits).
-    pub fn metrics(&self) -> crate::Snapshot {
+    pub fn metrics(&self) -> crate::endpoint::metrics::Snapshot {
         let h = self.shared.header();
         self.counters.records.publish(&h.producer_counters.records);
         self.counters.bytes.publish(&h.producer_counters.bytes);
-        crate::metrics::snapshot(&self.shared)
+        crate::endpoint::metrics::snapshot(&self.shared)
     }
 
     #[inline]
@@ -857,7 +860,7 @@ impl Producer {
     }
 
     fn send_event_inner(&mut self, kind: u32, payload: &[u8], deadline: Deadline) -> Result<()> {
-        crate::event::check_payload(&self.shared.name, payload)?;
+        crate::endpoint::event::check_payload(&self.shared.name, payload)?;
         if self.closed {
             return Err(self.closed_error());
         }
@@ -951,16 +954,16 @@ impl Producer {
     }
 
     fn priority_inner(&mut self, kind: u32, payload: &[u8], deadline: Deadline) -> Result<()> {
-        crate::event::check_payload(&self.shared.name, payload)?;
+        crate::endpoint::event::check_payload(&self.shared.name, payload)?;
         if self.closed {
             return Err(self.closed_error());
         }
         self.check_gone()?;
         let shared = self.shared.clone();
         let h = shared.header();
-        let push = |tail| crate::event::lane_push(h, tail, kind, payload, &shared.name);
+        let push = |tail| crate::protocol::lane::lane_push(h, tail, kind, payload, &shared.name);
         if !push(self.prio_tail)? {
-            wait::wait_for(&h.producer_park, self.wait, deadline, |look| {
+            park::wait_for(&h.producer_park, self.wait, deadline, |look| {
                 if push(self.prio_tail)? {
                     return Ok(Some(()));
                 }
@@ -1153,11 +1156,7 @@ impl RecordWriter<'_> {
             // SAFETY: `8 + partial <= segment_size`: inside the fresh segment, which is ours
             // (just taken); the scratch buffer is ours too and does not overlap the mapping.
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    p.scratch.as_ptr(),
-                    new.base.add(HEADER),
-                    partial,
-                );
+                std::ptr::copy_nonoverlapping(p.scratch.as_ptr(), new.base.add(HEADER), partial);
             }
             self.frag_start = 0;
             self.pos = HEADER + partial;

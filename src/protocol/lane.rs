@@ -1,54 +1,9 @@
-//! Events: small typed messages carried in order with the records, and priority events that
-//! overtake them.
-//!
-//! An ordinary event is an `EVENT` frame in a segment, so it keeps its place among the
-//! records. A priority event goes through the channel's priority lane instead — four slots in
-//! the channel header, outside the segments — and the consumer looks at the lane before every
-//! message it hands out. So a priority event is delivered before every record and ordinary
-//! event that the consumer has not yet started to read when it looks (those queued in
-//! segments, including the rest of the segment in hand), never in the middle of a spanning
-//! record, and after every record already handed out. Priority events keep their order among
-//! themselves; everything else keeps its order too. The end of a partition is not an event
-//! frame: it is the producer's detach, which the consumer sees only after everything committed
-//! before it (see [`crate::GateMessage::EndOfPartition`]).
+//! The priority lane: four slots in the channel header, outside the segments, so that a
+//! priority event can overtake what is queued (see the `event` endpoint for the order).
 
 use crate::error::{Error, Result};
-use crate::layout::{Header, PRIO_PAYLOAD, PRIO_SLOTS};
+use crate::protocol::abi::{Header, PRIO_PAYLOAD, PRIO_SLOTS};
 use crate::sync::Ordering;
-
-/// The largest payload of an event (ordinary or priority), in bytes.
-pub const MAX_EVENT_PAYLOAD: usize = PRIO_PAYLOAD;
-
-/// An event as received: the user's kind and payload, and whether it came as a priority event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Event<'a> {
-    /// What the producer passed as the kind.
-    pub kind: u32,
-    /// The payload (in place for an ordinary event; copied out of the lane for a priority one).
-    pub payload: &'a [u8],
-    /// True if it overtook the records queued before it.
-    pub priority: bool,
-}
-
-/// What a consumer receives with [`crate::Consumer::recv_message`].
-pub enum Message<'a> {
-    /// A record.
-    Record(crate::Record<'a>),
-    /// An event (ordinary or priority).
-    Event(Event<'a>),
-}
-
-pub(crate) fn check_payload(region: &str, payload: &[u8]) -> Result<()> {
-    if payload.len() > MAX_EVENT_PAYLOAD {
-        return Err(Error::too_large(
-            region,
-            "an event payload",
-            payload.len() as u64,
-            MAX_EVENT_PAYLOAD as u64,
-        ));
-    }
-    Ok(())
-}
 
 /// Producer side of the lane: writes slot `tail` if there is room (`Ok(false)` if the lane is
 /// full). The consumer's head is untrusted: one that passed the tail or fell more than the
@@ -137,13 +92,4 @@ pub(crate) fn lane_pop(
     // Release: our reads of the slot happen before the producer reuses it.
     h.cons.prio_head.store(head + 1, Ordering::Release);
     Ok(Some((kind, len)))
-}
-
-impl std::fmt::Debug for Message<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Message::Record(r) => f.debug_tuple("Record").field(r).finish(),
-            Message::Event(e) => f.debug_tuple("Event").field(e).finish(),
-        }
-    }
 }

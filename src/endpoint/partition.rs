@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::endpoint::producer::{FlushPolicy, Producer};
 use crate::error::{ConfigError, Error, FromCore, SendError, SendTimeoutError, TrySendError};
-use crate::writer::{FlushPolicy, Producer};
-use crate::WaitStrategy;
+use crate::protocol::park::WaitStrategy;
 
 /// A key function: record → hash of its key.
 pub type KeyFn = Box<dyn FnMut(&[u8]) -> u64 + Send>;

@@ -1,0 +1,534 @@
+//! The region layout: header, rings, segments — and the geometry that places
+//! them. Offsets are always computed from a validated geometry, never read from the region.
+//!
+//! ```text
+//! | header (4 KiB): identity, geometry, attach state, cursors, park words, counters |
+//! | data ring slots   (N × u64, producer → consumer: segment index)                 |
+//! | return ring slots (N × u64, consumer → producer: segment index)                 |
+//! | segment 0 | segment 1 | ... | segment N-1   (segment_size bytes each, 4 KiB aligned) |
+//! ```
+//!
+//! There are no commit words: a frame's header is its own commit (see `frame.rs`).
+
+use crate::error::ConfigError;
+use crate::sync::{AtomicU32, AtomicU64, FutexWord};
+
+/// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
+/// Bumped whenever anything in this file changes meaning or place.
+pub const LAYOUT_VERSION: u32 = 3;
+/// Bytes reserved for the header page; rings start after it.
+pub(crate) const HEADER_SIZE: usize = 4096;
+/// Default segment size: Flink's network buffer size.
+pub(crate) const DEFAULT_SEGMENT_SIZE: u32 = 32 * 1024;
+/// Default segment count: 64 × 32 KiB = a 2 MiB pool, the size of the L2 cache of the machines
+/// this was tuned on; fewer segments make each hand-off relatively more expensive, many more
+/// make the pool fall out of cache.
+pub(crate) const DEFAULT_SEGMENT_COUNT: u32 = 64;
+/// Smallest segment: a page. The same under loom: the loom models build their tiny heap
+/// regions without this product check (see `loom_api`).
+pub(crate) const MIN_SEGMENT_SIZE: u32 = 4096;
+/// Largest segment (frame lengths are 32-bit; 1 GiB keeps every offset well inside).
+pub(crate) const MAX_SEGMENT_SIZE: u32 = 1 << 30;
+/// Largest segment count, to keep a corrupt header from asking for absurd mappings.
+pub(crate) const MAX_SEGMENT_COUNT: u32 = 1 << 20;
+
+/// Cache-line padding with a C layout (two lines: x86 prefetches pairs). `CachePadded` would
+/// do the same in one process, but the layout here is shared between separately built
+/// binaries, so it must be `repr(C)`.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub(crate) struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// Attach state of one end: `FREE` → `ATTACHED` → `DETACHED`, never back.
+pub(crate) const END_FREE: u32 = 0;
+pub(crate) const END_ATTACHED: u32 = 1;
+pub(crate) const END_DETACHED: u32 = 2;
+
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct EndSlot {
+    pub state: AtomicU32,
+    pub pid: AtomicU32,
+}
+
+/// Cursors written only by the producer (one line, written together when a segment is taken).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct ProducerCursors {
+    /// Data ring: next slot the producer fills.
+    pub data_tail: AtomicU64,
+    /// Return ring: next slot the producer takes.
+    pub ret_head: AtomicU64,
+    /// Gate channels: segments asked for so far (monotonic). The producer adds one each time
+    /// it runs out of segments; the gate lends floating segments while `demand > lent`, so
+    /// `demand - lent` is the channel's backlog (segments wanted and not yet granted).
+    pub demand: AtomicU64,
+}
+
+/// Cursors written only by the consumer.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct ConsumerCursors {
+    /// Data ring: next slot the consumer takes.
+    pub data_head: AtomicU64,
+    /// Return ring: next slot the consumer fills.
+    pub ret_tail: AtomicU64,
+    /// Gate channels: floating segments granted to this channel so far (monotonic).
+    pub lent: AtomicU64,
+    /// Gate channels: floating segments the channel holds now.
+    pub floating_held: AtomicU64,
+    /// Priority lane: next slot the consumer reads.
+    pub prio_head: AtomicU64,
+}
+
+/// Producer-side counters (one padded block, written only by the producer).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct ProducerCounters {
+    pub records: AtomicU64,
+    pub bytes: AtomicU64,
+    pub segments_committed: AtomicU64,
+    pub wakes: AtomicU64,
+    /// Nanoseconds spent blocked waiting for a free segment (backpressure).
+    pub backpressured_ns: AtomicU64,
+    /// Monotonic-clock nanoseconds when the current wait began, 0 when not waiting: lets a
+    /// reader count a wait that is still going on.
+    pub blocked_since_ns: AtomicU64,
+    /// Wake-ups issued by the buffer-timeout flusher thread (its own line of writes).
+    pub flusher_wakes: AtomicU64,
+    /// Segments the producer has taken from the return ring.
+    pub segments_acquired: AtomicU64,
+}
+
+/// Consumer-side counters.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct ConsumerCounters {
+    pub records: AtomicU64,
+    pub bytes: AtomicU64,
+    pub segments_returned: AtomicU64,
+    pub wakes: AtomicU64,
+    /// Nanoseconds spent waiting for data.
+    pub idle_ns: AtomicU64,
+    pub idle_since_ns: AtomicU64,
+    /// Segments the consumer has taken from the data ring.
+    pub segments_taken: AtomicU64,
+}
+
+/// Bytes of payload a priority event can carry (the rest of its slot is kind and length).
+pub(crate) const PRIO_PAYLOAD: usize = 31 * 8;
+/// Slots in the priority lane.
+pub(crate) const PRIO_SLOTS: usize = 4;
+
+/// One priority event: `kind << 32 | len`, then the payload as words.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct PrioSlot {
+    pub kind_len: AtomicU64,
+    pub words: [AtomicU64; PRIO_PAYLOAD / 8],
+}
+
+/// The header page. Identity and geometry are written once by the creator, magic last.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct Header {
+    pub magic: AtomicU64,
+    pub version: AtomicU32,
+    pub header_size: AtomicU32,
+    pub segment_size: AtomicU32,
+    pub segment_count: AtomicU32,
+    pub total_size: AtomicU64,
+    pub creator_pid: AtomicU32,
+    pub _reserved: AtomicU32,
+    pub producer: Padded<EndSlot>,
+    pub consumer: Padded<EndSlot>,
+    pub prod: Padded<ProducerCursors>,
+    pub cons: Padded<ConsumerCursors>,
+    /// Non-zero while the producer is (about to be) asleep waiting for a returned segment.
+    pub producer_park: Padded<FutexWord>,
+    /// Non-zero while the consumer is (about to be) asleep waiting for data.
+    pub consumer_park: Padded<FutexWord>,
+    pub producer_counters: Padded<ProducerCounters>,
+    pub consumer_counters: Padded<ConsumerCounters>,
+    /// Priority lane: next slot the producer fills (its own line, written only by priority
+    /// sends, so the consumer's check before each message stays a cache hit).
+    pub prio_tail: Padded<AtomicU64>,
+    /// Priority events, outside the segments so that they can overtake queued records.
+    pub prio: [PrioSlot; PRIO_SLOTS],
+}
+
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_SIZE);
+
+impl Header {
+    pub(crate) fn end(&self, end: crate::error::End) -> &EndSlot {
+        match end {
+            crate::error::End::Producer => &self.producer,
+            crate::error::End::Consumer => &self.consumer,
+        }
+    }
+}
+
+/// Size and number of segments: everything else in the layout follows from these two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Bytes per segment (a multiple of 64, 4 KiB ..= 1 GiB).
+    pub segment_size: u32,
+    /// Segments in the pool (2 ..= 2^20).
+    pub segment_count: u32,
+}
+
+impl Default for Geometry {
+    fn default() -> Self {
+        Geometry {
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            segment_count: DEFAULT_SEGMENT_COUNT,
+        }
+    }
+}
+
+const fn align_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+impl Geometry {
+    /// Checks the limits; `region` names where the values came from.
+    pub fn validate(&self, region: &str) -> Result<(), ConfigError> {
+        let bad =
+            |field, expected: String, found: u32| ConfigError::new(region, field, expected, found);
+        let s = self.segment_size;
+        if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&s) || s % 64 != 0 {
+            return Err(bad(
+                "segment_size",
+                format!("a multiple of 64 between {MIN_SEGMENT_SIZE} and {MAX_SEGMENT_SIZE}"),
+                s,
+            ));
+        }
+        let n = self.segment_count;
+        if !(2..=MAX_SEGMENT_COUNT).contains(&n) {
+            return Err(bad(
+                "segment_count",
+                format!("between 2 and {MAX_SEGMENT_COUNT}"),
+                n,
+            ));
+        }
+        if (s as u64) * (n as u64) > (1u64 << 44) {
+            return Err(bad(
+                "segment_size × segment_count",
+                "at most 16 TiB".into(),
+                n,
+            ));
+        }
+        Ok(())
+    }
+
+    fn ring_bytes(&self) -> usize {
+        align_up(self.segment_count as usize * 8, 4096)
+    }
+
+    pub(crate) fn data_ring_offset(&self) -> usize {
+        HEADER_SIZE
+    }
+
+    pub(crate) fn return_ring_offset(&self) -> usize {
+        self.data_ring_offset() + self.ring_bytes()
+    }
+
+    pub(crate) fn segments_offset(&self) -> usize {
+        self.return_ring_offset() + self.ring_bytes()
+    }
+
+    /// Total bytes of a region with this geometry.
+    pub fn region_size(&self) -> usize {
+        self.segments_offset() + self.segment_count as usize * self.segment_size as usize
+    }
+}
+
+// ----- gates ---------------------------------------------------------------------------
+//
+// The layout of a gate region: one consumer, `M` channels, each with its own producer.
+//
+// ```text
+// | gate header (4 KiB): identity, geometry, consumer state, the gate's park word, pool figures |
+// | channel 0: header (4 KiB, as a single channel's) | data ring | return ring  (E + F slots each) |
+// | channel 1: ...                                                                                |
+// | segments 0 .. T-1, T = M × E + F: channel c owns [c×E, c×E + E); floating are [M×E, T)      |
+// ```
+//
+// Every ring still has one writer: a channel's return ring is written only by the consumer,
+// which is the sole owner of the floating pool (it lends a floating segment by pushing it into
+// that channel's return ring, and takes it back when it comes out of the data ring). A ring
+// holds `E + F` slots, the most segments one channel can ever own.
+
+/// First 8 bytes of a gate region ("SHMGATE" + 0x01): a single-channel open of a gate is
+/// `BadMagic`, and the other way round.
+pub(crate) const GATE_MAGIC: u64 = u64::from_le_bytes(*b"SHMGATE\x01");
+/// Default exclusive segments per channel (Flink's `buffers-per-channel`).
+pub(crate) const DEFAULT_EXCLUSIVE: u32 = 2;
+/// Default floating segments per gate (Flink's `floating-buffers-per-gate`).
+pub(crate) const DEFAULT_FLOATING: u32 = 8;
+/// Most channels in one gate (each producer's liveness lock takes one byte of the object).
+pub(crate) const MAX_CHANNELS: u32 = 1024;
+
+/// Figures the consumer publishes about the gate as a whole (for `shmflow stat`).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct GateFigures {
+    /// Floating segments in the pool, lent to nobody.
+    pub floating_free: AtomicU64,
+    /// Nanoseconds the gate spent waiting for any channel.
+    pub idle_ns: AtomicU64,
+    /// When the current wait started (0 if not waiting).
+    pub idle_since_ns: AtomicU64,
+}
+
+/// The gate header page.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct GateHeader {
+    pub magic: AtomicU64,
+    pub version: AtomicU32,
+    pub header_size: AtomicU32,
+    pub channels: AtomicU32,
+    pub exclusive: AtomicU32,
+    pub floating: AtomicU32,
+    pub segment_size: AtomicU32,
+    pub total_size: AtomicU64,
+    pub creator_pid: AtomicU32,
+    pub _reserved: AtomicU32,
+    /// The gate's consumer (each channel header repeats it, for that channel's producer).
+    pub consumer: Padded<EndSlot>,
+    /// Non-zero while the consumer is (about to be) asleep waiting for any channel. Every
+    /// channel's producer wakes this one word.
+    pub park: Padded<FutexWord>,
+    pub pool: Padded<GateFigures>,
+}
+
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<GateHeader>() <= HEADER_SIZE);
+
+/// The shape of a gate: how many channels, how many segments each owns, how many float.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateGeometry {
+    /// Channels (one producer each), 1 ..= [`MAX_CHANNELS`].
+    pub channels: u32,
+    /// Segments each channel owns (default 2, at least 1).
+    pub exclusive: u32,
+    /// Segments the gate lends to channels with a backlog (default 8).
+    pub floating: u32,
+    /// Bytes per segment (as for a channel: a multiple of 64, at least 4 KiB).
+    pub segment_size: u32,
+}
+
+impl GateGeometry {
+    /// `channels` channels with the defaults: 2 exclusive each, 8 floating, 32 KiB segments.
+    pub fn new(channels: u32) -> GateGeometry {
+        GateGeometry {
+            channels,
+            exclusive: DEFAULT_EXCLUSIVE,
+            floating: DEFAULT_FLOATING,
+            segment_size: crate::protocol::abi::DEFAULT_SEGMENT_SIZE,
+        }
+    }
+
+    /// Checks the limits; `region` names where the values came from.
+    pub fn validate(&self, region: &str) -> Result<(), ConfigError> {
+        let bad =
+            |field, expected: &str, found: u32| ConfigError::new(region, field, expected, found);
+        if !(1..=MAX_CHANNELS).contains(&self.channels) {
+            return Err(bad("channels", "between 1 and 1024", self.channels));
+        }
+        if self.exclusive == 0 {
+            return Err(bad("exclusive", "at least 1 segment per channel", 0));
+        }
+        if (self.exclusive as u64 + self.floating as u64) < 2 {
+            return Err(bad(
+                "exclusive + floating",
+                "at least 2 (a producer needs a second segment while the first is read)",
+                self.exclusive + self.floating,
+            ));
+        }
+        let total = self.total_segments();
+        if total > crate::protocol::abi::MAX_SEGMENT_COUNT as u64 {
+            return Err(bad(
+                "channels × exclusive + floating",
+                "at most 2^20 segments",
+                total.min(u32::MAX as u64) as u32,
+            ));
+        }
+        // The segment size has the channel's limits.
+        crate::protocol::abi::Geometry {
+            segment_size: self.segment_size,
+            segment_count: 2,
+        }
+        .validate(region)?;
+        if self.segment_size as u64 * total > 1 << 44 {
+            return Err(bad(
+                "segments × segment_size",
+                "at most 16 TiB",
+                self.segment_size,
+            ));
+        }
+        Ok(())
+    }
+
+    /// All segments: `channels × exclusive + floating`.
+    pub fn total_segments(&self) -> u64 {
+        self.channels as u64 * self.exclusive as u64 + self.floating as u64
+    }
+
+    /// Slots per ring: the most segments one channel can hold.
+    pub(crate) fn ring_cap(&self) -> usize {
+        (self.exclusive + self.floating) as usize
+    }
+
+    fn ring_bytes(&self) -> usize {
+        (self.ring_cap() * 8).div_ceil(4096) * 4096
+    }
+
+    fn channel_block(&self) -> usize {
+        HEADER_SIZE + 2 * self.ring_bytes()
+    }
+
+    /// Offset of channel `c`'s header.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn channel_offset(&self, c: u32) -> usize {
+        HEADER_SIZE + c as usize * self.channel_block()
+    }
+
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn data_ring_offset(&self, c: u32) -> usize {
+        self.channel_offset(c) + HEADER_SIZE
+    }
+
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn return_ring_offset(&self, c: u32) -> usize {
+        self.data_ring_offset(c) + self.ring_bytes()
+    }
+
+    pub(crate) fn segments_offset(&self) -> usize {
+        HEADER_SIZE + self.channels as usize * self.channel_block()
+    }
+
+    /// Total bytes of a gate region with this geometry.
+    pub fn region_size(&self) -> usize {
+        self.segments_offset() + self.total_segments() as usize * self.segment_size as usize
+    }
+
+    /// Channel `c`'s own segments.
+    pub(crate) fn exclusive_range(&self, c: u32) -> std::ops::Range<u32> {
+        c * self.exclusive..(c + 1) * self.exclusive
+    }
+
+    /// The floating segments.
+    pub(crate) fn floating_range(&self) -> std::ops::Range<u32> {
+        let first = self.channels * self.exclusive;
+        first..first + self.floating
+    }
+}
+
+// ----- the layout, pinned ------------------------------------------------------------------
+//
+// The places other builds of shmflow (and the tests that patch regions by offset) rely on. A
+// field that moves breaks these at compile time; `golden_layout` below pins every field.
+
+#[cfg(not(loom))]
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(Header, magic) == 0);
+    assert!(offset_of!(Header, version) == 8);
+    assert!(offset_of!(Header, header_size) == 12);
+    assert!(offset_of!(Header, segment_size) == 16);
+    assert!(offset_of!(Header, segment_count) == 20);
+    assert!(offset_of!(Header, total_size) == 24);
+    assert!(offset_of!(GateHeader, magic) == 0);
+    assert!(offset_of!(GateHeader, version) == 8);
+    assert!(offset_of!(GateHeader, header_size) == 12);
+    assert!(std::mem::size_of::<GateHeader>() <= HEADER_SIZE);
+};
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// Every field of every structure in a region, as `struct.field@offset+size`.
+    fn layout() -> String {
+        macro_rules! fields {
+            ($out:ident, $t:ty, $($f:ident: $ft:ty),* $(,)?) => {$(
+                $out.push(format!(
+                    "{}.{}@{}+{}",
+                    stringify!($t),
+                    stringify!($f),
+                    offset_of!($t, $f),
+                    size_of::<$ft>()
+                ));
+            )*};
+        }
+        let mut v = Vec::new();
+        fields!(v, EndSlot, state: AtomicU32, pid: AtomicU32);
+        fields!(v, ProducerCursors, data_tail: AtomicU64, ret_head: AtomicU64, demand: AtomicU64);
+        fields!(v, ConsumerCursors, data_head: AtomicU64, ret_tail: AtomicU64, lent: AtomicU64,
+            floating_held: AtomicU64, prio_head: AtomicU64);
+        fields!(v, ProducerCounters, records: AtomicU64, bytes: AtomicU64,
+            segments_committed: AtomicU64, wakes: AtomicU64, backpressured_ns: AtomicU64,
+            blocked_since_ns: AtomicU64, flusher_wakes: AtomicU64, segments_acquired: AtomicU64);
+        fields!(v, ConsumerCounters, records: AtomicU64, bytes: AtomicU64,
+            segments_returned: AtomicU64, wakes: AtomicU64, idle_ns: AtomicU64,
+            idle_since_ns: AtomicU64, segments_taken: AtomicU64);
+        fields!(v, PrioSlot, kind_len: AtomicU64, words: [AtomicU64; PRIO_PAYLOAD / 8]);
+        fields!(v, Header, magic: AtomicU64, version: AtomicU32, header_size: AtomicU32,
+            segment_size: AtomicU32, segment_count: AtomicU32, total_size: AtomicU64,
+            creator_pid: AtomicU32, _reserved: AtomicU32, producer: Padded<EndSlot>,
+            consumer: Padded<EndSlot>, prod: Padded<ProducerCursors>,
+            cons: Padded<ConsumerCursors>, producer_park: Padded<FutexWord>,
+            consumer_park: Padded<FutexWord>, producer_counters: Padded<ProducerCounters>,
+            consumer_counters: Padded<ConsumerCounters>, prio_tail: Padded<AtomicU64>,
+            prio: [PrioSlot; PRIO_SLOTS]);
+        fields!(v, GateFigures, floating_free: AtomicU64, idle_ns: AtomicU64,
+            idle_since_ns: AtomicU64);
+        fields!(v, GateHeader, magic: AtomicU64, version: AtomicU32, header_size: AtomicU32,
+            channels: AtomicU32, exclusive: AtomicU32, floating: AtomicU32,
+            segment_size: AtomicU32, total_size: AtomicU64, creator_pid: AtomicU32,
+            _reserved: AtomicU32, consumer: Padded<EndSlot>, park: Padded<FutexWord>,
+            pool: Padded<GateFigures>);
+        v.push(format!(
+            "Header={} GateHeader={}",
+            size_of::<Header>(),
+            size_of::<GateHeader>()
+        ));
+        v.join("\n")
+    }
+
+    /// The layout this version of the ABI has. A change to any structure of the region must
+    /// come with a new `LAYOUT_VERSION` (ends of two layouts must refuse each other) and a new
+    /// golden text here: this test fails until both are done.
+    #[test]
+    fn golden_layout() {
+        let now = layout();
+        let golden = include_str!("abi.golden");
+        assert_eq!(
+            (LAYOUT_VERSION, now.trim()),
+            (GOLDEN_VERSION, golden.trim()),
+            "the region layout changed: bump LAYOUT_VERSION, then write the new layout to \
+             src/protocol/abi.golden and GOLDEN_VERSION (the layout now is printed above)"
+        );
+    }
+
+    /// The layout version `abi.golden` describes.
+    const GOLDEN_VERSION: u32 = 3;
+
+    #[test]
+    #[ignore = "prints the layout for abi.golden"]
+    fn print_layout() {
+        println!("{}", layout());
+    }
+}

@@ -1,0 +1,33 @@
+//! Each side's counters: kept locally, mirrored into its own lines of the header (the
+//! `ProducerCounters` and `ConsumerCounters` of the ABI) with plain (non-RMW) relaxed stores,
+//! so that another process can read them live. No contended counter, no locked instruction on
+//! the hot path; a reader may see a slightly old value, never a torn one.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// A counter owned by one side: the local value is the truth, the shared one a mirror.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Local(pub u64);
+
+impl Local {
+    /// Counts without publishing (per-record counters: published by [`Local::publish`] at
+    /// segment boundaries, flushes and waits, so the hot path stores nothing shared).
+    #[inline]
+    pub(crate) fn bump(&mut self, v: u64) {
+        self.0 = self.0.wrapping_add(v);
+    }
+
+    /// Publishes the local value.
+    #[inline]
+    pub(crate) fn publish(&self, shared: &AtomicU64) {
+        // Relaxed: a statistic; readers need no ordering with the data.
+        shared.store(self.0, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn add(&mut self, shared: &AtomicU64, v: u64) {
+        self.0 = self.0.wrapping_add(v);
+        // Relaxed: a statistic; readers need no ordering with the data.
+        shared.store(self.0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,12 @@
+//! The protocol layer: the shared-memory ABI (every `repr(C)` structure of a region), record
+//! framing, the SPSC ring, park/wake, the priority lane, the counters and the floating-segment
+//! pool. No OS dependency: atomics and the futex word come from `crate::sync`, which the loom
+//! models swap for loom's.
+
+pub(crate) mod abi;
+pub(crate) mod counters;
+pub(crate) mod frame;
+pub(crate) mod lane;
+pub(crate) mod park;
+pub(crate) mod pool;
+pub(crate) mod ring;

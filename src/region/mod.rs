@@ -1,0 +1,12 @@
+//! The region layer: creating, opening, validating and mapping the shared-memory objects of
+//! channels and gates, the typed view of a mapped region, the liveness locks of its ends and
+//! the hand-off of anonymous regions to child processes.
+
+#[cfg(not(loom))]
+pub(crate) mod handoff;
+#[cfg(loom)]
+pub(crate) mod heap;
+pub(crate) mod liveness;
+#[cfg(not(loom))]
+pub(crate) mod object;
+pub(crate) mod view;
