@@ -1,7 +1,5 @@
 //! criterion benchmarks of the public API. Run: `cargo bench`.
 //!
-//! - `ring/*`: the SPSC ring of segment indices: a push and a pop on one thread, and a stream
-//!   of values from one thread to another;
 //! - `frame/*`: one thread sends then receives one record (framing + hand-off cost, no
 //!   cross-core traffic), by record size;
 //! - `channel/*`: producer and consumer threads of one process, throughput by record size;
@@ -19,51 +17,6 @@ const SIZES: [usize; 7] = [0, 8, 64, 512, 4096, 64 * 1024, 1024 * 1024];
 
 fn pair(g: Geometry) -> (Producer, Consumer) {
     shmflow::pair(g).unwrap()
-}
-
-fn ring(c: &mut Criterion) {
-    let mut group = c.benchmark_group("ring");
-    let (mut tx, mut rx) = shmflow::bench_api::ring(64);
-    group.throughput(Throughput::Elements(1));
-    group.bench_function("push_pop", |b| {
-        b.iter(|| {
-            assert!(tx.push(black_box(7)));
-            black_box(rx.pop().unwrap());
-        })
-    });
-    // Two threads: values pushed by one, popped by the other, through a 64-slot ring.
-    const BATCH: u64 = 1 << 16;
-    group.throughput(Throughput::Elements(BATCH));
-    group.bench_function("cross_thread", |b| {
-        b.iter_custom(|iters| {
-            let (mut tx, mut rx) = shmflow::bench_api::ring(64);
-            let n = iters * BATCH;
-            let start = Instant::now();
-            let t = std::thread::spawn(move || {
-                let mut got = 0u64;
-                while got < n {
-                    match rx.pop() {
-                        Some(v) => {
-                            black_box(v);
-                            got += 1;
-                        }
-                        None => std::hint::spin_loop(),
-                    }
-                }
-            });
-            let mut sent = 0u64;
-            while sent < n {
-                if tx.push(sent as u32) {
-                    sent += 1;
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
-            t.join().unwrap();
-            start.elapsed()
-        })
-    });
-    group.finish();
 }
 
 fn frame(c: &mut Criterion) {
@@ -189,7 +142,7 @@ fn rtt(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, ring, frame, channel, rtt);
+criterion_group!(benches, frame, channel, rtt);
 
 fn main() {
     if std::env::var(ROLE).is_ok() {

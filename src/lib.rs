@@ -96,11 +96,6 @@ pub fn pair(geometry: Geometry) -> Result<(Producer, Consumer), OpenError> {
     Ok((p, c))
 }
 
-/// Hooks for the criterion benches in `benches/` (the real ring, otherwise private).
-#[cfg(not(loom))]
-#[doc(hidden)]
-pub mod bench_api;
-
 /// Hooks for the loom models in `loom-tests/`: the library's real ring, producer and consumer
 /// over a region on the heap. Only built with `--cfg loom`.
 #[cfg(loom)]

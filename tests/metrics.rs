@@ -140,10 +140,23 @@ fn levels_and_rates_follow_flinks_definitions() {
 fn the_monitor_is_read_only_and_never_attaches() {
     if role().as_deref() == Some("scribbler") {
         child_main(|| {
-            let m = Monitor::open(&std::env::var("NAME").unwrap()).map_err(|e| e.to_string())?;
-            let ptr = m.mapping_ptr() as *mut u64;
+            let name = std::env::var("NAME").unwrap();
+            let m = Monitor::open(&name).map_err(|e| e.to_string())?;
+            // Find the monitor's mapping of the object in this process's map.
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+            let line = maps
+                .lines()
+                .find(|l| l.ends_with(&format!("/dev/shm{name}")))
+                .ok_or("the monitor's mapping is not in /proc/self/maps")?;
+            let perms = line.split_whitespace().nth(1).unwrap();
+            if perms != "r--s" {
+                return Err(format!("the monitor's mapping is {perms}, not r--s"));
+            }
+            let start = usize::from_str_radix(line.split('-').next().unwrap(), 16).unwrap();
+            let ptr = start as *mut u64;
             // SAFETY: deliberately invalid: the mapping is PROT_READ, this must fault (SIGSEGV).
             unsafe { ptr.add(100).write_volatile(0xDEAD) };
+            drop(m);
             Err("a write through the monitor's mapping succeeded".into())
         });
     }

@@ -47,12 +47,6 @@ impl Monitor {
         )
         .unwrap_or(true)
     }
-
-    /// Start of the read-only mapping (for tests that check it cannot be written).
-    #[doc(hidden)]
-    pub fn mapping_ptr(&self) -> *const u8 {
-        self.shared.header() as *const _ as *const u8
-    }
 }
 
 /// What `shmflow list` shows for one region.
