@@ -18,12 +18,16 @@ use crate::endpoint::event::Event;
 use crate::error::{
     op, End, Error, FromCore, OpenError, RecvError, RecvTimeoutError, Result, TryRecvError,
 };
+#[cfg(not(loom))]
+use crate::protocol::abi::Geometry;
 use crate::protocol::abi::END_DETACHED;
 use crate::protocol::counters::Local;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Recycler;
 use crate::protocol::ring::{RingRx, RingTx};
+#[cfg(not(loom))]
+use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
@@ -108,47 +112,36 @@ pub(crate) enum Ready {
 }
 
 impl Consumer {
-    /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
-    /// consumer. The name is unlinked when this consumer is dropped.
     #[cfg(not(loom))]
-    pub fn create(
-        name: &str,
-        geometry: crate::protocol::abi::Geometry,
-    ) -> Result<Consumer, OpenError> {
+    pub(crate) fn create_with(name: &str, geometry: Geometry) -> Result<Consumer, OpenError> {
         let (shared, lock) = crate::region::object::create_named(name, geometry, End::Consumer)?;
         Consumer::attach_with(shared, Some(lock))
     }
 
-    /// Opens a named region created by the producer and attaches as its consumer.
     #[cfg(not(loom))]
-    pub fn open(name: &str) -> Result<Consumer, OpenError> {
+    pub(crate) fn open_with(name: &str) -> Result<Consumer, OpenError> {
         Consumer::attach(crate::region::object::open_named(name, true)?)
     }
 
-    /// Creates an anonymous (memfd) region and attaches as its consumer; the returned handle
-    /// gives the producer end to a child process.
     #[cfg(not(loom))]
-    pub fn create_anonymous(
-        geometry: crate::protocol::abi::Geometry,
-    ) -> Result<(Consumer, crate::region::handoff::PeerHandle), OpenError> {
+    pub(crate) fn create_anonymous_with(
+        geometry: Geometry,
+    ) -> Result<(Consumer, PeerHandle), OpenError> {
         let (shared, lock) = crate::region::object::create_memfd(geometry, End::Consumer)?;
-        let handle = crate::region::handoff::PeerHandle::new(&shared)?;
+        let handle = PeerHandle::new(&shared)?;
         Ok((Consumer::attach_with(shared, Some(lock))?, handle))
     }
 
-    /// Attaches as consumer to a region whose descriptor was inherited.
     #[cfg(not(loom))]
-    pub fn from_fd(fd: OwnedFd) -> Result<Consumer, OpenError> {
+    pub(crate) fn from_fd_with(fd: OwnedFd) -> Result<Consumer, OpenError> {
         let name = crate::region::handoff::fd_region_name(&fd);
         Consumer::attach(crate::region::object::open_fd(name, fd, true)?)
     }
 
-    /// Attaches as consumer to the region whose descriptor number is in environment variable
-    /// `var` (set by [`crate::PeerHandle::pass_to`]).
     #[cfg(not(loom))]
-    pub fn from_env(var: &str) -> Result<Consumer, OpenError> {
+    pub(crate) fn from_env_with(var: &str) -> Result<Consumer, OpenError> {
         match crate::region::handoff::fd_from_env(var)? {
-            (fd, None) => Consumer::from_fd(fd),
+            (fd, None) => Consumer::from_fd_with(fd),
             (_, Some(c)) => Err(crate::error::ConfigError::new(
                 &format!("${var}"),
                 "handle",

@@ -33,25 +33,6 @@ use crate::sys::clock::monotonic_ns;
 /// Messages the gate takes from one channel before it moves on to the next that has data.
 pub const QUANTUM: u32 = 8;
 
-/// Picks channel `c` out of a gate's channels.
-#[cfg(not(loom))]
-pub(crate) fn pick(
-    mut chans: Vec<Arc<Shared>>,
-    c: u32,
-    name: &str,
-) -> Result<Arc<Shared>, crate::error::OpenError> {
-    if c as usize >= chans.len() {
-        return Err(crate::error::ConfigError::new(
-            name,
-            "channel",
-            format!("below {} (the gate's channel count)", chans.len()),
-            c,
-        )
-        .into());
-    }
-    Ok(chans.swap_remove(c as usize))
-}
-
 /// What a gate hands out.
 pub enum GateMessage<'a> {
     /// A record from `channel`.

@@ -121,24 +121,21 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
-    /// producer. The name is unlinked when this producer is dropped.
     #[cfg(not(loom))]
-    pub fn create(name: &str, geometry: Geometry) -> Result<Producer, OpenError> {
+    pub(crate) fn create_with(name: &str, geometry: Geometry) -> Result<Producer, OpenError> {
         let (shared, lock) = crate::region::object::create_named(name, geometry, End::Producer)?;
         Producer::attach_with(shared, Some(lock), Supply::Own)
     }
 
-    /// Opens a named region created by the consumer and attaches as its producer.
     #[cfg(not(loom))]
-    pub fn open(name: &str) -> Result<Producer, OpenError> {
+    pub(crate) fn open_with(name: &str) -> Result<Producer, OpenError> {
         Producer::attach(crate::region::object::open_named(name, true)?)
     }
 
-    /// Creates an anonymous (memfd) region and attaches as its producer; the returned handle
-    /// gives the consumer end to a child process (see [`PeerHandle`]).
     #[cfg(not(loom))]
-    pub fn create_anonymous(geometry: Geometry) -> Result<(Producer, PeerHandle), OpenError> {
+    pub(crate) fn create_anonymous_with(
+        geometry: Geometry,
+    ) -> Result<(Producer, PeerHandle), OpenError> {
         let (shared, lock) = crate::region::object::create_memfd(geometry, End::Producer)?;
         let handle = PeerHandle::new(&shared)?;
         Ok((
@@ -147,35 +144,28 @@ impl Producer {
         ))
     }
 
-    /// Attaches as producer to a region whose descriptor was inherited (see [`PeerHandle`]).
     #[cfg(not(loom))]
-    pub fn from_fd(fd: OwnedFd) -> Result<Producer, OpenError> {
+    pub(crate) fn from_fd_with(fd: OwnedFd) -> Result<Producer, OpenError> {
         let name = crate::region::handoff::fd_region_name(&fd);
         Producer::attach(crate::region::object::open_fd(name, fd, true)?)
     }
 
-    /// Attaches as producer to the region whose descriptor number is in environment variable
-    /// `var` (set by [`PeerHandle::pass_to`]).
-    /// For a gate's handle (see [`crate::Gate::create_anonymous`]) this opens the handle's
-    /// channel.
     #[cfg(not(loom))]
-    pub fn from_env(var: &str) -> Result<Producer, OpenError> {
+    pub(crate) fn from_env_with(var: &str) -> Result<Producer, OpenError> {
         match crate::region::handoff::fd_from_env(var)? {
-            (fd, None) => Producer::from_fd(fd),
+            (fd, None) => Producer::from_fd_with(fd),
             (fd, Some(c)) => {
                 let name = crate::region::handoff::fd_region_name(&fd);
                 let chans = crate::region::object::gate_open_fd(name.clone(), fd, true)?;
-                Producer::attach_gate_channel(crate::endpoint::gate::pick(chans, c, &name)?)
+                Producer::attach_gate_channel(crate::region::object::pick_channel(chans, c, &name)?)
             }
         }
     }
 
-    /// Opens channel `channel` of the named gate (made by [`crate::Gate::create`]) and attaches
-    /// as its producer.
     #[cfg(not(loom))]
-    pub fn open_channel(name: &str, channel: u32) -> Result<Producer, OpenError> {
+    pub(crate) fn open_channel_with(name: &str, channel: u32) -> Result<Producer, OpenError> {
         let chans = crate::region::object::gate_open_named(name, true)?;
-        Producer::attach_gate_channel(crate::endpoint::gate::pick(chans, channel, name)?)
+        Producer::attach_gate_channel(crate::region::object::pick_channel(chans, channel, name)?)
     }
 
     pub(crate) fn attach(shared: Arc<Shared>) -> Result<Producer, OpenError> {

@@ -1,5 +1,5 @@
-//! Creating, opening and mapping the shared-memory object that holds one channel, and
-//! attaching an end to it.
+//! Creating, opening and mapping the shared-memory objects of channels and gates: one path
+//! for both (a [`Shape`] says which), and one constructor of their views.
 //!
 //! Rules, in one place:
 //! - A named region is created with `shm_open(O_CREAT | O_EXCL, 0600)`; an existing name is
@@ -22,7 +22,7 @@ use crate::protocol::abi::{GateGeometry, GateHeader, GATE_MAGIC};
 type Result<T, E = OpenError> = std::result::Result<T, E>;
 use crate::protocol::abi::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
 use crate::region::liveness::{lock_byte, EndLock};
-use crate::region::view::{Mapping, Shared};
+use crate::region::view::{Mapping, Placement, Shared};
 use crate::sync::{Arc, Ordering};
 
 pub(crate) fn c_name(name: &str) -> Result<CString> {
@@ -71,25 +71,6 @@ pub(crate) fn size_and_map(
     map(name, fd, size, true).map_err(undo)
 }
 
-fn finish_create(
-    name: String,
-    fd: OwnedFd,
-    geometry: Geometry,
-    unlink: Option<CString>,
-) -> Result<Arc<Shared>> {
-    let map = size_and_map(&name, &fd, geometry.region_size(), unlink.as_ref())?;
-    let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
-    let mapping = Mapping {
-        _map: map,
-        fd,
-        unlink,
-    };
-    // SAFETY: the mapping is `size` = region_size bytes, page aligned, owned by `mapping`.
-    let shared = unsafe { Shared::from_mapping(name, geometry, base, mapping) };
-    shared.init_header(std::process::id());
-    Ok(Arc::new(shared))
-}
-
 /// Creates the named object (`O_EXCL`, mode 0600) and write-locks `lock_byte` for `end` on it
 /// before anything else, so that `shmflow clean` never sees it ownerless.
 pub(crate) fn shm_create(
@@ -122,27 +103,22 @@ pub(crate) fn create_named(
     geometry: Geometry,
     end: End,
 ) -> Result<(Arc<Shared>, std::sync::Arc<EndLock>)> {
-    geometry.validate(name)?;
-    let (fd, cname, lock) = shm_create(name, lock_byte(None, end), end)?;
-    Ok((
-        finish_create(name.to_owned(), fd, geometry, Some(cname))?,
-        std::sync::Arc::new(lock),
-    ))
+    let (mut chans, lock) = create_named_shape(name, Shape::Channel(geometry), end)?;
+    Ok((chans.swap_remove(0), lock))
 }
 
 /// `AlreadyExists`, or `Stale` if the region there is shmflow's (a channel or a gate) and none
 /// of its ends is alive.
 pub(crate) fn exists_error(name: &str) -> OpenError {
-    let found: Option<(Arc<Shared>, Vec<i64>)> =
-        if let Ok(chans) = crate::region::object::gate_open_named(name, false) {
-            let m = chans.len() as i64;
-            Some((
-                chans[0].clone(),
-                std::iter::once(1).chain(2..2 + m).collect(),
-            ))
-        } else {
-            open_named(name, false).ok().map(|s| (s, vec![0, 1]))
-        };
+    let found: Option<(Arc<Shared>, Vec<i64>)> = if let Ok(chans) = gate_open_named(name, false) {
+        let m = chans.len() as i64;
+        Some((
+            chans[0].clone(),
+            std::iter::once(1).chain(2..2 + m).collect(),
+        ))
+    } else {
+        open_named(name, false).ok().map(|s| (s, vec![0, 1]))
+    };
     if let Some((shared, bytes)) = found {
         let alive = |b| crate::region::liveness::end_locked(shared.fd(), b).unwrap_or(true);
         if !bytes.into_iter().any(alive) {
@@ -177,19 +153,21 @@ pub(crate) fn create_memfd(
     geometry: Geometry,
     end: End,
 ) -> Result<(Arc<Shared>, std::sync::Arc<EndLock>)> {
-    geometry.validate("memfd:shmflow")?;
-    let (fd, name) = memfd_sealed(geometry.region_size())?;
-    let lock = EndLock::acquire(&fd, lock_byte(None, end), end, &name)?;
-    Ok((
-        finish_create(name, fd, geometry, None)?,
-        std::sync::Arc::new(lock),
-    ))
+    let (mut chans, lock) = create_memfd_shape(Shape::Channel(geometry), end)?;
+    Ok((chans.swap_remove(0), lock))
 }
 
 /// Opens an existing named region.
 pub(crate) fn open_named(name: &str, writable: bool) -> Result<Arc<Shared>> {
     let fd = shm_open_existing(name, writable)?;
-    open_fd_inner(name.to_owned(), fd, writable, INIT_GRACE)
+    let mut chans = open_mapped(
+        name.to_owned(),
+        fd,
+        writable,
+        INIT_GRACE,
+        RegionKind::Channel,
+    )?;
+    Ok(chans.swap_remove(0))
 }
 
 /// Opens an existing named object that belongs to this user and nobody else.
@@ -234,7 +212,8 @@ pub(crate) fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
 pub(crate) const INIT_GRACE: Duration = Duration::from_millis(500);
 
 pub(crate) fn open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Arc<Shared>> {
-    open_fd_inner(name, fd, writable, Duration::ZERO)
+    let mut chans = open_mapped(name, fd, writable, Duration::ZERO, RegionKind::Channel)?;
+    Ok(chans.swap_remove(0))
 }
 
 /// The object's size and a read-only mapping of its first page, once its creator has written
@@ -273,54 +252,6 @@ pub(crate) fn identity(
         magic = magic_word.load(Ordering::Acquire);
     }
     Ok((size, magic, head))
-}
-
-fn open_fd_inner(
-    name: String,
-    fd: OwnedFd,
-    writable: bool,
-    grace: Duration,
-) -> Result<Arc<Shared>> {
-    let (size, magic, head) = identity(&name, &fd, grace)?;
-    if magic != MAGIC {
-        return Err(crate::region::object::bad_magic(
-            name,
-            crate::error::RegionKind::Channel,
-            magic,
-        ));
-    }
-    // SAFETY: the header mapping is HEADER_SIZE bytes, aligned, and `Header` fits in it; we
-    // only read atomics from it while `head` lives.
-    let hdr = unsafe { &*(head.as_ptr() as *const crate::protocol::abi::Header) };
-    check_version(
-        &name,
-        hdr.version.load(Ordering::Relaxed),
-        hdr.header_size.load(Ordering::Relaxed),
-    )?;
-    let geometry = Geometry {
-        segment_size: hdr.segment_size.load(Ordering::Relaxed),
-        segment_count: hdr.segment_count.load(Ordering::Relaxed),
-    };
-    let recorded = hdr.total_size.load(Ordering::Relaxed);
-    drop(head);
-    let expected = check_geometry(
-        &name,
-        geometry.validate(&name),
-        || geometry.region_size(),
-        recorded,
-        size,
-    )?;
-    let map = map(&name, &fd, expected as usize, writable)?;
-    let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
-    let mapping = Mapping {
-        _map: map,
-        fd,
-        unlink: None,
-    };
-    // SAFETY: mapping of exactly region_size bytes for this validated geometry.
-    Ok(Arc::new(unsafe {
-        Shared::from_mapping(name, geometry, base, mapping)
-    }))
 }
 
 /// The layout version and header size a header records must be this build's.
@@ -411,15 +342,93 @@ pub(crate) fn bad_magic(
     }
 }
 
-// ----- gates: the same rules, one region for M channels ------------------------------------
+// ----- one path for channels and gates ---------------------------------------------------
 
-/// One `Shared` per channel over one mapping.
-fn gate_channels(
+/// What a region holds: one channel, or a gate of M channels. Everything else in its layout
+/// follows from this.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Shape {
+    Channel(Geometry),
+    Gate(GateGeometry),
+}
+
+impl Shape {
+    fn validate(&self, name: &str) -> std::result::Result<(), ConfigError> {
+        match self {
+            Shape::Channel(g) => g.validate(name),
+            Shape::Gate(gg) => gg.validate(name),
+        }
+    }
+
+    fn region_size(&self) -> usize {
+        match self {
+            Shape::Channel(g) => g.region_size(),
+            Shape::Gate(gg) => gg.region_size(),
+        }
+    }
+
+    /// Where each channel of the region sits.
+    fn placements(&self) -> Vec<Placement> {
+        match *self {
+            Shape::Channel(g) => vec![Placement::channel(g)],
+            Shape::Gate(gg) => (0..gg.channels)
+                .map(|c| Placement::gate_channel(gg, c))
+                .collect(),
+        }
+    }
+
+    /// The shape a header page records, for a region whose magic said `kind`.
+    fn read(kind: RegionKind, head: &memmap2::MmapRaw) -> (Shape, u32, u32, u64) {
+        match kind {
+            RegionKind::Channel => {
+                // SAFETY: the page is mapped, aligned, and `Header` fits in it (asserted in
+                // the ABI); only atomics are read while `head` lives.
+                let h = unsafe { &*(head.as_ptr() as *const crate::protocol::abi::Header) };
+                let g = Geometry {
+                    segment_size: h.segment_size.load(Ordering::Relaxed),
+                    segment_count: h.segment_count.load(Ordering::Relaxed),
+                };
+                (
+                    Shape::Channel(g),
+                    h.version.load(Ordering::Relaxed),
+                    h.header_size.load(Ordering::Relaxed),
+                    h.total_size.load(Ordering::Relaxed),
+                )
+            }
+            RegionKind::Gate => {
+                // SAFETY: as above, for `GateHeader`.
+                let g = unsafe { &*(head.as_ptr() as *const GateHeader) };
+                let gg = GateGeometry {
+                    channels: g.channels.load(Ordering::Relaxed),
+                    exclusive: g.exclusive.load(Ordering::Relaxed),
+                    floating: g.floating.load(Ordering::Relaxed),
+                    segment_size: g.segment_size.load(Ordering::Relaxed),
+                };
+                (
+                    Shape::Gate(gg),
+                    g.version.load(Ordering::Relaxed),
+                    g.header_size.load(Ordering::Relaxed),
+                    g.total_size.load(Ordering::Relaxed),
+                )
+            }
+        }
+    }
+}
+
+fn magic_of(kind: RegionKind) -> u64 {
+    match kind {
+        RegionKind::Channel => MAGIC,
+        RegionKind::Gate => GATE_MAGIC,
+    }
+}
+
+/// One `Shared` per channel of a region, over one mapping.
+fn views(
     name: &str,
-    gg: GateGeometry,
+    shape: Shape,
     map: memmap2::MmapRaw,
     fd: OwnedFd,
-    unlink: Option<std::ffi::CString>,
+    unlink: Option<CString>,
 ) -> Vec<Arc<Shared>> {
     let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
     let mapping = std::sync::Arc::new(Mapping {
@@ -427,30 +436,93 @@ fn gate_channels(
         fd,
         unlink,
     });
-    (0..gg.channels)
-        .map(|c| {
-            // SAFETY: the mapping is `gg.region_size()` bytes (created or validated so),
-            // page aligned, kept alive by `mapping`; c < channels.
-            Arc::new(unsafe { Shared::gate_channel(name.to_owned(), gg, c, base, mapping.clone()) })
+    shape
+        .placements()
+        .into_iter()
+        .map(|p| {
+            // SAFETY: the mapping is `shape.region_size()` bytes (created or validated so),
+            // page aligned, kept alive by `mapping`; the placements come from the same shape.
+            Arc::new(unsafe { Shared::new(name.to_owned(), p, base, mapping.clone()) })
         })
         .collect()
 }
 
-fn gate_create(
+/// Sizes, maps and initializes a fresh object (creator only, before anyone can see it).
+fn create_mapped(
     name: String,
     fd: OwnedFd,
-    gg: GateGeometry,
-    unlink: Option<std::ffi::CString>,
+    shape: Shape,
+    unlink: Option<CString>,
 ) -> Result<Vec<Arc<Shared>>> {
-    let map = size_and_map(&name, &fd, gg.region_size(), unlink.as_ref())?;
-    let chans = gate_channels(&name, gg, map, fd, unlink);
-    crate::region::view::init_gate(
-        chans[0].gate.as_ref().expect("gate channel").gate_header(),
-        &chans,
-        gg,
-        std::process::id(),
-    );
+    let map = size_and_map(&name, &fd, shape.region_size(), unlink.as_ref())?;
+    let chans = views(&name, shape, map, fd, unlink);
+    let pid = std::process::id();
+    match shape {
+        Shape::Channel(_) => chans[0].init_header(pid),
+        Shape::Gate(gg) => crate::region::view::init_gate(
+            chans[0].gate.as_ref().expect("gate channel").gate_header(),
+            &chans,
+            gg,
+            pid,
+        ),
+    }
     Ok(chans)
+}
+
+/// Creates a named region (`O_EXCL`, mode 0600) whose `end` liveness lock is taken before
+/// the magic is written, so that `shmflow clean` never sees it ownerless.
+pub(crate) fn create_named_shape(
+    name: &str,
+    shape: Shape,
+    end: End,
+) -> Result<(Vec<Arc<Shared>>, std::sync::Arc<EndLock>)> {
+    shape.validate(name)?;
+    let (fd, cname, lock) = shm_create(name, lock_byte(None, end), end)?;
+    Ok((
+        create_mapped(name.to_owned(), fd, shape, Some(cname))?,
+        std::sync::Arc::new(lock),
+    ))
+}
+
+/// Creates an anonymous, sealed memfd region for `end`.
+pub(crate) fn create_memfd_shape(
+    shape: Shape,
+    end: End,
+) -> Result<(Vec<Arc<Shared>>, std::sync::Arc<EndLock>)> {
+    shape.validate("memfd:shmflow")?;
+    let (fd, name) = memfd_sealed(shape.region_size())?;
+    let lock = EndLock::acquire(&fd, lock_byte(None, end), end, &name)?;
+    Ok((
+        create_mapped(name, fd, shape, None)?,
+        std::sync::Arc::new(lock),
+    ))
+}
+
+/// Maps and validates an existing object that must be a region of `kind`: magic, layout
+/// version, geometry and size are checked before anything past the first page is trusted.
+fn open_mapped(
+    name: String,
+    fd: OwnedFd,
+    writable: bool,
+    grace: Duration,
+    kind: RegionKind,
+) -> Result<Vec<Arc<Shared>>> {
+    let (size, magic, head) = identity(&name, &fd, grace)?;
+    if magic != magic_of(kind) {
+        return Err(bad_magic(name, kind, magic));
+    }
+    let (shape, version, header_size, recorded) = Shape::read(kind, &head);
+    drop(head);
+    check_version(&name, version, header_size)?;
+    let expected = check_geometry(
+        &name,
+        shape.validate(&name),
+        || shape.region_size(),
+        recorded,
+        size,
+    )?;
+    let map = map(&name, &fd, expected as usize, writable)?;
+    Ok(views(&name, shape, map, fd, None))
 }
 
 /// Creates a named gate and takes the consumer's liveness lock on it.
@@ -458,69 +530,43 @@ pub(crate) fn gate_create_named(
     name: &str,
     gg: GateGeometry,
 ) -> Result<(Vec<Arc<Shared>>, std::sync::Arc<EndLock>)> {
-    gg.validate(name)?;
-    let (fd, cname, lock) = shm_create(name, lock_byte(None, End::Consumer), End::Consumer)?;
-    Ok((
-        gate_create(name.to_owned(), fd, gg, Some(cname))?,
-        std::sync::Arc::new(lock),
-    ))
+    create_named_shape(name, Shape::Gate(gg), End::Consumer)
 }
 
 /// Creates an anonymous (sealed memfd) gate and takes the consumer's liveness lock on it.
 pub(crate) fn gate_create_memfd(
     gg: GateGeometry,
 ) -> Result<(Vec<Arc<Shared>>, std::sync::Arc<EndLock>)> {
-    gg.validate("memfd:shmflow")?;
-    let (fd, name) = memfd_sealed(gg.region_size())?;
-    let lock = EndLock::acquire(&fd, lock_byte(None, End::Consumer), End::Consumer, &name)?;
-    Ok((gate_create(name, fd, gg, None)?, std::sync::Arc::new(lock)))
+    create_memfd_shape(Shape::Gate(gg), End::Consumer)
 }
 
 /// Opens a named gate (every channel).
 pub(crate) fn gate_open_named(name: &str, writable: bool) -> Result<Vec<Arc<Shared>>> {
     let fd = shm_open_existing(name, writable)?;
-    gate_open_inner(name.to_owned(), fd, writable, INIT_GRACE)
+    open_mapped(name.to_owned(), fd, writable, INIT_GRACE, RegionKind::Gate)
 }
 
 /// Opens a gate from an inherited descriptor (every channel).
 pub(crate) fn gate_open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Vec<Arc<Shared>>> {
-    gate_open_inner(name, fd, writable, Duration::ZERO)
+    open_mapped(name, fd, writable, Duration::ZERO, RegionKind::Gate)
 }
 
-fn gate_open_inner(
-    name: String,
-    fd: OwnedFd,
-    writable: bool,
-    grace: Duration,
-) -> Result<Vec<Arc<Shared>>> {
-    let (size, magic, head) = identity(&name, &fd, grace)?;
-    if magic != GATE_MAGIC {
-        return Err(bad_magic(name, RegionKind::Gate, magic));
+/// Picks channel `c` out of a gate's channels.
+pub(crate) fn pick_channel(
+    mut chans: Vec<Arc<Shared>>,
+    c: u32,
+    name: &str,
+) -> Result<Arc<Shared>, OpenError> {
+    if c as usize >= chans.len() {
+        return Err(ConfigError::new(
+            name,
+            "channel",
+            format!("below {} (the gate's channel count)", chans.len()),
+            c,
+        )
+        .into());
     }
-    // SAFETY: the first page is mapped and `GateHeader` fits in it; only atomics are read.
-    let g = unsafe { &*(head.as_ptr() as *const GateHeader) };
-    check_version(
-        &name,
-        g.version.load(Ordering::Relaxed),
-        g.header_size.load(Ordering::Relaxed),
-    )?;
-    let gg = GateGeometry {
-        channels: g.channels.load(Ordering::Relaxed),
-        exclusive: g.exclusive.load(Ordering::Relaxed),
-        floating: g.floating.load(Ordering::Relaxed),
-        segment_size: g.segment_size.load(Ordering::Relaxed),
-    };
-    let recorded = g.total_size.load(Ordering::Relaxed);
-    drop(head);
-    let expected = check_geometry(
-        &name,
-        gg.validate(&name),
-        || gg.region_size(),
-        recorded,
-        size,
-    )?;
-    let map = map(&name, &fd, expected as usize, writable)?;
-    Ok(gate_channels(&name, gg, map, fd, None))
+    Ok(chans.swap_remove(c as usize))
 }
 
 /// Never a channel's magic: a gate's channel headers carry the gate's.

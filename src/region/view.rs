@@ -38,6 +38,59 @@ impl Drop for Mapping {
     }
 }
 
+/// Where one channel sits in a mapping, computed from a validated geometry (never read from
+/// the region).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) struct Placement {
+    /// Segment size, and the most segments this channel can hold (its ring capacity).
+    pub(crate) geometry: Geometry,
+    /// Segments addressable by index (the channel's own, or the whole gate's).
+    pub(crate) seg_total: usize,
+    /// Segments in the return ring of a fresh region.
+    pub(crate) initial_free: u64,
+    pub(crate) header: usize,
+    pub(crate) data_ring: usize,
+    pub(crate) return_ring: usize,
+    pub(crate) segments: usize,
+    /// For a gate's channel: its index and the gate's geometry.
+    pub(crate) gate: Option<(u32, GateGeometry)>,
+}
+
+#[cfg_attr(loom, allow(dead_code))]
+impl Placement {
+    /// A channel of its own.
+    pub(crate) fn channel(g: Geometry) -> Placement {
+        Placement {
+            geometry: g,
+            seg_total: g.segment_count as usize,
+            initial_free: g.segment_count as u64,
+            header: 0,
+            data_ring: g.data_ring_offset(),
+            return_ring: g.return_ring_offset(),
+            segments: g.segments_offset(),
+            gate: None,
+        }
+    }
+
+    /// Channel `c` of a gate.
+    pub(crate) fn gate_channel(gg: GateGeometry, c: u32) -> Placement {
+        Placement {
+            geometry: Geometry {
+                segment_size: gg.segment_size,
+                segment_count: gg.ring_cap() as u32,
+            },
+            seg_total: gg.total_segments() as usize,
+            initial_free: gg.exclusive as u64,
+            header: gg.channel_offset(c),
+            data_ring: gg.data_ring_offset(c),
+            return_ring: gg.return_ring_offset(c),
+            segments: gg.segments_offset(),
+            gate: Some((c, gg)),
+        }
+    }
+}
+
 /// What keeps the region's memory alive.
 #[cfg_attr(loom, allow(dead_code))]
 pub(crate) enum Backing {
@@ -109,78 +162,56 @@ unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
 impl Shared {
-    /// Views a mapped region whose header has been validated against `geometry`.
+    /// Views one channel of a mapped region: a channel of its own, or a channel of a gate
+    /// (the one constructor for both).
     ///
     /// # Safety
-    /// `base` must point to at least `geometry.region_size()` bytes, page aligned, that stay
-    /// mapped as long as `backing` lives.
+    /// `base` must point to a page-aligned mapping, kept alive by `backing`, of at least the
+    /// region size of the shape `place` was computed from.
     #[cfg(not(loom))]
-    pub(crate) unsafe fn from_mapping(
+    pub(crate) unsafe fn new(
         name: String,
-        geometry: Geometry,
-        base: NonNull<u8>,
-        backing: Mapping,
-    ) -> Shared {
-        let at = |off: usize| {
-            // SAFETY: every offset comes from `geometry` and lies inside the region (caller).
-            unsafe { NonNull::new_unchecked(base.as_ptr().add(off)) }
-        };
-        let header: NonNull<Header> = base.cast();
-        Shared {
-            name,
-            geometry,
-            seg_total: geometry.segment_count as usize,
-            initial_free: geometry.segment_count as u64,
-            // SAFETY: the header is valid for the life of `backing`.
-            consumer_park: NonNull::from(&unsafe { header.as_ref() }.consumer_park.0),
-            gate: None,
-            header,
-            data_slots: at(geometry.data_ring_offset()).cast(),
-            ret_slots: at(geometry.return_ring_offset()).cast(),
-            segments: at(geometry.segments_offset()),
-            tracker: ByteTracker,
-            backing: Backing::Mapped(std::sync::Arc::new(backing)),
-        }
-    }
-
-    /// Views channel `c` of a mapped gate region whose header has been validated against
-    /// `gg`.
-    ///
-    /// # Safety
-    /// `base` must point to at least `gg.region_size()` bytes, page aligned, that stay mapped
-    /// as long as `backing` lives; `c < gg.channels`.
-    #[cfg(not(loom))]
-    pub(crate) unsafe fn gate_channel(
-        name: String,
-        gg: GateGeometry,
-        c: u32,
+        place: Placement,
         base: NonNull<u8>,
         backing: std::sync::Arc<Mapping>,
     ) -> Shared {
         let at = |off: usize| {
-            // SAFETY: every offset comes from `gg` and lies inside the region (caller).
+            // SAFETY: every offset comes from a validated geometry and lies inside the
+            // region (caller).
             unsafe { NonNull::new_unchecked(base.as_ptr().add(off)) }
         };
-        let gate: NonNull<GateHeader> = base.cast();
+        let header: NonNull<Header> = at(place.header).cast();
+        let (consumer_park, gate) = match place.gate {
+            None => (
+                // SAFETY: the header is valid for the life of `backing`.
+                NonNull::from(&unsafe { header.as_ref() }.consumer_park.0),
+                None,
+            ),
+            Some((index, geometry)) => {
+                // The gate header starts the region.
+                let gate: NonNull<GateHeader> = base.cast();
+                (
+                    // SAFETY: the gate header is valid for the life of `backing`.
+                    NonNull::from(&unsafe { gate.as_ref() }.park.0),
+                    Some(Membership {
+                        index,
+                        geometry,
+                        gate,
+                    }),
+                )
+            }
+        };
         Shared {
             name,
-            geometry: Geometry {
-                segment_size: gg.segment_size,
-                segment_count: gg.ring_cap() as u32,
-            },
-            seg_total: gg.total_segments() as usize,
-            initial_free: gg.exclusive as u64,
-            // SAFETY: the gate header is valid for the life of `backing`.
-            consumer_park: NonNull::from(&unsafe { gate.as_ref() }.park.0),
-            gate: Some(Membership {
-                index: c,
-                geometry: gg,
-                gate,
-            }),
-            header: at(gg.channel_offset(c)).cast(),
-            data_slots: at(gg.data_ring_offset(c)).cast(),
-            ret_slots: at(gg.return_ring_offset(c)).cast(),
-            segments: at(gg.segments_offset()),
+            geometry: place.geometry,
+            seg_total: place.seg_total,
+            initial_free: place.initial_free,
+            consumer_park,
+            gate,
+            header,
+            data_slots: at(place.data_ring).cast(),
+            ret_slots: at(place.return_ring).cast(),
+            segments: at(place.segments),
             tracker: ByteTracker,
             backing: Backing::Mapped(backing),
         }

@@ -1,0 +1,435 @@
+//! Building an end with its settings: `Producer::builder()` and `Consumer::builder()`, in the
+//! manner of `std::fs::OpenOptions`. Every way of making or joining a channel — create, open,
+//! open-or-create, anonymous with a hand-off to a child, an inherited descriptor — takes the
+//! same settings, so that an end is ready to use when it is returned.
+
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use crate::endpoint::consumer::{Consumer, DEFAULT_MAX_RECORD_LEN};
+use crate::endpoint::producer::{FlushPolicy, Producer};
+use crate::error::OpenError;
+use crate::protocol::abi::Geometry;
+use crate::protocol::park::WaitStrategy;
+use crate::region::handoff::PeerHandle;
+
+/// How long `open_or_create` keeps trying when another process creates or removes the name
+/// between its open and its create.
+const OPEN_OR_CREATE_FOR: Duration = Duration::from_secs(2);
+
+/// Opens `name`, or creates it if it does not exist, whichever side gets there first: a
+/// creator that loses the race to another creator opens what the winner made. A stale region
+/// (every end dead) is reported, not removed: that is `shmflow clean`'s decision.
+fn open_or_create<T>(
+    open: impl Fn() -> Result<T, OpenError>,
+    create: impl Fn() -> Result<T, OpenError>,
+) -> Result<T, OpenError> {
+    let start = Instant::now();
+    loop {
+        match open() {
+            Err(OpenError::NotFound { .. }) => {}
+            other => return other,
+        }
+        match create() {
+            Err(OpenError::AlreadyExists { .. }) if start.elapsed() < OPEN_OR_CREATE_FOR => {
+                // Created by someone else since our open: open theirs.
+                std::thread::yield_now();
+            }
+            other => return other,
+        }
+    }
+}
+
+impl Producer {
+    /// Settings and the ways to make a producer: create, open, open-or-create, anonymous,
+    /// inherited, a gate's channel (see [`ProducerBuilder`]). The forms below are shorthands
+    /// for the builder with default settings.
+    pub fn builder() -> ProducerBuilder {
+        ProducerBuilder::default()
+    }
+
+    /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
+    /// producer. The name is unlinked when this producer is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let name = format!("/shmflow-doc-create-{}", std::process::id());
+    /// let mut tx = shmflow::Producer::create(&name, shmflow::Geometry::default())?;
+    /// let mut rx = shmflow::Consumer::open(&name)?;
+    /// tx.send(b"x")?;
+    /// tx.flush()?;
+    /// assert_eq!(rx.recv()?.unwrap().len(), Some(1));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// See [`ProducerBuilder::create`].
+    pub fn create(name: &str, geometry: Geometry) -> Result<Producer, OpenError> {
+        Producer::builder().geometry(geometry).create(name)
+    }
+
+    /// Opens a named region created by the consumer and attaches as its producer.
+    ///
+    /// # Errors
+    /// See [`ProducerBuilder::open`].
+    pub fn open(name: &str) -> Result<Producer, OpenError> {
+        Producer::builder().open(name)
+    }
+
+    /// Creates an anonymous (memfd) region and attaches as its producer; the returned handle
+    /// gives the consumer end to a child process (see [`PeerHandle`]).
+    ///
+    /// # Errors
+    /// See [`ProducerBuilder::create_anonymous`].
+    pub fn create_anonymous(geometry: Geometry) -> Result<(Producer, PeerHandle), OpenError> {
+        Producer::builder().geometry(geometry).create_anonymous()
+    }
+
+    /// Attaches as producer to a region whose descriptor was inherited (see [`PeerHandle`]).
+    ///
+    /// # Errors
+    /// See [`ProducerBuilder::from_fd`].
+    pub fn from_fd(fd: OwnedFd) -> Result<Producer, OpenError> {
+        Producer::builder().from_fd(fd)
+    }
+
+    /// Attaches as producer to the region whose descriptor number is in environment variable
+    /// `var` (set by [`PeerHandle::pass_to`]). For a gate's handle (see
+    /// [`Gate::create_anonymous`](crate::Gate::create_anonymous)) this opens the handle's
+    /// channel.
+    ///
+    /// # Errors
+    /// See [`ProducerBuilder::from_env`].
+    pub fn from_env(var: &str) -> Result<Producer, OpenError> {
+        Producer::builder().from_env(var)
+    }
+
+    /// Opens channel `channel` of the named gate (made by [`Gate::create`](crate::Gate::create))
+    /// and attaches as its producer.
+    ///
+    /// # Errors
+    /// See [`ProducerBuilder::open_channel`].
+    pub fn open_channel(name: &str, channel: u32) -> Result<Producer, OpenError> {
+        Producer::builder().open_channel(name, channel)
+    }
+}
+
+impl Consumer {
+    /// Settings and the ways to make a consumer: create, open, open-or-create, anonymous,
+    /// inherited (see [`ConsumerBuilder`]). The forms below are shorthands for the builder
+    /// with default settings.
+    pub fn builder() -> ConsumerBuilder {
+        ConsumerBuilder::default()
+    }
+
+    /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
+    /// consumer. The name is unlinked when this consumer is dropped.
+    ///
+    /// # Errors
+    /// See [`ConsumerBuilder::create`].
+    pub fn create(name: &str, geometry: Geometry) -> Result<Consumer, OpenError> {
+        Consumer::builder().geometry(geometry).create(name)
+    }
+
+    /// Opens a named region created by the producer and attaches as its consumer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # let name = format!("/shmflow-doc-open-{}", std::process::id());
+    /// let mut rx = shmflow::Consumer::create(&name, shmflow::Geometry::default())?;
+    /// let mut tx = shmflow::Producer::open(&name)?;
+    /// drop(tx); // ends the stream
+    /// assert!(rx.recv()?.is_none());
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// See [`ConsumerBuilder::open`].
+    pub fn open(name: &str) -> Result<Consumer, OpenError> {
+        Consumer::builder().open(name)
+    }
+
+    /// Creates an anonymous (memfd) region and attaches as its consumer; the returned handle
+    /// gives the producer end to a child process.
+    ///
+    /// # Errors
+    /// See [`ConsumerBuilder::create_anonymous`].
+    pub fn create_anonymous(geometry: Geometry) -> Result<(Consumer, PeerHandle), OpenError> {
+        Consumer::builder().geometry(geometry).create_anonymous()
+    }
+
+    /// Attaches as consumer to a region whose descriptor was inherited.
+    ///
+    /// # Errors
+    /// See [`ConsumerBuilder::from_fd`].
+    pub fn from_fd(fd: OwnedFd) -> Result<Consumer, OpenError> {
+        Consumer::builder().from_fd(fd)
+    }
+
+    /// Attaches as consumer to the region whose descriptor number is in environment variable
+    /// `var` (set by [`PeerHandle::pass_to`]).
+    ///
+    /// # Errors
+    /// See [`ConsumerBuilder::from_env`].
+    pub fn from_env(var: &str) -> Result<Consumer, OpenError> {
+        Consumer::builder().from_env(var)
+    }
+}
+
+/// Settings for a [`Producer`], and the ways to make one. From [`Producer::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use shmflow::{Consumer, FlushPolicy, Geometry, Producer};
+///
+/// let name = format!("/shmflow-doc-builder-{}", std::process::id());
+/// let mut tx = Producer::builder()
+///     .geometry(Geometry { segment_size: 4096, segment_count: 8 })
+///     .flush_policy(FlushPolicy::EveryRecord)
+///     .open_or_create(&name)?;
+/// let mut rx = Consumer::builder().max_record_len(1 << 20).open_or_create(&name)?;
+/// tx.send(b"built")?;
+/// assert_eq!(rx.recv()?.unwrap().as_bytes(), Some(&b"built"[..]));
+/// # Ok::<(), shmflow::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until an end is made with it"]
+pub struct ProducerBuilder {
+    geometry: Geometry,
+    flush: FlushPolicy,
+    wait: WaitStrategy,
+    metrics: bool,
+}
+
+impl Default for ProducerBuilder {
+    fn default() -> Self {
+        ProducerBuilder {
+            geometry: Geometry::default(),
+            flush: FlushPolicy::default(),
+            wait: WaitStrategy::default(),
+            metrics: true,
+        }
+    }
+}
+
+impl ProducerBuilder {
+    /// The geometry of a region this builder creates (ignored when it opens one: the region
+    /// says its own). Default: 64 segments of 32 KiB.
+    pub fn geometry(mut self, geometry: Geometry) -> Self {
+        self.geometry = geometry;
+        self
+    }
+
+    /// When committed records become visible (see [`FlushPolicy`]).
+    pub fn flush_policy(mut self, policy: FlushPolicy) -> Self {
+        self.flush = policy;
+        self
+    }
+
+    /// How blocking calls wait (see [`WaitStrategy`]).
+    pub fn wait_strategy(mut self, wait: WaitStrategy) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Per-record counters on or off (see [`Producer::set_metrics`]).
+    pub fn metrics(mut self, on: bool) -> Self {
+        self.metrics = on;
+        self
+    }
+
+    fn apply(&self, mut p: Producer) -> Producer {
+        p.set_flush_policy(self.flush);
+        p.set_wait_strategy(self.wait);
+        p.set_metrics(self.metrics);
+        p
+    }
+
+    /// Creates the named region (`/name`, mode 0600; fails if it exists) and attaches as its
+    /// producer. The name is unlinked when the producer is dropped.
+    ///
+    /// # Errors
+    /// [`OpenError::AlreadyExists`] (or [`OpenError::Stale`] if nobody alive uses it),
+    /// [`OpenError::InvalidConfig`] for a bad name or geometry, [`OpenError::Io`].
+    pub fn create(&self, name: &str) -> Result<Producer, OpenError> {
+        Producer::create_with(name, self.geometry).map(|p| self.apply(p))
+    }
+
+    /// Opens a named region made by the consumer and attaches as its producer.
+    ///
+    /// # Errors
+    /// [`OpenError::NotFound`], [`OpenError::AlreadyAttached`], and the checks of an open
+    /// (owner, mode, magic, version, size: see [`OpenError`]).
+    pub fn open(&self, name: &str) -> Result<Producer, OpenError> {
+        Producer::open_with(name).map(|p| self.apply(p))
+    }
+
+    /// Opens the named region if it exists, else creates it: the two ends can start in any
+    /// order. Whichever end creates the region removes its name when it is dropped.
+    ///
+    /// # Errors
+    /// As [`ProducerBuilder::open`] and [`ProducerBuilder::create`].
+    pub fn open_or_create(&self, name: &str) -> Result<Producer, OpenError> {
+        open_or_create(|| self.open(name), || self.create(name))
+    }
+
+    /// Creates an anonymous (sealed memfd) region and attaches as its producer; the handle
+    /// gives the consumer end to a child process (see [`PeerHandle`]).
+    ///
+    /// # Errors
+    /// [`OpenError::InvalidConfig`] for a bad geometry, [`OpenError::Io`].
+    pub fn create_anonymous(&self) -> Result<(Producer, PeerHandle), OpenError> {
+        Producer::create_anonymous_with(self.geometry).map(|(p, h)| (self.apply(p), h))
+    }
+
+    /// Attaches as producer to a region whose descriptor was inherited.
+    ///
+    /// # Errors
+    /// As for [`ProducerBuilder::open`].
+    pub fn from_fd(&self, fd: OwnedFd) -> Result<Producer, OpenError> {
+        Producer::from_fd_with(fd).map(|p| self.apply(p))
+    }
+
+    /// Attaches as producer to the region whose descriptor number is in environment variable
+    /// `var` (set by [`PeerHandle::pass_to`]); for a gate's handle, to its channel.
+    ///
+    /// # Errors
+    /// [`OpenError::InvalidConfig`] if `var` does not name an inherited descriptor, and as for
+    /// [`ProducerBuilder::open`].
+    pub fn from_env(&self, var: &str) -> Result<Producer, OpenError> {
+        Producer::from_env_with(var).map(|p| self.apply(p))
+    }
+
+    /// Opens channel `channel` of the named gate and attaches as its producer.
+    ///
+    /// # Errors
+    /// [`OpenError::InvalidConfig`] for a channel past the gate's count, and as for
+    /// [`ProducerBuilder::open`].
+    pub fn open_channel(&self, gate: &str, channel: u32) -> Result<Producer, OpenError> {
+        Producer::open_channel_with(gate, channel).map(|p| self.apply(p))
+    }
+}
+
+/// Settings for a [`Consumer`], and the ways to make one. From [`Consumer::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use shmflow::{Consumer, Geometry, WaitStrategy};
+/// use std::time::Duration;
+///
+/// let (mut rx, handle) = Consumer::builder()
+///     .geometry(Geometry { segment_size: 4096, segment_count: 4 })
+///     .wait_strategy(WaitStrategy::BusyPoll(Duration::from_micros(50)))
+///     .create_anonymous()?;
+/// // `handle.pass_to(&mut command, "SHMFLOW_FD")` gives the producer end to a child.
+/// # drop(handle);
+/// # Ok::<(), shmflow::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until an end is made with it"]
+pub struct ConsumerBuilder {
+    geometry: Geometry,
+    wait: WaitStrategy,
+    max_record_len: u64,
+    metrics: bool,
+}
+
+impl Default for ConsumerBuilder {
+    fn default() -> Self {
+        ConsumerBuilder {
+            geometry: Geometry::default(),
+            wait: WaitStrategy::default(),
+            max_record_len: DEFAULT_MAX_RECORD_LEN,
+            metrics: true,
+        }
+    }
+}
+
+impl ConsumerBuilder {
+    /// The geometry of a region this builder creates (ignored when it opens one).
+    pub fn geometry(mut self, geometry: Geometry) -> Self {
+        self.geometry = geometry;
+        self
+    }
+
+    /// How blocking calls wait (see [`WaitStrategy`]).
+    pub fn wait_strategy(mut self, wait: WaitStrategy) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The longest record accepted (see [`Consumer::set_max_record_len`]).
+    pub fn max_record_len(mut self, max: u64) -> Self {
+        self.max_record_len = max;
+        self
+    }
+
+    /// Per-record counters on or off (see [`Consumer::set_metrics`]).
+    pub fn metrics(mut self, on: bool) -> Self {
+        self.metrics = on;
+        self
+    }
+
+    fn apply(&self, mut c: Consumer) -> Consumer {
+        c.set_wait_strategy(self.wait);
+        c.set_max_record_len(self.max_record_len);
+        c.set_metrics(self.metrics);
+        c
+    }
+
+    /// Creates the named region (`/name`, mode 0600; fails if it exists) and attaches as its
+    /// consumer. The name is unlinked when the consumer is dropped.
+    ///
+    /// # Errors
+    /// As [`ProducerBuilder::create`].
+    pub fn create(&self, name: &str) -> Result<Consumer, OpenError> {
+        Consumer::create_with(name, self.geometry).map(|c| self.apply(c))
+    }
+
+    /// Opens a named region made by the producer and attaches as its consumer.
+    ///
+    /// # Errors
+    /// As [`ProducerBuilder::open`].
+    pub fn open(&self, name: &str) -> Result<Consumer, OpenError> {
+        Consumer::open_with(name).map(|c| self.apply(c))
+    }
+
+    /// Opens the named region if it exists, else creates it.
+    ///
+    /// # Errors
+    /// As [`ConsumerBuilder::open`] and [`ConsumerBuilder::create`].
+    pub fn open_or_create(&self, name: &str) -> Result<Consumer, OpenError> {
+        open_or_create(|| self.open(name), || self.create(name))
+    }
+
+    /// Creates an anonymous (sealed memfd) region and attaches as its consumer; the handle
+    /// gives the producer end to a child process.
+    ///
+    /// # Errors
+    /// As [`ProducerBuilder::create_anonymous`].
+    pub fn create_anonymous(&self) -> Result<(Consumer, PeerHandle), OpenError> {
+        Consumer::create_anonymous_with(self.geometry).map(|(c, h)| (self.apply(c), h))
+    }
+
+    /// Attaches as consumer to a region whose descriptor was inherited.
+    ///
+    /// # Errors
+    /// As [`ConsumerBuilder::open`].
+    pub fn from_fd(&self, fd: OwnedFd) -> Result<Consumer, OpenError> {
+        Consumer::from_fd_with(fd).map(|c| self.apply(c))
+    }
+
+    /// Attaches as consumer to the region whose descriptor number is in environment variable
+    /// `var` (set by [`PeerHandle::pass_to`]).
+    ///
+    /// # Errors
+    /// As [`ProducerBuilder::from_env`]; a gate channel's handle is refused (it is for the
+    /// channel's producer).
+    pub fn from_env(&self, var: &str) -> Result<Consumer, OpenError> {
+        Consumer::from_env_with(var).map(|c| self.apply(c))
+    }
+}
