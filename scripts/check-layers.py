@@ -7,7 +7,8 @@ Layers, lowest first (a module may refer to its own layer and those below):
   1 sys        src/sys/                 every Linux call, as safe functions
   2 sync       src/sync/                std or loom atomics, the futex word
   3 protocol   src/protocol/            the shared-memory ABI, framing, rings, park/wake,
-                                        priority lane, floating pool: no OS dependency
+                                        priority lane, floating pool: no OS dependency (it
+                                        may not refer to sys, only to sync)
   4 region     src/region/              creating, opening, mapping and viewing regions,
                                         liveness locks, descriptor hand-off
   5 endpoint   src/endpoint/            producer, consumer, gate, partition, monitor, metrics
@@ -141,6 +142,11 @@ def main():
             if target == mod or (len(target) < len(mod) and mod[: len(target)] == target):
                 continue  # itself, or one of its own parents (its own layer)
             to_layer = layer_of(target)
+            if mod[0] == "protocol" and target[0] == "sys":
+                errors.append(
+                    f"{path}:{line}: the protocol layer has no OS dependency (loom checks it): "
+                    f"`{m.group(0)}` refers to sys; go through `crate::sync`"
+                )
             if to_layer is not None and to_layer > my_layer:
                 errors.append(
                     f"{path}:{line}: layer {my_layer} ({'::'.join(mod)}) refers to layer "

@@ -44,6 +44,7 @@ fn records_from_every_channel_arrive_in_order_per_channel_then_end() {
         .collect();
     let mut next = [0u64; 3];
     let mut ended = [false; 3];
+    assert!(!gate.is_closed());
     while let Some(m) = gate.recv().unwrap() {
         match m {
             GateMessage::Record { channel, record } => {
@@ -68,6 +69,7 @@ fn records_from_every_channel_arrive_in_order_per_channel_then_end() {
         }
     }
     assert_eq!(ended, [true; 3]);
+    assert!(gate.is_closed(), "every channel has ended");
     for w in writers {
         w.join().unwrap();
     }

@@ -202,6 +202,14 @@ impl Gate {
         }
     }
 
+    /// True once every channel has reported its end (or death): `recv` returns `Ok(None)`
+    /// from then on.
+    pub fn is_closed(&self) -> bool {
+        self.state
+            .iter()
+            .all(|s| matches!(s, State::Done | State::Failed))
+    }
+
     /// True until channel `c` has reported its end (or death).
     pub fn is_open(&self, c: usize) -> bool {
         !matches!(self.state[c], State::Done | State::Failed)
