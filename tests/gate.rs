@@ -431,3 +431,90 @@ fn plain_recv_skips_events_and_recv_message_sees_them() {
     assert_eq!(c2.recv().unwrap().unwrap().to_vec().unwrap(), b"c");
     assert!(c2.recv().unwrap().is_none());
 }
+
+#[test]
+fn a_record_over_the_gates_limit_is_skipped_and_its_channel_goes_on() {
+    let name = unique_name("gate-too-large");
+    let mut gate = Gate::create(&name, small(2, 2, 2)).unwrap();
+    gate.set_max_record_len(1000);
+    let mut p = Producer::open_channel(&name, 0).unwrap();
+    p.send(&[1u8; 5000]).unwrap(); // spans two segments, over the limit
+    p.send(b"after").unwrap();
+    p.flush().unwrap();
+    match gate.recv() {
+        Err(shmflow::RecvError::RecordTooLarge(e)) => assert_eq!(e.max(), 1000),
+        Err(e) => panic!("expected RecordTooLarge, got {e}"),
+        Ok(m) => panic!("expected RecordTooLarge, got {m:?}"),
+    }
+    assert!(gate.is_open(0), "the channel goes on");
+    match gate.recv().unwrap().expect("the next record") {
+        GateMessage::Record { channel, record } => {
+            assert_eq!(channel, 0);
+            assert_eq!(record.as_bytes(), Some(&b"after"[..]));
+        }
+        other => panic!("expected the record after, got {other:?}"),
+    }
+    drop(p);
+    assert!(matches!(
+        gate.recv().unwrap(),
+        Some(GateMessage::EndOfPartition { channel: 0 })
+    ));
+}
+
+#[test]
+fn a_channel_that_breaks_the_protocol_is_closed_and_keeps_its_floating_segments() {
+    let name = unique_name("gate-broken");
+    let mut gate = Gate::create(&name, small(1, 1, 2)).unwrap();
+    let mut p = Producer::open_channel(&name, 0).unwrap();
+    p.set_flush_policy(shmflow::FlushPolicy::EveryRecord);
+    p.send(b"first").unwrap();
+    // The only exclusive segment is in the data ring: the next segment must be a loan.
+    assert!(matches!(p.try_send(&[0u8; 4085]), Err(TrySendError::Full)));
+    match gate.try_recv().unwrap().expect("the first record") {
+        GateMessage::Record { record, .. } => assert_eq!(record.as_bytes(), Some(&b"first"[..])),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(gate.floating_free(), 1, "one floating segment lent");
+    // Now in the floating segment, with a marker to find it by.
+    let mut rec = vec![0u8; 4085];
+    rec[..16].copy_from_slice(b"MARKER-0123456789"[..16].as_ref());
+    p.send(&rec).unwrap();
+    // Scribble on its frame header (the 8 bytes before the payload): a kind no shmflow writes.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/dev/shm{name}"))
+        .unwrap();
+    // SAFETY: a shared mapping of the gate's object; the test writes one header word that the
+    // gate validates before use.
+    let mut map = unsafe { memmap2::MmapMut::map_mut(&file).unwrap() };
+    let at = map
+        .windows(16)
+        .position(|w| w == &b"MARKER-0123456789"[..16])
+        .expect("the marked record is in the region");
+    map[at - 8..at].copy_from_slice(&0x1234_5678_0000_0010u64.to_le_bytes());
+    assert!(matches!(gate.try_recv(), Err(TryRecvError::Corrupt(_))));
+    // The next call closes the channel: its producer may still write the floating segment it
+    // holds, so that segment stays out of the pool, and the producer is told to stop.
+    assert!(matches!(
+        gate.try_recv(),
+        Ok(None) | Err(TryRecvError::Empty)
+    ));
+    assert!(!gate.is_open(0));
+    assert_eq!(
+        gate.floating_free(),
+        1,
+        "the broken channel's loan stays out"
+    );
+    let mut err = None;
+    for _ in 0..8 {
+        if let Err(e) = p.send_timeout(&[1u8; 3000], Duration::from_millis(100)) {
+            err = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(err, Some(SendTimeoutError::Closed(_))),
+        "the producer is told: {err:?}"
+    );
+}

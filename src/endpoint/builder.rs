@@ -18,8 +18,10 @@ use crate::region::handoff::PeerHandle;
 const OPEN_OR_CREATE_FOR: Duration = Duration::from_secs(2);
 
 /// Opens `name`, or creates it if it does not exist, whichever side gets there first: a
-/// creator that loses the race to another creator opens what the winner made. A stale region
-/// (every end dead) is reported, not removed: that is `shmflow clean`'s decision.
+/// creator that loses the race to another creator opens what the winner made. A region left by
+/// dead processes is never removed here (that is `shmflow clean`'s decision): opening it
+/// reports the end as taken (`AlreadyAttached`, `EndDetached`), or the other end attaches and
+/// its first call reports `PeerDead`.
 fn open_or_create<T>(
     open: impl Fn() -> Result<T, OpenError>,
     create: impl Fn() -> Result<T, OpenError>,

@@ -773,13 +773,23 @@ impl Consumer {
         }
     }
 
-    /// Gates: the producer is gone; forget the segment in hand and give every floating
-    /// segment the channel held back to the pool.
-    pub(crate) fn abandon(&mut self) {
+    /// Gates: the channel is closed; forget the segment in hand. `reclaim` (the producer is
+    /// gone): every floating segment the channel holds goes back to the gate. Otherwise the
+    /// producer may still write them: they are left out, and this end detaches so that the
+    /// producer's next call fails.
+    pub(crate) fn abandon(&mut self, reclaim: bool) {
         self.cur = None;
         self.in_span = false;
         self.skipping = false;
-        self.recycler.reclaim_all(self.shared.header());
+        let h = self.shared.header();
+        if reclaim {
+            self.recycler.reclaim_all(h);
+        } else {
+            self.recycler.forget_all(h);
+            // Release: our last reads of the region happen before the producer sees us gone.
+            h.consumer.state.store(END_DETACHED, Ordering::Release);
+            park::notify(&h.producer_park);
+        }
     }
 
     fn too_large(&self, len: u64) -> Error {

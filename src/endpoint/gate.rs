@@ -80,7 +80,11 @@ enum State {
     Open,
     /// The producer died: deliver what it committed, then report this error.
     Dying(Error),
-    /// Ended or broke the protocol: its floating segments are reclaimed at the next call.
+    /// Its producer detached (and the message that said so borrowed the channel): its floating
+    /// segments go back to the pool at the next call.
+    Ended,
+    /// Broke the protocol: closed at the next call. Its producer may still be running and
+    /// writing the floating segments it holds, so they stay out of the pool.
     Failed,
     Done,
 }
@@ -207,12 +211,12 @@ impl Gate {
     pub fn is_closed(&self) -> bool {
         self.state
             .iter()
-            .all(|s| matches!(s, State::Done | State::Failed))
+            .all(|s| matches!(s, State::Done | State::Ended | State::Failed))
     }
 
     /// True until channel `c` has reported its end (or death).
     pub fn is_open(&self, c: usize) -> bool {
-        !matches!(self.state[c], State::Done | State::Failed)
+        !matches!(self.state[c], State::Done | State::Ended | State::Failed)
     }
 
     /// The gate's figures now: per channel and for the pools (see [`GateSnapshot`]).
@@ -282,7 +286,7 @@ impl Gate {
         let mut all_done = true;
         for i in 0..m {
             let c = (start + i) % m;
-            if matches!(self.state[c], State::Done | State::Failed) {
+            if matches!(self.state[c], State::Done | State::Ended | State::Failed) {
                 continue;
             }
             all_done = false;
@@ -379,29 +383,33 @@ impl Gate {
     }
 
     fn recv_inner(&mut self, deadline: Deadline) -> Result<Option<GateMessage<'_>>> {
-        // Channels that failed on the last call give their floating segments back now (the
-        // message borrowed them then).
-        for (c, st) in self.chans.iter_mut().zip(self.state.iter_mut()) {
-            if matches!(st, State::Failed) {
-                c.abandon();
-                *st = State::Done;
+        // Channels that ended or failed on the last call are closed now (the message borrowed
+        // them then).
+        for c in 0..self.chans.len() {
+            match self.state[c] {
+                State::Ended => self.retire(c, true),
+                State::Failed => self.retire(c, false),
+                _ => {}
             }
         }
         let c = match self.decide(deadline)? {
             Pick::AllDone => return Ok(None),
             Pick::Ended(c) => {
                 // The producer detached: it will never use the floating segments it holds.
-                self.state[c] = State::Done;
-                self.chans[c].abandon();
+                self.retire(c, true);
                 return Ok(Some(GateMessage::EndOfPartition { channel: c }));
             }
             Pick::Dead(c, error) => {
-                self.chans[c].abandon();
                 let error = match error {
                     Error::PeerDead(e) => e,
-                    // A failed liveness look (a syscall error) fails the channel instead.
-                    other => return Err(other),
+                    // A failed liveness look (a syscall error): the producer may be alive.
+                    other => {
+                        self.retire(c, false);
+                        return Err(other);
+                    }
                 };
+                // Dead: it will never write the floating segments it holds again.
+                self.retire(c, true);
                 return Ok(Some(GateMessage::ChannelDead { channel: c, error }));
             }
             Pick::Failed(c, e) => {
@@ -420,7 +428,7 @@ impl Gate {
             Ok(Some(Message::Event(event))) => Ok(Some(GateMessage::Event { channel: c, event })),
             Ok(None) => {
                 // Reclaimed at the next call (the borrow of the channel lives until here).
-                self.state[c] = State::Failed;
+                self.state[c] = State::Ended;
                 Ok(Some(GateMessage::EndOfPartition { channel: c }))
             }
             // `ready` saw a committed frame; only a producer rewriting what it committed
@@ -434,6 +442,9 @@ impl Gate {
                     c as u64,
                 ))
             }
+            // Over the reader's limit: the record is skipped, as on a plain channel, and the
+            // channel goes on.
+            Err(e @ Error::RecordTooLarge(_)) => Err(e),
             Err(e) => {
                 self.state[c] = State::Failed;
                 Err(e)
@@ -441,9 +452,42 @@ impl Gate {
         }
     }
 
+    /// Closes channel `c` for good. `reclaim`: its producer is gone (detached or dead), so its
+    /// floating segments go back to the pool now. Otherwise (it broke the protocol, or its
+    /// liveness could not be looked at) the producer may still be writing them: they stay out
+    /// of the pool, and the channel's consumer end detaches so that the producer's next call
+    /// fails with `Closed`.
+    fn retire(&mut self, c: usize, reclaim: bool) {
+        self.state[c] = State::Done;
+        let ch = &mut self.chans[c];
+        ch.abandon(reclaim);
+        if let Some(l) = ch.lending() {
+            for seg in l.take_returned() {
+                self.pool.put(seg);
+            }
+        }
+        let g = self
+            .shared
+            .gate
+            .as_ref()
+            .expect("gate channels")
+            .gate_header();
+        // Relaxed: a figure for `shmflow stat`.
+        g.pool
+            .floating_free
+            .store(self.pool.free() as u64, Ordering::Relaxed);
+    }
+
     /// The next message from any channel, blocking until there is one. `Ok(None)` once every
-    /// channel has ended. `Err` only for a channel that broke the protocol (`Corrupt` and the
-    /// like): that channel is closed and the next call goes on with the others.
+    /// channel has ended.
+    ///
+    /// # Errors
+    /// [`RecvError::RecordTooLarge`](crate::RecvError::RecordTooLarge) for a record over
+    /// [`Gate::set_max_record_len`]: it is skipped and its channel goes on. Any other error is
+    /// a channel that broke the protocol (`Corrupt` and the like): that channel is closed (its
+    /// producer's next call fails with `Closed`), the floating segments it holds stay out of
+    /// the pool (its producer may still be writing them), and the next call goes on with the
+    /// other channels.
     pub fn recv(&mut self) -> Result<Option<GateMessage<'_>>, crate::error::RecvError> {
         crate::error::op(self.recv_inner(Deadline::Never))
     }

@@ -643,7 +643,10 @@ impl Producer {
             // Go whole or not at all when the pool can hold the record's segments at once.
             let needed =
                 (bytes.len() as u64 - room_here).div_ceil(per_segment) + self.pending_abort as u64;
-            if needed <= self.shared.n() as u64 {
+            // At most `n - 1` can be free while a segment is in hand (it sits in the data
+            // ring); a record that needs more cannot be guaranteed whole.
+            let most = self.shared.n() as u64 - self.cur.is_some() as u64;
+            if needed <= most {
                 self.wait_free(needed, deadline)?;
             }
         }

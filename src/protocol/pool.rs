@@ -91,8 +91,9 @@ pub(crate) enum Recycler {
 pub(crate) struct Lending {
     /// The channel's own segments.
     exclusive: Range<u32>,
-    /// Floating segments lent to this channel and not yet handed back (a handful at most; a
-    /// producer cannot make it grow: only the gate adds to it).
+    /// Floating segments lent to this channel and not yet handed back, sorted. Only the gate
+    /// adds to it, at most every floating segment (a producer that announces a wild backlog
+    /// gets what the pool has): looked up by binary search.
     held: Vec<u32>,
     /// Floating segments the consumer finished with while its producer did not ask: the gate
     /// puts them back in its pool.
@@ -129,7 +130,9 @@ impl Lending {
     /// Records the loan of `seg` (popped from the gate's pool); the caller pushes it into the
     /// channel's return ring.
     pub(crate) fn grant(&mut self, h: &Header, seg: u32) {
-        self.held.push(seg);
+        if let Err(i) = self.held.binary_search(&seg) {
+            self.held.insert(i, seg);
+        }
         self.lent += 1;
         self.publish(h);
     }
@@ -154,7 +157,11 @@ impl Recycler {
     pub(crate) fn check(&self, seg: u32) -> Result<(), NotOwned> {
         match self {
             Recycler::Own => Ok(()),
-            Recycler::Lent(l) if l.exclusive.contains(&seg) || l.held.contains(&seg) => Ok(()),
+            Recycler::Lent(l)
+                if l.exclusive.contains(&seg) || l.held.binary_search(&seg).is_ok() =>
+            {
+                Ok(())
+            }
             Recycler::Lent(l) => Err(NotOwned {
                 exclusive: l.exclusive.clone(),
             }),
@@ -178,8 +185,8 @@ impl Recycler {
             l.publish(h);
             return Some(seg);
         }
-        if let Some(i) = l.held.iter().position(|&s| s == seg) {
-            l.held.swap_remove(i);
+        if let Ok(i) = l.held.binary_search(&seg) {
+            l.held.remove(i);
             l.returned.push(seg);
         }
         l.publish(h);
@@ -191,6 +198,16 @@ impl Recycler {
         if let Recycler::Lent(l) = self {
             let held = std::mem::take(&mut l.held);
             l.returned.extend(held);
+            l.publish(h);
+        }
+    }
+
+    /// The channel is closed while its producer may still run: the floating segments it
+    /// holds are left out of the pool for good (handing them to another channel could let two
+    /// producers write one segment).
+    pub(crate) fn forget_all(&mut self, h: &Header) {
+        if let Recycler::Lent(l) = self {
+            l.held.clear();
             l.publish(h);
         }
     }
