@@ -377,6 +377,14 @@ pub enum OpenError {
         /// The size of the object.
         found: u64,
     },
+    /// The name is not a shared-memory object at all (a FIFO, socket, directory, device node
+    /// or symbolic link): shmflow refuses it without opening what it names.
+    NotARegion {
+        /// The region's name.
+        region: String,
+        /// What the name is instead (`"a FIFO"`, `"a directory"`, …).
+        found: &'static str,
+    },
     /// The object belongs to another user: a region of another user is not trusted.
     NotOwner {
         /// The region's name.
@@ -427,6 +435,7 @@ impl OpenError {
             | OpenError::BadMagic { region, .. }
             | OpenError::VersionMismatch { region, .. }
             | OpenError::SizeMismatch { region, .. }
+            | OpenError::NotARegion { region, .. }
             | OpenError::NotOwner { region, .. }
             | OpenError::BadMode { region, .. }
             | OpenError::AlreadyAttached { region, .. }
@@ -488,6 +497,10 @@ impl fmt::Display for OpenError {
                 f,
                 "region {region} is {found} bytes but its header's geometry needs {expected} \
                  bytes: truncated or not a shmflow region"
+            ),
+            OpenError::NotARegion { region, found } => write!(
+                f,
+                "region {region} is {found}, not a shared-memory object: shmflow leaves it alone"
             ),
             OpenError::NotOwner {
                 region,

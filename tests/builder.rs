@@ -107,3 +107,34 @@ fn create_refuses_an_existing_name_and_open_a_missing_one() {
         Err(OpenError::NotFound { .. })
     ));
 }
+
+#[test]
+fn the_record_limit_bounds_records_within_one_segment_too() {
+    let (mut tx, handle) = Producer::builder()
+        .geometry(G)
+        .flush_policy(FlushPolicy::EveryRecord)
+        .create_anonymous()
+        .unwrap();
+    let mut rx = Consumer::builder()
+        .max_record_len(100)
+        .from_fd(handle.into_fd())
+        .unwrap();
+    tx.send(&[1u8; 200]).unwrap();
+    tx.send(b"within the limit").unwrap();
+    match rx.recv() {
+        Err(RecvError::RecordTooLarge(e)) => assert_eq!((e.length(), e.max()), (200, 100)),
+        Err(e) => panic!("expected RecordTooLarge, got {e}"),
+        Ok(r) => panic!("expected RecordTooLarge, got {r:?}"),
+    }
+    // The record over the limit was skipped; the next one arrives.
+    assert_eq!(
+        rx.recv().unwrap().unwrap().as_bytes(),
+        Some(&b"within the limit"[..])
+    );
+    // `drain` reports it the same way.
+    tx.send(&[2u8; 101]).unwrap();
+    assert!(matches!(
+        rx.drain(10, |_| Ok::<_, RecvError>(())),
+        Err(RecvError::RecordTooLarge(_))
+    ));
+}

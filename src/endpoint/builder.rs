@@ -3,7 +3,7 @@
 //! open-or-create, anonymous with a hand-off to a child, an inherited descriptor — takes the
 //! same settings, so that an end is ready to use when it is returned.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use crate::endpoint::consumer::{Consumer, DEFAULT_MAX_RECORD_LEN};
@@ -88,11 +88,13 @@ impl Producer {
         Producer::builder().geometry(geometry).create_anonymous()
     }
 
-    /// Attaches as producer to a region whose descriptor was inherited (see [`PeerHandle`]).
+    /// Attaches as producer to the region behind `fd` (handed over by its creator, see
+    /// [`PeerHandle`]). `fd` is only borrowed: the producer keeps a duplicate of its own, made
+    /// once `fd` is known to be a shmflow channel; on an error `fd` is untouched.
     ///
     /// # Errors
     /// See [`ProducerBuilder::from_fd`].
-    pub fn from_fd(fd: OwnedFd) -> Result<Producer, OpenError> {
+    pub fn from_fd(fd: impl AsFd) -> Result<Producer, OpenError> {
         Producer::builder().from_fd(fd)
     }
 
@@ -162,11 +164,12 @@ impl Consumer {
         Consumer::builder().geometry(geometry).create_anonymous()
     }
 
-    /// Attaches as consumer to a region whose descriptor was inherited.
+    /// Attaches as consumer to the region behind `fd` (borrowed, as for
+    /// [`Producer::from_fd`]).
     ///
     /// # Errors
     /// See [`ConsumerBuilder::from_fd`].
-    pub fn from_fd(fd: OwnedFd) -> Result<Consumer, OpenError> {
+    pub fn from_fd(fd: impl AsFd) -> Result<Consumer, OpenError> {
         Consumer::builder().from_fd(fd)
     }
 
@@ -287,20 +290,28 @@ impl ProducerBuilder {
         Producer::create_anonymous_with(self.geometry).map(|(p, h)| (self.apply(p), h))
     }
 
-    /// Attaches as producer to a region whose descriptor was inherited.
+    /// Attaches as producer to the region behind `fd`, which is only borrowed: a duplicate is
+    /// made once it is known to be a shmflow channel.
     ///
     /// # Errors
-    /// As for [`ProducerBuilder::open`].
-    pub fn from_fd(&self, fd: OwnedFd) -> Result<Producer, OpenError> {
-        Producer::from_fd_with(fd).map(|p| self.apply(p))
+    /// [`OpenError::NotARegion`] for a descriptor that is not a regular file or memfd,
+    /// [`OpenError::BadMagic`] for one that is not a shmflow channel, and as for
+    /// [`ProducerBuilder::open`]. `fd` stays open and unchanged.
+    pub fn from_fd(&self, fd: impl AsFd) -> Result<Producer, OpenError> {
+        Producer::from_fd_with(fd.as_fd()).map(|p| self.apply(p))
     }
 
     /// Attaches as producer to the region whose descriptor number is in environment variable
     /// `var` (set by [`PeerHandle::pass_to`]); for a gate's handle, to its channel.
     ///
+    /// The descriptor is taken (and made close-on-exec) only once it is known to be a shmflow
+    /// region of the right kind: given stdin, a socket, a file or a gate's handle where a
+    /// channel is expected, the call fails and the descriptor stays open and usable.
+    ///
     /// # Errors
-    /// [`OpenError::InvalidConfig`] if `var` does not name an inherited descriptor, and as for
-    /// [`ProducerBuilder::open`].
+    /// [`OpenError::InvalidConfig`] if `var` does not name an open descriptor,
+    /// [`OpenError::NotARegion`] or [`OpenError::BadMagic`] if it is not a shmflow region of
+    /// the right kind, and as for [`ProducerBuilder::open`].
     pub fn from_env(&self, var: &str) -> Result<Producer, OpenError> {
         Producer::from_env_with(var).map(|p| self.apply(p))
     }
@@ -417,12 +428,13 @@ impl ConsumerBuilder {
         Consumer::create_anonymous_with(self.geometry).map(|(c, h)| (self.apply(c), h))
     }
 
-    /// Attaches as consumer to a region whose descriptor was inherited.
+    /// Attaches as consumer to the region behind `fd` (borrowed, as for
+    /// [`ProducerBuilder::from_fd`]).
     ///
     /// # Errors
-    /// As [`ConsumerBuilder::open`].
-    pub fn from_fd(&self, fd: OwnedFd) -> Result<Consumer, OpenError> {
-        Consumer::from_fd_with(fd).map(|c| self.apply(c))
+    /// As [`ProducerBuilder::from_fd`].
+    pub fn from_fd(&self, fd: impl AsFd) -> Result<Consumer, OpenError> {
+        Consumer::from_fd_with(fd.as_fd()).map(|c| self.apply(c))
     }
 
     /// Attaches as consumer to the region whose descriptor number is in environment variable

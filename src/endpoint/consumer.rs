@@ -11,10 +11,12 @@
 
 use std::io;
 #[cfg(not(loom))]
-use std::os::fd::OwnedFd;
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use crate::endpoint::event::Event;
+#[cfg(not(loom))]
+use crate::error::RegionKind;
 use crate::error::{
     op, End, Error, FromCore, OpenError, RecvError, RecvTimeoutError, Result, TryRecvError,
 };
@@ -133,15 +135,19 @@ impl Consumer {
     }
 
     #[cfg(not(loom))]
-    pub(crate) fn from_fd_with(fd: OwnedFd) -> Result<Consumer, OpenError> {
-        let name = crate::region::handoff::fd_region_name(&fd);
-        Consumer::attach(crate::region::object::open_fd(name, fd, true)?)
+    pub(crate) fn from_fd_with(fd: BorrowedFd<'_>) -> Result<Consumer, OpenError> {
+        let (own, name) = crate::region::handoff::dup_region(fd, RegionKind::Channel)?;
+        Consumer::attach(crate::region::object::open_fd(name, own, true)?)
     }
 
     #[cfg(not(loom))]
     pub(crate) fn from_env_with(var: &str) -> Result<Consumer, OpenError> {
         match crate::region::handoff::fd_from_env(var)? {
-            (fd, None) => Consumer::from_fd_with(fd),
+            (raw, None) => {
+                let fd = crate::region::handoff::adopt_region(var, raw, RegionKind::Channel)?;
+                let name = crate::region::handoff::fd_region_name(&fd);
+                Consumer::attach(crate::region::object::open_fd(name, fd, true)?)
+            }
             (_, Some(c)) => Err(crate::error::ConfigError::new(
                 &format!("${var}"),
                 "handle",
@@ -219,8 +225,10 @@ impl Consumer {
         self.wait = wait;
     }
 
-    /// Longest record (in total, over its parts) the reader accepts before it reports
-    /// [`Error::RecordTooLarge`]: the producer is not trusted to bound it.
+    /// Longest record (in total, over its parts) the reader accepts: every record, in one
+    /// segment or spanning, is bounded by it. A longer one is skipped and reported as
+    /// [`RecvError::RecordTooLarge`]; the next call goes on with the next record. The producer
+    /// is not trusted to bound it.
     pub fn set_max_record_len(&mut self, max: u64) {
         self.max_record_len = max;
     }
@@ -543,6 +551,7 @@ impl Consumer {
         if self.skipping || self.in_span {
             return None;
         }
+        let max = self.max_record_len;
         let c = self.cur.as_mut()?;
         let at = c.rd;
         let seg_size = self.shared.segment_size();
@@ -554,7 +563,7 @@ impl Consumer {
         let word = unsafe { self.shared.word_in(c.base, c.seg, at) }.load(Ordering::Acquire);
         let (len, kind) = frame::decode(word);
         let len = len as usize;
-        if kind != frame::WHOLE || len > seg_size - at - HEADER {
+        if kind != frame::WHOLE || len > seg_size - at - HEADER || len as u64 > max {
             return None;
         }
         c.rd = frame::next_frame(at, len);
@@ -620,6 +629,10 @@ impl Consumer {
                     })
                 }
                 frame::EVENT => continue,
+                frame::WHOLE if f.len as u64 > self.max_record_len => {
+                    // Over the reader's limit: skipped (the consumer has moved past it).
+                    return Err(self.too_large(f.len as u64));
+                }
                 frame::WHOLE => {
                     self.count_record(f.len as u64);
                     return Ok(Next::Record(self.single(f.at + HEADER, f.len)));

@@ -2,7 +2,10 @@
 //! as an attached end (the way AeronStat reads Aeron's counters file), and a listing of the
 //! shmflow regions in `/dev/shm`.
 
+use std::time::Duration;
+
 use crate::endpoint::metrics::{snapshot, Snapshot};
+
 use crate::error::End;
 use crate::error::{Error, OpenError, Result};
 use crate::protocol::abi::Geometry;
@@ -21,6 +24,14 @@ impl Monitor {
     pub fn open(name: &str) -> Result<Monitor, OpenError> {
         Ok(Monitor {
             shared: crate::region::object::open_named(name, false)?,
+        })
+    }
+
+    /// As [`Monitor::open`], without waiting for a creator that is still writing the header
+    /// (listings and clean-ups must never wait per object).
+    fn open_now(name: &str) -> Result<Monitor, OpenError> {
+        Ok(Monitor {
+            shared: crate::region::object::open_named_grace(name, false, Duration::ZERO)?,
         })
     }
 
@@ -73,12 +84,14 @@ impl RegionInfo {
 }
 
 /// Removes the named region (a channel or a gate) if it is shmflow's and no end of it is
-/// alive; returns whether it did. A region with a live end is never removed.
+/// alive; returns whether it did. A region with a live end is never removed, nor is anything
+/// that is not a shmflow region ([`OpenError::NotARegion`], [`OpenError::BadMagic`], …). It
+/// never waits: a region whose creator is still writing its header is not shmflow's yet.
 pub fn remove_if_stale(name: &str) -> Result<bool, OpenError> {
-    let alive = match GateMonitor::open(name) {
+    let alive = match GateMonitor::open_now(name) {
         Ok(g) => g.consumer_alive() || (0..g.channels()).any(|c| g.producer_alive(c)),
         Err(OpenError::BadMagic { .. }) => {
-            let m = Monitor::open(name)?;
+            let m = Monitor::open_now(name)?;
             m.end_alive(End::Producer) || m.end_alive(End::Consumer)
         }
         Err(e) => return Err(e),
@@ -96,7 +109,7 @@ pub fn remove_if_stale(name: &str) -> Result<bool, OpenError> {
 pub fn list_regions() -> Result<Vec<RegionInfo>> {
     let mut out = Vec::new();
     for name in shm_names()? {
-        if let Ok(m) = Monitor::open(&name) {
+        if let Ok(m) = Monitor::open_now(&name) {
             out.push(RegionInfo {
                 geometry: m.geometry(),
                 snapshot: m.snapshot(),
@@ -120,6 +133,13 @@ impl GateMonitor {
     pub fn open(name: &str) -> Result<GateMonitor, OpenError> {
         Ok(GateMonitor {
             chans: crate::region::object::gate_open_named(name, false)?,
+        })
+    }
+
+    /// As [`GateMonitor::open`], without waiting (see `Monitor::open_now`).
+    fn open_now(name: &str) -> Result<GateMonitor, OpenError> {
+        Ok(GateMonitor {
+            chans: crate::region::object::gate_open_named_grace(name, false, Duration::ZERO)?,
         })
     }
 
@@ -170,7 +190,7 @@ impl GateMonitor {
 pub fn list_gates() -> Result<Vec<(String, GateMonitor)>> {
     let mut out = Vec::new();
     for name in shm_names()? {
-        if let Ok(m) = GateMonitor::open(&name) {
+        if let Ok(m) = GateMonitor::open_now(&name) {
             out.push((name, m));
         }
     }

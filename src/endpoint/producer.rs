@@ -18,9 +18,11 @@
 
 use std::io;
 #[cfg(not(loom))]
-use std::os::fd::OwnedFd;
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
+#[cfg(not(loom))]
+use crate::error::RegionKind;
 use crate::error::{
     op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError, WriteError,
 };
@@ -145,16 +147,21 @@ impl Producer {
     }
 
     #[cfg(not(loom))]
-    pub(crate) fn from_fd_with(fd: OwnedFd) -> Result<Producer, OpenError> {
-        let name = crate::region::handoff::fd_region_name(&fd);
-        Producer::attach(crate::region::object::open_fd(name, fd, true)?)
+    pub(crate) fn from_fd_with(fd: BorrowedFd<'_>) -> Result<Producer, OpenError> {
+        let (own, name) = crate::region::handoff::dup_region(fd, RegionKind::Channel)?;
+        Producer::attach(crate::region::object::open_fd(name, own, true)?)
     }
 
     #[cfg(not(loom))]
     pub(crate) fn from_env_with(var: &str) -> Result<Producer, OpenError> {
         match crate::region::handoff::fd_from_env(var)? {
-            (fd, None) => Producer::from_fd_with(fd),
-            (fd, Some(c)) => {
+            (raw, None) => {
+                let fd = crate::region::handoff::adopt_region(var, raw, RegionKind::Channel)?;
+                let name = crate::region::handoff::fd_region_name(&fd);
+                Producer::attach(crate::region::object::open_fd(name, fd, true)?)
+            }
+            (raw, Some(c)) => {
+                let fd = crate::region::handoff::adopt_region(var, raw, RegionKind::Gate)?;
                 let name = crate::region::handoff::fd_region_name(&fd);
                 let chans = crate::region::object::gate_open_fd(name.clone(), fd, true)?;
                 Producer::attach_gate_channel(crate::region::object::pick_channel(chans, c, &name)?)

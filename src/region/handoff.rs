@@ -6,10 +6,10 @@
 //! number in an environment variable; the child calls `Consumer::from_env(var)` (or
 //! `Producer::from_env`). Drop the handle after spawning: the parent's copy is not needed.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::process::Command;
 
-use crate::error::{ConfigError, OpenError};
+use crate::error::{ConfigError, OpenError, RegionKind};
 
 type Result<T, E = OpenError> = std::result::Result<T, E>;
 use crate::region::view::Shared;
@@ -77,7 +77,7 @@ pub(crate) fn fd_region_name(fd: &OwnedFd) -> String {
 
 /// Takes ownership of the descriptor whose number is in `var`, and the gate channel if the
 /// handle was a gate's (`fd:channel`).
-pub(crate) fn fd_from_env(var: &str) -> Result<(OwnedFd, Option<u32>)> {
+pub(crate) fn fd_from_env(var: &str) -> Result<(RawFd, Option<u32>)> {
     let region = format!("${var}");
     let value = std::env::var(var).map_err(|_| {
         ConfigError::new(
@@ -118,9 +118,37 @@ pub(crate) fn fd_from_env(var: &str) -> Result<(OwnedFd, Option<u32>)> {
         )
         .into());
     }
-    // SAFETY: the parent passed this descriptor for us to own; nothing else in this process
-    // refers to it (it was inherited, not opened here).
-    let fd = unsafe { crate::sys::fd::adopt(raw) }
-        .map_err(|e| OpenError::io(&region, "fcntl(F_SETFD)", e))?;
-    Ok((fd, channel))
+    Ok((raw, channel))
+}
+
+/// Takes the inherited descriptor `raw` (named in `var`) once it is known to be a shmflow
+/// region of `kind`; on any error it is left open and untouched, as it was inherited.
+pub(crate) fn adopt_region(var: &str, raw: RawFd, kind: RegionKind) -> Result<OwnedFd> {
+    let region = format!("${var}");
+    crate::sys::fd::with_borrowed(raw, |fd| crate::region::object::probe(&region, fd, kind))
+        .unwrap_or_else(|| {
+            Err(ConfigError::new(
+                &region,
+                "inherited descriptor",
+                "an open descriptor (was the handle passed with PeerHandle::pass_to?)",
+                raw,
+            )
+            .into())
+        })?;
+    // SAFETY: the parent passed this descriptor for us to own, and it is a region of the right
+    // kind; nothing else in this process refers to it (it was inherited, not opened here).
+    unsafe { crate::sys::fd::adopt(raw) }.map_err(|e| OpenError::io(&region, "fcntl(F_SETFD)", e))
+}
+
+/// A descriptor of our own for a region handed over as `fd`, once it is known to be a
+/// shmflow region of `kind`; `fd` itself is never taken or changed.
+pub(crate) fn dup_region(fd: BorrowedFd<'_>, kind: RegionKind) -> Result<(OwnedFd, String)> {
+    let name = format!(
+        "memfd:shmflow(fd {} in pid {})",
+        fd.as_raw_fd(),
+        std::process::id()
+    );
+    crate::region::object::probe(&name, fd, kind)?;
+    let own = crate::sys::fd::dup(fd).map_err(|e| OpenError::io(&name, "dup", e))?;
+    Ok((own, name))
 }

@@ -12,7 +12,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
@@ -30,12 +30,14 @@ pub(crate) fn c_name(name: &str) -> Result<CString> {
         && name.len() > 1
         && name.len() <= 255
         && !name[1..].contains('/')
-        && !name.contains('\0');
+        && !name.contains('\0')
+        && name != "/."
+        && name != "/..";
     if !ok {
         return Err(ConfigError::new(
             name,
             "region name",
-            "'/' followed by 1 to 254 characters without '/' or NUL",
+            "'/' followed by 1 to 254 characters without '/' or NUL, and not /. or /..",
             format!("{name:?}"),
         )
         .into());
@@ -45,7 +47,7 @@ pub(crate) fn c_name(name: &str) -> Result<CString> {
 
 pub(crate) fn map(
     region: &str,
-    fd: &OwnedFd,
+    fd: BorrowedFd<'_>,
     len: usize,
     writable: bool,
 ) -> Result<memmap2::MmapRaw> {
@@ -68,7 +70,7 @@ pub(crate) fn size_and_map(
     };
     crate::sys::shm::set_len(fd, size as u64)
         .map_err(|e| undo(OpenError::io(name, "ftruncate", e)))?;
-    map(name, fd, size, true).map_err(undo)
+    map(name, fd.as_fd(), size, true).map_err(undo)
 }
 
 /// Creates the named object (`O_EXCL`, mode 0600) and write-locks `lock_byte` for `end` on it
@@ -159,28 +161,30 @@ pub(crate) fn create_memfd(
 
 /// Opens an existing named region.
 pub(crate) fn open_named(name: &str, writable: bool) -> Result<Arc<Shared>> {
+    open_named_grace(name, writable, INIT_GRACE)
+}
+
+/// As [`open_named`], waiting at most `grace` for a creator that is still writing the header
+/// (zero for listings, which must never wait per object).
+pub(crate) fn open_named_grace(name: &str, writable: bool, grace: Duration) -> Result<Arc<Shared>> {
     let fd = shm_open_existing(name, writable)?;
-    let mut chans = open_mapped(
-        name.to_owned(),
-        fd,
-        writable,
-        INIT_GRACE,
-        RegionKind::Channel,
-    )?;
+    let mut chans = open_mapped(name.to_owned(), fd, writable, grace, RegionKind::Channel)?;
     Ok(chans.swap_remove(0))
 }
 
 /// Opens an existing named object that belongs to this user and nobody else.
 pub(crate) fn shm_open_existing(name: &str, writable: bool) -> Result<OwnedFd> {
     let cname = c_name(name)?;
-    let fd = crate::sys::shm::open_existing(&cname, writable).map_err(|e| {
-        if e.kind() == io::ErrorKind::NotFound {
-            OpenError::NotFound {
-                region: name.to_owned(),
-            }
-        } else {
-            OpenError::io(name, "shm_open", e)
-        }
+    use crate::sys::shm::OpenExisting;
+    let fd = crate::sys::shm::open_existing(&cname, writable).map_err(|e| match e {
+        OpenExisting::NotFound => OpenError::NotFound {
+            region: name.to_owned(),
+        },
+        OpenExisting::NotRegular(found) => OpenError::NotARegion {
+            region: name.to_owned(),
+            found,
+        },
+        OpenExisting::Io(e) => OpenError::io(name, "shm_open", e),
     })?;
     check_owner_and_mode(name, &fd)?;
     Ok(fd)
@@ -220,7 +224,7 @@ pub(crate) fn open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Arc<S
 /// the magic (waiting up to `grace` for a creator that is still setting it up).
 pub(crate) fn identity(
     name: &str,
-    fd: &OwnedFd,
+    fd: BorrowedFd<'_>,
     grace: Duration,
 ) -> Result<(u64, u64, memmap2::MmapRaw)> {
     let size_of = || {
@@ -507,7 +511,7 @@ fn open_mapped(
     grace: Duration,
     kind: RegionKind,
 ) -> Result<Vec<Arc<Shared>>> {
-    let (size, magic, head) = identity(&name, &fd, grace)?;
+    let (size, magic, head) = identity(&name, fd.as_fd(), grace)?;
     if magic != magic_of(kind) {
         return Err(bad_magic(name, kind, magic));
     }
@@ -521,7 +525,7 @@ fn open_mapped(
         recorded,
         size,
     )?;
-    let map = map(&name, &fd, expected as usize, writable)?;
+    let map = map(&name, fd.as_fd(), expected as usize, writable)?;
     Ok(views(&name, shape, map, fd, None))
 }
 
@@ -542,8 +546,17 @@ pub(crate) fn gate_create_memfd(
 
 /// Opens a named gate (every channel).
 pub(crate) fn gate_open_named(name: &str, writable: bool) -> Result<Vec<Arc<Shared>>> {
+    gate_open_named_grace(name, writable, INIT_GRACE)
+}
+
+/// As [`gate_open_named`], waiting at most `grace` (see [`open_named_grace`]).
+pub(crate) fn gate_open_named_grace(
+    name: &str,
+    writable: bool,
+    grace: Duration,
+) -> Result<Vec<Arc<Shared>>> {
     let fd = shm_open_existing(name, writable)?;
-    open_mapped(name.to_owned(), fd, writable, INIT_GRACE, RegionKind::Gate)
+    open_mapped(name.to_owned(), fd, writable, grace, RegionKind::Gate)
 }
 
 /// Opens a gate from an inherited descriptor (every channel).
@@ -567,6 +580,24 @@ pub(crate) fn pick_channel(
         .into());
     }
     Ok(chans.swap_remove(c as usize))
+}
+
+/// Checks, without taking it, that a descriptor handed to this process is a shmflow region of
+/// `kind`: a regular file (or memfd) with the right magic. Nothing of it is changed; on an
+/// error the descriptor stays the caller's, open and usable.
+pub(crate) fn probe(name: &str, fd: BorrowedFd<'_>, kind: RegionKind) -> Result<()> {
+    let st = crate::sys::shm::stat(fd).map_err(|e| OpenError::io(name, "fstat", e))?;
+    if let Some(found) = st.not_regular {
+        return Err(OpenError::NotARegion {
+            region: name.to_owned(),
+            found,
+        });
+    }
+    let (_, magic, _head) = identity(name, fd, Duration::ZERO)?;
+    if magic != magic_of(kind) {
+        return Err(bad_magic(name.to_owned(), kind, magic));
+    }
+    Ok(())
 }
 
 /// Never a channel's magic: a gate's channel headers carry the gate's.

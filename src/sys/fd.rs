@@ -18,6 +18,23 @@ pub(crate) fn is_open(raw: RawFd) -> bool {
     fcntl(fd, FcntlArg::F_GETFD).is_ok()
 }
 
+/// Runs `f` with `raw` borrowed, if `raw` is an open descriptor of this process (`None` if
+/// not). Nothing is taken: `raw` stays open whatever `f` returns.
+pub(crate) fn with_borrowed<R>(raw: RawFd, f: impl FnOnce(BorrowedFd<'_>) -> R) -> Option<R> {
+    if !is_open(raw) {
+        return None;
+    }
+    // SAFETY: `raw` is open (just checked) and nothing in this function closes it; the borrow
+    // does not outlive `f`.
+    let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+    Some(f(fd))
+}
+
+/// A descriptor of our own for the object behind `fd` (`F_DUPFD_CLOEXEC`).
+pub(crate) fn dup(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    fd.try_clone_to_owned()
+}
+
 /// Takes ownership of an inherited descriptor and marks it close-on-exec, so that it leaks
 /// into no child of ours.
 ///

@@ -23,14 +23,77 @@ pub(crate) fn create_excl(name: &CStr, mode: u32) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Opens an existing `name`, read-write or read-only, close-on-exec.
-pub(crate) fn open_existing(name: &CStr, writable: bool) -> io::Result<OwnedFd> {
+/// Why an existing name could not be opened as a shared-memory object.
+#[derive(Debug)]
+pub(crate) enum OpenExisting {
+    /// No object of that name.
+    NotFound,
+    /// The name is something else: what it is.
+    NotRegular(&'static str),
+    /// The open failed otherwise.
+    Io(io::Error),
+}
+
+fn kind_of(mode: libc::mode_t) -> Option<&'static str> {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => None,
+        libc::S_IFDIR => Some("a directory"),
+        libc::S_IFIFO => Some("a FIFO"),
+        libc::S_IFSOCK => Some("a socket"),
+        libc::S_IFCHR => Some("a character device"),
+        libc::S_IFBLK => Some("a block device"),
+        libc::S_IFLNK => Some("a symbolic link"),
+        _ => Some("not a regular file"),
+    }
+}
+
+/// Opens an existing `name`, read-write or read-only, close-on-exec, only if it is a regular
+/// file (a shared-memory object). It first looks at the name without opening what it names
+/// (`O_PATH | O_NOFOLLOW`: no blocking on a FIFO, no side effect of opening a device, no
+/// following of a link), then opens it without blocking and checks that it is still the same
+/// object.
+pub(crate) fn open_existing(name: &CStr, writable: bool) -> Result<OwnedFd, OpenExisting> {
+    let path = format!("/dev/shm{}", name.to_string_lossy());
+    let probe = nix::fcntl::open(
+        path.as_str(),
+        OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        nix::errno::Errno::ENOENT => OpenExisting::NotFound,
+        e => OpenExisting::Io(super::io(e)),
+    })?;
+    let before = fstat(probe.as_fd()).map_err(|e| OpenExisting::Io(super::io(e)))?;
+    if let Some(kind) = kind_of(before.st_mode) {
+        return Err(OpenExisting::NotRegular(kind));
+    }
     let rw = if writable {
         OFlag::O_RDWR
     } else {
         OFlag::O_RDONLY
     };
-    nix::sys::mman::shm_open(name, rw | OFlag::O_CLOEXEC, Mode::empty()).map_err(super::io)
+    let fd = nix::sys::mman::shm_open(
+        name,
+        rw | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        nix::errno::Errno::ENOENT => OpenExisting::NotFound,
+        nix::errno::Errno::ELOOP => OpenExisting::NotRegular("a symbolic link"),
+        nix::errno::Errno::ENXIO => OpenExisting::NotRegular("a socket"),
+        nix::errno::Errno::EISDIR => OpenExisting::NotRegular("a directory"),
+        e => OpenExisting::Io(super::io(e)),
+    })?;
+    let after = fstat(fd.as_fd()).map_err(|e| OpenExisting::Io(super::io(e)))?;
+    if let Some(kind) = kind_of(after.st_mode) {
+        return Err(OpenExisting::NotRegular(kind));
+    }
+    if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino) {
+        return Err(OpenExisting::NotRegular(
+            "an object that was replaced while it was being opened",
+        ));
+    }
+    Ok(fd)
 }
 
 /// Removes `name`.
@@ -67,6 +130,8 @@ pub(crate) struct Stat {
     pub(crate) uid: u32,
     /// Permission bits (`& 0o777`).
     pub(crate) mode: u32,
+    /// `None` for a regular file (or memfd), else what the object is.
+    pub(crate) not_regular: Option<&'static str>,
 }
 
 pub(crate) fn stat(fd: impl AsFd) -> io::Result<Stat> {
@@ -75,6 +140,7 @@ pub(crate) fn stat(fd: impl AsFd) -> io::Result<Stat> {
         size: st.st_size as u64,
         uid: st.st_uid,
         mode: st.st_mode & 0o777,
+        not_regular: kind_of(st.st_mode),
     })
 }
 

@@ -1,0 +1,235 @@
+//! What surrounds a region is untrusted too: names that are not shared-memory objects, and
+//! descriptors that are not shmflow regions. Each is refused at once with a typed error, and
+//! nothing shmflow does not own is changed or closed.
+
+mod common;
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::unique_name;
+use shmflow::{Consumer, Gate, GateGeometry, Geometry, Monitor, OpenError, Producer};
+
+/// Runs `f` on a thread and fails the test if it has not returned within `bound`: an entry
+/// point that blocks on what it opens would hang here instead of failing.
+fn bounded<T: Send + 'static>(
+    what: &str,
+    bound: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(bound)
+        .unwrap_or_else(|_| panic!("{what} did not return within {bound:?}"))
+}
+
+fn path(name: &str) -> String {
+    format!("/dev/shm{name}")
+}
+
+/// Makes `name` a FIFO, a socket, a directory, a device node or a symbolic link.
+fn make(kind: &str, name: &str) -> Option<Box<dyn std::any::Any + Send>> {
+    let p = path(name);
+    let c = std::ffi::CString::new(p.clone()).unwrap();
+    match kind {
+        "fifo" => {
+            // SAFETY: mkfifo(3) with a valid path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            None
+        }
+        "socket" => Some(Box::new(UnixListener::bind(&p).unwrap())),
+        "directory" => {
+            std::fs::create_dir(&p).unwrap();
+            None
+        }
+        "device" => {
+            let dev = libc::makedev(1, 3);
+            // SAFETY: mknod(2) of /dev/null's numbers (1, 3) at a valid path; needs root.
+            if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, dev) } != 0 {
+                return Some(Box::new("skip"));
+            }
+            None
+        }
+        "symlink" => {
+            std::os::unix::fs::symlink("/dev/null", &p).unwrap();
+            None
+        }
+        _ => unreachable!(),
+    }
+}
+
+fn remove(kind: &str, name: &str) {
+    let p = path(name);
+    let _ = if kind == "directory" {
+        std::fs::remove_dir(&p)
+    } else {
+        std::fs::remove_file(&p)
+    };
+}
+
+#[test]
+fn names_that_are_not_regions_are_refused_at_once_by_every_entry_point() {
+    for kind in ["fifo", "socket", "directory", "device", "symlink"] {
+        let name = unique_name(&format!("foreign-{kind}"));
+        let keep = make(kind, &name);
+        if keep
+            .as_ref()
+            .and_then(|k| k.downcast_ref::<&str>())
+            .is_some_and(|s| *s == "skip")
+        {
+            eprintln!("skipping the device node: mknod refused (not root?)");
+            remove(kind, &name);
+            continue;
+        }
+        let bound = Duration::from_secs(10);
+        let n = name.clone();
+        let opens = bounded(&format!("opening {kind}"), bound, move || {
+            vec![
+                ("Producer::open", Producer::open(&n).err()),
+                ("Consumer::open", Consumer::open(&n).err()),
+                (
+                    "Producer::open_channel",
+                    Producer::open_channel(&n, 0).err(),
+                ),
+                ("Monitor::open", Monitor::open(&n).err()),
+                ("GateMonitor::open", shmflow::GateMonitor::open(&n).err()),
+            ]
+        });
+        for (what, e) in opens {
+            match e {
+                Some(OpenError::NotARegion { found, .. }) => {
+                    assert!(!found.is_empty(), "{what} on a {kind}")
+                }
+                other => panic!("{what} on a {kind}: expected NotARegion, got {other:?}"),
+            }
+        }
+        let n = name.clone();
+        let creates = bounded(&format!("creating over {kind}"), bound, move || {
+            vec![
+                Producer::create(&n, Geometry::default()).err(),
+                Consumer::create(&n, Geometry::default()).err(),
+                Gate::create(&n, GateGeometry::new(2)).err(),
+            ]
+        });
+        for e in creates {
+            assert!(
+                matches!(e, Some(OpenError::AlreadyExists { .. })),
+                "create over a {kind}: {e:?}"
+            );
+        }
+        let n = name.clone();
+        let removed = bounded("remove_if_stale", bound, move || {
+            shmflow::remove_if_stale(&n)
+        });
+        assert!(
+            matches!(removed, Err(OpenError::NotARegion { .. })),
+            "remove_if_stale on a {kind}: {removed:?}"
+        );
+        bounded("list_regions", bound, || shmflow::list_regions().unwrap());
+        bounded("list_gates", bound, || shmflow::list_gates().unwrap());
+        assert!(
+            std::fs::symlink_metadata(path(&name)).is_ok(),
+            "the {kind} is left alone"
+        );
+        drop(keep);
+        remove(kind, &name);
+    }
+}
+
+#[test]
+fn dot_names_are_refused() {
+    for name in ["/.", "/.."] {
+        assert!(matches!(
+            Producer::create(name, Geometry::default()),
+            Err(OpenError::InvalidConfig(_))
+        ));
+        assert!(matches!(
+            Consumer::open(name),
+            Err(OpenError::InvalidConfig(_))
+        ));
+    }
+}
+
+/// True if `fd` is still open in this process.
+fn is_open(fd: i32) -> bool {
+    // SAFETY: F_GETFD only asks whether `fd` is open.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+#[test]
+fn descriptors_that_are_not_regions_are_refused_and_left_open() {
+    let file = tempfile_in_dev_shm();
+    let (sock, mut peer) = UnixStream::pair().unwrap();
+    let (_gate, handles) = Gate::create_anonymous(GateGeometry::new(2)).unwrap();
+    let gate_fd = handles[0].as_fd().as_raw_fd();
+    let cases: Vec<(&str, i32, String)> = vec![
+        ("stdin", 0, "0".into()),
+        ("stderr", 2, "2".into()),
+        (
+            "a regular file",
+            file.as_raw_fd(),
+            file.as_raw_fd().to_string(),
+        ),
+        ("a socket", sock.as_raw_fd(), sock.as_raw_fd().to_string()),
+        ("a gate's handle", gate_fd, format!("{gate_fd}")),
+    ];
+    for (what, fd, value) in &cases {
+        let var = format!("SHMFLOW_TEST_FOREIGN_{}", fd);
+        std::env::set_var(&var, value);
+        let c = Consumer::from_env(&var);
+        assert!(c.is_err(), "Consumer::from_env on {what} succeeded");
+        let p = Producer::from_env(&var);
+        assert!(p.is_err(), "Producer::from_env on {what} succeeded");
+        if *fd >= 0 {
+            assert!(is_open(*fd), "{what} was closed by a failed from_env");
+        }
+        std::env::remove_var(&var);
+    }
+    // The gate's handle is refused as a channel, by number and as a borrowed descriptor.
+    assert!(matches!(
+        Consumer::from_fd(handles[0].as_fd()),
+        Err(OpenError::BadMagic { .. })
+    ));
+    // Closed and negative numbers.
+    for value in ["-1", "987654"] {
+        std::env::set_var("SHMFLOW_TEST_FOREIGN_BAD", value);
+        assert!(matches!(
+            Consumer::from_env("SHMFLOW_TEST_FOREIGN_BAD"),
+            Err(OpenError::InvalidConfig(_))
+        ));
+    }
+    // Still usable: the socket still carries bytes, the file still reads.
+    use std::io::{Read, Write};
+    (&sock).write_all(b"still here").unwrap();
+    let mut buf = [0u8; 10];
+    peer.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"still here");
+    assert!(is_open(file.as_raw_fd()));
+    // And a borrowed descriptor that is a region is duplicated, not taken.
+    let (mut tx, handle) = Producer::create_anonymous(Geometry::default()).unwrap();
+    let mut rx = Consumer::from_fd(handle.as_fd()).unwrap();
+    assert!(is_open(handle.as_fd().as_raw_fd()), "from_fd borrows");
+    tx.send(b"through a duplicate").unwrap();
+    tx.flush().unwrap();
+    assert_eq!(
+        rx.recv().unwrap().unwrap().as_bytes(),
+        Some(&b"through a duplicate"[..])
+    );
+}
+
+fn tempfile_in_dev_shm() -> std::fs::File {
+    let p = path(&unique_name("foreign-file"));
+    let f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    f.set_len(64 * 1024).unwrap();
+    std::fs::remove_file(&p).unwrap();
+    f
+}
