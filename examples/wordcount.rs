@@ -193,6 +193,9 @@ fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
             GateMessage::ChannelDead { channel, error } => {
                 return Err(format!("source {channel} died: {error}"))
             }
+            GateMessage::ChannelFailed { channel, error } => {
+                return Err(format!("source {channel} failed: {error}"))
+            }
             GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
         }
     }
@@ -223,6 +226,9 @@ fn counter(opts: &Opts, k: usize) -> Result<(), String> {
             }
             GateMessage::ChannelDead { channel, error } => {
                 return Err(format!("tokenizer {channel} died: {error}"))
+            }
+            GateMessage::ChannelFailed { channel, error } => {
+                return Err(format!("tokenizer {channel} failed: {error}"))
             }
             GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
         }

@@ -95,6 +95,36 @@ impl fmt::Display for PeerDeadError {
     }
 }
 
+/// The producer was dropped while its thread was unwinding from a panic: every record it
+/// committed before was delivered, and the stream ended as failed, not cleanly.
+#[derive(Debug)]
+pub struct ProducerFailedError {
+    pub(crate) region: String,
+    pub(crate) pid: u32,
+}
+
+impl ProducerFailedError {
+    /// The region's name.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+    /// The pid the producer recorded when it attached.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+impl fmt::Display for ProducerFailedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "region {}: the producer (pid {}) failed (it was dropped while panicking); the \
+             records it committed before were delivered, the stream did not end cleanly",
+            self.region, self.pid
+        )
+    }
+}
+
 /// A value read from shared memory is out of range: the peer is buggy, crashed while writing,
 /// or hostile. The channel cannot be trusted any more.
 #[derive(Debug)]
@@ -317,6 +347,7 @@ macro_rules! simple_error_impls {
     )*};
 }
 simple_error_impls!(
+    ProducerFailedError,
     PeerDeadError,
     CorruptError,
     RecordTooLargeError,
@@ -586,6 +617,8 @@ pub enum Error {
     Closed(Box<ClosedError>),
     /// The peer died.
     PeerDead(Box<PeerDeadError>),
+    /// The producer ended the stream as failed (dropped while panicking).
+    ProducerFailed(Box<ProducerFailedError>),
     /// The region holds values a correct peer does not write.
     Corrupt(Box<CorruptError>),
     /// A record or event exceeds a limit.
@@ -635,6 +668,13 @@ impl Error {
         }))
     }
 
+    pub(crate) fn producer_failed(region: &str, pid: u32) -> Self {
+        Error::ProducerFailed(Box::new(ProducerFailedError {
+            region: region.to_owned(),
+            pid,
+        }))
+    }
+
     pub(crate) fn peer_dead(region: &str, end: End, pid: u32) -> Self {
         Error::PeerDead(Box::new(PeerDeadError {
             region: region.to_owned(),
@@ -663,6 +703,7 @@ impl fmt::Display for Error {
             Error::Timeout => f.write_str("the operation timed out"),
             Error::Closed(e) => e.fmt(f),
             Error::PeerDead(e) => e.fmt(f),
+            Error::ProducerFailed(e) => e.fmt(f),
             Error::Corrupt(e) => e.fmt(f),
             Error::RecordTooLarge(e) => e.fmt(f),
             Error::RecordAborted(e) => e.fmt(f),
@@ -790,6 +831,7 @@ op_error! {
     pub enum RecvError {}
     failures {
         PeerDead(PeerDeadError),
+        ProducerFailed(ProducerFailedError),
         Corrupt(CorruptError),
         RecordTooLarge(RecordTooLargeError),
         RecordAborted(RecordAbortedError),
@@ -805,6 +847,7 @@ op_error! {
     }
     failures {
         PeerDead(PeerDeadError),
+        ProducerFailed(ProducerFailedError),
         Corrupt(CorruptError),
         RecordTooLarge(RecordTooLargeError),
         RecordAborted(RecordAbortedError),
@@ -820,6 +863,7 @@ op_error! {
     }
     failures {
         PeerDead(PeerDeadError),
+        ProducerFailed(ProducerFailedError),
         Corrupt(CorruptError),
         RecordTooLarge(RecordTooLargeError),
         RecordAborted(RecordAbortedError),

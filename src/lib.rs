@@ -67,8 +67,9 @@ pub use endpoint::partition::{KeyFn, Partition, Partitioner};
 pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};
 pub use error::{
     ClosedError, ConfigError, CorruptError, End, Error, OpenError, PeerDeadError,
-    RecordAbortedError, RecordTooLargeError, RecvError, RecvTimeoutError, RegionKind, Result,
-    SendError, SendTimeoutError, SysError, TryRecvError, TrySendError, WriteError,
+    ProducerFailedError, RecordAbortedError, RecordTooLargeError, RecvError, RecvTimeoutError,
+    RegionKind, Result, SendError, SendTimeoutError, SysError, TryRecvError, TrySendError,
+    WriteError,
 };
 pub use protocol::abi::{GateGeometry, Geometry, LAYOUT_VERSION};
 pub use protocol::park::WaitStrategy;

@@ -178,3 +178,73 @@ fn a_consumer_that_left_is_closed_for_every_later_call() {
     assert!(matches!(p.flush(), Err(SendError::Closed(_))));
     assert!(p.is_closed());
 }
+
+#[test]
+fn a_producer_dropped_while_panicking_ends_the_stream_as_failed() {
+    if role().as_deref() == Some("panicker") {
+        let mut p = Producer::from_env(FD_VAR).unwrap();
+        p.set_flush_policy(FlushPolicy::EveryRecord);
+        for i in 0..3u8 {
+            p.send(&[i; 8]).unwrap();
+        }
+        // Unwinding drops the producer: the stream ends as failed, not cleanly.
+        panic!("a stage fails with its producer in scope");
+    }
+    let (mut c, handle) = Consumer::create_anonymous(G).unwrap();
+    let mut child = spawn(
+        "a_producer_dropped_while_panicking_ends_the_stream_as_failed",
+        "panicker",
+        &[],
+        Some(&handle),
+    );
+    drop(handle);
+    for i in 0..3u8 {
+        let r = c
+            .recv()
+            .unwrap()
+            .expect("every record committed before the panic");
+        assert_eq!(r.as_bytes(), Some(&[i; 8][..]));
+    }
+    match c.recv() {
+        Err(RecvError::ProducerFailed(e)) => assert_eq!(e.pid(), child.id()),
+        Err(e) => panic!("expected ProducerFailed, got {e}"),
+        Ok(r) => panic!("expected ProducerFailed, got {r:?}"),
+    }
+    // Distinct from a clean end, and it stays so.
+    assert!(matches!(c.try_recv(), Err(TryRecvError::ProducerFailed(_))));
+    assert_eq!(c.metrics().producer_state, shmflow::EndState::Failed);
+    assert!(!child.wait().unwrap().success(), "the child panicked");
+}
+
+#[test]
+fn a_gate_reports_a_channel_whose_producer_panicked() {
+    use shmflow::{Gate, GateGeometry, GateMessage};
+    let name = common::unique_name("gate-panicked");
+    let mut gate = Gate::create(&name, GateGeometry::new(2)).unwrap();
+    let n = name.clone();
+    let t = std::thread::spawn(move || {
+        let mut p = Producer::open_channel(&n, 1).unwrap();
+        p.send(b"before").unwrap();
+        p.flush().unwrap();
+        panic!("the stage fails");
+    });
+    assert!(t.join().is_err());
+    let clean = Producer::open_channel(&name, 0).unwrap();
+    drop(clean);
+    let mut seen = Vec::new();
+    while let Some(m) = gate.recv().unwrap() {
+        seen.push(match m {
+            GateMessage::Record { channel, record } => {
+                format!(
+                    "{channel}:{}",
+                    String::from_utf8_lossy(record.as_bytes().unwrap())
+                )
+            }
+            GateMessage::EndOfPartition { channel } => format!("{channel}:end"),
+            GateMessage::ChannelFailed { channel, .. } => format!("{channel}:failed"),
+            other => panic!("{other:?}"),
+        });
+    }
+    seen.sort();
+    assert_eq!(seen, ["0:end", "1:before", "1:failed"]);
+}

@@ -359,7 +359,9 @@ fn events_keep_their_place_and_priority_events_overtake() {
                 String::from_utf8_lossy(event.payload)
             ),
             GateMessage::EndOfPartition { channel } => format!("end{channel}"),
-            GateMessage::ChannelDead { .. } => panic!("not dead"),
+            GateMessage::ChannelDead { .. } | GateMessage::ChannelFailed { .. } => {
+                panic!("not dead")
+            }
         });
     }
     assert_eq!(

@@ -96,6 +96,9 @@ fn a_killed_producer_is_reported_dead_and_the_gate_serves_the_rest() {
                     dead = true;
                 }
                 GateMessage::Event { .. } => panic!("no events sent"),
+                GateMessage::ChannelFailed { channel, .. } => {
+                    panic!("channel {channel}: no producer panics here")
+                }
             }
         }
         assert!(ended[0] && ended[2] && dead, "trial {trial}");

@@ -61,6 +61,7 @@ fn outcome(e: impl Into<Error>) -> &'static str {
         Error::Timeout | Error::WouldBlock => "timeout",
         Error::Closed(_) => "closed",
         Error::PeerDead(_) => "peer-dead",
+        Error::ProducerFailed(_) => "failed",
         Error::RecordAborted(_) => "aborted",
         Error::RecordTooLarge(_) => "too-large",
         _ => "other",
@@ -308,6 +309,7 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
                 }
                 Ok(Some(shmflow::GateMessage::EndOfPartition { .. })) => "end",
                 Ok(Some(shmflow::GateMessage::ChannelDead { .. })) => "dead",
+                Ok(Some(shmflow::GateMessage::ChannelFailed { .. })) => "failed",
                 Ok(None) => "all-ended",
                 Err(e) => outcome(e),
             };

@@ -22,7 +22,7 @@ use crate::error::{
 };
 #[cfg(not(loom))]
 use crate::protocol::abi::Geometry;
-use crate::protocol::abi::END_DETACHED;
+use crate::protocol::abi::{END_DETACHED, END_FAILED};
 use crate::protocol::counters::Local;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
@@ -235,7 +235,17 @@ impl Consumer {
 
     fn producer_detached(&self) -> bool {
         // Acquire: pairs with the producer's Release when it detaches, after its last seal.
-        self.shared.header().producer.state.load(Ordering::Acquire) == END_DETACHED
+        let state = self.shared.header().producer.state.load(Ordering::Acquire);
+        state == END_DETACHED || state == END_FAILED
+    }
+
+    /// `Some(ProducerFailed)` if the producer ended the stream as failed (it was dropped while
+    /// its thread unwound from a panic).
+    pub(crate) fn producer_failed(&self) -> Option<Error> {
+        let p = &self.shared.header().producer;
+        // Acquire: as in `producer_detached`.
+        (p.state.load(Ordering::Acquire) == END_FAILED)
+            .then(|| Error::producer_failed(&self.shared.name, p.pid.load(Ordering::Relaxed)))
     }
 
     fn corrupt(&self, field: &'static str, expected: String, found: u64) -> Error {
@@ -615,7 +625,10 @@ impl Consumer {
             let got = self.wait_frame(deadline);
             self.watch_prio = false;
             let Some(f) = got? else {
-                return Ok(Next::End);
+                return match self.producer_failed() {
+                    Some(e) => Err(e),
+                    None => Ok(Next::End),
+                };
             };
             if f.kind == frame::PRIORITY_PENDING {
                 return Ok(Next::Priority);

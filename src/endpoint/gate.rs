@@ -54,6 +54,14 @@ pub enum GateMessage<'a> {
         /// The channel that ended.
         channel: usize,
     },
+    /// `channel`'s producer was dropped while its thread unwound from a panic; everything it
+    /// committed was delivered before this.
+    ChannelFailed {
+        /// The channel whose producer failed.
+        channel: usize,
+        /// Which producer.
+        error: Box<crate::error::ProducerFailedError>,
+    },
     /// `channel`'s producer died; everything it committed was delivered before this.
     ChannelDead {
         /// The channel whose producer died.
@@ -70,6 +78,7 @@ impl GateMessage<'_> {
             GateMessage::Record { channel, .. }
             | GateMessage::Event { channel, .. }
             | GateMessage::EndOfPartition { channel }
+            | GateMessage::ChannelFailed { channel, .. }
             | GateMessage::ChannelDead { channel, .. } => *channel,
         }
     }
@@ -396,8 +405,14 @@ impl Gate {
             Pick::AllDone => return Ok(None),
             Pick::Ended(c) => {
                 // The producer detached: it will never use the floating segments it holds.
+                let failed = self.chans[c].producer_failed();
                 self.retire(c, true);
-                return Ok(Some(GateMessage::EndOfPartition { channel: c }));
+                return Ok(Some(match failed {
+                    Some(Error::ProducerFailed(error)) => {
+                        GateMessage::ChannelFailed { channel: c, error }
+                    }
+                    _ => GateMessage::EndOfPartition { channel: c },
+                }));
             }
             Pick::Dead(c, error) => {
                 let error = match error {
@@ -430,6 +445,11 @@ impl Gate {
                 // Reclaimed at the next call (the borrow of the channel lives until here).
                 self.state[c] = State::Ended;
                 Ok(Some(GateMessage::EndOfPartition { channel: c }))
+            }
+            // The producer ended the stream as failed (dropped while panicking).
+            Err(Error::ProducerFailed(error)) => {
+                self.state[c] = State::Ended;
+                Ok(Some(GateMessage::ChannelFailed { channel: c, error }))
             }
             // `ready` saw a committed frame; only a producer rewriting what it committed
             // makes it vanish.
@@ -558,6 +578,11 @@ impl std::fmt::Debug for GateMessage<'_> {
             GateMessage::EndOfPartition { channel } => f
                 .debug_struct("EndOfPartition")
                 .field("channel", channel)
+                .finish(),
+            GateMessage::ChannelFailed { channel, error } => f
+                .debug_struct("ChannelFailed")
+                .field("channel", channel)
+                .field("error", error)
                 .finish(),
             GateMessage::ChannelDead { channel, error } => f
                 .debug_struct("ChannelDead")

@@ -227,6 +227,9 @@ pub enum EndState {
     Attached,
     /// Attached once and detached.
     Detached,
+    /// Detached while its thread unwound from a panic (a producer: its stream ended as
+    /// failed).
+    Failed,
     /// A value no shmflow writes (a corrupt or foreign region).
     Invalid(u32),
 }
@@ -237,6 +240,7 @@ impl EndState {
             crate::protocol::abi::END_FREE => EndState::Free,
             crate::protocol::abi::END_ATTACHED => EndState::Attached,
             crate::protocol::abi::END_DETACHED => EndState::Detached,
+            crate::protocol::abi::END_FAILED => EndState::Failed,
             other => EndState::Invalid(other),
         }
     }
@@ -248,6 +252,7 @@ impl EndState {
             EndState::Free => crate::protocol::abi::END_FREE,
             EndState::Attached => crate::protocol::abi::END_ATTACHED,
             EndState::Detached => crate::protocol::abi::END_DETACHED,
+            EndState::Failed => crate::protocol::abi::END_FAILED,
             EndState::Invalid(v) => v,
         }
     }
@@ -259,6 +264,7 @@ impl std::fmt::Display for EndState {
             EndState::Free => f.write_str("free"),
             EndState::Attached => f.write_str("attached"),
             EndState::Detached => f.write_str("detached"),
+            EndState::Failed => f.write_str("failed"),
             EndState::Invalid(v) => write!(f, "invalid state {v}"),
         }
     }

@@ -26,7 +26,7 @@ use crate::error::RegionKind;
 use crate::error::{
     op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError, WriteError,
 };
-use crate::protocol::abi::{Geometry, END_DETACHED};
+use crate::protocol::abi::{Geometry, END_DETACHED, END_FAILED};
 use crate::protocol::counters::Local;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
@@ -1008,10 +1008,11 @@ impl Producer {
     /// Publishes everything, marks the stream ended and wakes the consumer, which reads what
     /// was committed and then gets end-of-stream. Dropping the producer does the same.
     pub fn close(mut self) {
-        self.close_inner();
+        self.close_inner(false);
     }
 
-    fn close_inner(&mut self) {
+    /// Ends the stream: cleanly, or as failed (`failed`: dropped while unwinding).
+    fn close_inner(&mut self, failed: bool) {
         if self.closed {
             return;
         }
@@ -1024,8 +1025,10 @@ impl Producer {
         // record is reported to the consumer as RecordAborted.
         self.seal();
         let h = self.shared.header();
-        // Release: everything sealed above is visible to a consumer that sees DETACHED.
-        h.producer.state.store(END_DETACHED, Ordering::Release);
+        let state = if failed { END_FAILED } else { END_DETACHED };
+        // SYNC POINT: Release, paired with the consumer's Acquire in `producer_detached`:
+        // everything sealed above is visible to a consumer that sees DETACHED or FAILED.
+        h.producer.state.store(state, Ordering::Release);
         self.notify_consumer();
     }
 
@@ -1046,7 +1049,10 @@ impl Drop for Producer {
         if std::thread::panicking() {
             return;
         }
-        self.close_inner();
+        // A producer dropped while its thread unwinds ends the stream as failed, so that the
+        // consumer can tell a crash by panic from a finished producer.
+        let failed = std::thread::panicking();
+        self.close_inner(failed);
     }
 }
 

@@ -16,7 +16,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
@@ -47,10 +47,13 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
-/// Attach state of one end: `FREE` → `ATTACHED` → `DETACHED`, never back.
+/// Attach state of one end: `FREE` → `ATTACHED` → `DETACHED` or `FAILED`, never back.
 pub(crate) const END_FREE: u32 = 0;
 pub(crate) const END_ATTACHED: u32 = 1;
 pub(crate) const END_DETACHED: u32 = 2;
+/// Detached while its thread was unwinding from a panic: everything it committed before is
+/// delivered, then the stream ends as failed rather than cleanly (layout version 4).
+pub(crate) const END_FAILED: u32 = 3;
 
 #[repr(C)]
 #[derive(Default)]
@@ -524,7 +527,7 @@ mod tests {
     }
 
     /// The layout version `abi.golden` describes.
-    const GOLDEN_VERSION: u32 = 3;
+    const GOLDEN_VERSION: u32 = 4;
 
     #[test]
     #[ignore = "prints the layout for abi.golden"]

@@ -459,14 +459,16 @@ pub(crate) fn attach(
             end,
             pid: st.pid.load(crate::sync::Ordering::Relaxed),
         }),
-        Err(crate::protocol::abi::END_DETACHED) => Err(crate::error::OpenError::EndDetached {
-            region: shared.name.clone(),
-            end,
-        }),
+        Err(crate::protocol::abi::END_DETACHED | crate::protocol::abi::END_FAILED) => {
+            Err(crate::error::OpenError::EndDetached {
+                region: shared.name.clone(),
+                end,
+            })
+        }
         Err(other) => Err(crate::error::OpenError::corrupt(
             &shared.name,
             "end attach state",
-            "0, 1 or 2".into(),
+            "0, 1, 2 or 3".into(),
             other as u64,
         )),
     }

@@ -57,6 +57,7 @@ fn end(state: EndState, pid: u32, alive: bool) -> String {
         EndState::Attached if alive => format!("pid {pid}"),
         EndState::Attached => format!("pid {pid} (dead)"),
         EndState::Detached => "detached".into(),
+        EndState::Failed => "failed".into(),
         EndState::Invalid(s) => format!("state {s}?"),
     }
 }
