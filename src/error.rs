@@ -448,6 +448,16 @@ pub enum OpenError {
         /// The end that was asked for.
         end: End,
     },
+    /// The system cannot back a region this large: the tmpfs behind `/dev/shm` is full, or a
+    /// memory limit (the memory cgroup, the machine) is reached. Nothing was left behind.
+    NoMemory {
+        /// The region's name.
+        region: String,
+        /// The size of the region that could not be reserved.
+        bytes: u64,
+        /// The OS error (`ENOSPC`, `ENOMEM`).
+        source: io::Error,
+    },
     /// A geometry, name or option is out of range.
     InvalidConfig(ConfigError),
     /// The header holds values no shmflow writes.
@@ -470,7 +480,8 @@ impl OpenError {
             | OpenError::NotOwner { region, .. }
             | OpenError::BadMode { region, .. }
             | OpenError::AlreadyAttached { region, .. }
-            | OpenError::EndDetached { region, .. } => region,
+            | OpenError::EndDetached { region, .. }
+            | OpenError::NoMemory { region, .. } => region,
             OpenError::InvalidConfig(e) => &e.region,
             OpenError::Corrupt(e) => &e.region,
             OpenError::Io(e) => &e.region,
@@ -557,6 +568,16 @@ impl fmt::Display for OpenError {
                 "region {region}: the {end} end was attached before and has detached; an end \
                  attaches once, create a new channel"
             ),
+            OpenError::NoMemory {
+                region,
+                bytes,
+                source,
+            } => write!(
+                f,
+                "region {region}: the system cannot back {bytes} bytes of shared memory \
+                 ({source}): the tmpfs behind /dev/shm is full or a memory limit (cgroup) is \
+                 reached; use a smaller geometry or free memory"
+            ),
             OpenError::InvalidConfig(e) => e.fmt(f),
             OpenError::Corrupt(e) => e.fmt(f),
             OpenError::Io(e) => e.fmt(f),
@@ -568,6 +589,7 @@ impl std::error::Error for OpenError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             OpenError::Io(e) => Some(&e.source),
+            OpenError::NoMemory { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -191,10 +191,9 @@ fn a_producer_dropped_while_panicking_ends_the_stream_as_failed() {
         panic!("a stage fails with its producer in scope");
     }
     let (mut c, handle) = Consumer::create_anonymous(G).unwrap();
-    let mut child = spawn(
+    let mut child = spawn_quiet(
         "a_producer_dropped_while_panicking_ends_the_stream_as_failed",
         "panicker",
-        &[],
         Some(&handle),
     );
     drop(handle);

@@ -70,6 +70,31 @@ pub(crate) fn size_and_map(
     };
     crate::sys::shm::set_len(fd, size as u64)
         .map_err(|e| undo(OpenError::io(name, "ftruncate", e)))?;
+    // Reserve the memory now: a region the system cannot back fails here, with a typed error,
+    // not later with SIGBUS or the OOM killer. A memory cgroup at its limit answers a tmpfs
+    // allocation with the OOM killer, even inside `fallocate`: look at what is available first.
+    if let Some(available) = crate::sys::mem::available() {
+        if size as u64 > available {
+            return Err(undo(OpenError::NoMemory {
+                region: name.to_owned(),
+                bytes: size as u64,
+                source: io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!("about {available} bytes are available to this process's memory cgroup and machine"),
+                ),
+            }));
+        }
+    }
+    crate::sys::shm::reserve(fd, size as u64).map_err(|e| {
+        undo(match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::ENOMEM) | Some(libc::EFBIG) => OpenError::NoMemory {
+                region: name.to_owned(),
+                bytes: size as u64,
+                source: e,
+            },
+            _ => OpenError::io(name, "fallocate", e),
+        })
+    })?;
     map(name, fd.as_fd(), size, true).map_err(undo)
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod clock;
 pub(crate) mod fd;
 pub(crate) mod futex;
 pub(crate) mod lock;
+pub(crate) mod mem;
 pub(crate) mod shm;
 
 /// A nix error as an `io::Error` (nix's `Errno` is the OS error number).

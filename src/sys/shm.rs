@@ -123,6 +123,19 @@ pub(crate) fn set_len(fd: impl AsFd, len: u64) -> io::Result<()> {
     nix::unistd::ftruncate(fd, len as libc::off_t).map_err(super::io)
 }
 
+/// Reserves the object's first `len` bytes: the memory behind them is allocated now, so that
+/// a tmpfs that is full or a memory cgroup at its limit fails here (`ENOSPC`, `ENOMEM`)
+/// rather than with SIGBUS or the OOM killer at the first touch of a page later.
+pub(crate) fn reserve(fd: impl AsFd, len: u64) -> io::Result<()> {
+    nix::fcntl::fallocate(
+        fd.as_fd(),
+        nix::fcntl::FallocateFlags::empty(),
+        0,
+        len as libc::off_t,
+    )
+    .map_err(super::io)
+}
+
 /// What `fstat` says about an object.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Stat {

@@ -54,6 +54,21 @@ pub(crate) fn spawn_with_stdin(
     cmd.spawn().expect("spawning a child test process")
 }
 
+/// As [`spawn`], with the child's output discarded: for a child that fails on purpose (its
+/// test harness would print a failure that is the point of the test).
+pub(crate) fn spawn_quiet(test: &str, role: &str, handle: Option<&PeerHandle>) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(h) = handle {
+        h.pass_to(&mut cmd, FD_VAR);
+    }
+    cmd.spawn().expect("spawning a child test process")
+}
+
 /// Waits for a child and asserts it succeeded.
 pub(crate) fn expect_success(mut child: Child, what: &str) {
     let status = child.wait().unwrap();
