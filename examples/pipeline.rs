@@ -118,7 +118,13 @@ fn transform(args: &Args) -> Result<(), String> {
     let mut sink = spawn_next("sink", args, &handle);
     drop(handle);
     let res = forward(&mut rx, &mut tx);
-    drop(tx);
+    // A transform that gives up ends its output as failed: the sink is told, not left to
+    // count missing records.
+    if res.is_err() {
+        tx.fail();
+    } else {
+        drop(tx);
+    }
     let status = sink.wait().map_err(|e| e.to_string())?;
     res?;
     if !status.success() {

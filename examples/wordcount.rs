@@ -20,6 +20,14 @@
 //!
 //! Options: `--lines N` per source (default 200000), `--slow-counter K` and `--slow-ns N`
 //! (busy work per word in counter K, default 3000 ns when slowed), `--skew`.
+//!
+//! When a stage fails, the failure travels: a stage that gives up ends its outputs as failed
+//! (`Producer::fail`), a stage downstream of a dead or failed one gives up in turn, and one
+//! upstream of it finds its sends refused (`Closed`, `PeerDead`). Every stage then exits
+//! non-zero with a message and removes the gate it created. `--kill-stage ROLE:INDEX` (e.g.
+//! `tokenizer:1`) shows it: it SIGKILLs that stage mid-run, checks that every other stage
+//! exits non-zero by itself, that `/dev/shm` holds nothing of the run but the killed stage's
+//! own gate, and that `shmflow clean` (`remove_if_stale`) removes it; it exits 0 if all holds.
 
 use std::collections::HashMap;
 use std::process::{Child, Command};
@@ -43,6 +51,8 @@ struct Opts {
     slow_ns: u64,
     skew: bool,
     prefix: String,
+    /// `--kill-stage ROLE:INDEX`: SIGKILL that stage mid-run and check what the others do.
+    kill_stage: Option<(String, usize)>,
 }
 
 fn main() {
@@ -58,8 +68,13 @@ fn main() {
         slow_ns: get("--slow-ns").map_or(3000, |v| v.parse().expect("--slow-ns N")),
         skew: args.iter().any(|a| a == "--skew"),
         prefix: get("--prefix").unwrap_or_else(|| format!("/shmflow-wc-{}", std::process::id())),
+        kill_stage: get("--kill-stage").map(|v| {
+            let (r, i) = v.split_once(':').expect("--kill-stage ROLE:INDEX");
+            (r.to_owned(), i.parse().expect("--kill-stage ROLE:INDEX"))
+        }),
     };
     let result = match get("--role").as_deref() {
+        None if opts.kill_stage.is_some() => kill_and_check(&opts, &args),
         None => orchestrate(&opts, &args),
         Some(role) => {
             let index: usize = get("--index").map_or(0, |v| v.parse().expect("--index"));
@@ -73,7 +88,13 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("wordcount: {e}");
+        match get("--role") {
+            Some(role) => eprintln!(
+                "wordcount {role} {}: {e}",
+                get("--index").unwrap_or_default()
+            ),
+            None => eprintln!("wordcount: {e}"),
+        }
         std::process::exit(1);
     }
 }
@@ -168,12 +189,16 @@ fn source(opts: &Opts, s: usize) -> Result<(), String> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut part = Partition::new(outs, Partitioner::RoundRobin).map_err(err)?;
     let mut l = String::new();
-    for i in 0..opts.lines {
+    let sent = (0..opts.lines).try_for_each(|i| {
         line(s, i, opts.skew, &mut l);
-        part.send(l.as_bytes()).map_err(err)?;
+        part.send(l.as_bytes()).map_err(err)
+    });
+    // Dropping the producers ends each channel cleanly: the tokenizers see EndOfPartition.
+    // A stage that gives up ends them as failed instead, so that the failure travels on.
+    if sent.is_err() {
+        part.fail();
     }
-    // Dropping the producers ends each channel: the tokenizers see EndOfPartition.
-    Ok(())
+    sent
 }
 
 fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
@@ -182,34 +207,57 @@ fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
         .map(|k| open_channel(&gate_name(opts, "cnt", k), t))
         .collect::<Result<Vec<_>, _>>()?;
     let mut part = Partition::new(outs, Partitioner::Key(Box::new(fnv))).map_err(err)?;
-    while let Some(m) = gate.recv().map_err(err)? {
-        match m {
-            GateMessage::Record { record, .. } => {
-                let text = record.as_bytes().ok_or("a line spans segments")?;
-                for w in text.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
-                    part.send(w).map_err(err)?;
+    let done = (|| {
+        while let Some(m) = gate.recv().map_err(err)? {
+            match m {
+                GateMessage::Record { record, .. } => {
+                    let text = record.as_bytes().ok_or("a line spans segments")?;
+                    for w in text.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
+                        part.send(w).map_err(err)?;
+                    }
                 }
+                GateMessage::ChannelDead { channel, error } => {
+                    return Err(format!("source {channel} died: {error}"))
+                }
+                GateMessage::ChannelFailed { channel, error } => {
+                    return Err(format!("source {channel} failed: {error}"))
+                }
+                GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
             }
-            GateMessage::ChannelDead { channel, error } => {
-                return Err(format!("source {channel} died: {error}"))
-            }
-            GateMessage::ChannelFailed { channel, error } => {
-                return Err(format!("source {channel} failed: {error}"))
-            }
-            GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
         }
+        Ok(())
+    })();
+    if done.is_err() {
+        part.fail();
     }
-    Ok(())
+    done
 }
 
 fn counter(opts: &Opts, k: usize) -> Result<(), String> {
     let mut gate = Gate::create(&gate_name(opts, "cnt", k), geometry(TOKENIZERS)).map_err(err)?;
+    // The output is attached from the start, so that a failure here reaches the sink.
+    let mut out = open_channel(&gate_name(opts, "sink", 0), k)?;
+    let done = count(opts, k, &mut gate, &mut out);
+    if done.is_err() {
+        out.fail();
+    }
+    done
+}
+
+fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(), String> {
     let slow = (opts.slow_counter == Some(k)).then(|| Duration::from_nanos(opts.slow_ns));
     let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut words = 0u64;
     while let Some(m) = gate.recv().map_err(err)? {
         match m {
             GateMessage::Record { record, .. } => {
                 let w = record.as_bytes().ok_or("a word spans segments")?;
+                words += 1;
+                if words % 16384 == 0 {
+                    // Nothing is sent before the end; a flush now and then tells a counter
+                    // early that the sink is gone, so that the pipeline stops early too.
+                    out.flush().map_err(err)?;
+                }
                 match counts.get_mut(w) {
                     Some(n) => *n += 1,
                     None => {
@@ -233,7 +281,6 @@ fn counter(opts: &Opts, k: usize) -> Result<(), String> {
             GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
         }
     }
-    let mut out = open_channel(&gate_name(opts, "sink", 0), k)?;
     let mut rec = Vec::new();
     for (w, n) in counts {
         rec.clear();
@@ -249,14 +296,23 @@ fn sink(opts: &Opts) -> Result<(), String> {
     let mut got: HashMap<String, u64> = HashMap::new();
     let mut per_counter = [0u64; COUNTERS];
     while let Some(m) = gate.recv().map_err(err)? {
-        if let GateMessage::Record { channel, record } = m {
-            let b = record.as_bytes().ok_or("a result spans segments")?;
-            let n = u64::from_le_bytes(b[..8].try_into().map_err(|_| "short result")?);
-            let w = String::from_utf8_lossy(&b[8..]).into_owned();
-            per_counter[channel] += n;
-            if got.insert(w.clone(), n).is_some() {
-                return Err(format!("word {w:?} counted by two counters"));
+        match m {
+            GateMessage::Record { channel, record } => {
+                let b = record.as_bytes().ok_or("a result spans segments")?;
+                let n = u64::from_le_bytes(b[..8].try_into().map_err(|_| "short result")?);
+                let w = String::from_utf8_lossy(&b[8..]).into_owned();
+                per_counter[channel] += n;
+                if got.insert(w.clone(), n).is_some() {
+                    return Err(format!("word {w:?} counted by two counters"));
+                }
             }
+            GateMessage::ChannelDead { channel, error } => {
+                return Err(format!("counter {channel} died: {error}"))
+            }
+            GateMessage::ChannelFailed { channel, error } => {
+                return Err(format!("counter {channel} failed: {error}"))
+            }
+            GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
         }
     }
     let want = expected(opts);
@@ -284,6 +340,130 @@ fn sink(opts: &Opts) -> Result<(), String> {
 }
 
 // ----- the orchestrator ------------------------------------------------------------------------
+
+/// Waits for every child to exit, at most `bound` in all; kills the ones still running then and
+/// returns their positions.
+fn wait_all(kids: &mut [Child], bound: Duration) -> Vec<usize> {
+    let start = Instant::now();
+    loop {
+        let running: Vec<usize> = kids
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, k)| matches!(k.try_wait(), Ok(None)).then_some(i))
+            .collect();
+        if running.is_empty() {
+            return running;
+        }
+        if start.elapsed() > bound {
+            for &i in &running {
+                let _ = kids[i].kill();
+                let _ = kids[i].wait();
+            }
+            return running;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The names in `/dev/shm` that belong to this run.
+fn run_names(opts: &Opts) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .map(|n| format!("/{n}"))
+                .filter(|n| n.starts_with(&opts.prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// `--kill-stage`: SIGKILLs one stage mid-run, then checks that the failure travelled and that
+/// nothing of the run is left but the killed stage's own gate, which `shmflow clean` removes.
+fn kill_and_check(opts: &Opts, args: &[String]) -> Result<(), String> {
+    let (role, index) = opts.kill_stage.clone().expect("--kill-stage");
+    let own_gate = match role.as_str() {
+        "tokenizer" => Some(gate_name(opts, "tok", index)),
+        "counter" => Some(gate_name(opts, "cnt", index)),
+        "sink" => Some(gate_name(opts, "sink", 0)),
+        "source" => None,
+        other => return Err(format!("--kill-stage: unknown role {other}")),
+    };
+    let mut stages = vec![("sink".to_owned(), 0)];
+    stages.extend((0..COUNTERS).map(|k| ("counter".to_owned(), k)));
+    stages.extend((0..TOKENIZERS).map(|t| ("tokenizer".to_owned(), t)));
+    stages.extend((0..SOURCES).map(|s| ("source".to_owned(), s)));
+    let victim = stages
+        .iter()
+        .position(|(r, i)| *r == role && *i == index)
+        .ok_or_else(|| format!("--kill-stage: no stage {role}:{index}"))?;
+    let mut kids: Vec<Child> = stages
+        .iter()
+        .map(|(r, i)| spawn(opts, args, r, *i))
+        .collect();
+    // Let records flow first: every gate exists and every stage is busy.
+    let start = Instant::now();
+    while stages.iter().filter(|(r, _)| r != "source").any(|(r, i)| {
+        let g = match r.as_str() {
+            "tokenizer" => gate_name(opts, "tok", *i),
+            "counter" => gate_name(opts, "cnt", *i),
+            _ => gate_name(opts, "sink", 0),
+        };
+        GateMonitor::open(&g).is_err()
+    }) {
+        if start.elapsed() > Duration::from_secs(20) {
+            return Err("the gates did not all appear".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = kids[victim].kill();
+    let _ = kids[victim].wait();
+    let killed_at = Instant::now();
+    let stuck = wait_all(&mut kids, Duration::from_secs(20));
+    if !stuck.is_empty() {
+        return Err(format!(
+            "stages {stuck:?} did not stop by themselves after the kill"
+        ));
+    }
+    let mut problems = Vec::new();
+    for (i, k) in kids.iter_mut().enumerate() {
+        if i == victim {
+            continue;
+        }
+        let status = k.wait().map_err(|e| e.to_string())?;
+        if status.success() {
+            problems.push(format!("{}:{} exited 0", stages[i].0, stages[i].1));
+        }
+    }
+    let left = run_names(opts);
+    let expected: Vec<String> = own_gate.iter().cloned().collect();
+    if left != expected {
+        problems.push(format!(
+            "/dev/shm holds {left:?}, expected only {expected:?}"
+        ));
+    }
+    for name in &left {
+        match shmflow::remove_if_stale(name) {
+            Ok(true) => {}
+            other => problems.push(format!("clean did not remove {name}: {other:?}")),
+        }
+    }
+    if !run_names(opts).is_empty() {
+        problems.push("names of the run are still in /dev/shm after clean".into());
+    }
+    if !problems.is_empty() {
+        return Err(problems.join("; "));
+    }
+    println!(
+        "wordcount: killed {role}:{index}; every other stage exited non-zero within {:.1} s, \
+         /dev/shm held only {expected:?}, and clean removed it",
+        killed_at.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
 
 fn spawn(opts: &Opts, args: &[String], role: &str, index: usize) -> Child {
     let mut cmd = Command::new(std::env::current_exe().expect("own path"));
@@ -379,11 +559,14 @@ fn orchestrate(opts: &Opts, args: &[String]) -> Result<(), String> {
         }
     }
     if failed {
-        for k in kids.iter_mut() {
-            let _ = k.kill();
-            let _ = k.wait();
-        }
-        return Err("a stage failed (see above)".into());
+        // The failure travels through the pipeline: every stage stops by itself and removes
+        // what it created. Only one that is still running after a while is killed.
+        let stuck = wait_all(&mut kids, Duration::from_secs(20));
+        return Err(if stuck.is_empty() {
+            "a stage failed (see above); every stage stopped".into()
+        } else {
+            format!("a stage failed (see above); stages {stuck:?} did not stop by themselves")
+        });
     }
     let words: u64 = expected(opts).values().sum();
     let secs = start.elapsed().as_secs_f64();

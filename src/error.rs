@@ -86,17 +86,26 @@ impl PeerDeadError {
 
 impl fmt::Display for PeerDeadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "region {}: the {} (pid {}) died without detaching; records it committed before \
-             dying were delivered, nothing more will come",
-            self.region, self.end, self.pid
-        )
+        match self.end {
+            End::Producer => write!(
+                f,
+                "region {}: the producer (pid {}) died without detaching; the records it \
+                 committed before dying were delivered, nothing more will come",
+                self.region, self.pid
+            ),
+            End::Consumer => write!(
+                f,
+                "region {}: the consumer (pid {}) died without detaching; nothing written from \
+                 now on would be read",
+                self.region, self.pid
+            ),
+        }
     }
 }
 
-/// The producer was dropped while its thread was unwinding from a panic: every record it
-/// committed before was delivered, and the stream ended as failed, not cleanly.
+/// The producer ended its stream as failed ([`Producer::fail`](crate::Producer::fail), or
+/// dropped while its thread was unwinding from a panic): every record it committed before was
+/// delivered, and the stream did not end cleanly.
 #[derive(Debug)]
 pub struct ProducerFailedError {
     pub(crate) region: String,
@@ -118,8 +127,9 @@ impl fmt::Display for ProducerFailedError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "region {}: the producer (pid {}) failed (it was dropped while panicking); the \
-             records it committed before were delivered, the stream did not end cleanly",
+            "region {}: the producer (pid {}) ended its stream as failed (it gave up, or was \
+             dropped while panicking); the records it committed before were delivered, the \
+             stream did not end cleanly",
             self.region, self.pid
         )
     }

@@ -61,7 +61,7 @@ pub use endpoint::gate_stats::{ChannelStats, GateSnapshot};
 pub use endpoint::metrics::{monotonic_now_ns, BackpressureLevel, EndState, Rates, Snapshot};
 #[cfg(not(loom))]
 pub use endpoint::monitor::{
-    list_gates, list_regions, remove_if_stale, GateMonitor, Monitor, RegionInfo,
+    list_gates, list_other_objects, list_regions, remove_if_stale, GateMonitor, Monitor, RegionInfo,
 };
 pub use endpoint::partition::{KeyFn, Partition, Partitioner};
 pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};

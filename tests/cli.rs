@@ -295,3 +295,27 @@ fn stat_and_list_show_gates_and_flag_skew() {
         Err(shmflow::OpenError::BadMagic { .. })
     ));
 }
+
+#[test]
+fn list_shows_objects_being_created_without_waiting() {
+    let name = common::unique_name("cli-empty");
+    let path = format!("/dev/shm{name}");
+    std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let start = std::time::Instant::now();
+    let out = shmflow(&["list"]);
+    let took = start.elapsed();
+    std::fs::remove_file(&path).unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("{name} not listed:\n{text}"));
+    assert!(line.contains("empty"), "{line}");
+    println!("shmflow list with an empty object took {took:?}");
+}

@@ -233,3 +233,39 @@ fn tempfile_in_dev_shm() -> std::fs::File {
     std::fs::remove_file(&p).unwrap();
     f
 }
+
+#[test]
+fn objects_being_created_are_listed_as_such_at_once() {
+    // An empty object (a creator between shm_open and ftruncate) and a FIFO.
+    let empty = unique_name("foreign-empty");
+    let f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(path(&empty))
+        .unwrap();
+    std::fs::set_permissions(
+        path(&empty),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let fifo = unique_name("foreign-listed-fifo");
+    make("fifo", &fifo);
+    let others = bounded("list_other_objects", Duration::from_secs(10), || {
+        shmflow::list_other_objects().unwrap()
+    });
+    let find = |n: &str| others.iter().find(|(name, _)| name == n).map(|(_, e)| e);
+    assert!(
+        matches!(find(&empty), Some(OpenError::SizeMismatch { found: 0, .. })),
+        "{:?}",
+        find(&empty)
+    );
+    assert!(matches!(find(&fifo), Some(OpenError::NotARegion { .. })));
+    // Listing regions does not wait for the empty one's creator either.
+    let regions = bounded("list_regions", Duration::from_secs(10), || {
+        shmflow::list_regions().unwrap()
+    });
+    assert!(regions.iter().all(|r| r.name != empty));
+    drop(f);
+    remove("file", &empty);
+    remove("fifo", &fifo);
+}

@@ -198,6 +198,34 @@ pub fn list_gates() -> Result<Vec<(String, GateMonitor)>> {
     Ok(out)
 }
 
+/// The objects in `/dev/shm` that are neither a channel nor a gate this process can open, with
+/// what each is: a name whose creator is still setting it up (`SizeMismatch` with a size of 0,
+/// or `BadMagic` with a magic of 0), another program's object (`BadMagic`), another user's
+/// (`NotOwner`, `BadMode`), or not a shared-memory object at all (`NotARegion`). Nothing waits
+/// and nothing is opened past the first page.
+pub fn list_other_objects() -> Result<Vec<(String, OpenError)>> {
+    let dir = std::fs::read_dir("/dev/shm").map_err(|e| Error::io("/dev/shm", "read_dir", e))?;
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let name = format!("/{}", e.file_name().to_string_lossy());
+        let as_channel = match Monitor::open_now(&name) {
+            Ok(_) => continue,
+            Err(e) => e,
+        };
+        match GateMonitor::open_now(&name) {
+            Ok(_) => continue,
+            // A gate-sized look tells nothing new about a non-gate: keep the channel's answer,
+            // unless the object turned out to be a gate of another kind of trouble.
+            Err(OpenError::BadMagic { .. }) | Err(OpenError::NotFound { .. }) => {
+                out.push((name, as_channel))
+            }
+            Err(e) => out.push((name, e)),
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
 /// The names (`/name`) of the regular files in `/dev/shm`.
 fn shm_names() -> Result<Vec<String>> {
     let dir = std::fs::read_dir("/dev/shm").map_err(|e| Error::io("/dev/shm", "read_dir", e))?;

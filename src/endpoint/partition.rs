@@ -225,6 +225,11 @@ impl Partition {
     pub fn flush(&mut self) -> Result<(), SendError> {
         self.outputs.iter_mut().try_for_each(|p| p.flush())
     }
+
+    /// Ends every channel as failed (see [`Producer::fail`]).
+    pub fn fail(self) {
+        self.outputs.into_iter().for_each(Producer::fail);
+    }
 }
 
 impl std::fmt::Debug for Partition {

@@ -990,6 +990,9 @@ impl Producer {
 
     fn flush_inner(&mut self) -> Result<()> {
         self.check_gone()?;
+        // A producer that only flushes learns of a dead consumer too (a clock read; the
+        // liveness syscall at most every `CHECK_INTERVAL`).
+        self.check_peer(Look::IfDue)?;
         if self.pending_abort {
             // Best effort: if no segment is free the abort stays pending.
             match self.write_pending_abort(Deadline::Now) {
@@ -1009,6 +1012,26 @@ impl Producer {
     /// was committed and then gets end-of-stream. Dropping the producer does the same.
     pub fn close(mut self) {
         self.close_inner(false);
+    }
+
+    /// Ends the stream as failed: the consumer reads every record committed so far, then gets
+    /// [`RecvError::ProducerFailed`](crate::RecvError::ProducerFailed) (a gate:
+    /// [`GateMessage::ChannelFailed`](crate::GateMessage::ChannelFailed)) instead of a clean
+    /// end of stream. For a stage that gives up, so that the failure travels down the pipeline;
+    /// dropping a producer while its thread panics does the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"partial")?;
+    /// tx.fail();
+    /// assert!(rx.recv()?.is_some());
+    /// assert!(matches!(rx.recv(), Err(shmflow::RecvError::ProducerFailed(_))));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    pub fn fail(mut self) {
+        self.close_inner(true);
     }
 
     /// Ends the stream: cleanly, or as failed (`failed`: dropped while unwinding).

@@ -15,8 +15,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use shmflow::{
-    list_gates, list_regions, remove_if_stale, End, EndState, GateMonitor, GateSnapshot, Monitor,
-    OpenError, Snapshot,
+    list_gates, list_other_objects, list_regions, remove_if_stale, End, EndState, GateMonitor,
+    GateSnapshot, Monitor, OpenError, Snapshot,
 };
 
 const USAGE: &str = "usage:
@@ -100,7 +100,31 @@ fn list() -> Result<(), String> {
     if regions.is_empty() && gates.is_empty() {
         println!("(no shmflow regions)");
     }
+    let others = list_other_objects().map_err(|e| e.to_string())?;
+    if !others.is_empty() {
+        println!("\nother objects in /dev/shm:");
+        for (name, why) in &others {
+            println!("{:<32} {}", name, describe(why));
+        }
+    }
     Ok(())
+}
+
+/// A short word on an object that is not a region this user can open.
+fn describe(e: &OpenError) -> String {
+    match e {
+        OpenError::SizeMismatch { found: 0, .. } | OpenError::BadMagic { found: 0, .. } => {
+            "empty: being created, or left by a creator that died while setting it up".into()
+        }
+        OpenError::BadMagic {
+            found_kind: None, ..
+        } => "not a shmflow region".into(),
+        OpenError::VersionMismatch { found, .. } => format!("shmflow layout version {found}"),
+        OpenError::NotOwner { found, .. } => format!("another user's (uid {found})"),
+        OpenError::BadMode { mode, .. } => format!("mode {mode:o}: not trusted"),
+        OpenError::NotARegion { found, .. } => (*found).to_owned(),
+        other => other.to_string(),
+    }
 }
 
 /// Removes every shmflow region whose ends are all dead; never one with a live end.
