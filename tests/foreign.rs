@@ -209,6 +209,16 @@ fn descriptors_that_are_not_regions_are_refused_and_left_open() {
     peer.read_exact(&mut buf).unwrap();
     assert_eq!(&buf, b"still here");
     assert!(is_open(file.as_raw_fd()));
+    // A region descriptor this process already owns (a handle's) is not taken by number:
+    // taking it would make two owners of one descriptor.
+    let (_tx2, own) = Producer::create_anonymous(Geometry::default()).unwrap();
+    std::env::set_var("SHMFLOW_TEST_FOREIGN_OWNED", own.as_fd().as_raw_fd().to_string());
+    assert!(matches!(
+        Consumer::from_env("SHMFLOW_TEST_FOREIGN_OWNED"),
+        Err(OpenError::InvalidConfig(_))
+    ));
+    assert!(is_open(own.as_fd().as_raw_fd()));
+    assert!(Consumer::from_fd(&own).is_ok(), "the handle still works");
     // And a borrowed descriptor that is a region is duplicated, not taken.
     let (mut tx, handle) = Producer::create_anonymous(Geometry::default()).unwrap();
     let mut rx = Consumer::from_fd(handle.as_fd()).unwrap();

@@ -30,6 +30,13 @@ fn open_or_create<T>(
     loop {
         match open() {
             Err(OpenError::NotFound { .. }) => {}
+            // A creator still reserving a large region: its magic is not written yet.
+            Err(
+                OpenError::BadMagic { found: 0, .. } | OpenError::SizeMismatch { found: 0, .. },
+            ) if start.elapsed() < OPEN_OR_CREATE_FOR => {
+                std::thread::yield_now();
+                continue;
+            }
             other => return other,
         }
         match create() {

@@ -125,6 +125,18 @@ pub(crate) fn fd_from_env(var: &str) -> Result<(RawFd, Option<u32>)> {
 /// region of `kind`; on any error it is left open and untouched, as it was inherited.
 pub(crate) fn adopt_region(var: &str, raw: RawFd, kind: RegionKind) -> Result<OwnedFd> {
     let region = format!("${var}");
+    if crate::sys::fd::is_open(raw) && !crate::sys::fd::is_inherited(raw) {
+        // Close-on-exec is set: this process opened it (or took it already). Taking it again
+        // would make two owners; `from_fd` borrows instead.
+        return Err(ConfigError::new(
+            &region,
+            "inherited descriptor",
+            "a descriptor handed over by PeerHandle::pass_to (close-on-exec clear); use \
+             from_fd for a descriptor this process already holds",
+            format!("{raw}, which this process already owns"),
+        )
+        .into());
+    }
     crate::sys::fd::with_borrowed(raw, |fd| crate::region::object::probe(&region, fd, kind))
         .unwrap_or_else(|| {
             Err(ConfigError::new(

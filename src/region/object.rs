@@ -87,7 +87,7 @@ pub(crate) fn size_and_map(
     }
     crate::sys::shm::reserve(fd, size as u64).map_err(|e| {
         undo(match e.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::ENOMEM) | Some(libc::EFBIG) => OpenError::NoMemory {
+            Some(libc::ENOSPC) | Some(libc::ENOMEM) => OpenError::NoMemory {
                 region: name.to_owned(),
                 bytes: size as u64,
                 source: e,
@@ -137,15 +137,19 @@ pub(crate) fn create_named(
 /// `AlreadyExists`, or `Stale` if the region there is shmflow's (a channel or a gate) and none
 /// of its ends is alive.
 pub(crate) fn exists_error(name: &str) -> OpenError {
-    let found: Option<(Arc<Shared>, Vec<i64>)> = if let Ok(chans) = gate_open_named(name, false) {
-        let m = chans.len() as i64;
-        Some((
-            chans[0].clone(),
-            std::iter::once(1).chain(2..2 + m).collect(),
-        ))
-    } else {
-        open_named(name, false).ok().map(|s| (s, vec![0, 1]))
-    };
+    // No grace: this looks at an object that exists, it does not wait for one being made.
+    let found: Option<(Arc<Shared>, Vec<i64>)> =
+        if let Ok(chans) = gate_open_named_grace(name, false, Duration::ZERO) {
+            let m = chans.len() as i64;
+            Some((
+                chans[0].clone(),
+                std::iter::once(1).chain(2..2 + m).collect(),
+            ))
+        } else {
+            open_named_grace(name, false, Duration::ZERO)
+                .ok()
+                .map(|s| (s, vec![0, 1]))
+        };
     if let Some((shared, bytes)) = found {
         let alive = |b| crate::region::liveness::end_locked(shared.fd(), b).unwrap_or(true);
         if !bytes.into_iter().any(alive) {

@@ -9,13 +9,27 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 
 /// True if `raw` is an open descriptor of this process.
 pub(crate) fn is_open(raw: RawFd) -> bool {
+    fd_flags(raw).is_some()
+}
+
+/// The descriptor flags of `raw`, `None` if it is not open.
+fn fd_flags(raw: RawFd) -> Option<libc::c_int> {
     if raw < 0 {
-        return false;
+        return None;
     }
-    // SAFETY: the borrow lives only for this one F_GETFD, which reads no memory and changes
-    // nothing; if `raw` is not open the call fails with EBADF, which is the answer.
-    let fd = unsafe { BorrowedFd::borrow_raw(raw) };
-    fcntl(fd, FcntlArg::F_GETFD).is_ok()
+    // SAFETY: F_GETFD on a plain number reads no memory and changes nothing; a number that is
+    // not open fails with EBADF, which is the answer. (No `BorrowedFd` is made for a number
+    // that may not be open.)
+    let flags = unsafe { libc::fcntl(raw, libc::F_GETFD) };
+    (flags >= 0).then_some(flags)
+}
+
+/// True if `raw` is open and was handed to this process across an exec: its close-on-exec
+/// flag is clear, as `PeerHandle::pass_to` leaves it. Everything shmflow and Rust's std open
+/// has the flag set, so a number that names one of them is refused (taking it would make two
+/// owners of one descriptor).
+pub(crate) fn is_inherited(raw: RawFd) -> bool {
+    fd_flags(raw).is_some_and(|f| f & libc::FD_CLOEXEC == 0)
 }
 
 /// Runs `f` with `raw` borrowed, if `raw` is an open descriptor of this process (`None` if

@@ -78,7 +78,10 @@ fn cgroup_available() -> Option<u64> {
         };
         if let (Some(limit), Some(usage)) = (limit, usage) {
             if limit < UNLIMITED {
-                let reclaimable = stat_field(&dir, &["total_inactive_file", "inactive_file"]);
+                // The file LRU lists (active and inactive) never hold shmem pages: the
+                // kernel reclaims them before it refuses a charge.
+                let reclaimable = stat_field(&dir, &["total_inactive_file", "inactive_file"])
+                    + stat_field(&dir, &["total_active_file", "active_file"]);
                 let free = limit.saturating_sub(usage.saturating_sub(reclaimable));
                 best = Some(best.map_or(free, |b| b.min(free)));
             }
@@ -90,12 +93,16 @@ fn cgroup_available() -> Option<u64> {
     best
 }
 
-/// The machine's available memory (`MemAvailable`), if known.
+/// The machine's available memory (`MemAvailable` plus free swap, where tmpfs pages can go),
+/// if known.
 fn machine_available() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    let field = |key: &str| -> Option<u64> {
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib.saturating_mul(1024))
+    };
+    Some(field("MemAvailable:")?.saturating_add(field("SwapFree:").unwrap_or(0)))
 }
 
 /// An estimate of the bytes a new shared-memory object of this process can get now: the least

@@ -126,14 +126,22 @@ pub(crate) fn set_len(fd: impl AsFd, len: u64) -> io::Result<()> {
 /// Reserves the object's first `len` bytes: the memory behind them is allocated now, so that
 /// a tmpfs that is full or a memory cgroup at its limit fails here (`ENOSPC`, `ENOMEM`)
 /// rather than with SIGBUS or the OOM killer at the first touch of a page later.
+/// A file system without `fallocate` (not tmpfs) is left as it was: nothing to reserve there.
 pub(crate) fn reserve(fd: impl AsFd, len: u64) -> io::Result<()> {
-    nix::fcntl::fallocate(
-        fd.as_fd(),
-        nix::fcntl::FallocateFlags::empty(),
-        0,
-        len as libc::off_t,
-    )
-    .map_err(super::io)
+    loop {
+        match nix::fcntl::fallocate(
+            fd.as_fd(),
+            nix::fcntl::FallocateFlags::empty(),
+            0,
+            len as libc::off_t,
+        ) {
+            Ok(()) => return Ok(()),
+            // tmpfs stops when a signal is pending: the pages reserved so far stay, go on.
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(nix::errno::Errno::EOPNOTSUPP) => return Ok(()),
+            Err(e) => return Err(super::io(e)),
+        }
+    }
 }
 
 /// What `fstat` says about an object.
