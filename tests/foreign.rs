@@ -212,7 +212,10 @@ fn descriptors_that_are_not_regions_are_refused_and_left_open() {
     // A region descriptor this process already owns (a handle's) is not taken by number:
     // taking it would make two owners of one descriptor.
     let (_tx2, own) = Producer::create_anonymous(Geometry::default()).unwrap();
-    std::env::set_var("SHMFLOW_TEST_FOREIGN_OWNED", own.as_fd().as_raw_fd().to_string());
+    std::env::set_var(
+        "SHMFLOW_TEST_FOREIGN_OWNED",
+        own.as_fd().as_raw_fd().to_string(),
+    );
     assert!(matches!(
         Consumer::from_env("SHMFLOW_TEST_FOREIGN_OWNED"),
         Err(OpenError::InvalidConfig(_))
@@ -278,4 +281,35 @@ fn objects_being_created_are_listed_as_such_at_once() {
     drop(f);
     remove("file", &empty);
     remove("fifo", &fifo);
+}
+
+#[test]
+fn a_descriptor_its_creator_could_still_shrink_is_refused() {
+    use std::os::fd::FromRawFd;
+    // A real region's bytes, copied into a memfd that is not sealed: its magic and header are
+    // right, but its creator could truncate it under this end (SIGBUS).
+    let (_tx, handle) = Producer::create_anonymous(Geometry {
+        segment_size: 4096,
+        segment_count: 2,
+    })
+    .unwrap();
+    let mut image = Vec::new();
+    {
+        use std::io::{Read, Seek};
+        let mut f = std::fs::File::from(handle.as_fd().try_clone_to_owned().unwrap());
+        f.seek(std::io::SeekFrom::Start(0)).unwrap();
+        f.read_to_end(&mut image).unwrap();
+    }
+    // SAFETY: memfd_create with a valid name; the descriptor is checked and then owned.
+    let raw = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(raw >= 0);
+    // SAFETY: a fresh descriptor nobody else owns.
+    let mut f = unsafe { std::fs::File::from_raw_fd(raw) };
+    use std::io::Write;
+    f.write_all(&image).unwrap();
+    assert!(matches!(
+        Consumer::from_fd(&f),
+        Err(OpenError::NotARegion { .. })
+    ));
+    assert!(is_open(f.as_raw_fd()), "left open");
 }

@@ -312,8 +312,11 @@ impl ProducerBuilder {
     /// `var` (set by [`PeerHandle::pass_to`]); for a gate's handle, to its channel.
     ///
     /// The descriptor is taken (and made close-on-exec) only once it is known to be a shmflow
-    /// region of the right kind: given stdin, a socket, a file or a gate's handle where a
-    /// channel is expected, the call fails and the descriptor stays open and usable.
+    /// region of the right kind and to have been handed over across an exec (close-on-exec
+    /// clear, as [`PeerHandle::pass_to`] leaves it): given stdin, a socket, a file, a gate's
+    /// handle where a channel is expected, or a descriptor this process already owns, the call
+    /// fails and the descriptor stays open and usable. For a descriptor this process holds,
+    /// use [`ProducerBuilder::from_fd`], which borrows.
     ///
     /// # Errors
     /// [`OpenError::InvalidConfig`] if `var` does not name an open descriptor,

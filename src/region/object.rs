@@ -622,6 +622,15 @@ pub(crate) fn probe(name: &str, fd: BorrowedFd<'_>, kind: RegionKind) -> Result<
             found,
         });
     }
+    // A region handed over by descriptor is a memfd sealed against shrinking: one its creator
+    // could still shrink would make this end's reads fail with SIGBUS.
+    if !crate::sys::shm::sealed_against_shrinking(fd) {
+        return Err(OpenError::NotARegion {
+            region: name.to_owned(),
+            found: "an object that is not sealed against shrinking (a region handed over by \
+                    descriptor is a sealed memfd)",
+        });
+    }
     let (_, magic, _head) = identity(name, fd, Duration::ZERO)?;
     if magic != magic_of(kind) {
         return Err(bad_magic(name.to_owned(), kind, magic));

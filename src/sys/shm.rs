@@ -118,6 +118,15 @@ pub(crate) fn seal_size(fd: impl AsFd) -> io::Result<()> {
     .map_err(super::io)
 }
 
+/// True if the object is sealed against shrinking (a memfd made by `create_anonymous`); false
+/// for an object that cannot be sealed or is not sealed.
+pub(crate) fn sealed_against_shrinking(fd: impl AsFd) -> bool {
+    match fcntl(fd.as_fd(), FcntlArg::F_GET_SEALS) {
+        Ok(bits) => SealFlag::from_bits_truncate(bits).contains(SealFlag::F_SEAL_SHRINK),
+        Err(_) => false,
+    }
+}
+
 /// Sets the object's size.
 pub(crate) fn set_len(fd: impl AsFd, len: u64) -> io::Result<()> {
     nix::unistd::ftruncate(fd, len as libc::off_t).map_err(super::io)
