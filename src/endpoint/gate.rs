@@ -269,16 +269,7 @@ impl Gate {
             }
         }
         if self.pool.free() != before {
-            let g = self
-                .shared
-                .gate
-                .as_ref()
-                .expect("gate channels")
-                .gate_header();
-            // Relaxed: a figure for `shmflow stat`.
-            g.pool
-                .floating_free
-                .store(self.pool.free() as u64, Ordering::Relaxed);
+            self.publish_pool();
         }
         Ok(())
     }
@@ -486,13 +477,18 @@ impl Gate {
                 self.pool.put(seg);
             }
         }
+        self.publish_pool();
+    }
+
+    /// Publishes the pool's free count in the gate header (a figure for `shmflow stat`).
+    fn publish_pool(&self) {
         let g = self
             .shared
             .gate
             .as_ref()
             .expect("gate channels")
             .gate_header();
-        // Relaxed: a figure for `shmflow stat`.
+        // Relaxed: a figure for `shmflow stat`, not part of any hand-off.
         g.pool
             .floating_free
             .store(self.pool.free() as u64, Ordering::Relaxed);
