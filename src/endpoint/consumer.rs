@@ -729,7 +729,7 @@ impl Consumer {
         })
     }
 
-    /// Receives the next record or event (see [`crate::event`] for the order), blocking.
+    /// Receives the next record or event (see [`Event`](crate::Event) for the order), blocking.
     /// `Ok(None)` is end of stream, as for [`Consumer::recv`].
     pub fn recv_message(&mut self) -> Result<Option<Message<'_>>, RecvError> {
         op(self.message_inner(Deadline::Never))

@@ -917,7 +917,7 @@ impl Producer {
     }
 
     /// Sends a priority event: it overtakes the records and events already sent and not yet
-    /// received (see [`crate::event`] for exactly which), the way Flink's unaligned checkpoint
+    /// received (see [`Event`](crate::Event) for exactly which), the way Flink's unaligned checkpoint
     /// barriers do. It is visible at once (no flush needed). At most four can be in flight:
     /// the fifth waits until the consumer has received one.
     pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {

@@ -321,7 +321,7 @@ const _: () = assert!(std::mem::size_of::<GateHeader>() <= HEADER_SIZE);
 /// The shape of a gate: how many channels, how many segments each owns, how many float.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GateGeometry {
-    /// Channels (one producer each), 1 ..= [`MAX_CHANNELS`].
+    /// Channels (one producer each), 1 ..= 1024.
     pub channels: u32,
     /// Segments each channel owns (default 2, at least 1).
     pub exclusive: u32,
