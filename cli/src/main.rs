@@ -1,46 +1,132 @@
-//! `shmflow`: look at live channels and run the backpressure experiment.
+//! `shmflow`: look at live shmflow regions, clean up after crashed processes, measure, and run
+//! the backpressure experiment. `shmflow --help` and `shmflow COMMAND --help` say how.
 //!
-//! ```text
-//! shmflow list                         shmflow regions in /dev/shm, with their ends
-//! shmflow clean                        remove regions whose ends are all dead
-//! shmflow stat NAME [--json] [--interval-ms N] [--count K]
-//! shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size B] [--out DIR]
-//! ```
+//! Exit codes: 0 on success; 1 when the command failed (the message says why: a region that
+//! does not exist or is not shmflow's, an I/O error, a failed demo); 2 for a command line that
+//! does not parse (clap's usage message).
 
 mod bench;
 mod demo;
 mod json;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::{Parser, Subcommand};
 use shmflow::{
     list_gates, list_other_objects, list_regions, remove_if_stale, End, EndState, GateMonitor,
     GateSnapshot, Monitor, OpenError, Snapshot,
 };
 
-const USAGE: &str = "usage:
-  shmflow list
-  shmflow clean
-  shmflow bench [--quick] [--json]
-  shmflow stat NAME [--json] [--interval-ms N] [--count K]
-  shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size BYTES] [--record-size BYTES] [--out DIR]";
+/// Look at and manage shmflow's shared-memory regions in /dev/shm.
+#[derive(Parser, Debug)]
+#[command(name = "shmflow", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// The shmflow regions in /dev/shm with geometry and ends, then any other object there.
+    List,
+    /// Remove every shmflow region whose ends are all dead (never one with a live end).
+    Clean,
+    /// Watch a region (channel or gate) live, read-only: it never attaches as an end.
+    Stat {
+        /// The region's name, e.g. /orders.
+        name: String,
+        /// One JSON object per sample instead of the screen view.
+        #[arg(long)]
+        json: bool,
+        /// Milliseconds between samples [default: 1000, or 200 with --json].
+        #[arg(long)]
+        interval_ms: Option<u64>,
+        /// Samples to take [default: unbounded, or 1 with --json].
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Measure shmflow against the hardware floor and the OS, between two processes.
+    Bench(bench::BenchArgs),
+    /// Run a demonstration.
+    Demo {
+        #[command(subcommand)]
+        demo: DemoCmd,
+    },
+    /// Internal: the peer process of `bench`.
+    #[command(name = "__bench-role", hide = true)]
+    BenchRole {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Internal: the peer process of `demo`.
+    #[command(name = "__demo-role", hide = true)]
+    DemoRole {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DemoCmd {
+    /// Flink's backpressure experiment between two processes: the producer at 60 % of full
+    /// speed, the consumer slowed to 30 % and released twice; a CSV and an SVG plot of both
+    /// rates.
+    Backpressure {
+        /// Seconds per phase.
+        #[arg(long, default_value_t = 3.0)]
+        phase_secs: f64,
+        /// Segments in the channel's pool.
+        #[arg(long, default_value_t = 16)]
+        segments: u32,
+        /// Bytes per segment.
+        #[arg(long, default_value_t = 32 * 1024)]
+        segment_size: u32,
+        /// Bytes per record.
+        #[arg(long, default_value_t = 64)]
+        record_size: usize,
+        /// Where the CSV, the SVG and the run's output go.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let res = match args.first().map(String::as_str) {
-        Some("list") => list(),
-        Some("clean") => clean(),
-        Some("stat") => stat(&args[1..]),
-        Some("demo") => demo::main(&args[1..]),
-        Some("bench") => bench::main(&args[1..]),
-        Some("__bench-role") => bench::role(&args[1..]),
-        Some("__demo-role") => demo::role(&args[1..]),
-        Some("-h") | Some("--help") => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        _ => Err(format!("unknown command\n{USAGE}")),
+    let cli = Cli::parse();
+    let res = match cli.command {
+        Cmd::List => list(),
+        Cmd::Clean => clean(),
+        Cmd::Stat {
+            name,
+            json,
+            interval_ms,
+            count,
+        } => stat(
+            &name,
+            json,
+            Duration::from_millis(interval_ms.unwrap_or(if json { 200 } else { 1000 })),
+            count.unwrap_or(if json { 1 } else { u64::MAX }),
+        ),
+        Cmd::Bench(args) => bench::main(&args),
+        Cmd::Demo {
+            demo:
+                DemoCmd::Backpressure {
+                    phase_secs,
+                    segments,
+                    segment_size,
+                    record_size,
+                    out,
+                },
+        } => demo::main(&demo::DemoArgs {
+            phase_secs,
+            segments,
+            segment_size,
+            record_size,
+            out,
+        }),
+        Cmd::BenchRole { args } => bench::role(&args),
+        Cmd::DemoRole { args } => demo::role(&args),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -153,25 +239,7 @@ fn clean() -> Result<(), String> {
     Ok(())
 }
 
-fn flag<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> Result<T, String> {
-    match args.iter().position(|a| a == name) {
-        Some(i) => args
-            .get(i + 1)
-            .and_then(|v| v.parse().ok())
-            .ok_or(format!("{name} needs a number")),
-        None => Ok(default),
-    }
-}
-
-fn stat(args: &[String]) -> Result<(), String> {
-    let name = args
-        .first()
-        .filter(|a| !a.starts_with("--"))
-        .ok_or(format!("stat needs a region name\n{USAGE}"))?;
-    let json = args.iter().any(|a| a == "--json");
-    let interval =
-        Duration::from_millis(flag(args, "--interval-ms", if json { 200 } else { 1000 })?);
-    let count: u64 = flag(args, "--count", if json { 1 } else { u64::MAX })?;
+fn stat(name: &str, json: bool, interval: Duration, count: u64) -> Result<(), String> {
     match GateMonitor::open(name) {
         Ok(g) => return stat_gate(name, &g, json, interval, count),
         // Not a gate: a channel, or the channel open says what is wrong.

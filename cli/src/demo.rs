@@ -1,4 +1,4 @@
-//! `shmflow demo backpressure`: the experiment of the first seed, across two processes.
+//! `shmflow demo backpressure`: Flink's backpressure experiment, across two processes.
 //!
 //! The producer (this process) and the consumer (a child) first run flat out for one phase to
 //! find the full rate R. Then the producer runs at 60 % of R while the consumer goes
@@ -16,7 +16,15 @@ use std::time::Duration;
 
 use shmflow::{monotonic_now_ns, Consumer, Geometry, Monitor, Producer, Snapshot};
 
-use crate::flag;
+/// Settings of `shmflow demo backpressure` (see `shmflow demo backpressure --help`).
+#[derive(Debug)]
+pub(crate) struct DemoArgs {
+    pub(crate) phase_secs: f64,
+    pub(crate) segments: u32,
+    pub(crate) segment_size: u32,
+    pub(crate) record_size: usize,
+    pub(crate) out: PathBuf,
+}
 
 /// Rates of each phase as fractions of the full rate: (name, producer, consumer). `None`
 /// means unthrottled.
@@ -91,16 +99,15 @@ impl Pacer {
     }
 }
 
-pub(crate) fn main(args: &[String]) -> Result<(), String> {
-    if args.first().map(String::as_str) != Some("backpressure") {
-        return Err("usage: shmflow demo backpressure [--phase-secs S] [--segments N] [--segment-size BYTES] [--record-size BYTES] [--out DIR]".into());
-    }
-    let phase_secs: f64 = flag(args, "--phase-secs", 3.0)?;
-    let segments: u32 = flag(args, "--segments", 16)?;
-    let segment_size: u32 = flag(args, "--segment-size", 32 * 1024)?;
-    let record_size: usize = flag(args, "--record-size", 64)?;
-    let out: PathBuf = flag(args, "--out", PathBuf::from("."))?;
-    std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+pub(crate) fn main(args: &DemoArgs) -> Result<(), String> {
+    let DemoArgs {
+        phase_secs,
+        segments,
+        segment_size,
+        record_size,
+        ref out,
+    } = *args;
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let name = format!("/shmflow-demo-{}", std::process::id());
     let mut tx = Producer::create(
         &name,
@@ -158,7 +165,7 @@ pub(crate) fn main(args: &[String]) -> Result<(), String> {
     if !status.success() {
         return Err(format!("consumer failed: {status}"));
     }
-    report(&plan, &samples, &out, segments, segment_size)
+    report(&plan, &samples, out, segments, segment_size)
 }
 
 /// The child: the consumer, paced by the same plan.

@@ -1,7 +1,7 @@
-//! The `shmflow` tool (`cli` feature): list, stat --json, and clear failures on regions that
-//! are not shmflow's.
-#![cfg(feature = "cli")]
+//! The `shmflow` command: list, stat --json, clean, and clear failures on regions that are not
+//! shmflow's; every subcommand has `--help`; a bad command line is clap's usage error.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::fs::OpenOptions;
@@ -219,7 +219,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "pipe_batched_rps",
         "bulk_gbps",
         "floor_bulk_gbps",
-        "seed_pool_rps",
+        "small_tiny_pool_rps",
     ] {
         let x = v[k]
             .as_f64()
@@ -318,4 +318,73 @@ fn list_shows_objects_being_created_without_waiting() {
         .unwrap_or_else(|| panic!("{name} not listed:\n{text}"));
     assert!(line.contains("empty"), "{line}");
     println!("shmflow list with an empty object took {took:?}");
+}
+
+#[test]
+fn every_subcommand_has_help_and_bad_arguments_are_usage_errors() {
+    for sub in [
+        &["--help"][..],
+        &["list", "--help"],
+        &["clean", "--help"],
+        &["stat", "--help"],
+        &["bench", "--help"],
+        &["demo", "--help"],
+        &["demo", "backpressure", "--help"],
+    ] {
+        let out = shmflow(sub);
+        assert!(out.status.success(), "{sub:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Usage:"), "{sub:?}: {text}");
+    }
+    // clap's errors: exit code 2 and a usage line on stderr.
+    for bad in [
+        &["stat"][..],
+        &["frobnicate"],
+        &["bench", "--only", "nothing"],
+    ] {
+        let out = shmflow(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("error:") && err.contains("--help"),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn clean_removes_a_region_no_live_end_uses_and_keeps_a_live_one() {
+    // A stale region: a real region's bytes (its producer recorded as attached) in a named
+    // object that no live process holds a liveness lock on.
+    let (_tx, handle) = Producer::create_anonymous(Geometry {
+        segment_size: 4096,
+        segment_count: 2,
+    })
+    .unwrap();
+    let mut image = Vec::new();
+    {
+        use std::io::Read;
+        use std::os::fd::AsFd;
+        let mut f = std::fs::File::from(handle.as_fd().try_clone_to_owned().unwrap());
+        f.read_to_end(&mut image).unwrap();
+    }
+    let stale = unique_name("cli-stale");
+    let f = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(format!("/dev/shm{stale}"))
+        .unwrap();
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .unwrap();
+    f.write_all_at(&image, 0).unwrap();
+    drop(f);
+    let live = unique_name("cli-live");
+    let _p = Producer::create(&live, Geometry::default()).unwrap();
+    let out = shmflow(&["clean"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(&format!("removed {stale}")), "{text}");
+    assert!(!text.contains(&format!("removed {live}")), "{text}");
+    assert!(std::fs::metadata(format!("/dev/shm{stale}")).is_err());
+    assert!(std::fs::metadata(format!("/dev/shm{live}")).is_ok());
 }

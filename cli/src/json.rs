@@ -1,0 +1,105 @@
+//! `stat --json`: one object per sample, through `serde_json`. Counters are integers, rates are
+//! numbers with three decimals (`null` where a window was empty), names and levels strings.
+
+use serde_json::{json, Map, Value};
+use shmflow::{GateSnapshot, Snapshot};
+
+fn num(v: f64) -> Value {
+    if v.is_finite() {
+        json!((v * 1000.0).round() / 1000.0)
+    } else {
+        Value::Null
+    }
+}
+
+/// One JSON object for a gate: the gate's figures and an array of its channels, each with
+/// every field of a channel's object plus backlog and floating/exclusive segments.
+pub(crate) fn gate(
+    name: &str,
+    prev: &GateSnapshot,
+    now: &GateSnapshot,
+    producers_alive: &[bool],
+    consumer_alive: bool,
+) -> String {
+    let chans: Vec<Value> = prev
+        .channels
+        .iter()
+        .zip(&now.channels)
+        .enumerate()
+        .map(|(c, (p, n))| {
+            let mut f = fields(&format!("{name}#{c}"), &p.snapshot, &n.snapshot);
+            f.insert("channel".into(), json!(c));
+            f.insert("backlog".into(), json!(n.backlog));
+            f.insert("floating_held".into(), json!(n.floating_held));
+            f.insert("exclusive_in_use".into(), json!(n.exclusive_in_use));
+            let alive = producers_alive.get(c).copied().unwrap_or(false);
+            f.insert("producer_alive".into(), json!(alive));
+            Value::Object(f)
+        })
+        .collect();
+    json!({
+        "region": name,
+        "kind": "gate",
+        "channels": now.channels.len(),
+        "exclusive_per_channel": now.exclusive,
+        "floating": now.floating,
+        "floating_free": now.floating_free,
+        "consumer_state": now.consumer_state.code(),
+        "consumer_alive": consumer_alive,
+        "idle_ns": now.idle_ns,
+        "idleTimeMsPerSecond": num(now.idle_ratio_since(prev) * 1000.0),
+        "inputExclusiveBuffersUsage": num(now.input_exclusive_buffers_usage()),
+        "inputFloatingBuffersUsage": num(now.input_floating_buffers_usage()),
+        "likelySkew": now.likely_skew(),
+        "channel_stats": chans,
+    })
+    .to_string()
+}
+
+/// One JSON object: every counter of `now` and the figures derived over `prev..now`.
+pub(crate) fn snapshot(name: &str, prev: &Snapshot, now: &Snapshot) -> String {
+    Value::Object(fields(name, prev, now)).to_string()
+}
+
+fn fields(name: &str, prev: &Snapshot, now: &Snapshot) -> Map<String, Value> {
+    let r = now.rates_since(prev);
+    let v = json!({
+        "region": name,
+        "segment_count": now.segment_count,
+        "segment_size": now.segment_size,
+        "producer_state": now.producer_state.code(),
+        "producer_pid": now.producer_pid,
+        "consumer_state": now.consumer_state.code(),
+        "consumer_pid": now.consumer_pid,
+        "records_written": now.records_written,
+        "bytes_written": now.bytes_written,
+        "segments_committed": now.segments_committed,
+        "segments_acquired": now.segments_acquired,
+        "producer_wakes": now.producer_wakes,
+        "backpressured_ns": now.backpressured_ns,
+        "records_read": now.records_read,
+        "bytes_read": now.bytes_read,
+        "segments_taken": now.segments_taken,
+        "segments_returned": now.segments_returned,
+        "consumer_wakes": now.consumer_wakes,
+        "idle_ns": now.idle_ns,
+        "segments_not_free": now.segments_not_free,
+        "segments_at_consumer": now.segments_at_consumer,
+        "window_s": num(r.window_s),
+        "records_written_per_s": num(r.records_written_per_s),
+        "records_read_per_s": num(r.records_read_per_s),
+        "bytes_written_per_s": num(r.bytes_written_per_s),
+        "bytes_read_per_s": num(r.bytes_read_per_s),
+        "backPressuredTimeMsPerSecond": num(r.back_pressured_time_ms_per_second),
+        "producerBusyTimeMsPerSecond": num(r.producer_busy_time_ms_per_second),
+        "idleTimeMsPerSecond": num(r.idle_time_ms_per_second),
+        "busyTimeMsPerSecond": num(r.consumer_busy_time_ms_per_second),
+        "outPoolUsage": num(r.out_pool_usage),
+        "inPoolUsage": num(r.in_pool_usage),
+        "backpressureLevel": r.level.as_str(),
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("json! of an object literal is an object"),
+    }
+}
