@@ -104,3 +104,8 @@ pub fn pair(geometry: Geometry) -> Result<(Producer, Consumer), OpenError> {
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod loom_api;
+
+/// The README's quick start, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
