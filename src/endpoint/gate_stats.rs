@@ -58,7 +58,7 @@ impl GateSnapshot {
         self.floating.saturating_sub(self.floating_free) as f64 / self.floating as f64
     }
 
-    /// The second seed's reading: floating usage high (> 0.5) while exclusive usage is low
+    /// Flink's reading of its buffer metrics: floating usage high (> 0.5) while exclusive usage is low
     /// (< 0.5) means a few channels take all the floating segments — likely skew rather than
     /// a slow consumer (which fills both).
     pub fn likely_skew(&self) -> bool {
