@@ -832,12 +832,38 @@ impl Consumer {
     /// [`RecvError::PeerDead`] once the producer died and everything it committed was read;
     /// [`RecvError::Corrupt`] if it broke the protocol; [`RecvError::RecordTooLarge`] for a
     /// spanning record over [`Consumer::set_max_record_len`] (the record is skipped).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// for i in 0..3u64 {
+    ///     tx.send_pod(&i)?;
+    /// }
+    /// drop(tx); // ends the stream
+    /// let mut sum = 0;
+    /// while let Some(r) = rx.recv()? {
+    ///     sum += r.as_pod::<u64>().copied().unwrap_or(0);
+    /// }
+    /// assert_eq!(sum, 3);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     #[inline]
     pub fn recv(&mut self) -> Result<Option<Record<'_>>, RecvError> {
         op(self.recv_inner(Deadline::Never))
     }
 
     /// Receives the next record if one is committed, else [`TryRecvError::Empty`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::TryRecvError;
+    ///
+    /// let (_tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     #[inline]
     pub fn try_recv(&mut self) -> Result<Option<Record<'_>>, TryRecvError> {
         op(self.recv_inner(Deadline::Now))
@@ -867,6 +893,23 @@ impl Consumer {
     /// # Errors
     /// `f`'s error, or what `try_recv` would return other than `Empty` (converted with
     /// `From<RecvError>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// for _ in 0..100 {
+    ///     tx.send(b"x")?;
+    /// }
+    /// tx.flush()?;
+    /// let mut bytes = 0;
+    /// let n = rx.drain(usize::MAX, |r| {
+    ///     bytes += r.len().unwrap_or(0);
+    ///     Ok::<_, shmflow::Error>(())
+    /// })?;
+    /// assert_eq!((n, bytes), (100, 100));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     pub fn drain<F, E>(&mut self, max: usize, mut f: F) -> Result<usize, E>
     where
         F: FnMut(Record<'_>) -> Result<(), E>,
@@ -1158,6 +1201,26 @@ impl Record<'_> {
     /// # Errors
     /// [`RecvError::RecordAborted`] if the producer abandoned the record, and the failures of
     /// [`Consumer::recv`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::Geometry;
+    ///
+    /// // A record larger than a segment arrives in parts, each read in place.
+    /// let (mut tx, mut rx) = shmflow::pair(Geometry { segment_size: 4096, segment_count: 4 })?;
+    /// let big = vec![5u8; 10_000];
+    /// let t = std::thread::spawn(move || tx.send(&big));
+    /// let mut r = rx.recv()?.unwrap();
+    /// assert!(r.is_spanning());
+    /// let mut total = 0;
+    /// while let Some(part) = r.next_part()? {
+    ///     total += part.len();
+    /// }
+    /// assert_eq!(total, 10_000);
+    /// t.join().unwrap()?;
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     pub fn next_part(&mut self) -> Result<Option<&[u8]>, RecvError> {
         op(self.part(Deadline::Never))
     }

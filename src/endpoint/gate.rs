@@ -128,6 +128,34 @@ impl Gate {
     /// Creates a named gate (`/name`, mode 0600, fails if it exists) and attaches as its
     /// consumer; each producer attaches with [`crate::Producer::open_channel`]. The name is
     /// unlinked when the gate is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Gate, GateGeometry, GateMessage, Producer};
+    ///
+    /// let name = format!("/shmflow-doc-gate-{}", std::process::id());
+    /// let mut gate = Gate::create(&name, GateGeometry::new(2))?;
+    /// // Each producer (usually another process) opens its channel.
+    /// let mut a = Producer::open_channel(&name, 0)?;
+    /// let b = Producer::open_channel(&name, 1)?;
+    /// a.send(b"from a")?;
+    /// drop(a);
+    /// drop(b);
+    /// let mut records = 0;
+    /// while let Some(m) = gate.recv()? {
+    ///     match m {
+    ///         GateMessage::Record { channel, record } => {
+    ///             assert_eq!((channel, record.as_bytes()), (0, Some(&b"from a"[..])));
+    ///             records += 1;
+    ///         }
+    ///         GateMessage::EndOfPartition { .. } => {}
+    ///         other => panic!("{other:?}"),
+    ///     }
+    /// }
+    /// assert_eq!(records, 1);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     #[cfg(not(loom))]
     pub fn create(name: &str, geometry: GateGeometry) -> Result<Gate, crate::error::OpenError> {
         let (chans, lock) = crate::region::object::gate_create_named(name, geometry)?;

@@ -21,6 +21,21 @@ pub struct Monitor {
 impl Monitor {
     /// Opens `/name` read-only after the same checks as an end (owner, mode, magic, version,
     /// geometry, size).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Geometry, Monitor, Producer};
+    ///
+    /// let name = format!("/shmflow-doc-monitor-{}", std::process::id());
+    /// let mut tx = Producer::create(&name, Geometry::default())?;
+    /// let _rx = shmflow::Consumer::open(&name)?;
+    /// tx.send(b"counted")?;
+    /// tx.flush()?;
+    /// let m = Monitor::open(&name)?; // read-only: never an end
+    /// assert_eq!(m.snapshot().records_written, 1);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     pub fn open(name: &str) -> Result<Monitor, OpenError> {
         Ok(Monitor {
             shared: crate::region::object::open_named(name, false)?,

@@ -51,6 +51,29 @@ enum Route {
 
 impl Partition {
     /// A partition over `outputs` (at least one).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Geometry, Partition, Partitioner};
+    ///
+    /// let (tx0, mut rx0) = shmflow::pair(Geometry::default())?;
+    /// let (tx1, mut rx1) = shmflow::pair(Geometry::default())?;
+    /// let mut part = Partition::new(vec![tx0, tx1], Partitioner::RoundRobin)?;
+    /// for word in ["a", "b", "c"] {
+    ///     part.send(word.as_bytes())?;
+    /// }
+    /// drop(part);
+    /// let count = |rx: &mut shmflow::Consumer| -> shmflow::Result<usize> {
+    ///     let mut n = 0;
+    ///     while rx.recv()?.is_some() {
+    ///         n += 1;
+    ///     }
+    ///     Ok(n)
+    /// };
+    /// assert_eq!((count(&mut rx0)?, count(&mut rx1)?), (2, 1));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     pub fn new(outputs: Vec<Producer>, partitioner: Partitioner) -> Result<Partition, ConfigError> {
         if outputs.is_empty() {
             return Err(ConfigError::new(

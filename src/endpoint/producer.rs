@@ -700,6 +700,16 @@ impl Producer {
     /// # Errors
     /// [`SendError::Closed`] if the consumer has detached, [`SendError::PeerDead`] if its
     /// process died, [`SendError::Corrupt`] if it broke the protocol.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"a record")?;
+    /// tx.flush()?; // visible now (the default policy also publishes as it goes)
+    /// assert_eq!(rx.recv()?.unwrap().as_bytes(), Some(&b"a record"[..]));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     #[inline]
     pub fn send(&mut self, bytes: &[u8]) -> Result<(), SendError> {
         op(self.send_inner(bytes, Deadline::Never))
@@ -709,6 +719,24 @@ impl Producer {
     /// sent. A spanning record that needs more segments than the pool has cannot be
     /// guaranteed: if the pool runs dry half-way it is aborted (the consumer sees
     /// [`RecvError::RecordAborted`](crate::RecvError::RecordAborted)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Geometry, TrySendError};
+    ///
+    /// let (mut tx, _rx) = shmflow::pair(Geometry { segment_size: 4096, segment_count: 2 })?;
+    /// // Nobody reads: the pool fills up, and `try_send` says so instead of waiting.
+    /// let full = loop {
+    ///     match tx.try_send(&[0u8; 1000]) {
+    ///         Ok(()) => continue,
+    ///         Err(TrySendError::Full) => break true,
+    ///         Err(e) => return Err(e.into()),
+    ///     }
+    /// };
+    /// assert!(full);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     pub fn try_send(&mut self, bytes: &[u8]) -> Result<(), TrySendError> {
         op(self.send_inner(bytes, Deadline::Now))
     }
@@ -780,6 +808,20 @@ impl Producer {
     /// # Errors
     /// [`SendError::RecordTooLarge`] if `len` does not fit in one segment; otherwise as
     /// [`Producer::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut claim = tx.claim(16)?; // 16 bytes in shared memory
+    /// claim[..8].copy_from_slice(&7u64.to_le_bytes());
+    /// claim[8..].copy_from_slice(&9u64.to_le_bytes());
+    /// claim.commit();
+    /// tx.flush()?;
+    /// let r = rx.recv()?.unwrap();
+    /// assert_eq!(r.as_pod::<[u64; 2]>(), Some(&[7, 9]));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     #[inline]
     pub fn claim(&mut self, len: usize) -> Result<Claim<'_>, SendError> {
         op(self.claim_inner(len, Deadline::Never))
@@ -813,6 +855,20 @@ impl Producer {
     /// one, and spans segments only if it is larger than a segment. Dropping the writer without
     /// `finish` discards the record (the consumer never sees it, or sees
     /// [`Error::RecordAborted`] if parts were already handed over). Waits block like `send`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    ///
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut w = tx.stream()?;
+    /// write!(w, "{} and {}", "a length", "not known up front")?;
+    /// w.finish()?;
+    /// tx.flush()?;
+    /// assert_eq!(rx.recv()?.unwrap().to_vec()?, b"a length and not known up front");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn stream(&mut self) -> Result<RecordWriter<'_>, SendError> {
         op(self.stream_inner(Deadline::Never))
     }
@@ -887,6 +943,27 @@ impl Producer {
     /// # Errors
     /// [`SendError::RecordTooLarge`] for a payload over the limit; otherwise as
     /// [`Producer::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::Message;
+    ///
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"before")?;
+    /// tx.send_event(1, b"checkpoint")?;
+    /// tx.send(b"after")?;
+    /// drop(tx);
+    /// let mut seen = Vec::new();
+    /// while let Some(m) = rx.recv_message()? {
+    ///     seen.push(match m {
+    ///         Message::Record(r) => String::from_utf8(r.to_vec()?).unwrap(),
+    ///         Message::Event(e) => format!("event {}", e.kind),
+    ///     });
+    /// }
+    /// assert_eq!(seen, ["before", "event 1", "after"]);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     pub fn send_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
         op(self.send_event_inner(kind, payload, Deadline::Never))
     }
