@@ -28,6 +28,61 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Guide
+//!
+//! **Making ends.** [`Producer::builder`] and [`Consumer::builder`] take the settings and make
+//! an end in every way: `create` a named region (`/name`, mode 0600), `open` one,
+//! `open_or_create` (either end may start first), `create_anonymous` (a sealed memfd handed to
+//! a child with [`PeerHandle::pass_to`], taken there with `from_env`), `from_fd`. In one
+//! process (threads, tests), [`pair`] gives both ends.
+//!
+//! **Flush policy** ([`FlushPolicy`]): when committed records become visible.
+//! `Timeout(d)` (the default, Flink's buffer timeout) publishes each record as it is committed
+//! and lets a flusher thread wake a parked consumer at most once per `d`; `EveryRecord`
+//! publishes and wakes per record (latency); `Explicit` publishes on [`Producer::flush`] or a
+//! full segment (throughput, and records after the last flush are lost if the producer dies).
+//!
+//! **Wait strategy** ([`WaitStrategy`]): how a blocking call waits. `Block` (the default)
+//! spins briefly then sleeps on a futex in the region; `BusyPoll(d)` spins up to `d` first
+//! (lowest latency, one CPU burnt; keep `d` bounded on machines with few cores); `Park` sleeps
+//! at once (least CPU). A side is woken only if it announced that it sleeps.
+//!
+//! **Records.** A record is any byte sequence. One that fits in a segment never spans and is
+//! read in place ([`Record::as_bytes`], [`Record::as_pod`]); a larger one spans segments and is
+//! read part by part ([`Record::next_part`], no copy) or whole ([`Record::to_vec`]).
+//! [`Consumer::set_max_record_len`] bounds every record. Every waiting call has `try_`,
+//! `_timeout` and `_deadline` forms, each with its own error type ([`TryRecvError::Empty`],
+//! [`TrySendError::Full`], …); all of them convert into [`Error`].
+//!
+//! **Events.** [`Producer::send_event`] sends a small typed message in order with the records;
+//! [`Producer::send_priority_event`] one that overtakes the records queued before it (Flink's
+//! unaligned checkpoint barriers). [`Consumer::recv_message`] receives both; [`Event`] states
+//! the order exactly.
+//!
+//! **Gates and partitions.** A [`Gate`] is one consumer reading many channels, each written by
+//! its own producer ([`Producer::open_channel`]), round-robin, with Flink's exclusive segments
+//! per channel and floating segments the gate lends to channels that ask (credit-based flow
+//! control). A [`Partition`] writes to many channels with Flink's partitioners (round-robin,
+//! broadcast, by key).
+//!
+//! **Ends that go away.** Dropping the producer ends the stream (`Ok(None)` after every
+//! committed record); [`Producer::fail`], or a drop while panicking, ends it as failed
+//! ([`RecvError::ProducerFailed`]); a peer that dies is reported as `PeerDead` within about
+//! 50 ms, and from then on by every call. A consumer that leaves makes the producer's calls
+//! fail with [`SendError::Closed`].
+//!
+//! **Metrics.** Each side keeps counters in the region header, readable live by another
+//! process without disturbing the channel ([`Monitor`], `shmflow stat`): [`Producer::metrics`]
+//! and [`Consumer::metrics`] give a [`Snapshot`]; [`Snapshot::rates_since`] gives Flink's
+//! `backPressuredTimeMsPerSecond`, `idleTimeMsPerSecond`, `busyTimeMsPerSecond`, pool usages
+//! and the backpressure level ([`BackpressureLevel`]: OK < 0.10 ≤ LOW ≤ 0.50 < HIGH). A gate's
+//! figures are a [`GateSnapshot`].
+//!
+//! **Untrusted peers.** Everything read from shared memory is validated before use; a peer
+//! that writes garbage gives a `Corrupt` error, never a panic or an access outside the region.
+//! A borrowed payload is a view into shared memory that a hostile peer could rewrite while it
+//! is held: copy it out ([`Record::to_vec`]) before trusting it. See `docs/THREAT_MODEL.md`.
+//!
 //! Invariants the code keeps (and the loom models in `loom-tests/` check):
 //! - every segment is in exactly one place: the return ring, the producer's hand, the data
 //!   ring, or the consumer's hand; both rings have capacity N, so a push never fails;
@@ -35,8 +90,10 @@
 //!   that publishes it (a header is its own commit; a 0 word ends what is published), and the
 //!   producer never writes a segment before the consumer's Release push that returned it;
 //! - a side parks only after announcing it and re-checking, and the other side wakes it
-//!   whenever it has announced (see `wait.rs`): no lost wake-up;
+//!   whenever it has announced: no lost wake-up;
 //! - everything read from shared memory is validated before use ([`Error::Corrupt`]).
+//!
+//! `docs/PROTOCOL.md` names every ordering on both sides; `docs/DESIGN.md` explains the layers.
 
 #![warn(missing_docs)]
 
