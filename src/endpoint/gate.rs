@@ -252,6 +252,9 @@ impl Gate {
     }
 
     /// True until channel `c` has reported its end (or death).
+    ///
+    /// # Panics
+    /// If `c` is not below [`Gate::channels`].
     pub fn is_open(&self, c: usize) -> bool {
         !matches!(self.state[c], State::Done | State::Ended | State::Failed)
     }

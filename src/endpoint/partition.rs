@@ -96,6 +96,9 @@ impl Partition {
     }
 
     /// Channel `i`'s producer (for its metrics, or to write to it directly).
+    ///
+    /// # Panics
+    /// If `i` is not below [`Partition::channels`].
     pub fn output(&mut self, i: usize) -> &mut Producer {
         &mut self.outputs[i]
     }
@@ -226,6 +229,12 @@ impl Partition {
     }
 
     /// Sends `record` to channel `c`, whatever the partitioner.
+    ///
+    /// # Errors
+    /// As [`Producer::send`].
+    ///
+    /// # Panics
+    /// If `c` is not below [`Partition::channels`].
     pub fn send_to(&mut self, c: usize, record: &[u8]) -> Result<(), SendError> {
         self.outputs[c].send(record)
     }

@@ -1174,6 +1174,9 @@ impl Claim<'_> {
 
     /// Sends the record with only its first `len` bytes (`len` at most the claimed length):
     /// for serializers that reserve a bound and use less.
+    ///
+    /// # Panics
+    /// If `len` is more than the claimed length.
     #[inline]
     pub fn commit_len(self, len: usize) {
         assert!(
