@@ -80,6 +80,20 @@ impl Producer {
 
     /// Opens a named region created by the consumer and attaches as its producer.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Consumer, Geometry, Producer};
+    ///
+    /// let name = format!("/shmflow-doc-popen-{}", std::process::id());
+    /// let mut rx = Consumer::create(&name, Geometry::default())?; // the consumer made it
+    /// let mut tx = Producer::open(&name)?;
+    /// tx.send(b"to the creator")?;
+    /// tx.flush()?;
+    /// assert!(rx.recv()?.is_some());
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// See [`ProducerBuilder::open`].
     pub fn open(name: &str) -> Result<Producer, OpenError> {
@@ -88,6 +102,20 @@ impl Producer {
 
     /// Creates an anonymous (memfd) region and attaches as its producer; the returned handle
     /// gives the consumer end to a child process (see [`PeerHandle`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use shmflow::{Geometry, Producer};
+    ///
+    /// let (mut tx, handle) = Producer::create_anonymous(Geometry::default())?;
+    /// let mut cmd = std::process::Command::new("my-consumer");
+    /// handle.pass_to(&mut cmd, "SHMFLOW_FD"); // the child calls Consumer::from_env("SHMFLOW_FD")
+    /// let _child = cmd.spawn()?;
+    /// drop(handle);
+    /// tx.send(b"to the child")?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// See [`ProducerBuilder::create_anonymous`].
@@ -98,6 +126,19 @@ impl Producer {
     /// Attaches as producer to the region behind `fd` (handed over by its creator, see
     /// [`PeerHandle`]). `fd` is only borrowed: the producer keeps a duplicate of its own, made
     /// once `fd` is known to be a shmflow channel; on an error `fd` is untouched.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Consumer, Geometry, Producer};
+    ///
+    /// let (mut rx, handle) = Consumer::create_anonymous(Geometry::default())?;
+    /// let mut tx = Producer::from_fd(&handle)?; // borrows: `handle` stays usable
+    /// tx.send(b"x")?;
+    /// tx.flush()?;
+    /// assert!(rx.recv()?.is_some());
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     ///
     /// # Errors
     /// See [`ProducerBuilder::from_fd`].
@@ -110,6 +151,15 @@ impl Producer {
     /// [`Gate::create_anonymous`](crate::Gate::create_anonymous)) this opens the handle's
     /// channel.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// // In a child spawned with `handle.pass_to(&mut cmd, "SHMFLOW_FD")`:
+    /// let mut tx = shmflow::Producer::from_env("SHMFLOW_FD")?;
+    /// tx.send(b"from the child")?;
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// See [`ProducerBuilder::from_env`].
     pub fn from_env(var: &str) -> Result<Producer, OpenError> {
@@ -118,6 +168,10 @@ impl Producer {
 
     /// Opens channel `channel` of the named gate (made by [`Gate::create`](crate::Gate::create))
     /// and attaches as its producer.
+    ///
+    /// # Examples
+    ///
+    /// See [`Gate::create`](crate::Gate::create) for a gate and its producers.
     ///
     /// # Errors
     /// See [`ProducerBuilder::open_channel`].
@@ -136,6 +190,19 @@ impl Consumer {
 
     /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
     /// consumer. The name is unlinked when this consumer is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Consumer, Geometry, Producer};
+    ///
+    /// let name = format!("/shmflow-doc-ccreate-{}", std::process::id());
+    /// let mut rx = Consumer::create(&name, Geometry::default())?;
+    /// let tx = Producer::open(&name)?;
+    /// drop(tx); // ends the stream
+    /// assert!(rx.recv()?.is_none());
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     ///
     /// # Errors
     /// See [`ConsumerBuilder::create`].
@@ -173,6 +240,19 @@ impl Consumer {
 
     /// Attaches as consumer to the region behind `fd` (borrowed, as for
     /// [`Producer::from_fd`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Consumer, Geometry, Producer};
+    ///
+    /// let (mut tx, handle) = Producer::create_anonymous(Geometry::default())?;
+    /// let mut rx = Consumer::from_fd(&handle)?;
+    /// tx.send(b"x")?;
+    /// tx.flush()?;
+    /// assert!(rx.recv()?.is_some());
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     ///
     /// # Errors
     /// See [`ConsumerBuilder::from_fd`].

@@ -731,6 +731,9 @@ impl Consumer {
 
     /// Receives the next record or event (see [`Event`](crate::Event) for the order), blocking.
     /// `Ok(None)` is end of stream, as for [`Consumer::recv`].
+    ///
+    /// # Errors
+    /// As [`Consumer::recv`].
     pub fn recv_message(&mut self) -> Result<Option<Message<'_>>, RecvError> {
         op(self.message_inner(Deadline::Never))
     }
@@ -864,12 +867,19 @@ impl Consumer {
     /// assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
     /// # Ok::<(), shmflow::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`TryRecvError::Empty`] if nothing is committed yet; otherwise as [`Consumer::recv`].
     #[inline]
     pub fn try_recv(&mut self) -> Result<Option<Record<'_>>, TryRecvError> {
         op(self.recv_inner(Deadline::Now))
     }
 
     /// Receives the next record, waiting at most `timeout` ([`RecvTimeoutError::Timeout`]).
+    ///
+    /// # Errors
+    /// [`RecvTimeoutError::Timeout`] if nothing arrives in time; otherwise as
+    /// [`Consumer::recv`].
     pub fn recv_timeout(
         &mut self,
         timeout: Duration,
@@ -878,6 +888,10 @@ impl Consumer {
     }
 
     /// Receives the next record, waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// [`RecvTimeoutError::Timeout`] if nothing arrives by `deadline`; otherwise as
+    /// [`Consumer::recv`].
     pub fn recv_deadline(
         &mut self,
         deadline: Instant,
@@ -1257,12 +1271,18 @@ impl Record<'_> {
 
     /// Appends the whole record to `out` (one copy; spanning records are reassembled),
     /// waiting as long as the producer takes to commit the parts.
+    ///
+    /// # Errors
+    /// As [`Record::next_part`].
     pub fn read_all_into(self, out: &mut Vec<u8>) -> Result<(), RecvError> {
         op(self.read_all_until(out, Deadline::Never))
     }
 
     /// The whole record as one contiguous `Vec` (one copy), waiting as long as the producer
     /// takes to commit the parts.
+    ///
+    /// # Errors
+    /// As [`Record::next_part`].
     pub fn to_vec(self) -> Result<Vec<u8>, RecvError> {
         op(self.collect_until(Deadline::Never))
     }

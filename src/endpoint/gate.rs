@@ -156,6 +156,12 @@ impl Gate {
     /// assert_eq!(records, 1);
     /// # Ok::<(), shmflow::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`AlreadyExists`](crate::OpenError::AlreadyExists) (or
+    /// [`Stale`](crate::OpenError::Stale)), [`InvalidConfig`](crate::OpenError::InvalidConfig)
+    /// for a bad name or geometry, [`NoMemory`](crate::OpenError::NoMemory) if the system
+    /// cannot back the region, [`Io`](crate::OpenError::Io).
     #[cfg(not(loom))]
     pub fn create(name: &str, geometry: GateGeometry) -> Result<Gate, crate::error::OpenError> {
         let (chans, lock) = crate::region::object::gate_create_named(name, geometry)?;
@@ -164,6 +170,28 @@ impl Gate {
 
     /// Creates an anonymous (memfd) gate and attaches as its consumer; handle `c` gives
     /// channel `c` to a child process, which calls [`crate::Producer::from_env`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use shmflow::{Gate, GateGeometry};
+    ///
+    /// let (mut gate, handles) = Gate::create_anonymous(GateGeometry::new(2))?;
+    /// for (c, h) in handles.iter().enumerate() {
+    ///     let mut cmd = std::process::Command::new("my-producer");
+    ///     h.pass_to(&mut cmd, "SHMFLOW_FD"); // the child calls Producer::from_env("SHMFLOW_FD")
+    ///     cmd.arg(c.to_string()).spawn()?;
+    /// }
+    /// drop(handles);
+    /// while let Some(m) = gate.recv()? {
+    ///     println!("channel {}", m.channel());
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`InvalidConfig`](crate::OpenError::InvalidConfig) for a bad geometry,
+    /// [`NoMemory`](crate::OpenError::NoMemory), [`Io`](crate::OpenError::Io).
     #[cfg(not(loom))]
     pub fn create_anonymous(
         geometry: GateGeometry,

@@ -36,6 +36,11 @@ impl Monitor {
     /// assert_eq!(m.snapshot().records_written, 1);
     /// # Ok::<(), shmflow::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`OpenError::NotFound`], [`OpenError::NotARegion`], [`OpenError::BadMagic`] (not this
+    /// kind of shmflow region), and the other checks of an open: owner, mode, version, size
+    /// ([`OpenError`]).
     pub fn open(name: &str) -> Result<Monitor, OpenError> {
         Ok(Monitor {
             shared: crate::region::object::open_named(name, false)?,
@@ -102,6 +107,10 @@ impl RegionInfo {
 /// alive; returns whether it did. A region with a live end is never removed, nor is anything
 /// that is not a shmflow region ([`OpenError::NotARegion`], [`OpenError::BadMagic`], …). It
 /// never waits: a region whose creator is still writing its header is not shmflow's yet.
+///
+/// # Errors
+/// [`OpenError::NotFound`], or [`OpenError::NotARegion`] / [`OpenError::BadMagic`] for what is
+/// not a shmflow region (never removed); [`OpenError::Io`] if the unlink fails.
 pub fn remove_if_stale(name: &str) -> Result<bool, OpenError> {
     let alive = match GateMonitor::open_now(name) {
         Ok(g) => g.consumer_alive() || (0..g.channels()).any(|c| g.producer_alive(c)),
@@ -121,6 +130,9 @@ pub fn remove_if_stale(name: &str) -> Result<bool, OpenError> {
 
 /// The shmflow regions in `/dev/shm` that this user can open. Objects that are not shmflow
 /// regions (wrong magic, other owner, …) are skipped.
+///
+/// # Errors
+/// [`Error::Io`] if `/dev/shm` cannot be read.
 pub fn list_regions() -> Result<Vec<RegionInfo>> {
     let mut out = Vec::new();
     for name in shm_names()? {
@@ -145,6 +157,19 @@ pub struct GateMonitor {
 
 impl GateMonitor {
     /// Opens `/name` read-only after the same checks as an end.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Gate, GateGeometry, GateMonitor};
+    ///
+    /// let name = format!("/shmflow-doc-gmon-{}", std::process::id());
+    /// let _gate = Gate::create(&name, GateGeometry::new(3))?;
+    /// let m = GateMonitor::open(&name)?; // read-only: never an end
+    /// assert_eq!(m.channels(), 3);
+    /// assert_eq!(m.snapshot().floating_free, GateGeometry::new(3).floating as u64);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     pub fn open(name: &str) -> Result<GateMonitor, OpenError> {
         Ok(GateMonitor {
             chans: crate::region::object::gate_open_named(name, false)?,
@@ -202,6 +227,9 @@ impl GateMonitor {
 }
 
 /// The shmflow gates in `/dev/shm` that this user can open, by name.
+///
+/// # Errors
+/// [`Error::Io`] if `/dev/shm` cannot be read.
 pub fn list_gates() -> Result<Vec<(String, GateMonitor)>> {
     let mut out = Vec::new();
     for name in shm_names()? {
@@ -218,6 +246,9 @@ pub fn list_gates() -> Result<Vec<(String, GateMonitor)>> {
 /// or `BadMagic` with a magic of 0), another program's object (`BadMagic`), another user's
 /// (`NotOwner`, `BadMode`), or not a shared-memory object at all (`NotARegion`). Nothing waits
 /// and nothing is opened past the first page.
+///
+/// # Errors
+/// [`Error::Io`] if `/dev/shm` cannot be read.
 pub fn list_other_objects() -> Result<Vec<(String, OpenError)>> {
     let dir = std::fs::read_dir("/dev/shm").map_err(|e| Error::io("/dev/shm", "read_dir", e))?;
     let mut out = Vec::new();

@@ -74,6 +74,9 @@ impl Partition {
     /// assert_eq!((count(&mut rx0)?, count(&mut rx1)?), (2, 1));
     /// # Ok::<(), shmflow::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`ConfigError`] if `outputs` is empty.
     pub fn new(outputs: Vec<Producer>, partitioner: Partitioner) -> Result<Partition, ConfigError> {
         if outputs.is_empty() {
             return Err(ConfigError::new(
@@ -142,6 +145,10 @@ impl Partition {
 
     /// Sends `record` where the partitioner says, blocking while that channel (or, for
     /// broadcast, each channel in turn) has no free segment.
+    ///
+    /// # Errors
+    /// As [`Producer::send`], from the channel the record goes to (for broadcast, the first
+    /// channel that fails; the channels before it have the record).
     pub fn send(&mut self, record: &[u8]) -> Result<(), SendError> {
         match self.route(record) {
             Route::One(c) => {
@@ -223,6 +230,9 @@ impl Partition {
     }
 
     /// Sends `record` to the channel of `key` (`key % N`), whatever the partitioner.
+    ///
+    /// # Errors
+    /// As [`Producer::send`].
     pub fn send_keyed(&mut self, key: u64, record: &[u8]) -> Result<(), SendError> {
         let c = (key % self.outputs.len() as u64) as usize;
         self.outputs[c].send(record)
@@ -240,6 +250,9 @@ impl Partition {
     }
 
     /// Sends an event to every channel, in order with the records (Flink broadcasts events).
+    ///
+    /// # Errors
+    /// As [`Producer::send_event`], from the first channel that fails.
     pub fn send_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
         self.outputs
             .iter_mut()
@@ -247,6 +260,9 @@ impl Partition {
     }
 
     /// Sends a priority event to every channel (see [`Producer::send_priority_event`]).
+    ///
+    /// # Errors
+    /// As [`Producer::send_priority_event`], from the first channel that fails.
     pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
         self.outputs
             .iter_mut()
@@ -254,6 +270,9 @@ impl Partition {
     }
 
     /// Makes everything sent visible on every channel.
+    ///
+    /// # Errors
+    /// As [`Producer::flush`], from the first channel that fails.
     pub fn flush(&mut self) -> Result<(), SendError> {
         self.outputs.iter_mut().try_for_each(|p| p.flush())
     }

@@ -737,12 +737,19 @@ impl Producer {
     /// assert!(full);
     /// # Ok::<(), shmflow::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] if no segment is free now; otherwise as [`Producer::send`].
     pub fn try_send(&mut self, bytes: &[u8]) -> Result<(), TrySendError> {
         op(self.send_inner(bytes, Deadline::Now))
     }
 
     /// Sends one record, waiting at most `timeout` for free segments
     /// ([`SendTimeoutError::Timeout`]). Same all-or-nothing rule as [`Producer::try_send`].
+    ///
+    /// # Errors
+    /// [`SendTimeoutError::Timeout`] if no segment comes back in time; otherwise as
+    /// [`Producer::send`].
     pub fn send_timeout(
         &mut self,
         bytes: &[u8],
@@ -828,11 +835,18 @@ impl Producer {
     }
 
     /// [`Producer::claim`] without waiting ([`TrySendError::Full`]).
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] if no segment is free now; otherwise as [`Producer::claim`].
     pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>, TrySendError> {
         op(self.claim_inner(len, Deadline::Now))
     }
 
     /// [`Producer::claim`] waiting at most `timeout` ([`SendTimeoutError::Timeout`]).
+    ///
+    /// # Errors
+    /// [`SendTimeoutError::Timeout`] if no segment comes back in time; otherwise as
+    /// [`Producer::claim`].
     pub fn claim_timeout(
         &mut self,
         len: usize,
@@ -842,6 +856,10 @@ impl Producer {
     }
 
     /// [`Producer::claim`] waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// [`SendTimeoutError::Timeout`] if no segment comes back by `deadline`; otherwise as
+    /// [`Producer::claim`].
     pub fn claim_deadline(
         &mut self,
         len: usize,
@@ -869,6 +887,9 @@ impl Producer {
     /// assert_eq!(rx.recv()?.unwrap().to_vec()?, b"a length and not known up front");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// # Errors
+    /// As [`Producer::send`]; the writer's own writes fail with a [`WriteError`].
     pub fn stream(&mut self) -> Result<RecordWriter<'_>, SendError> {
         op(self.stream_inner(Deadline::Never))
     }
@@ -877,6 +898,10 @@ impl Producer {
     /// the record grows into) all end at `timeout` from now: a write that would wait longer
     /// fails with [`WriteError::Timeout`] and the record is discarded (or aborted, if parts of
     /// it were already handed over).
+    ///
+    /// # Errors
+    /// [`SendTimeoutError::Timeout`] if no segment comes back in time; otherwise as
+    /// [`Producer::stream`].
     pub fn stream_timeout(
         &mut self,
         timeout: Duration,
@@ -895,6 +920,9 @@ impl Producer {
     /// [`Producer::stream`] that never waits: [`TrySendError::Full`] (and later
     /// [`WriteError::Full`]) wherever a segment would have to be waited for, with the record
     /// discarded (or aborted) as for `stream_timeout`.
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] if no segment is free now; otherwise as [`Producer::stream`].
     pub fn try_stream(&mut self) -> Result<RecordWriter<'_>, TrySendError> {
         op(self.stream_inner(Deadline::Now))
     }
@@ -997,6 +1025,10 @@ impl Producer {
     /// received (see [`Event`](crate::Event) for exactly which), the way Flink's unaligned checkpoint
     /// barriers do. It is visible at once (no flush needed). At most four can be in flight:
     /// the fifth waits until the consumer has received one.
+    ///
+    /// # Errors
+    /// [`SendError::RecordTooLarge`] for a payload over
+    /// [`MAX_EVENT_PAYLOAD`](crate::MAX_EVENT_PAYLOAD); otherwise as [`Producer::send`].
     pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
         op(self.priority_inner(kind, payload, Deadline::Never))
     }
