@@ -1121,6 +1121,17 @@ impl<'a> Record<'a> {
 impl Record<'_> {
     /// The bytes, in place, for a record within one segment; `None` for a spanning record
     /// (use [`Record::next_part`], [`Record::to_vec`] or `io::Read`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"in place")?;
+    /// tx.flush()?;
+    /// let r = rx.recv()?.unwrap();
+    /// assert_eq!(r.as_bytes(), Some(&b"in place"[..])); // a view into shared memory
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     #[inline]
     pub fn as_bytes(&self) -> Option<&[u8]> {
         if self.spanning {
@@ -1280,6 +1291,17 @@ impl Record<'_> {
 
     /// The whole record as one contiguous `Vec` (one copy), waiting as long as the producer
     /// takes to commit the parts.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"copied out")?;
+    /// tx.flush()?;
+    /// let owned: Vec<u8> = rx.recv()?.unwrap().to_vec()?; // safe to keep and to validate
+    /// assert_eq!(owned, b"copied out");
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     ///
     /// # Errors
     /// As [`Record::next_part`].

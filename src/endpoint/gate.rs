@@ -556,6 +556,22 @@ impl Gate {
     /// The next message from any channel, blocking until there is one. `Ok(None)` once every
     /// channel has ended.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Gate, GateGeometry, GateMessage, Producer};
+    ///
+    /// let name = format!("/shmflow-doc-grecv-{}", std::process::id());
+    /// let mut gate = Gate::create(&name, GateGeometry::new(1))?;
+    /// let mut p = Producer::open_channel(&name, 0)?;
+    /// p.send(b"one")?;
+    /// drop(p);
+    /// assert!(matches!(gate.recv()?, Some(GateMessage::Record { channel: 0, .. })));
+    /// assert!(matches!(gate.recv()?, Some(GateMessage::EndOfPartition { channel: 0 })));
+    /// assert!(gate.recv()?.is_none());
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`RecvError::RecordTooLarge`](crate::RecvError::RecordTooLarge) for a record over
     /// [`Gate::set_max_record_len`]: it is skipped and its channel goes on. Any other error is

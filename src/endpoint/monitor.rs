@@ -56,6 +56,22 @@ impl Monitor {
     }
 
     /// The counters now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Geometry, Monitor, Producer};
+    ///
+    /// let name = format!("/shmflow-doc-snap-{}", std::process::id());
+    /// let mut tx = Producer::create(&name, Geometry::default())?;
+    /// let m = Monitor::open(&name)?;
+    /// let before = m.snapshot();
+    /// tx.send(b"x")?;
+    /// tx.flush()?;
+    /// let rates = m.snapshot().rates_since(&before);
+    /// assert!(rates.window_s >= 0.0);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     pub fn snapshot(&self) -> Snapshot {
         snapshot(&self.shared)
     }

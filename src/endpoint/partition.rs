@@ -146,6 +146,23 @@ impl Partition {
     /// Sends `record` where the partitioner says, blocking while that channel (or, for
     /// broadcast, each channel in turn) has no free segment.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Geometry, Partition, Partitioner};
+    ///
+    /// let (a, mut rx_a) = shmflow::pair(Geometry::default())?;
+    /// let (b, mut rx_b) = shmflow::pair(Geometry::default())?;
+    /// // By key: the same key always goes to the same channel.
+    /// let mut part = Partition::new(vec![a, b], Partitioner::Key(Box::new(|r: &[u8]| r[0] as u64)))?;
+    /// part.send(&[1, 10])?;
+    /// part.send(&[1, 11])?;
+    /// part.flush()?;
+    /// assert!(rx_b.recv()?.is_some() && rx_b.recv()?.is_some()); // 1 % 2 == 1
+    /// assert!(rx_a.try_recv().is_err());
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`Producer::send`], from the channel the record goes to (for broadcast, the first
     /// channel that fails; the channels before it have the record).

@@ -1198,6 +1198,18 @@ pub struct Claim<'a> {
 
 impl Claim<'_> {
     /// Sends the record with all `len` bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut c = tx.claim(4)?;
+    /// c.copy_from_slice(b"abcd");
+    /// c.commit(); // dropping the claim instead would send nothing
+    /// tx.flush()?;
+    /// assert_eq!(rx.recv()?.unwrap().as_bytes(), Some(&b"abcd"[..]));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     #[inline]
     pub fn commit(self) {
         let len = self.len;
@@ -1355,6 +1367,21 @@ impl RecordWriter<'_> {
     }
 
     /// Ends the record and sends it (according to the flush policy).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    ///
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut w = tx.stream()?;
+    /// w.write_all(b"part one, ")?;
+    /// w.write_all(b"part two")?;
+    /// w.finish()?; // dropping the writer instead would discard the record
+    /// tx.flush()?;
+    /// assert_eq!(rx.recv()?.unwrap().to_vec()?, b"part one, part two");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// [`WriteError::RecordAborted`] if an earlier write failed.
