@@ -288,18 +288,7 @@ fn a_descriptor_its_creator_could_still_shrink_is_refused() {
     use std::os::fd::FromRawFd;
     // A real region's bytes, copied into a memfd that is not sealed: its magic and header are
     // right, but its creator could truncate it under this end (SIGBUS).
-    let (_tx, handle) = Producer::create_anonymous(Geometry {
-        segment_size: 4096,
-        segment_count: 2,
-    })
-    .unwrap();
-    let mut image = Vec::new();
-    {
-        use std::io::{Read, Seek};
-        let mut f = std::fs::File::from(handle.as_fd().try_clone_to_owned().unwrap());
-        f.seek(std::io::SeekFrom::Start(0)).unwrap();
-        f.read_to_end(&mut image).unwrap();
-    }
+    let image = common::region_image();
     // SAFETY: memfd_create with a valid name; the descriptor is checked and then owned.
     let raw = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC) };
     assert!(raw >= 0);

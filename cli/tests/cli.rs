@@ -356,18 +356,7 @@ fn every_subcommand_has_help_and_bad_arguments_are_usage_errors() {
 fn clean_removes_a_region_no_live_end_uses_and_keeps_a_live_one() {
     // A stale region: a real region's bytes (its producer recorded as attached) in a named
     // object that no live process holds a liveness lock on.
-    let (_tx, handle) = Producer::create_anonymous(Geometry {
-        segment_size: 4096,
-        segment_count: 2,
-    })
-    .unwrap();
-    let mut image = Vec::new();
-    {
-        use std::io::Read;
-        use std::os::fd::AsFd;
-        let mut f = std::fs::File::from(handle.as_fd().try_clone_to_owned().unwrap());
-        f.read_to_end(&mut image).unwrap();
-    }
+    let image = common::region_image();
     let stale = unique_name("cli-stale");
     let f = OpenOptions::new()
         .create_new(true)

@@ -212,3 +212,19 @@ pub(crate) fn wait_attached(attached: impl Fn() -> bool) {
         std::thread::sleep(Duration::from_micros(200));
     }
 }
+
+/// The bytes of a live, freshly made channel region (4 KiB × 2 segments, its producer
+/// attached): for tests that need a valid region image in an object shmflow did not make.
+pub(crate) fn region_image() -> Vec<u8> {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let (_tx, handle) = shmflow::Producer::create_anonymous(shmflow::Geometry {
+        segment_size: 4096,
+        segment_count: 2,
+    })
+    .unwrap();
+    let mut image = Vec::new();
+    let mut f = std::fs::File::from(handle.as_fd().try_clone_to_owned().unwrap());
+    f.read_to_end(&mut image).unwrap();
+    image
+}
