@@ -482,14 +482,7 @@ fn a_channel_that_breaks_the_protocol_is_closed_and_keeps_its_floating_segments(
     rec[..16].copy_from_slice(b"MARKER-0123456789"[..16].as_ref());
     p.send(&rec).unwrap();
     // Scribble on its frame header (the 8 bytes before the payload): a kind no shmflow writes.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/dev/shm{name}"))
-        .unwrap();
-    // SAFETY: a shared mapping of the gate's object; the test writes one header word that the
-    // gate validates before use.
-    let mut map = unsafe { memmap2::MmapMut::map_mut(&file).unwrap() };
+    let mut map = common::map_region_mut(&name);
     let at = map
         .windows(16)
         .position(|w| w == &b"MARKER-0123456789"[..16])

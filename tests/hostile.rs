@@ -25,14 +25,7 @@ fn geometry() -> Geometry {
 
 /// Writes random values at random places of the region until told to stop.
 fn scribbler(name: &str, seed: u64, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(format!("/dev/shm{name}"))
-        .unwrap();
-    // SAFETY: a shared mapping of the region, written concurrently with the ends on purpose:
-    // that is the attack under test. Only this thread touches the mapping from this side.
-    let mut map = unsafe { memmap2::MmapMut::map_mut(&file).unwrap() };
+    let mut map = common::map_region_mut(name);
     std::thread::spawn(move || {
         let mut rng = Rng::new(seed);
         let len = map.len() as u64;

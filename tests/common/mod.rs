@@ -228,3 +228,17 @@ pub(crate) fn region_image() -> Vec<u8> {
     f.read_to_end(&mut image).unwrap();
     image
 }
+
+/// A second, writable shared mapping of the named region, for tests that corrupt it while its
+/// ends use it: that is the attack under test.
+pub(crate) fn map_region_mut(name: &str) -> memmap2::MmapMut {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/dev/shm{name}"))
+        .unwrap();
+    // SAFETY: a shared mapping of a region that other mappings (the ends') also write. The
+    // caller only writes through it with plain byte stores and never reads it as Rust data
+    // other than bytes; the ends validate everything they read from shared memory.
+    unsafe { memmap2::MmapMut::map_mut(&file).unwrap() }
+}
