@@ -129,7 +129,7 @@ pub use error::{
     WriteError,
 };
 pub use protocol::abi::{GateGeometry, Geometry, LAYOUT_VERSION};
-pub use protocol::park::WaitStrategy;
+pub use protocol::park::{WaitStrategy, BLOCK_GAP, BLOCK_SPIN};
 #[cfg(not(loom))]
 pub use region::handoff::PeerHandle;
 

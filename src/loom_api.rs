@@ -192,3 +192,24 @@ impl GateRegion {
         count
     }
 }
+
+/// The hand-off between a producer and its buffer-timeout flusher, as the flusher uses it.
+#[derive(Default)]
+pub struct FlushSignal(crate::protocol::flush_signal::FlushSignal);
+
+impl FlushSignal {
+    /// Producer, after publishing: unparks `flusher` if it sleeps.
+    pub fn mark(&self, flusher: &loom::thread::Thread) {
+        self.0.mark(flusher)
+    }
+
+    /// Flusher: true if something was published since the last call.
+    pub fn take(&self) -> bool {
+        self.0.take()
+    }
+
+    /// Flusher: sleeps until something is published (or `stop`).
+    pub fn sleep(&self, stop: impl Fn() -> bool) {
+        self.0.sleep(stop)
+    }
+}

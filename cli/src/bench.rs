@@ -39,7 +39,7 @@ struct Cfg {
 
 // ----- plumbing --------------------------------------------------------------------------------
 
-fn child(
+pub(crate) fn child(
     kind: &str,
     args: &[String],
     fds: &[(&str, RawFd)],
@@ -70,13 +70,13 @@ fn child(
     cmd.spawn().expect("spawning the bench peer")
 }
 
-fn env_fd(var: &str) -> OwnedFd {
+pub(crate) fn env_fd(var: &str) -> OwnedFd {
     let fd: RawFd = std::env::var(var).expect(var).parse().expect(var);
     // SAFETY: the parent passed this descriptor for us to own.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
-fn finish(c: Child) -> String {
+pub(crate) fn finish(c: Child) -> String {
     let out = c.wait_with_output().expect("bench peer");
     assert!(out.status.success(), "bench peer failed: {}", out.status);
     String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -250,7 +250,7 @@ fn rtt_shmflow(cfg: &Cfg, wait: WaitStrategy, same_cpu: bool) -> Vec<u64> {
     v
 }
 
-trait RawFdOf {
+pub(crate) trait RawFdOf {
     fn as_fd_raw(&self) -> RawFd;
 }
 impl RawFdOf for shmflow::PeerHandle {
@@ -345,7 +345,7 @@ fn rtt_stream(cfg: &Cfg, pipe: bool) -> Vec<u64> {
     v
 }
 
-fn pipe_pair() -> (OwnedFd, OwnedFd) {
+pub(crate) fn pipe_pair() -> (OwnedFd, OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: valid out-array.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
@@ -622,6 +622,7 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
             std::hint::black_box(sum);
             println!("{n} {}", start.map(|s| s.elapsed().as_nanos()).unwrap_or(1));
         }
+        "ol-sink" => return crate::openloop::sink(args),
         other => return Err(format!("unknown bench role {other}")),
     }
     Ok(())
@@ -681,7 +682,7 @@ fn touch(b: &[u8]) -> u64 {
 
 // ----- the report ------------------------------------------------------------------------------
 
-fn machine() -> (String, usize, String) {
+pub(crate) fn machine() -> (String, usize, String) {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -716,11 +717,50 @@ pub(crate) struct BenchArgs {
     /// Run one group only (for profiling).
     #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool"])]
     only: Option<String>,
+    /// Latency at fixed offered rates instead (Aeron's load-test method): for every length and
+    /// rate, shmflow (default and busy-poll), a Unix socket and a pipe in turn.
+    #[arg(long)]
+    open_loop: bool,
+    /// Open loop: message lengths in bytes (at least 8).
+    #[arg(long, value_delimiter = ',', default_values_t = [32usize, 288, 1344])]
+    lengths: Vec<usize>,
+    /// Open loop: offered rates in messages per second.
+    #[arg(long, value_delimiter = ',', default_values_t = [100_000u64, 500_000, 1_000_000])]
+    rates: Vec<u64>,
+    /// Open loop: seconds sent before measuring.
+    #[arg(long, default_value_t = 1.0)]
+    warmup_secs: f64,
+    /// Open loop: seconds measured per case (`--quick`: 0.2 s, warm-up 0.1 s).
+    #[arg(long, default_value_t = 3.0)]
+    secs: f64,
+    /// Open loop: write the percentile plot (SVG) here.
+    #[arg(long)]
+    svg: Option<String>,
 }
 
 pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
     let quick = args.quick;
     let json = args.json;
+    if args.open_loop {
+        let secs = |s: f64, what: &str| {
+            Duration::try_from_secs_f64(s).map_err(|_| format!("--{what} {s}: not a duration"))
+        };
+        let plan = crate::openloop::Plan {
+            lengths: args.lengths.clone(),
+            rates: args.rates.clone(),
+            warmup: if quick {
+                Duration::from_millis(100)
+            } else {
+                secs(args.warmup_secs, "warmup-secs")?
+            },
+            measure: if quick {
+                Duration::from_millis(200)
+            } else {
+                secs(args.secs, "secs")?
+            },
+        };
+        return crate::openloop::main(&plan, json, args.svg.as_deref());
+    }
     let cfg = if quick {
         Cfg {
             rounds: 20_000,

@@ -8,6 +8,7 @@
 mod bench;
 mod demo;
 mod json;
+mod openloop;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

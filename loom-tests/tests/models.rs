@@ -273,3 +273,36 @@ fn gate_lends_floating_segments_and_gets_them_back() {
         "no execution lent the floating segment"
     );
 }
+
+/// Model 8: The buffer-timeout flusher sleeps without a timer while nothing is pending; a
+/// publication marked while it goes to sleep is never left without a wake-up (a lost one is a
+/// flusher parked forever: a deadlock). Its interval timer is left out: a timeout is a
+/// spurious wake-up, which the protocol must not need.
+#[test]
+fn flusher_sleeping_without_a_timer_never_misses_a_publication() {
+    use loom::sync::atomic::{AtomicU64, Ordering};
+    use loom::sync::Arc;
+    use shmflow::loom_api::FlushSignal;
+    model(|| {
+        let signal = Arc::new(FlushSignal::default());
+        let published = Arc::new(AtomicU64::new(0));
+        let (s, p) = (signal.clone(), published.clone());
+        let flusher = thread::spawn(move || loop {
+            if s.take() {
+                // Every publication marked before the one taken is visible (Acquire).
+                if p.load(Ordering::Relaxed) == 2 {
+                    break;
+                }
+            } else {
+                s.sleep(|| false);
+            }
+        });
+        let handle = flusher.thread().clone();
+        for i in 1..=2 {
+            // The producer's commit store (Relaxed here: the mark's RMW orders it).
+            published.store(i, Ordering::Relaxed);
+            signal.mark(&handle);
+        }
+        flusher.join().unwrap();
+    });
+}

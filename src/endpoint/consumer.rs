@@ -46,6 +46,10 @@ struct ReadSeg {
     base: *const u8,
     /// Next frame to read.
     rd: usize,
+    /// The producer had already moved on to a later segment when this one was taken, so
+    /// every line of it is written: prefetching ahead cannot pull a line the producer is
+    /// still writing (which would cost it a cache-line transfer per line).
+    complete: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -389,10 +393,12 @@ impl Consumer {
                         seg as u64,
                     ));
                 }
+                let complete = self.data.ready(&self.shared.data_ring())? > 0;
                 self.cur = Some(ReadSeg {
                     seg,
                     base: self.shared.segment_ptr(seg),
                     rd: 0,
+                    complete,
                 });
                 let h = self.shared.header();
                 self.counters
@@ -444,7 +450,7 @@ impl Consumer {
         let timed = !matches!(deadline, Deadline::Now);
         // (Not under loom: the spin path is covered by `wait_for`, and the models stay small.)
         #[cfg(not(loom))]
-        if timed && self.wait != WaitStrategy::Park {
+        if timed && matches!(self.wait, WaitStrategy::BusyPoll(_)) {
             // Most waits of a busy channel are short: look a few more times before reading
             // the clock (waits shorter than this burst, well under a microsecond, are not
             // counted as idle time).
@@ -508,8 +514,8 @@ impl Consumer {
     }
 
     /// The channel's counters now (both sides', as the region shows them). Record and byte
-    /// counts are published in batches: the producer's with its commits (at flushes and
-    /// segment ends), the consumer's every 16 records and whenever it finds nothing to read.
+    /// counts are published in batches: the producer's every 64 records and at flushes and
+    /// segment ends, the consumer's every 16 records and whenever it finds nothing to read.
     pub fn metrics(&self) -> crate::endpoint::metrics::Snapshot {
         self.publish_counts();
         crate::endpoint::metrics::snapshot(&self.shared)
@@ -999,7 +1005,7 @@ fn prefetch_ahead(c: &ReadSeg, seg_size: usize) {
     #[cfg(all(target_arch = "x86_64", not(loom)))]
     {
         let ahead = c.rd + PREFETCH_AHEAD;
-        if ahead < seg_size {
+        if c.complete && ahead < seg_size {
             // SAFETY: `ahead < segment_size`: inside the segment in hand. A
             // prefetch never faults and changes no state anyone can see.
             unsafe {

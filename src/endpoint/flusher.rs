@@ -1,18 +1,19 @@
 //! The buffer-timeout flusher (Flink's OutputFlusher): a thread that wakes a parked consumer
-//! at most one interval after the producer published a record without waking it.
+//! at most one interval after the producer published a record without waking it, and sleeps
+//! without a timer while nothing is pending (see `protocol::flush_signal`).
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::protocol::counters::Local;
+use crate::protocol::flush_signal::FlushSignal;
 use crate::region::view::Shared;
 use crate::sync::Arc;
 
 struct State {
-    /// Set (Release) by the producer after it published frames; taken (Acquire) by the
-    /// flusher, so that the commit store happens before the flusher's notifying swap.
-    pending: AtomicBool,
+    signal: FlushSignal,
+    /// Set (Release) by `Drop`, read (Acquire) by the thread before each sleep.
     stop: AtomicBool,
 }
 
@@ -25,7 +26,7 @@ pub(crate) struct Flusher {
 impl Flusher {
     pub(crate) fn start(shared: Arc<Shared>, interval: Duration) -> Flusher {
         let state = std::sync::Arc::new(State {
-            pending: AtomicBool::new(false),
+            signal: FlushSignal::default(),
             stop: AtomicBool::new(false),
         });
         let st = state.clone();
@@ -35,13 +36,17 @@ impl Flusher {
             .name("shmflow-flusher".into())
             .spawn(move || {
                 let mut wakes = Local::default();
-                while !st.stop.load(StdOrdering::Acquire) {
+                let stopped = || st.stop.load(StdOrdering::Acquire);
+                while !stopped() {
                     std::thread::park_timeout(interval);
-                    if st.pending.swap(false, StdOrdering::Acquire) {
+                    if st.signal.take() {
                         let h = shared.header();
                         if crate::protocol::park::notify(shared.consumer_park()) {
                             wakes.add(&h.producer_counters.flusher_wakes, 1);
                         }
+                    } else {
+                        // A whole interval with nothing published: no timer until there is.
+                        st.signal.sleep(stopped);
                     }
                 }
             })
@@ -58,12 +63,12 @@ impl Flusher {
         self.interval
     }
 
-    /// Called by the producer after every publication. Always a store, never skipped when the
-    /// flag is already set: the flusher's Acquire must see the *latest* commit store, or a
-    /// consumer parking in between could miss it until the next record.
+    /// Called by the producer after every publication (see `FlushSignal::mark`).
     #[inline]
     pub(crate) fn mark_pending(&self) {
-        self.state.pending.store(true, StdOrdering::Release);
+        if let Some(t) = &self.thread {
+            self.state.signal.mark(t.thread());
+        }
     }
 }
 

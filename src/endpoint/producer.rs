@@ -40,27 +40,30 @@ use crate::sync::{Arc, Ordering};
 use crate::sys::clock::monotonic_ns;
 
 /// When committed records become visible to the consumer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum FlushPolicy {
     /// Only on [`Producer::flush`], or when a segment is full and sealed. Fewest shared-memory
-    /// stores and wake-ups: the throughput setting.
+    /// stores: the throughput setting, for a reader that reads whole segments.
     Explicit,
-    /// After every record, waking the consumer at once if it is parked: the latency setting.
+    /// The default: every record is visible as soon as it is committed (one store), and a
+    /// consumer that announced that it sleeps is woken at once (one read-modify-write on its
+    /// park word per record; the system call only when it sleeps). A consumer that is awake
+    /// costs the producer no system call, and one that wakes reads everything published
+    /// meanwhile in one go: the stream batches itself as the consumer falls behind. With the
+    /// default [`WaitStrategy::Block`] the consumer looks every few microseconds while it
+    /// waits, so the producer fills whole cache lines between its looks.
+    #[default]
     EveryRecord,
-    /// Like Flink's buffer timeout: every record is published as it is committed (a plain
-    /// store, no syscall), and a flusher thread wakes a parked consumer at most this long after
-    /// the first record it has not yet been told about. One wake-up per interval at most,
-    /// instead of one per record.
+    /// Like Flink's buffer timeout: every record is visible as it is committed, and a flusher
+    /// thread wakes a parked consumer at most this long after the first record it was not
+    /// told about: at most one wake-up (a system call) per interval instead of one per
+    /// sleep of the consumer. The flusher sleeps without a timer while nothing is pending.
     Timeout(Duration),
 }
 
-impl Default for FlushPolicy {
-    /// `Timeout(1 ms)`: records are never stuck, and a busy stream costs at most 1000 wake-ups
-    /// per second.
-    fn default() -> Self {
-        FlushPolicy::Timeout(Duration::from_millis(1))
-    }
-}
+/// The per-record counters reach the region every this many records (and at every flush,
+/// segment end and wait): two shared stores per record would cost more than the record.
+const COUNTS_EVERY: u64 = 64;
 
 #[cfg(not(loom))]
 fn policy_interval(p: FlushPolicy) -> Duration {
@@ -410,6 +413,7 @@ impl Producer {
         res
     }
 
+    #[inline]
     fn notify_consumer(&mut self) {
         let h = self.shared.header();
         if park::notify(self.shared.consumer_park()) {
@@ -419,6 +423,7 @@ impl Producer {
 
     /// Makes everything written to the current segment visible and wakes the consumer.
     fn publish(&mut self) {
+        self.publish_counts();
         if self.store_commit() {
             self.notify_consumer();
         }
@@ -435,20 +440,23 @@ impl Producer {
 
     /// As `store_commit`; `terminate` false after a SEAL frame, which ends the segment by
     /// itself (and past which a streamed record being moved may still lie).
-    #[inline]
+    #[inline(always)]
     fn store_commit_inner(&mut self, terminate: bool) -> bool {
         let Some(c) = &mut self.cur else { return false };
         let Some((at, word)) = c.pending.take() else {
             return false;
         };
-        let h = self.shared.header();
-        self.counters.records.publish(&h.producer_counters.records);
-        self.counters.bytes.publish(&h.producer_counters.bytes);
-        if terminate && c.wpos + HEADER <= self.shared.segment_size() {
-            // Relaxed: ordered before the Release store below.
-            self.shared.word(c.seg, c.wpos).store(0, Ordering::Relaxed);
+        let seg_size = self.shared.segment_size();
+        if terminate && c.wpos + HEADER <= seg_size {
+            // SAFETY: `base` is the segment's start (cached at take); `wpos` is a frame
+            // boundary (8-aligned) and `wpos + 8 <= segment_size` (checked above). Relaxed:
+            // ordered before the Release store below.
+            unsafe { self.shared.word_in(c.base, c.seg, c.wpos) }.store(0, Ordering::Relaxed);
         }
-        let slot = self.shared.word(c.seg, at);
+        assert!(at + HEADER <= seg_size);
+        // SAFETY: `at` is the 8-aligned start of a frame written in this segment, inside it
+        // (asserted).
+        let slot = unsafe { self.shared.word_in(c.base, c.seg, at) };
         // Release: every frame written so far is visible to whoever loads this with Acquire.
         #[cfg(not(shmflow_broken = "commit_relaxed"))]
         slot.store(word, Ordering::Release);
@@ -468,6 +476,7 @@ impl Producer {
             self.write_header(at, 0, frame::SEAL);
         }
         self.store_commit_inner(!sealed);
+        self.publish_counts();
         self.cur = None;
         let h = self.shared.header();
         self.counters
@@ -558,9 +567,21 @@ impl Producer {
     /// A frame ended (record, or abort): publish according to the policy.
     #[inline(always)]
     fn after_frame_end(&mut self) {
-        // `Explicit` (the throughput setting) does nothing per record: keep that inline.
-        if !matches!(self.policy, FlushPolicy::Explicit) {
-            self.publish_per_policy();
+        match self.policy {
+            // The throughput setting does nothing per record.
+            FlushPolicy::Explicit => {}
+            // The default: two stores and one read-modify-write, kept inline.
+            FlushPolicy::EveryRecord => self.publish_record(),
+            FlushPolicy::Timeout(_) => self.publish_per_policy(),
+        }
+    }
+
+    /// Publishes the frame just ended and wakes the consumer if it announced that it sleeps
+    /// (the counters go out every `COUNTS_EVERY` records, at segment ends and flushes).
+    #[inline(always)]
+    fn publish_record(&mut self) {
+        if self.store_commit_inner(true) {
+            self.notify_consumer();
         }
     }
 
@@ -597,8 +618,18 @@ impl Producer {
         if self.metrics {
             self.counters.records.bump(1);
             self.counters.bytes.bump(len);
+            if self.counters.records.0 % COUNTS_EVERY == 0 {
+                self.publish_counts();
+            }
         }
         self.after_frame_end();
+    }
+
+    /// Publishes the per-record counters.
+    fn publish_counts(&self) {
+        let h = self.shared.header();
+        self.counters.records.publish(&h.producer_counters.records);
+        self.counters.bytes.publish(&h.producer_counters.bytes);
     }
 
     /// Turns the per-record counters (records and bytes written) on or off; segment counts

@@ -5,6 +5,7 @@
 
 pub(crate) mod abi;
 pub(crate) mod counters;
+pub(crate) mod flush_signal;
 pub(crate) mod frame;
 pub(crate) mod lane;
 pub(crate) mod park;

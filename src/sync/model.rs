@@ -94,3 +94,9 @@ impl ByteTracker {
         }
     }
 }
+
+/// Threads that park and unpark, modelled (a loom `park` never times out: a model that only
+/// ends because a timer fired would hide a lost wake-up).
+pub(crate) mod thread {
+    pub(crate) use loom::thread::{park, Thread};
+}

@@ -45,3 +45,8 @@ impl ByteTracker {
     #[inline(always)]
     pub(crate) fn read(&self, _seg: usize, _off: usize, _len: usize) {}
 }
+
+/// Threads that park and unpark (the flusher).
+pub(crate) mod thread {
+    pub(crate) use std::thread::{park, Thread};
+}
