@@ -1,10 +1,14 @@
-//! Instruction counts of the hot path, for callgrind (deterministic on a noisy host):
-//! one thread sends batches of 64-byte records and drains them.
+//! Instruction counts of the hot path, for callgrind (deterministic on a noisy host): one
+//! thread writes batches of 64-byte records and reads them back.
 //!
 //! ```text
 //! cargo build --release --example hotpath
-//! valgrind --tool=callgrind target/release/examples/hotpath 200000
+//! valgrind --tool=callgrind target/release/examples/hotpath 200000 tuned
+//! valgrind --tool=callgrind target/release/examples/hotpath 200000 plain
 //! ```
+//!
+//! `tuned`: `FlushPolicy::Explicit`, `claim`, one `flush` per batch, `drain`. `plain`: every
+//! setting at its default, `send`, and `recv` record by record.
 
 use shmflow::{FlushPolicy, Geometry};
 
@@ -13,24 +17,37 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
+    let plain = std::env::args().nth(2).as_deref() == Some("plain");
     let (mut p, mut c) = shmflow::pair(Geometry::default()).unwrap();
-    p.set_flush_policy(FlushPolicy::Explicit);
+    if !plain {
+        p.set_flush_policy(FlushPolicy::Explicit);
+    }
     let rec = [7u8; 64];
     let mut sum = 0u64;
     let mut sent = 0;
     while sent < n {
-        for _ in 0..400 {
-            let mut claim = p.claim(64).unwrap();
-            claim.copy_from_slice(&rec);
-            claim.commit();
+        if plain {
+            for _ in 0..400 {
+                p.send(&rec).unwrap();
+            }
+            for _ in 0..400 {
+                let r = c.recv().unwrap().unwrap();
+                sum += r.as_bytes().unwrap()[0] as u64;
+            }
+        } else {
+            for _ in 0..400 {
+                let mut claim = p.claim(64).unwrap();
+                claim.copy_from_slice(&rec);
+                claim.commit();
+            }
+            p.flush().unwrap();
+            c.drain(usize::MAX, |r| {
+                sum += r.as_bytes().unwrap()[0] as u64;
+                Ok::<_, shmflow::RecvError>(())
+            })
+            .unwrap();
         }
         sent += 400;
-        p.flush().unwrap();
-        c.drain(usize::MAX, |r| {
-            sum += r.as_bytes().unwrap()[0] as u64;
-            Ok::<_, shmflow::RecvError>(())
-        })
-        .unwrap();
     }
     println!("{sum}");
 }

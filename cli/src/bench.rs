@@ -401,6 +401,23 @@ fn shmflow_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
     parse_report(&finish(c))
 }
 
+/// The loop a user writes, on default settings: `send` on one side, and on the other
+/// `while let Some(r) = rx.recv()? { … }` with `WaitStrategy::Block` and `EveryRecord`.
+fn plain_stream(cfg: &Cfg) -> (f64, f64) {
+    let (mut p, peer) = Producer::create_anonymous(Geometry::default()).unwrap();
+    let c = child("plain-sink", &[], &[("CH", peer.as_fd_raw())], |_| {});
+    drop(peer);
+    let rec = [0x5Au8; REC];
+    let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
+    while Instant::now() < end {
+        for _ in 0..64 {
+            p.send(&rec).unwrap();
+        }
+    }
+    drop(p);
+    parse_report(&finish(c))
+}
+
 /// Raw ring of 64 KiB slots: a 4 KiB header (`head`, `tail`, `done` on their own lines, then
 /// each slot's used length), then the slots. Small records are packed `[u32 len][payload]`,
 /// 8-aligned; a 64 KiB record fills a slot exactly.
@@ -559,6 +576,13 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
             let ns = start.map(|s| s.elapsed().as_nanos()).unwrap_or(1);
             println!("{n} {ns}");
         }
+        "plain-sink" => {
+            let mut c = Consumer::from_env("CH").map_err(|e| e.to_string())?;
+            let (n, sum, start) = plain_records(&mut c).map_err(|e| e.to_string())?;
+            std::hint::black_box(sum);
+            let ns = start.map(|s| s.elapsed().as_nanos()).unwrap_or(1);
+            println!("{n} {ns}");
+        }
         "raw-sink" => {
             let slots: usize = args[1].parse().unwrap();
             let len: usize = args[2].parse().unwrap();
@@ -668,6 +692,20 @@ fn sink_records(c: &mut Consumer) -> Result<(u64, u64, Option<Instant>), String>
     }
 }
 
+/// The plain loop: every record read in place, every byte touched.
+#[inline(never)]
+fn plain_records(c: &mut Consumer) -> Result<(u64, u64, Option<Instant>), shmflow::Error> {
+    let (mut n, mut sum, mut start) = (0u64, 0u64, None);
+    while let Some(r) = c.recv()? {
+        start.get_or_insert_with(Instant::now);
+        if let Some(b) = r.as_bytes() {
+            sum = sum.wrapping_add(touch(b));
+        }
+        n += 1;
+    }
+    Ok((n, sum, start))
+}
+
 fn touch(b: &[u8]) -> u64 {
     let mut s = 0u64;
     let mut chunks = b.chunks_exact(8);
@@ -717,6 +755,10 @@ pub(crate) struct BenchArgs {
     /// Run one group only (for profiling).
     #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool"])]
     only: Option<String>,
+    /// Repeat the selected groups this many times, alternating, and report the median and
+    /// the spread (min..max) of each measure and of each ratio (computed within each run).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
     /// Latency at fixed offered rates instead (Aeron's load-test method): for every length and
     /// rate, shmflow (default and busy-poll), a Unix socket and a pipe in turn.
     #[arg(long)]
@@ -774,9 +816,104 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
             repeats: 3,
         }
     };
+    let runs: Vec<Vec<(&'static str, f64)>> = (0..args.runs.max(1))
+        .map(|i| {
+            if !json && args.runs > 1 {
+                eprintln!("run {} of {}", i + 1, args.runs);
+            }
+            one_run(&cfg, args.only.as_deref(), json)
+        })
+        .collect();
+    let per_run_ratios: Vec<_> = runs.iter().map(|r| ratios(r)).collect();
+    // Median, min and max over the runs of each measure and ratio.
+    let summary = |values: Vec<f64>| -> (f64, f64, f64) {
+        let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return (f64::NAN, f64::NAN, f64::NAN);
+        }
+        v.sort_by(f64::total_cmp);
+        let mid = if v.len() % 2 == 1 {
+            v[v.len() / 2]
+        } else {
+            (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+        };
+        (mid, v[0], v[v.len() - 1])
+    };
+    let measures: Vec<(&str, (f64, f64, f64))> = runs[0]
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _))| (*k, summary(runs.iter().map(|r| r[i].1).collect())))
+        .collect();
+    let ratio_rows: Vec<(&str, (f64, f64, f64), &str)> = per_run_ratios[0]
+        .iter()
+        .enumerate()
+        .map(|(i, (k, _, goal))| {
+            (
+                *k,
+                summary(per_run_ratios.iter().map(|r| r[i].1).collect()),
+                *goal,
+            )
+        })
+        .collect();
+    let n = runs.len();
+    let (cpu, cores, kernel) = machine();
+    if json {
+        let mut obj = serde_json::Map::new();
+        obj.insert(
+            "machine".into(),
+            serde_json::json!({ "cpu": cpu, "cores": cores, "kernel": kernel }),
+        );
+        obj.insert("quick".into(), quick.into());
+        obj.insert("runs".into(), n.into());
+        let mut spread = serde_json::Map::new();
+        for (k, (mid, lo, hi)) in &measures {
+            obj.insert((*k).into(), serde_json::json!(round3(*mid)));
+            spread.insert((*k).into(), serde_json::json!([round3(*lo), round3(*hi)]));
+        }
+        let ratios: serde_json::Map<String, serde_json::Value> = ratio_rows
+            .iter()
+            .map(|(k, (mid, _, _), _)| ((*k).to_owned(), serde_json::json!(round3(*mid))))
+            .collect();
+        for (k, (_, lo, hi), _) in &ratio_rows {
+            spread.insert((*k).into(), serde_json::json!([round3(*lo), round3(*hi)]));
+        }
+        obj.insert("ratios".into(), ratios.into());
+        obj.insert("spread".into(), spread.into());
+        println!("{}", serde_json::Value::Object(obj));
+    } else {
+        println!(
+            "machine: {cpu}, {cores} cores, Linux {kernel}{}{}",
+            if quick { " (quick run)" } else { "" },
+            if n > 1 {
+                format!("; median [min..max] of {n} alternating runs")
+            } else {
+                String::new()
+            }
+        );
+        let cell = |(mid, lo, hi): (f64, f64, f64)| {
+            if n > 1 {
+                format!("{mid:>12.2} [{lo:.2}..{hi:.2}]")
+            } else {
+                format!("{mid:>12.2}")
+            }
+        };
+        println!("{:<34} {:>12}", "measure", "value");
+        for (k, v) in &measures {
+            println!("{k:<34} {}", cell(*v));
+        }
+        println!("\n{:<34} {:>12}  goal", "ratio (within each run)", "value");
+        for (k, v, goal) in &ratio_rows {
+            println!("{k:<34} {}  {goal}", cell(*v));
+        }
+    }
+    Ok(())
+}
+
+/// One run of every selected group: (measure, value) in order.
+fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)> {
     let pool = Geometry::default();
     let pool_bytes = pool.segment_size as usize * pool.segment_count as usize;
-    let mut r: Vec<(&str, f64)> = Vec::new();
+    let mut r: Vec<(&'static str, f64)> = Vec::new();
     let mut note = |k: &'static str, v: f64| {
         if !json {
             eprintln!("  {k:<24} {v:>14.1}");
@@ -784,65 +921,66 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
         r.push((k, v));
     };
     // `--only GROUP` runs one group, for profiling.
-    let want = |g: &str| args.only.as_deref().map_or(true, |o| o == g);
+    let want = |g: &str| only.map_or(true, |o| o == g);
     if want("spin") {
-        let v = rtt_shmflow(&cfg, SPIN, false);
+        let v = rtt_shmflow(cfg, SPIN, false);
         note("rtt_spin_p50_ns", pct(&v, 0.5));
         note("rtt_spin_p99_ns", pct(&v, 0.99));
         note("rtt_spin_p999_ns", pct(&v, 0.999));
-        note("floor_spin_p50_ns", pct(&floor_spin(&cfg), 0.5));
+        note("floor_spin_p50_ns", pct(&floor_spin(cfg), 0.5));
     }
     if want("block") {
-        let v = rtt_shmflow(&cfg, WaitStrategy::Park, false);
+        let v = rtt_shmflow(cfg, WaitStrategy::Park, false);
         note("rtt_block_p50_ns", pct(&v, 0.5));
         note("rtt_block_p99_ns", pct(&v, 0.99));
-        let v = rtt_shmflow(&cfg, WaitStrategy::Block, false);
+        let v = rtt_shmflow(cfg, WaitStrategy::Block, false);
         note("rtt_default_wait_p50_ns", pct(&v, 0.5));
         note("rtt_default_wait_p99_ns", pct(&v, 0.99));
-        note("floor_futex_p50_ns", pct(&floor_futex(&cfg, false), 0.5));
-        note("uds_rtt_p50_ns", pct(&rtt_stream(&cfg, false), 0.5));
-        note("pipe_rtt_p50_ns", pct(&rtt_stream(&cfg, true), 0.5));
+        note("floor_futex_p50_ns", pct(&floor_futex(cfg, false), 0.5));
+        note("uds_rtt_p50_ns", pct(&rtt_stream(cfg, false), 0.5));
+        note("pipe_rtt_p50_ns", pct(&rtt_stream(cfg, true), 0.5));
     }
     if want("same_cpu") {
         note(
             "rtt_same_cpu_p50_ns",
-            pct(&rtt_shmflow(&cfg, WaitStrategy::Park, true), 0.5),
+            pct(&rtt_shmflow(cfg, WaitStrategy::Park, true), 0.5),
         );
         note(
             "rtt_same_cpu_default_wait_p50_ns",
-            pct(&rtt_shmflow(&cfg, WaitStrategy::Block, true), 0.5),
+            pct(&rtt_shmflow(cfg, WaitStrategy::Block, true), 0.5),
         );
         note(
             "floor_futex_same_cpu_p50_ns",
-            pct(&floor_futex(&cfg, true), 0.5),
+            pct(&floor_futex(cfg, true), 0.5),
         );
     }
     if want("small") {
-        note("small_rps", best(&cfg, || shmflow_stream(&cfg, pool, REC)));
+        note("small_rps", best(cfg, || shmflow_stream(cfg, pool, REC)));
+        note("plain_rps", best(cfg, || plain_stream(cfg)));
         note(
             "floor_small_rps",
-            best(&cfg, || floor_stream(&cfg, pool_bytes, REC)),
+            best(cfg, || floor_stream(cfg, pool_bytes, REC)),
         );
-        note("uds_batched_rps", best(&cfg, || os_stream(&cfg, false)));
-        note("pipe_batched_rps", best(&cfg, || os_stream(&cfg, true)));
+        note("uds_batched_rps", best(cfg, || os_stream(cfg, false)));
+        note("pipe_batched_rps", best(cfg, || os_stream(cfg, true)));
     }
     let gb = |(n, ns): (f64, f64)| (n * BULK as f64, ns);
     if want("bulk") {
         note(
             "bulk_gbps",
-            best(&cfg, || gb(shmflow_stream(&cfg, pool, BULK))) / 1e9,
+            best(cfg, || gb(shmflow_stream(cfg, pool, BULK))) / 1e9,
         );
         note(
             "floor_bulk_gbps",
-            best(&cfg, || gb(floor_stream(&cfg, pool_bytes, BULK))) / 1e9,
+            best(cfg, || gb(floor_stream(cfg, pool_bytes, BULK))) / 1e9,
         );
     }
     if want("pool") {
         note(
             "small_tiny_pool_rps",
-            best(&cfg, || {
+            best(cfg, || {
                 shmflow_stream(
-                    &cfg,
+                    cfg,
                     Geometry {
                         segment_size: 4096,
                         segment_count: 2,
@@ -852,8 +990,13 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
             }),
         );
     }
+    r
+}
+
+/// The ratios of one run's measures, with their goals.
+fn ratios(r: &[(&'static str, f64)]) -> Vec<(&'static str, f64, &'static str)> {
     let get = |k: &str| r.iter().find(|x| x.0 == k).map(|x| x.1).unwrap_or(f64::NAN);
-    let ratios = [
+    vec![
         (
             "rtt_spin_vs_floor",
             get("rtt_spin_p50_ns") / get("floor_spin_p50_ns"),
@@ -872,7 +1015,12 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
         (
             "small_vs_floor",
             get("small_rps") / get("floor_small_rps"),
-            ">= 0.5",
+            ">= 0.8",
+        ),
+        (
+            "plain_vs_small",
+            get("plain_rps") / get("small_rps"),
+            ">= 0.7",
         ),
         (
             "bulk_vs_floor",
@@ -884,39 +1032,7 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
             get("rtt_same_cpu_p50_ns") / get("floor_futex_same_cpu_p50_ns"),
             "<= 2",
         ),
-    ];
-    let (cpu, cores, kernel) = machine();
-    if json {
-        let mut obj = serde_json::Map::new();
-        obj.insert(
-            "machine".into(),
-            serde_json::json!({ "cpu": cpu, "cores": cores, "kernel": kernel }),
-        );
-        obj.insert("quick".into(), quick.into());
-        for (k, v) in &r {
-            obj.insert((*k).into(), serde_json::json!(round3(*v)));
-        }
-        let ratios: serde_json::Map<String, serde_json::Value> = ratios
-            .iter()
-            .map(|(k, v, _)| ((*k).to_owned(), serde_json::json!(round3(*v))))
-            .collect();
-        obj.insert("ratios".into(), ratios.into());
-        println!("{}", serde_json::Value::Object(obj));
-    } else {
-        println!(
-            "machine: {cpu}, {cores} cores, Linux {kernel}{}",
-            if quick { " (quick run)" } else { "" }
-        );
-        println!("{:<30} {:>16}", "measure", "value");
-        for (k, v) in &r {
-            println!("{k:<30} {v:>16.2}");
-        }
-        println!("\n{:<34} {:>8}  goal", "ratio", "value");
-        for (k, v, goal) in &ratios {
-            println!("{k:<34} {v:>8.2}  {goal}");
-        }
-    }
-    Ok(())
+    ]
 }
 
 /// Three decimals, as the figures are reported (a float that is not finite becomes `null`).

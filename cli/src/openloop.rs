@@ -101,6 +101,9 @@ fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Sends one message on the transport under test.
+type Sender = Box<dyn FnMut(&[u8]) -> Result<(), String>>;
+
 /// Runs the sender of one (transport, length, rate) case and collects the receiver's report.
 fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, String> {
     let interval_ns = 1e9 / rate as f64;
@@ -115,7 +118,7 @@ fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, 
         measure_from.to_string(),
     ];
     let mut msg = vec![0x5Au8; len];
-    let (mut send, c): (Box<dyn FnMut(&[u8]) -> Result<(), String>>, Child) = match t {
+    let (mut send, c): (Sender, Child) = match t {
         Transport::ShmflowDefault | Transport::ShmflowBusyPoll => {
             let g = Geometry::default();
             let (mut p, peer) = Producer::create_anonymous(g).map_err(|e| e.to_string())?;

@@ -214,6 +214,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "pipe_rtt_p50_ns",
         "rtt_same_cpu_p50_ns",
         "small_rps",
+        "plain_rps",
         "floor_small_rps",
         "uds_batched_rps",
         "pipe_batched_rps",
@@ -227,7 +228,86 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         assert!(x > 0.0 && x.is_finite(), "{k} = {x}");
     }
     assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
-    assert_eq!(v["ratios"].as_object().unwrap().len(), 6);
+    assert_eq!(v["ratios"].as_object().unwrap().len(), 7);
+    assert!(v["ratios"]["plain_vs_small"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["runs"].as_u64(), Some(1));
+}
+
+#[test]
+fn bench_runs_report_a_median_and_a_spread_per_measure() {
+    let out = shmflow(&[
+        "bench", "--quick", "--json", "--only", "pool", "--runs", "3",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["runs"].as_u64(), Some(3));
+    let mid = v["small_tiny_pool_rps"].as_f64().unwrap();
+    let spread = v["spread"]["small_tiny_pool_rps"].as_array().unwrap();
+    let (lo, hi) = (spread[0].as_f64().unwrap(), spread[1].as_f64().unwrap());
+    assert!(lo > 0.0 && lo <= mid && mid <= hi, "{lo} <= {mid} <= {hi}");
+}
+
+#[test]
+fn bench_open_loop_reports_every_case_as_a_table_json_and_a_plot() {
+    let dir = std::env::temp_dir().join(format!("shmflow-ol-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("ol.svg");
+    let out = shmflow(&[
+        "bench",
+        "--open-loop",
+        "--quick",
+        "--json",
+        "--lengths",
+        "32,1344",
+        "--rates",
+        "20000,4000000",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let runs = v["runs"].as_array().unwrap();
+    // 2 lengths x 2 rates x 4 transports.
+    assert_eq!(runs.len(), 16);
+    for r in runs {
+        let lat = &r["latency"];
+        let mut last = 0;
+        for k in [
+            "p50_ns",
+            "p90_ns",
+            "p99_ns",
+            "p99.9_ns",
+            "p99.99_ns",
+            "max_ns",
+        ] {
+            let x = lat[k]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{k} missing in {r}"));
+            assert!(x >= last, "percentiles rise: {r}");
+            last = x;
+        }
+        assert!(r["count"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["sustained"].is_boolean());
+    }
+    // 4 M messages/s of 1344 B (5.4 GB/s) through a pipe cannot be kept up on any machine
+    // this runs on: it must be reported as not sustained, with the rate it reached.
+    let pipe = runs
+        .iter()
+        .find(|r| r["transport"] == "pipe" && r["length"] == 1344 && r["rate"] == 4_000_000)
+        .unwrap();
+    assert_eq!(pipe["sustained"], false, "{pipe}");
+    assert!(pipe["achieved_rate"].as_f64().unwrap() < 4e6, "{pipe}");
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("shmflow-default") && plot.contains("pipe"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

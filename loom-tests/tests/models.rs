@@ -306,3 +306,26 @@ fn flusher_sleeping_without_a_timer_never_misses_a_publication() {
         flusher.join().unwrap();
     });
 }
+
+/// Model 9: The consumer parks on no data while the producer publishes record by record with
+/// the default policy, notifying with a plain load of the park word (the asymmetric barrier,
+/// modelled as a SeqCst fence on each side): it always wakes, for each of two records.
+#[test]
+fn consumer_waiting_for_records_published_one_by_one_always_wakes() {
+    model(|| {
+        let region = Region::new(SEG, 2);
+        let mut p = region.producer();
+        let mut c = region.consumer();
+        assert_eq!(p.flush_policy(), FlushPolicy::EveryRecord);
+        let t = thread::spawn(move || {
+            send(&mut p, 1, 8);
+            send(&mut p, 2, 8);
+            p
+        });
+        for seq in 1..=2 {
+            let r = c.recv().unwrap().expect("record");
+            assert_eq!(r.as_bytes().unwrap(), &pattern(seq, 8)[..]);
+        }
+        drop(t.join().unwrap());
+    });
+}

@@ -473,28 +473,34 @@ impl Consumer {
                 .idle_since_ns
                 .store(start, Ordering::Relaxed);
         }
-        let got = park::wait_for(shared.consumer_park(), self.wait, deadline, |look| {
-            if self.watch_prio && self.prio_pending() {
-                return Ok(Some(Some(PRIO)));
-            }
-            if let Some(f) = self.poll_frame()? {
-                return Ok(Some(Some(f)));
-            }
-            if self.producer_detached() {
-                // Everything sealed before the detach is visible now: look once more.
-                return Ok(Some(self.poll_frame()?));
-            }
-            if let Some(l) = &mut self.liveness {
-                if let Err(e) = l.check(self.shared.header(), &self.shared.name, look) {
-                    // Drain first: whatever it committed before dying is delivered.
-                    return match self.poll_frame()? {
-                        Some(f) => Ok(Some(Some(f))),
-                        None => Err(e),
-                    };
+        let got = park::wait_for(
+            shared.consumer_park(),
+            self.wait,
+            deadline,
+            park::Notifier::Light,
+            |look| {
+                if self.watch_prio && self.prio_pending() {
+                    return Ok(Some(Some(PRIO)));
                 }
-            }
-            Ok(None)
-        });
+                if let Some(f) = self.poll_frame()? {
+                    return Ok(Some(Some(f)));
+                }
+                if self.producer_detached() {
+                    // Everything sealed before the detach is visible now: look once more.
+                    return Ok(Some(self.poll_frame()?));
+                }
+                if let Some(l) = &mut self.liveness {
+                    if let Err(e) = l.check(self.shared.header(), &self.shared.name, look) {
+                        // Drain first: whatever it committed before dying is delivered.
+                        return match self.poll_frame()? {
+                            Some(f) => Ok(Some(Some(f))),
+                            None => Err(e),
+                        };
+                    }
+                }
+                Ok(None)
+            },
+        );
         if timed {
             h.consumer_counters
                 .idle_since_ns
@@ -1017,7 +1023,7 @@ fn prefetch_ahead(c: &ReadSeg, seg_size: usize) {
         }
     }
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = (c, seg_size, PREFETCH_AHEAD);
+    let _ = (c.complete, seg_size, PREFETCH_AHEAD);
 }
 
 // SAFETY: the only non-Send field is the cached segment pointer, which points into the mapping

@@ -414,22 +414,28 @@ impl Gate {
         if waiting {
             figures.idle_since_ns.store(start, Ordering::Relaxed);
         }
-        let got = park::wait_for(shared.consumer_park(), self.wait, deadline, |look| {
-            self.lend()?;
-            let due = || {
-                monotonic_ns().saturating_sub(self.last_check_ns)
-                    > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
-            };
-            if look == crate::protocol::park::Look::Now
-                || (look == crate::protocol::park::Look::IfDue && due())
-            {
-                self.check_producers();
-            }
-            match self.scan() {
-                Pick::Read(usize::MAX) => Ok(None),
-                p => Ok(Some(p)),
-            }
-        });
+        let got = park::wait_for(
+            shared.consumer_park(),
+            self.wait,
+            deadline,
+            park::Notifier::Light,
+            |look| {
+                self.lend()?;
+                let due = || {
+                    monotonic_ns().saturating_sub(self.last_check_ns)
+                        > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
+                };
+                if look == crate::protocol::park::Look::Now
+                    || (look == crate::protocol::park::Look::IfDue && due())
+                {
+                    self.check_producers();
+                }
+                match self.scan() {
+                    Pick::Read(usize::MAX) => Ok(None),
+                    p => Ok(Some(p)),
+                }
+            },
+        );
         if waiting {
             figures.idle_since_ns.store(0, Ordering::Relaxed);
             let idle = monotonic_ns().saturating_sub(start);

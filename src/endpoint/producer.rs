@@ -123,6 +123,9 @@ pub struct Producer {
     prio_tail: u64,
     /// Where a streamed record's bytes wait while it moves to a fresh segment.
     scratch: Vec<u8>,
+    /// This process is registered for the consumer's heavy barrier: the per-record path
+    /// notifies with a plain load of the park word (`park::notify_light`).
+    light: bool,
 }
 
 impl Producer {
@@ -229,6 +232,7 @@ impl Producer {
             supply,
             prio_tail: 0,
             scratch: Vec::new(),
+            light: crate::sync::light_notify_available(),
         })
     }
 
@@ -341,16 +345,22 @@ impl Producer {
         h.producer_counters
             .blocked_since_ns
             .store(start, Ordering::Relaxed);
-        let got = park::wait_for(&h.producer_park, self.wait, deadline, |look| {
-            if let Some(c) = self.try_take()? {
-                return Ok(Some(c));
-            }
-            if self.consumer_detached() {
-                return Err(self.closed_error());
-            }
-            self.check_peer(look)?;
-            Ok(None)
-        });
+        let got = park::wait_for(
+            &h.producer_park,
+            self.wait,
+            deadline,
+            park::Notifier::Rmw,
+            |look| {
+                if let Some(c) = self.try_take()? {
+                    return Ok(Some(c));
+                }
+                if self.consumer_detached() {
+                    return Err(self.closed_error());
+                }
+                self.check_peer(look)?;
+                Ok(None)
+            },
+        );
         h.producer_counters
             .blocked_since_ns
             .store(0, Ordering::Relaxed);
@@ -379,6 +389,7 @@ impl Producer {
             &shared.header().producer_park,
             self.wait,
             deadline,
+            park::Notifier::Rmw,
             |look| {
                 let ready = self.ret.ready(&self.shared.return_ring())?;
                 if ready >= k {
@@ -415,10 +426,15 @@ impl Producer {
 
     #[inline]
     fn notify_consumer(&mut self) {
-        let h = self.shared.header();
         if park::notify(self.shared.consumer_park()) {
-            self.counters.wakes.add(&h.producer_counters.wakes, 1);
+            self.count_wake();
         }
+    }
+
+    #[cold]
+    fn count_wake(&mut self) {
+        let h = self.shared.header();
+        self.counters.wakes.add(&h.producer_counters.wakes, 1);
     }
 
     /// Makes everything written to the current segment visible and wakes the consumer.
@@ -581,7 +597,13 @@ impl Producer {
     #[inline(always)]
     fn publish_record(&mut self) {
         if self.store_commit_inner(true) {
-            self.notify_consumer();
+            if self.light {
+                if park::notify_light(self.shared.consumer_park()) {
+                    self.count_wake();
+                }
+            } else {
+                self.notify_consumer();
+            }
         }
     }
 
@@ -1103,16 +1125,22 @@ impl Producer {
         let h = shared.header();
         let push = |tail| crate::protocol::lane::lane_push(h, tail, kind, payload, &shared.name);
         if !push(self.prio_tail)? {
-            park::wait_for(&h.producer_park, self.wait, deadline, |look| {
-                if push(self.prio_tail)? {
-                    return Ok(Some(()));
-                }
-                if self.consumer_detached() {
-                    return Err(self.closed_error());
-                }
-                self.check_peer(look)?;
-                Ok(None)
-            })?;
+            park::wait_for(
+                &h.producer_park,
+                self.wait,
+                deadline,
+                park::Notifier::Rmw,
+                |look| {
+                    if push(self.prio_tail)? {
+                        return Ok(Some(()));
+                    }
+                    if self.consumer_detached() {
+                        return Err(self.closed_error());
+                    }
+                    self.check_peer(look)?;
+                    Ok(None)
+                },
+            )?;
         }
         self.prio_tail += 1;
         self.notify_consumer();

@@ -16,7 +16,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
@@ -155,9 +155,11 @@ pub(crate) struct Header {
     pub consumer: Padded<EndSlot>,
     pub prod: Padded<ProducerCursors>,
     pub cons: Padded<ConsumerCursors>,
-    /// Non-zero while the producer is (about to be) asleep waiting for a returned segment.
+    /// Bit 0 set while the producer is (about to be) asleep waiting for a returned segment.
     pub producer_park: Padded<FutexWord>,
-    /// Non-zero while the consumer is (about to be) asleep waiting for data.
+    /// Bit 0 set while the consumer is (about to be) asleep waiting for data; bit 1 (sticky)
+    /// if it cannot issue the heavy barrier, so the producer must notify with an RMW (see
+    /// `park.rs`).
     pub consumer_park: Padded<FutexWord>,
     pub producer_counters: Padded<ProducerCounters>,
     pub consumer_counters: Padded<ConsumerCounters>,
@@ -527,7 +529,7 @@ mod tests {
     }
 
     /// The layout version `abi.golden` describes.
-    const GOLDEN_VERSION: u32 = 4;
+    const GOLDEN_VERSION: u32 = 5;
 
     #[test]
     #[ignore = "prints the layout for abi.golden"]

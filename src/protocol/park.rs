@@ -1,25 +1,52 @@
 //! Waiting for the peer: spin briefly, then park on a futex word in the region; and waking it.
 //!
-//! The protocol, for a waiter W and a notifier N sharing a park word P. Every write to P is a
+//! The protocol, for a waiter W and a notifier N sharing a park word P. Bit 0 of P
+//! (`PARKED`) says that W sleeps or is about to; bit 1 (`NO_FENCE`, sticky) that W cannot
+//! issue the heavy barrier, so N must not use the light notification. Every write to P is a
 //! read-modify-write with AcqRel ordering:
 //!
 //! ```text
-//! W: swap(P, 1); if condition() { swap(P, 0); done } else { futex_wait(P, 1); swap(P, 0) }
-//! N: publish (Release); if swap(P, 0) != 0 { futex_wake(P) }
+//! W: v = fetch_or(P, PARKED); [heavy barrier]; if condition() { fetch_and(P, !PARKED); done }
+//!    else { futex_wait(P, v | PARKED); fetch_and(P, !PARKED) }
+//! N (notify):       publish (Release); if fetch_and(P, !PARKED) & PARKED { futex_wake(P) }
+//! N (notify_light): publish (Release); [light barrier]; if load(P) != 0 { notify }
 //! ```
 //!
-//! All writes to P are RMWs, so they are totally ordered and each reads the one before it.
-//! If N's swap comes after W's announcement it reads 1 and wakes W. If it comes before, W's
-//! announcing swap reads N's value (or a later RMW in its release sequence), synchronizes with
-//! it, and W's re-check sees the publication. Either way no wake-up is lost. N writes 0 before
-//! waking, so a W that has not gone to sleep yet finds `P != 1` in the kernel's atomic check
-//! and returns at once. N makes a syscall only when W has announced itself.
+//! **notify.** All writes to P are RMWs, so they are totally ordered and each reads the one
+//! before it. If N's RMW comes after W's announcement it reads `PARKED` and wakes W. If it
+//! comes before, W's announcing RMW reads N's value (or a later RMW in its release sequence),
+//! synchronizes with it, and W's re-check sees the publication. Either way no wake-up is lost.
+//! N clears `PARKED` before waking, so a W that has not gone to sleep yet finds P changed in
+//! the kernel's atomic check and returns at once. N makes a syscall only when W announced.
+//! The RMW costs N a locked instruction per notification, which drains its store buffer: on
+//! the per-record path, with the payload's stores waiting on cache lines the reader holds, that
+//! halves a stream of small records.
 //!
-//! Why not the classic "store; SeqCst fence; load" on both sides (cheaper for N when nobody
-//! waits)? It is correct in the C++ model, but loom 0.7 does not model SeqCst fences combined
-//! with RMWs faithfully and reports a lost wake-up that C++ forbids (we reproduced it with a
-//! four-line litmus test), so the models could not vouch for it. The RMW costs N about what
-//! an `mfence` costs on x86, and the line stays in N's cache while W is busy.
+//! **notify_light** (the producer's per-record path) replaces the RMW with a plain load, and
+//! the StoreLoad fence that this Dekker pattern needs on N's side with an asymmetric barrier:
+//! W issues `membarrier(GLOBAL_EXPEDITED)` after announcing, which makes every running thread
+//! of every registered process pass a full barrier (a thread not running passes one when it is
+//! scheduled); N's process registered before using the light form (`sync::
+//! light_notify_available`), and N's own half is only a compiler fence. SYNC POINT: W's
+//! announcing RMW + heavy barrier ↔ N's publication + light barrier + load of P. Let X be the
+//! point where N passes the barrier that W's call forces. If X lies between N's publication
+//! and its load, this is Dekker's pattern with a full fence on both sides: W's re-check sees
+//! the publication or N's load sees `PARKED`. If X precedes the publication, W's announcement
+//! (before its call) is visible to everything N does after X, so N's load sees `PARKED`. If X
+//! follows the load, N's publication precedes X, which precedes the end of W's call, so W's
+//! re-check sees it. In every case W sleeps only if N will wake it. Loom cannot issue the
+//! barrier; the models put a SeqCst fence on each side (the first case) and explore it (model
+//! 9), and a variant without W's barrier is shown caught.
+//!
+//! If W cannot issue the barrier (an old kernel, a seccomp filter), it sets `NO_FENCE` for
+//! good and N, which reads P on every record, takes the RMW path from then on. The one
+//! notification that may have read P just before the bit was set is covered by W's first
+//! sleep after setting it being at most 1 ms.
+//!
+//! Why not "store; SeqCst fence; load" on both sides? It is correct in the C++ model, but loom
+//! 0.7 does not model SeqCst fences combined with RMWs faithfully and reports a lost wake-up
+//! that C++ forbids (we reproduced it with a four-line litmus test), and an `mfence` costs N
+//! what the RMW costs.
 
 use std::time::{Duration, Instant};
 
@@ -116,6 +143,11 @@ impl Deadline {
     }
 }
 
+/// `PARKED`: the waiter sleeps or is about to.
+const PARKED: u32 = 1;
+/// `NO_FENCE` (sticky): the waiter cannot issue the heavy barrier; notify with the RMW.
+const NO_FENCE: u32 = 2;
+
 /// Wakes the peer parked on `word` if it announced itself. Returns true if a wake was issued.
 /// Call after the publication (a Release store) that the peer may be waiting for.
 #[inline]
@@ -123,19 +155,41 @@ pub(crate) fn notify(word: &FutexWord) -> bool {
     let p = word.atomic();
     // AcqRel RMW: takes its place in P's total order after our publication (see above).
     #[cfg(not(shmflow_broken = "notify_load_first"))]
-    let was = p.swap(0, Ordering::AcqRel);
+    let was = p.fetch_and(!PARKED, Ordering::AcqRel);
     // Broken on purpose (loom only): a plain load first lets the announcement slip by.
     #[cfg(shmflow_broken = "notify_load_first")]
     let was = if p.load(Ordering::Relaxed) != 0 {
-        p.swap(0, Ordering::AcqRel)
+        p.fetch_and(!PARKED, Ordering::AcqRel)
     } else {
         0
     };
-    if was != 0 {
+    if was & PARKED != 0 {
         word.wake();
         return true;
     }
     false
+}
+
+/// As [`notify`], without a read-modify-write unless the peer sleeps (or cannot issue the
+/// heavy barrier): for a notifier whose process is registered for it (see the module docs).
+#[inline(always)]
+pub(crate) fn notify_light(word: &FutexWord) -> bool {
+    crate::sync::notifier_fence();
+    // Relaxed: ordered after the publication by the asymmetric barrier (SYNC POINT above).
+    if word.atomic().load(Ordering::Relaxed) != 0 {
+        return notify(word);
+    }
+    false
+}
+
+/// Who may wake a waiter: decides whether the waiter issues the heavy barrier after it
+/// announces itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Notifier {
+    /// Every notifier uses [`notify`]: the announcement alone suffices.
+    Rmw,
+    /// A notifier may use [`notify_light`]: the waiter issues the heavy barrier.
+    Light,
 }
 
 /// Busy phase: polls a bounded number of times. `None` if nothing turned up.
@@ -204,6 +258,7 @@ pub(crate) fn wait_for<T>(
     word: &FutexWord,
     strategy: WaitStrategy,
     deadline: Deadline,
+    light: Notifier,
     mut poll: impl FnMut(Look) -> Result<Option<T>>,
 ) -> Result<T> {
     // `Block` looks again only after its first yield (see `spin_phase`).
@@ -230,30 +285,43 @@ pub(crate) fn wait_for<T>(
             }
             return Err(deadline.expired_error());
         };
-        // Announce (RMW, so it synchronizes with the notifier's swap), then re-check.
-        p.swap(1, Ordering::AcqRel);
+        // Announce (RMW, so it synchronizes with the notifier's RMW), then re-check.
+        let mut now = p.fetch_or(PARKED, Ordering::AcqRel) | PARKED;
+        let mut nap = match timeout {
+            Some(t) => t.min(CHECK_INTERVAL),
+            None => CHECK_INTERVAL,
+        };
+        if light == Notifier::Light && now & NO_FENCE == 0 {
+            // SYNC POINT: the heavy half of the asymmetric barrier (see the module docs).
+            #[cfg(not(shmflow_broken = "no_waiter_fence"))]
+            let fenced = crate::sync::waiter_fence();
+            #[cfg(shmflow_broken = "no_waiter_fence")]
+            let fenced = true;
+            if !fenced {
+                // From now on the notifier reads the bit and uses the RMW; the one that may
+                // have read P just before is covered by a short first sleep.
+                now = p.fetch_or(NO_FENCE, Ordering::AcqRel) | NO_FENCE | PARKED;
+                nap = nap.min(Duration::from_millis(1));
+            }
+        }
         #[cfg(not(shmflow_broken = "no_recheck"))]
         let ready = poll(Look::Quick);
         #[cfg(shmflow_broken = "no_recheck")]
         let ready: Result<Option<T>> = Ok(None);
         match ready {
             Ok(Some(v)) => {
-                p.swap(0, Ordering::AcqRel);
+                p.fetch_and(!PARKED, Ordering::AcqRel);
                 return Ok(v);
             }
             Err(e) => {
-                p.swap(0, Ordering::AcqRel);
+                p.fetch_and(!PARKED, Ordering::AcqRel);
                 return Err(e);
             }
             Ok(None) => {}
         }
-        let nap = match timeout {
-            Some(t) => t.min(CHECK_INTERVAL),
-            None => CHECK_INTERVAL,
-        };
-        word.wait(1, Some(nap));
+        word.wait(now, Some(nap));
         // An RMW, not a store: keeps every write to P in the notifier's release sequence.
-        p.swap(0, Ordering::AcqRel);
+        p.fetch_and(!PARKED, Ordering::AcqRel);
         if let Some(v) = poll(Look::Now)? {
             return Ok(v);
         }

@@ -100,3 +100,23 @@ impl ByteTracker {
 pub(crate) mod thread {
     pub(crate) use loom::thread::{park, Thread};
 }
+
+/// The asymmetric barrier, modelled as what it guarantees: a SeqCst fence on each side, the
+/// notifier's between its publication and its load of the park word, and loom explores every
+/// order of the two fences. (The heavy half puts the notifier's barrier at some point of its
+/// execution; why a point before the publication or after the load gives no weaker outcome
+/// is argued in docs/PROTOCOL.md.)
+pub(crate) fn notifier_fence() {
+    loom::sync::atomic::fence(super::Ordering::SeqCst);
+}
+
+/// See [`notifier_fence`].
+pub(crate) fn waiter_fence() -> bool {
+    loom::sync::atomic::fence(super::Ordering::SeqCst);
+    true
+}
+
+/// The models always use the light notification on the per-record path.
+pub(crate) fn light_notify_available() -> bool {
+    true
+}

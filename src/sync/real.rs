@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::Ordering;
+
 pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64};
 pub(crate) use std::sync::Arc;
 
@@ -49,4 +51,24 @@ impl ByteTracker {
 /// Threads that park and unpark (the flusher).
 pub(crate) mod thread {
     pub(crate) use std::thread::{park, Thread};
+}
+
+/// The light half of the asymmetric barrier (see `protocol::park`): only keeps the compiler
+/// from moving the notifier's load of the park word above its publication. The hardware
+/// reordering that remains is undone by the waiter's [`waiter_fence`].
+#[inline(always)]
+pub(crate) fn notifier_fence() {
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+}
+
+/// The heavy half: a full barrier in every running thread of every process registered with
+/// [`light_notify_available`]. False if it could not be issued.
+pub(crate) fn waiter_fence() -> bool {
+    crate::sys::membarrier::global_expedited()
+}
+
+/// Whether this process may notify with the light half: it is registered for the heavy half
+/// of its peers.
+pub(crate) fn light_notify_available() -> bool {
+    crate::sys::membarrier::register()
 }

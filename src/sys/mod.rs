@@ -1,6 +1,6 @@
 //! The system layer: every Linux call shmflow makes, as safe functions. Nothing outside this
 //! module makes a system call through `unsafe`; the calls go through `nix` where it wraps them
-//! (the futex, which nix does not wrap, goes through `libc::syscall` here). Errors are plain
+//! (the futex and membarrier, which nix does not wrap, go through `libc::syscall` here). Errors are plain
 //! `io::Error`s: the layers above say which region and what they were doing.
 
 // Under loom the regions live on the heap: most system calls go unused there.
@@ -11,6 +11,7 @@ pub(crate) mod fd;
 pub(crate) mod futex;
 pub(crate) mod lock;
 pub(crate) mod mem;
+pub(crate) mod membarrier;
 pub(crate) mod shm;
 
 /// A nix error as an `io::Error` (nix's `Errno` is the OS error number).
