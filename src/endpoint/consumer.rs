@@ -81,6 +81,11 @@ pub struct Consumer {
     skipping: bool,
     wait: WaitStrategy,
     max_record_len: u64,
+    /// `max_record_len` as a `usize` (saturating), for the fast path.
+    fast_max: usize,
+    /// The segment size (fixed for the region's life; kept here so the hot path does not
+    /// follow the `Arc`).
+    seg_size: usize,
     counters: Counters,
     /// Per-record counters on.
     metrics: bool,
@@ -194,6 +199,7 @@ impl Consumer {
                 data_head.max(ret_tail),
             ));
         }
+        let shared_seg_size = shared.segment_size();
         Ok(Consumer {
             data: RingRx::new(0, 0),
             ret: RingTx::new(ret_head, ret_tail),
@@ -211,6 +217,8 @@ impl Consumer {
             prio_buf: [0; crate::protocol::abi::PRIO_PAYLOAD],
             watch_prio: false,
             span: Span::default(),
+            seg_size: shared_seg_size,
+            fast_max: usize::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(usize::MAX),
         })
     }
 
@@ -235,6 +243,7 @@ impl Consumer {
     /// is not trusted to bound it.
     pub fn set_max_record_len(&mut self, max: u64) {
         self.max_record_len = max;
+        self.fast_max = usize::try_from(max).unwrap_or(usize::MAX);
     }
 
     fn producer_detached(&self) -> bool {
@@ -309,7 +318,7 @@ impl Consumer {
     /// Checks the published header `word` of the frame at `c.rd`.
     fn parse(&self, c: ReadSeg, word: u64) -> Result<Frame> {
         let at = c.rd;
-        let seg_size = self.shared.segment_size();
+        let seg_size = self.seg_size;
         let (len, kind) = frame::decode(word);
         let len = len as usize;
         let avail = seg_size - at - HEADER;
@@ -377,7 +386,7 @@ impl Consumer {
     /// The next published frame, if any, without waiting. Does not move past it.
     fn poll_frame(&mut self) -> Result<Option<Frame>> {
         let mut hops = 0;
-        let seg_size = self.shared.segment_size();
+        let seg_size = self.seg_size;
         loop {
             let Some(c) = self.cur else {
                 let Some(seg) = self.data.pop(&self.shared.data_ring())? else {
@@ -415,6 +424,13 @@ impl Consumer {
                 }
                 let f = self.parse(c, word)?;
                 if f.kind != frame::SEAL {
+                    if !c.complete && self.data.ready(&self.shared.data_ring())? > 0 {
+                        // The producer has moved on since we took this segment: it is
+                        // complete now, and prefetching ahead in it is safe.
+                        if let Some(cur) = &mut self.cur {
+                            cur.complete = true;
+                        }
+                    }
                     return Ok(Some(f));
                 }
             }
@@ -573,10 +589,15 @@ impl Consumer {
         if self.skipping || self.in_span {
             return None;
         }
-        let max = self.max_record_len;
+        self.fast_whole_inner()
+    }
+
+    /// [`Consumer::fast_whole`] for a caller that knows it is neither in a span nor skipping.
+    #[inline(always)]
+    fn fast_whole_inner(&mut self) -> Option<(usize, *const u8)> {
+        let (seg_size, max) = (self.seg_size, self.fast_max);
         let c = self.cur.as_mut()?;
         let at = c.rd;
-        let seg_size = self.shared.segment_size();
         if at + HEADER > seg_size {
             return None;
         }
@@ -585,7 +606,8 @@ impl Consumer {
         let word = unsafe { self.shared.word_in(c.base, c.seg, at) }.load(Ordering::Acquire);
         let (len, kind) = frame::decode(word);
         let len = len as usize;
-        if kind != frame::WHOLE || len > seg_size - at - HEADER || len as u64 > max {
+        // (`at + 8 + len` cannot overflow: `at + 8 <= segment_size` and `len < 2^32`.)
+        if kind != frame::WHOLE || at + HEADER + len > seg_size || len > max {
             return None;
         }
         c.rd = frame::next_frame(at, len);
@@ -943,11 +965,35 @@ impl Consumer {
     {
         let mut n = 0;
         while n < max {
-            if let Some((len, ptr)) = self.fast_whole() {
-                self.count_record(len as u64);
-                f(Record::single(self, ptr, len))?;
-                n += 1;
-                continue;
+            if !self.skipping && !self.in_span {
+                // Whole records in the segment in hand: nothing in this loop can start a span
+                // or a skip, so the flags are tested once, and the counts are kept in locals
+                // and added once.
+                let (mut k, mut bytes) = (0u64, 0u64);
+                let mut failed = None;
+                while n < max {
+                    let Some((len, ptr)) = self.fast_whole_inner() else {
+                        break;
+                    };
+                    k += 1;
+                    bytes += len as u64;
+                    n += 1;
+                    if let Err(e) = f(Record::single(self, ptr, len)) {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+                if self.metrics && k > 0 {
+                    self.counters.records.bump(k);
+                    self.counters.bytes.bump(bytes);
+                    self.publish_counts();
+                }
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                if n >= max {
+                    break;
+                }
             }
             match self.recv_inner(Deadline::Now) {
                 Ok(Some(r)) => {
@@ -986,7 +1032,7 @@ impl Consumer {
             .cur
             .as_ref()
             .expect("a record's segment is in hand while the record lives");
-        debug_assert!(at + len <= self.shared.segment_size());
+        debug_assert!(at + len <= self.seg_size);
         self.shared.tracker.read(c.seg as usize, at, len);
         // SAFETY: `at + len <= segment_size` (validated in `parse`), the segment
         // is in our hand and is not returned while the borrow lives (returning needs `&mut`).

@@ -61,8 +61,9 @@ pub enum FlushPolicy {
     Timeout(Duration),
 }
 
-/// The per-record counters reach the region every this many records (and at every flush,
-/// segment end and wait): two shared stores per record would cost more than the record.
+/// Under a policy that publishes every record, the per-record counters reach the region every
+/// this many records (and under every policy at each flush, segment end and wait): two shared
+/// stores per record would cost more than the record.
 const COUNTS_EVERY: u64 = 64;
 
 #[cfg(not(loom))]
@@ -126,6 +127,29 @@ pub struct Producer {
     /// This process is registered for the consumer's heavy barrier: the per-record path
     /// notifies with a plain load of the park word (`park::notify_light`).
     light: bool,
+    /// The segment size (fixed for the region's life; kept here so the hot path does not
+    /// follow the `Arc`).
+    seg_size: usize,
+    /// What a record's end does, from `policy` (a plain byte for the hot path to test).
+    per_record: PerRecord,
+}
+
+/// What [`FlushPolicy`] asks of the end of each record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PerRecord {
+    Nothing,
+    Publish,
+    PublishMarked,
+}
+
+impl PerRecord {
+    fn of(policy: FlushPolicy) -> PerRecord {
+        match policy {
+            FlushPolicy::Explicit => PerRecord::Nothing,
+            FlushPolicy::EveryRecord => PerRecord::Publish,
+            FlushPolicy::Timeout(_) => PerRecord::PublishMarked,
+        }
+    }
 }
 
 impl Producer {
@@ -214,6 +238,7 @@ impl Producer {
                 data_tail | ret_head,
             ));
         }
+        let shared_seg_size = shared.segment_size();
         Ok(Producer {
             data: RingTx::new(data_head, data_tail),
             ret: RingRx::new(ret_head, ret_tail),
@@ -233,6 +258,8 @@ impl Producer {
             prio_tail: 0,
             scratch: Vec::new(),
             light: crate::sync::light_notify_available(),
+            seg_size: shared_seg_size,
+            per_record: PerRecord::of(FlushPolicy::default()),
         })
     }
 
@@ -248,12 +275,13 @@ impl Producer {
 
     /// The largest record that fits in one segment (and so can be claimed in place).
     pub fn max_unspanned_len(&self) -> usize {
-        self.shared.segment_size() - HEADER
+        self.seg_size - HEADER
     }
 
     /// Sets when committed records become visible (see [`FlushPolicy`]).
     pub fn set_flush_policy(&mut self, policy: FlushPolicy) {
         self.policy = policy;
+        self.per_record = PerRecord::of(policy);
         // The flusher thread starts with the first record published under `Timeout` (see
         // `after_frame_end`); any other policy stops it.
         #[cfg(not(loom))]
@@ -462,7 +490,7 @@ impl Producer {
         let Some((at, word)) = c.pending.take() else {
             return false;
         };
-        let seg_size = self.shared.segment_size();
+        let seg_size = self.seg_size;
         if terminate && c.wpos + HEADER <= seg_size {
             // SAFETY: `base` is the segment's start (cached at take); `wpos` is a frame
             // boundary (8-aligned) and `wpos + 8 <= segment_size` (checked above). Relaxed:
@@ -485,7 +513,7 @@ impl Producer {
     /// is full), everything published; the consumer returns it once read.
     fn seal(&mut self) {
         let Some(c) = &mut self.cur else { return };
-        let sealed = c.wpos + HEADER <= self.shared.segment_size();
+        let sealed = c.wpos + HEADER <= self.seg_size;
         if sealed {
             let at = c.wpos;
             c.wpos += HEADER;
@@ -506,8 +534,10 @@ impl Producer {
     #[inline]
     fn ensure_room(&mut self, need: usize, deadline: Deadline) -> Result<()> {
         // Fast path (almost every record): room left in the segment in hand.
+        // (A pending abort comes only with no segment in hand: it goes the slow way.)
+        debug_assert!(!(self.pending_abort && self.cur.is_some()));
         if let Some(c) = &self.cur {
-            if !self.pending_abort && self.shared.segment_size() - c.wpos >= need {
+            if self.seg_size - c.wpos >= need {
                 return Ok(());
             }
         }
@@ -522,7 +552,7 @@ impl Producer {
             self.write_pending_abort(deadline)?;
         }
         if let Some(c) = &self.cur {
-            if self.shared.segment_size() - c.wpos >= need {
+            if self.seg_size - c.wpos >= need {
                 return Ok(());
             }
             self.seal();
@@ -555,12 +585,12 @@ impl Producer {
     #[inline]
     fn write_header(&mut self, at: usize, len: u32, kind: u32) {
         let c = self.cur.as_mut().expect("a segment in hand");
-        debug_assert!(at % 8 == 0 && at + HEADER <= self.shared.segment_size());
+        debug_assert!(at % 8 == 0 && at + HEADER <= self.seg_size);
         let word = frame::encode(len, kind);
         if c.pending.is_none() {
             c.pending = Some((at, word));
         } else {
-            assert!(at + HEADER <= self.shared.segment_size());
+            assert!(at + HEADER <= self.seg_size);
             // SAFETY: `base` is the segment's start (cached at take), `at` is 8-aligned and
             // inside (asserted). Relaxed: published by the Release store of the first pending
             // header.
@@ -571,7 +601,7 @@ impl Producer {
     #[inline]
     fn write_bytes(&self, at: usize, bytes: &[u8]) {
         let c = self.cur.as_ref().expect("a segment in hand");
-        assert!(at + bytes.len() <= self.shared.segment_size());
+        assert!(at + bytes.len() <= self.seg_size);
         self.shared.tracker.write(c.seg as usize, at, bytes.len());
         // SAFETY: in bounds (asserted), the segment is ours (see `write_header`), and `bytes`
         // cannot overlap shared memory that we are writing.
@@ -583,12 +613,12 @@ impl Producer {
     /// A frame ended (record, or abort): publish according to the policy.
     #[inline(always)]
     fn after_frame_end(&mut self) {
-        match self.policy {
+        match self.per_record {
             // The throughput setting does nothing per record.
-            FlushPolicy::Explicit => {}
-            // The default: two stores and one read-modify-write, kept inline.
-            FlushPolicy::EveryRecord => self.publish_record(),
-            FlushPolicy::Timeout(_) => self.publish_per_policy(),
+            PerRecord::Nothing => {}
+            // The default: two stores and a load (see `publish_record`), kept inline.
+            PerRecord::Publish => self.publish_record(),
+            PerRecord::PublishMarked => self.publish_per_policy(),
         }
     }
 
@@ -596,6 +626,9 @@ impl Producer {
     /// (the counters go out every `COUNTS_EVERY` records, at segment ends and flushes).
     #[inline(always)]
     fn publish_record(&mut self) {
+        if self.metrics && self.counters.records.0 % COUNTS_EVERY == 0 {
+            self.publish_counts();
+        }
         if self.store_commit_inner(true) {
             if self.light {
                 if park::notify_light(self.shared.consumer_park()) {
@@ -609,6 +642,9 @@ impl Producer {
 
     #[inline(never)]
     fn publish_per_policy(&mut self) {
+        if self.metrics && self.counters.records.0 % COUNTS_EVERY == 0 {
+            self.publish_counts();
+        }
         match self.policy {
             FlushPolicy::Explicit => {}
             FlushPolicy::EveryRecord => self.publish(),
@@ -640,9 +676,6 @@ impl Producer {
         if self.metrics {
             self.counters.records.bump(1);
             self.counters.bytes.bump(len);
-            if self.counters.records.0 % COUNTS_EVERY == 0 {
-                self.publish_counts();
-            }
         }
         self.after_frame_end();
     }
@@ -672,7 +705,7 @@ impl Producer {
 
     #[inline]
     fn send_inner(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
-        let seg_size = self.shared.segment_size();
+        let seg_size = self.seg_size;
         if HEADER + bytes.len() <= seg_size {
             self.ensure_room(HEADER + bytes.len(), deadline)?;
             let c = self
@@ -690,7 +723,7 @@ impl Producer {
     }
 
     fn send_spanning(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
-        let seg_size = self.shared.segment_size();
+        let seg_size = self.seg_size;
         let per_segment = (seg_size - HEADER) as u64;
         // A spanning record starts where it is if at least one word of payload fits there.
         let room_here = match &self.cur {
@@ -842,7 +875,9 @@ impl Producer {
 
     #[inline]
     fn claim_inner(&mut self, len: usize, deadline: Deadline) -> Result<Claim<'_>> {
-        if HEADER + len > self.shared.segment_size() {
+        // Room in the segment in hand implies that the record fits a segment: test that first.
+        let fits_here = matches!(&self.cur, Some(c) if self.seg_size - c.wpos >= HEADER + len);
+        if !fits_here && HEADER + len > self.seg_size {
             return Err(Error::too_large(
                 &self.shared.name,
                 "a claimed record",
@@ -850,7 +885,9 @@ impl Producer {
                 self.max_unspanned_len() as u64,
             ));
         }
-        self.ensure_room(HEADER + len, deadline)?;
+        if !fits_here {
+            self.ensure_room_slow(HEADER + len, deadline)?;
+        }
         let c = self.cur.as_ref().expect("a segment in hand");
         let at = c.wpos;
         self.shared.tracker.write(c.seg as usize, at + HEADER, len);
