@@ -397,7 +397,14 @@ fn shmflow_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
             break 'outer;
         }
     }
-    if std::env::var_os("ZZ").is_some() { let m = p.metrics(); eprintln!("bp {} ms idle {} ms", m.backpressured_ns / 1_000_000, m.idle_ns / 1_000_000); }
+    if std::env::var_os("ZZ").is_some() {
+        let m = p.metrics();
+        eprintln!(
+            "bp {} ms idle {} ms",
+            m.backpressured_ns / 1_000_000,
+            m.idle_ns / 1_000_000
+        );
+    }
     drop(p);
     parse_report(&finish(c))
 }

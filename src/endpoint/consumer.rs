@@ -536,8 +536,9 @@ impl Consumer {
     }
 
     /// The channel's counters now (both sides', as the region shows them). Record and byte
-    /// counts are published in batches: the producer's every 64 records and at flushes and
-    /// segment ends, the consumer's every 16 records and whenever it finds nothing to read.
+    /// counts are published in batches: the producer's every 64 records and at flushes,
+    /// segment ends and waits, the consumer's every 16 records, after each `drain`, and
+    /// whenever it finds nothing to read. Records written are shown as at least records read.
     pub fn metrics(&self) -> crate::endpoint::metrics::Snapshot {
         self.publish_counts();
         crate::endpoint::metrics::snapshot(&self.shared)

@@ -20,9 +20,10 @@ pub struct Snapshot {
     pub segment_count: u64,
     /// Bytes per segment.
     pub segment_size: u64,
-    /// Records the producer committed.
+    /// Records the producer committed (published in batches; never fewer than
+    /// `records_read`).
     pub records_written: u64,
-    /// Payload bytes the producer committed.
+    /// Payload bytes the producer committed (as `records_written`).
     pub bytes_written: u64,
     /// Segments the producer sealed and handed over in full.
     pub segments_committed: u64,
@@ -195,8 +196,11 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
         at_ns: now,
         segment_count: n,
         segment_size: shared.segment_size() as u64,
-        records_written: r(&pc.records),
-        bytes_written: r(&pc.bytes),
+        // The producer publishes its counts in batches (every 64 records under a per-record
+        // policy); nothing can have been read that was not written, so the consumer's counts
+        // are a lower bound too (exact once the consumer has caught up with an idle producer).
+        records_written: r(&pc.records).max(r(&cc.records)),
+        bytes_written: r(&pc.bytes).max(r(&cc.bytes)),
         segments_committed: r(&pc.segments_committed),
         segments_acquired: r(&pc.segments_acquired),
         producer_wakes: r(&pc.wakes).wrapping_add(r(&pc.flusher_wakes)),

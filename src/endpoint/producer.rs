@@ -62,8 +62,9 @@ pub enum FlushPolicy {
 }
 
 /// Under a policy that publishes every record, the per-record counters reach the region every
-/// this many records (and under every policy at each flush, segment end and wait): two shared
-/// stores per record would cost more than the record.
+/// this many records (under every policy, at each flush, segment end and wait): storing them
+/// with every record costs a stream of small records about a quarter of its speed. A snapshot
+/// never shows fewer records written than read.
 const COUNTS_EVERY: u64 = 64;
 
 #[cfg(not(loom))]
