@@ -4,14 +4,17 @@
 //! Latencies are exact percentiles of every round trip after warm-up (all samples kept and
 //! sorted: no histogram bucketing error). Throughputs are the best of 3 runs of ≥ 1 s of
 //! steady state (`--quick`: 1 run of 0.3 s, 20k round trips). Ratios are computed within the
-//! run, so a slow host slows both sides of each ratio.
+//! run, so a slow host slows both sides of each ratio; `--runs N` repeats every selected group
+//! N times, alternating, and reports the median and the spread of each measure and ratio.
 //!
 //! Modes: `rtt_spin_*` busy-polls on both sides; `rtt_block_*` and `rtt_same_cpu_p50_ns` park
 //! on the futex between messages without spinning (`WaitStrategy::Park`), which is what the
 //! futex floor does; `rtt_default_wait_*` and `rtt_same_cpu_default_wait_p50_ns` use the
-//! default `WaitStrategy::Block` (a few µs of spinning, then park). Throughputs (`*_rps`, `*_gbps`) run
-//! shmflow with `FlushPolicy::Explicit` and busy-polling on both sides, like the raw floors,
-//! which spin on their atomics.
+//! default `WaitStrategy::Block` (a look every 5 µs for 50 µs, then park). `small_rps` and
+//! `bulk_gbps` are the tuned best: `FlushPolicy::Explicit`, `claim`, busy-polling on both
+//! sides, `drain`, per-record counters off, like the raw floors, which spin on their atomics.
+//! `plain_rps` is every setting at its default: `send`, and `while let Some(r) = rx.recv()?`.
+//! `--open-loop` measures latency at fixed offered rates instead (see `openloop.rs`).
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -374,6 +377,7 @@ fn shmflow_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
     let (mut p, peer) = Producer::create_anonymous(g).unwrap();
     p.set_flush_policy(FlushPolicy::Explicit);
     p.set_wait_strategy(SPIN);
+    p.set_metrics(false);
     let c = child(
         "shm-sink",
         &[len.to_string()],
@@ -382,10 +386,11 @@ fn shmflow_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
     );
     drop(peer);
     let buf = vec![0x5Au8; len];
+    let whole = len <= p.max_unspanned_len();
     let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
     'outer: loop {
         for _ in 0..64 {
-            if len <= p.max_unspanned_len() {
+            if whole {
                 let mut claim = p.claim(len).unwrap();
                 claim.copy_from_slice(&buf);
                 claim.commit();
@@ -396,14 +401,6 @@ fn shmflow_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
         if Instant::now() >= end {
             break 'outer;
         }
-    }
-    if std::env::var_os("ZZ").is_some() {
-        let m = p.metrics();
-        eprintln!(
-            "bp {} ms idle {} ms",
-            m.backpressured_ns / 1_000_000,
-            m.idle_ns / 1_000_000
-        );
     }
     drop(p);
     parse_report(&finish(c))
@@ -579,6 +576,7 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
         "shm-sink" => {
             let mut c = Consumer::from_env("CH").map_err(|e| e.to_string())?;
             c.set_wait_strategy(SPIN);
+            c.set_metrics(false);
             let (n, sum, start) = sink_records(&mut c)?;
             std::hint::black_box(sum);
             let ns = start.map(|s| s.elapsed().as_nanos()).unwrap_or(1);
