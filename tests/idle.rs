@@ -17,11 +17,13 @@ const G: Geometry = Geometry {
     segment_count: 4,
 };
 
-/// Voluntary plus involuntary context switches of thread `tid` of this process.
+/// Voluntary context switches of thread `tid` of this process: each is the thread going to
+/// sleep, so a thread that wakes up N times shows N (preemptions of a busy machine, the
+/// involuntary ones, are left out).
 fn switches(tid: i32) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
     s.lines()
-        .filter(|l| l.contains("ctxt_switches"))
+        .filter(|l| l.starts_with("voluntary_ctxt_switches"))
         .map(|l| l.split(':').nth(1).unwrap().trim().parse::<u64>().unwrap())
         .sum()
 }
