@@ -37,13 +37,15 @@
 //! process (threads, tests), [`pair`] gives both ends.
 //!
 //! **Flush policy** ([`FlushPolicy`]): when committed records become visible.
-//! `Timeout(d)` (the default, Flink's buffer timeout) publishes each record as it is committed
-//! and lets a flusher thread wake a parked consumer at most once per `d`; `EveryRecord`
-//! publishes and wakes per record (latency); `Explicit` publishes on [`Producer::flush`] or a
-//! full segment (throughput, and records after the last flush are lost if the producer dies).
+//! `EveryRecord` (the default) publishes each record as it is committed and wakes the consumer
+//! at once if it sleeps (an awake consumer costs no system call, and one that falls behind
+//! reads what piled up in one go); `Timeout(d)` (Flink's buffer timeout) publishes each record
+//! too but lets a flusher thread wake a parked consumer at most once per `d`; `Explicit`
+//! publishes on [`Producer::flush`] or a full segment (for readers of whole segments; records
+//! after the last flush are lost if the producer dies).
 //!
 //! **Wait strategy** ([`WaitStrategy`]): how a blocking call waits. `Block` (the default)
-//! spins briefly then sleeps on a futex in the region; `BusyPoll(d)` spins up to `d` first
+//! looks again every 5 µs for 50 µs, then sleeps on a futex in the region; `BusyPoll(d)` spins up to `d` first
 //! (lowest latency, one CPU burnt; keep `d` bounded on machines with few cores); `Park` sleeps
 //! at once (least CPU). A side is woken only if it announced that it sleeps.
 //!
@@ -129,7 +131,7 @@ pub use error::{
     WriteError,
 };
 pub use protocol::abi::{GateGeometry, Geometry, LAYOUT_VERSION};
-pub use protocol::park::{WaitStrategy, BLOCK_GAP, BLOCK_SPIN};
+pub use protocol::park::{WaitStrategy, BLOCK_EAGER, BLOCK_GAP, BLOCK_SPIN};
 #[cfg(not(loom))]
 pub use region::handoff::PeerHandle;
 

@@ -909,7 +909,10 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
         }
         println!("\n{:<34} {:>12}  goal", "ratio (within each run)", "value");
         for (k, v, goal) in &ratio_rows {
-            println!("{k:<34} {}  {goal}", cell(*v));
+            // A ratio of groups that were not run is left out.
+            if v.0.is_finite() {
+                println!("{k:<34} {}  {goal}", cell(*v));
+            }
         }
     }
     Ok(())

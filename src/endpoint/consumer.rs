@@ -86,6 +86,9 @@ pub struct Consumer {
     /// The segment size (fixed for the region's life; kept here so the hot path does not
     /// follow the `Arc`).
     seg_size: usize,
+    /// Where the reader was when its last wait ended (segment, offset): how far it got since
+    /// tells a streaming writer from sparse records (see `pace`).
+    wait_mark: Option<(u32, usize)>,
     counters: Counters,
     /// Per-record counters on.
     metrics: bool,
@@ -219,6 +222,7 @@ impl Consumer {
             span: Span::default(),
             seg_size: shared_seg_size,
             fast_max: usize::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(usize::MAX),
+            wait_mark: None,
         })
     }
 
@@ -477,6 +481,7 @@ impl Consumer {
                 }
             }
         }
+        let pace = self.pace();
         // SAFETY: `self.shared` is an `Arc` that is never replaced while `self` lives, so the
         // region it points to outlives this call; only the closure's `&mut self` is used to
         // change `self`, and it never touches the `Arc`. (Cloning the `Arc` instead would cost
@@ -494,6 +499,7 @@ impl Consumer {
             self.wait,
             deadline,
             park::Notifier::Light,
+            pace,
             |look| {
                 if self.watch_prio && self.prio_pending() {
                     return Ok(Some(Some(PRIO)));
@@ -517,6 +523,7 @@ impl Consumer {
                 Ok(None)
             },
         );
+        self.wait_mark = self.cur.map(|c| (c.seg, c.rd));
         if timed {
             h.consumer_counters
                 .idle_since_ns
@@ -527,6 +534,17 @@ impl Consumer {
                 .add(&h.consumer_counters.idle_ns, idle);
         }
         got
+    }
+
+    /// How the last batch looked: `Stream` if the reader moved on by at least
+    /// `STREAM_BYTES`, or to another segment, since its last wait.
+    fn pace(&self) -> park::Pace {
+        match (self.cur, self.wait_mark) {
+            (Some(c), Some((seg, rd))) if c.seg == seg && c.rd < rd + STREAM_BYTES => {
+                park::Pace::Sparse
+            }
+            _ => park::Pace::Stream,
+        }
     }
 
     /// Turns the per-record counters (records and bytes read) on or off; segment counts and
@@ -1046,6 +1064,10 @@ impl Consumer {
 /// Polls of a waiting consumer before it reads the clock to account idle time.
 #[cfg(not(loom))]
 const FAST_POLLS: u32 = 8;
+
+/// Read this far or farther since the last wait, the writer is taken to be streaming (see
+/// `Consumer::pace`): about 14 records of 64 bytes, or one record of a few kilobytes.
+const STREAM_BYTES: usize = 1024;
 
 /// How far ahead of the read position the consumer prefetches.
 const PREFETCH_AHEAD: usize = 1024;

@@ -419,6 +419,7 @@ impl Gate {
             self.wait,
             deadline,
             park::Notifier::Light,
+            park::Pace::Sparse,
             |look| {
                 self.lend()?;
                 let due = || {

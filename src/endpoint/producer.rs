@@ -379,6 +379,7 @@ impl Producer {
             self.wait,
             deadline,
             park::Notifier::Rmw,
+            park::Pace::Sparse,
             |look| {
                 if let Some(c) = self.try_take()? {
                     return Ok(Some(c));
@@ -419,6 +420,7 @@ impl Producer {
             self.wait,
             deadline,
             park::Notifier::Rmw,
+            park::Pace::Sparse,
             |look| {
                 let ready = self.ret.ready(&self.shared.return_ring())?;
                 if ready >= k {
@@ -1168,6 +1170,7 @@ impl Producer {
                 self.wait,
                 deadline,
                 park::Notifier::Rmw,
+                park::Pace::Sparse,
                 |look| {
                     if push(self.prio_tail)? {
                         return Ok(Some(()));

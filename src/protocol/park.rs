@@ -62,6 +62,10 @@ pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(40);
 /// every millisecond keeps a reader looking 5 % of the time).
 pub const BLOCK_SPIN: Duration = Duration::from_micros(50);
 
+/// How long [`WaitStrategy::Block`] looks continuously before it spaces its looks, unless
+/// the peer was streaming: a reply or a sparse record that comes within it is seen at once.
+pub const BLOCK_EAGER: Duration = Duration::from_micros(2);
+
 /// The time between two looks of [`WaitStrategy::Block`]: long enough that a writer fills
 /// many cache lines undisturbed (a reader that looks more often keeps pulling the line the
 /// writer is filling, and the stream slows several times), short enough to be "at once" for
@@ -71,12 +75,14 @@ pub const BLOCK_GAP: Duration = Duration::from_micros(5);
 /// How a blocking call waits before it parks on the futex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum WaitStrategy {
-    /// Look again every [`BLOCK_GAP`](crate::BLOCK_GAP) (5 µs), yielding the CPU first and
-    /// pausing for the rest, for up to [`BLOCK_SPIN`](crate::BLOCK_SPIN) (50 µs); then park.
-    /// The default. A record is seen at most a gap after it is published, and a writer is
-    /// left alone between looks: it fills whole cache lines while the reader waits, instead
-    /// of having each line pulled away as it writes it. The yield lets a peer waiting for
-    /// the same CPU run. A wake-up through the futex, after the spin, costs tens of
+    /// The default. Look continuously for [`BLOCK_EAGER`](crate::BLOCK_EAGER) (2 µs), then
+    /// every [`BLOCK_GAP`](crate::BLOCK_GAP) (5 µs), yielding the CPU first and pausing for
+    /// the rest, for up to [`BLOCK_SPIN`](crate::BLOCK_SPIN) (50 µs); then park. A reader
+    /// that has just read a large batch (the writer is streaming) skips the continuous
+    /// looks: a record is then seen at most a gap after it is published, and the writer is
+    /// left alone between looks, filling whole cache lines while the reader waits instead of
+    /// having each line pulled away as it writes it. The yield lets a peer waiting for the
+    /// same CPU run. A wake-up through the futex, after the spin, costs tens of
     /// microseconds when the peer sits on another CPU of a VM. For the lowest latency (a
     /// CPU burnt while waiting) use [`WaitStrategy::BusyPoll`].
     #[default]
@@ -182,6 +188,17 @@ pub(crate) fn notify_light(word: &FutexWord) -> bool {
     false
 }
 
+/// What the waiter last saw of its peer: decides how [`WaitStrategy::Block`] looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pace {
+    /// The peer is streaming (the waiter read a large batch since it last waited): look only
+    /// every [`BLOCK_GAP`], so that the writer fills whole cache lines between looks.
+    Stream,
+    /// Sparse traffic, or a request and its reply: look continuously for [`BLOCK_EAGER`]
+    /// first, then every [`BLOCK_GAP`].
+    Sparse,
+}
+
 /// Who may wake a waiter: decides whether the waiter issues the heavy barrier after it
 /// announces itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,15 +212,33 @@ pub(crate) enum Notifier {
 /// Busy phase: polls a bounded number of times. `None` if nothing turned up.
 fn spin_phase<T>(
     strategy: WaitStrategy,
+    pace: Pace,
     poll: &mut impl FnMut(Look) -> Result<Option<T>>,
 ) -> Result<Option<T>> {
     match strategy {
         WaitStrategy::Block => {
             #[cfg(not(loom))]
             {
-                // Look first after a gap, not at once: the caller has just looked.
                 let start = Instant::now();
-                let mut last = start;
+                if pace == Pace::Sparse {
+                    // A reply or a sparse record: look continuously for a moment, as a
+                    // busy-poller would (nobody is filling lines for us to disturb).
+                    let mut i = 0u32;
+                    loop {
+                        if let Some(v) = poll(Look::Quick)? {
+                            return Ok(Some(v));
+                        }
+                        i = i.wrapping_add(1);
+                        // Reading the clock costs ~25 ns; look at it every 16 polls.
+                        if i % 16 == 0 && start.elapsed() >= BLOCK_EAGER {
+                            break;
+                        }
+                        crate::sync::spin_loop();
+                    }
+                }
+                // Then look only every `BLOCK_GAP` (first after a gap: the caller has just
+                // looked).
+                let mut last = Instant::now();
                 loop {
                     // The gap: a yield (a peer waiting for this CPU runs), then pauses.
                     std::thread::yield_now();
@@ -221,6 +256,8 @@ fn spin_phase<T>(
                     }
                 }
             }
+            #[cfg(loom)]
+            let _ = pace;
             #[cfg(loom)]
             for _ in 0..crate::sync::SPIN_CHECKS {
                 if let Some(v) = poll(Look::Quick)? {
@@ -259,9 +296,10 @@ pub(crate) fn wait_for<T>(
     strategy: WaitStrategy,
     deadline: Deadline,
     light: Notifier,
+    pace: Pace,
     mut poll: impl FnMut(Look) -> Result<Option<T>>,
 ) -> Result<T> {
-    // `Block` looks again only after its first yield (see `spin_phase`).
+    // `Block` looks again in its own time (see `spin_phase`).
     if strategy != WaitStrategy::Block || matches!(deadline, Deadline::Now) {
         if let Some(v) = poll(Look::Quick)? {
             return Ok(v);
@@ -273,7 +311,7 @@ pub(crate) fn wait_for<T>(
         }
         return Err(Error::WouldBlock);
     }
-    if let Some(v) = spin_phase(strategy, &mut poll)? {
+    if let Some(v) = spin_phase(strategy, pace, &mut poll)? {
         return Ok(v);
     }
     let p = word.atomic();
