@@ -436,11 +436,16 @@ fn plot(all: &[Outcome], plan: &Plan, path: &str, cpu: &str) -> Result<(), Strin
             .x_desc("percentile")
             .y_desc("µs")
             .x_label_formatter(&|x| {
+                // x = 1 / (1 - p): 10 is 90 %, 100 is 99 %, 1000 is 99.9 % …
+                let nines = x.log10().round() as i32;
                 let p = 100.0 * (1.0 - 1.0 / x);
-                if p < 99.0 {
-                    format!("{p:.0}%")
+                format!("{p:.*}%", (nines - 2).max(0) as usize)
+            })
+            .y_label_formatter(&|y| {
+                if *y >= 1.0 {
+                    format!("{y:.0}")
                 } else {
-                    format!("{p}%")
+                    format!("{y:.1}")
                 }
             })
             .draw()
@@ -476,7 +481,7 @@ fn plot(all: &[Outcome], plan: &Plan, path: &str, cpu: &str) -> Result<(), Strin
             .configure_series_labels()
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
+            .position(SeriesLabelPosition::LowerRight)
             .label_font(("sans-serif", 11))
             .draw()
             .map_err(|e| e.to_string())?;
