@@ -554,8 +554,8 @@ impl Consumer {
     }
 
     /// The channel's counters now (both sides', as the region shows them). Record and byte
-    /// counts are published in batches: the producer's every 64 records and at flushes,
-    /// segment ends and waits, the consumer's every 16 records, after each `drain`, and
+    /// counts are published in batches: the producer's every 64 records (under per-record
+    /// policies) and at flushes and segment ends, the consumer's every 16 records, after each `drain`, and
     /// whenever it finds nothing to read. Records written are shown as at least records read.
     pub fn metrics(&self) -> crate::endpoint::metrics::Snapshot {
         self.publish_counts();
@@ -625,8 +625,8 @@ impl Consumer {
         let word = unsafe { self.shared.word_in(c.base, c.seg, at) }.load(Ordering::Acquire);
         let (len, kind) = frame::decode(word);
         let len = len as usize;
-        // (`at + 8 + len` cannot overflow: `at + 8 <= segment_size` and `len < 2^32`.)
-        if kind != frame::WHOLE || at + HEADER + len > seg_size || len > max {
+        // (No overflow: `at + 8 <= segment_size` was checked above.)
+        if kind != frame::WHOLE || len > seg_size - at - HEADER || len > max {
             return None;
         }
         c.rd = frame::next_frame(at, len);

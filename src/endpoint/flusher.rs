@@ -37,18 +37,23 @@ impl Flusher {
             .spawn(move || {
                 let mut wakes = Local::default();
                 let stopped = || st.stop.load(StdOrdering::Acquire);
+                let wake_if_marked = |wakes: &mut Local| {
+                    let marked = st.signal.take();
+                    if marked && crate::protocol::park::notify(shared.consumer_park()) {
+                        wakes.add(&shared.header().producer_counters.flusher_wakes, 1);
+                    }
+                    marked
+                };
                 while !stopped() {
                     std::thread::park_timeout(interval);
-                    if st.signal.take() {
-                        let h = shared.header();
-                        if crate::protocol::park::notify(shared.consumer_park()) {
-                            wakes.add(&h.producer_counters.flusher_wakes, 1);
-                        }
-                    } else {
+                    if !wake_if_marked(&mut wakes) {
                         // A whole interval with nothing published: no timer until there is.
                         st.signal.sleep(stopped);
                     }
                 }
+                // Stopped (the policy changed, or the producer is going): a publication marked
+                // since the last look still gets its wake-up.
+                wake_if_marked(&mut wakes);
             })
             .expect("spawning the shmflow flusher thread");
         Flusher {

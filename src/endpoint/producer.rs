@@ -46,8 +46,8 @@ pub enum FlushPolicy {
     /// stores: the throughput setting, for a reader that reads whole segments.
     Explicit,
     /// The default: every record is visible as soon as it is committed (one store), and a
-    /// consumer that announced that it sleeps is woken at once (one read-modify-write on its
-    /// park word per record; the system call only when it sleeps). A consumer that is awake
+    /// consumer that announced that it sleeps is woken at once (one plain load of its park
+    /// word per record; a read-modify-write and the system call only when it sleeps). A consumer that is awake
     /// costs the producer no system call, and one that wakes reads everything published
     /// meanwhile in one go: the stream batches itself as the consumer falls behind. With the
     /// default [`WaitStrategy::Block`] the consumer looks every few microseconds while it
@@ -62,7 +62,8 @@ pub enum FlushPolicy {
 }
 
 /// Under a policy that publishes every record, the per-record counters reach the region every
-/// this many records (under every policy, at each flush, segment end and wait): storing them
+/// this many records (under every policy, at each flush and each segment end, which is also
+/// before waiting for a segment): storing them
 /// with every record costs a stream of small records about a quarter of its speed. A snapshot
 /// never shows fewer records written than read.
 const COUNTS_EVERY: u64 = 64;
@@ -879,8 +880,10 @@ impl Producer {
     #[inline]
     fn claim_inner(&mut self, len: usize, deadline: Deadline) -> Result<Claim<'_>> {
         // Room in the segment in hand implies that the record fits a segment: test that first.
-        let fits_here = matches!(&self.cur, Some(c) if self.seg_size - c.wpos >= HEADER + len);
-        if !fits_here && HEADER + len > self.seg_size {
+        // (Written so that no sum can wrap, whatever `len` is.)
+        let fits_here = matches!(&self.cur,
+            Some(c) if self.seg_size - c.wpos >= HEADER && len <= self.seg_size - c.wpos - HEADER);
+        if !fits_here && len > self.seg_size - HEADER {
             return Err(Error::too_large(
                 &self.shared.name,
                 "a claimed record",

@@ -11,7 +11,8 @@ pub(crate) struct Local(pub u64);
 
 impl Local {
     /// Counts without publishing (per-record counters: published by [`Local::publish`] at
-    /// segment boundaries, flushes and waits, so the hot path stores nothing shared).
+    /// segment boundaries and flushes, and every few records under per-record policies, so
+    /// the hot path stores nothing shared).
     #[inline]
     pub(crate) fn bump(&mut self, v: u64) {
         self.0 = self.0.wrapping_add(v);

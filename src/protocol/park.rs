@@ -38,10 +38,12 @@
 //! barrier; the models put a SeqCst fence on each side (the first case) and explore it (model
 //! 9), and a variant without W's barrier is shown caught.
 //!
-//! If W cannot issue the barrier (an old kernel, a seccomp filter), it sets `NO_FENCE` for
-//! good and N, which reads P on every record, takes the RMW path from then on. The one
-//! notification that may have read P just before the bit was set is covered by W's first
-//! sleep after setting it being at most 1 ms.
+//! If W cannot issue the barrier (an old kernel, a seccomp filter, a transient failure), it
+//! sets `NO_FENCE` for good and N, which reads P on every record, takes the RMW path from then
+//! on. A notification whose load of P came before W's announcement may still have been missed:
+//! W's first sleep after setting the bit lasts at most 1 ms, after which it looks again. That
+//! bound rests on N's store reaching W within the millisecond (true of every machine we know),
+//! not on the protocol; at worst a record waits for the next 40 ms look.
 //!
 //! Why not "store; SeqCst fence; load" on both sides? It is correct in the C++ model, but loom
 //! 0.7 does not model SeqCst fences combined with RMWs faithfully and reports a lost wake-up
@@ -223,17 +225,8 @@ fn spin_phase<T>(
                 if pace == Pace::Sparse {
                     // A reply or a sparse record: look continuously for a moment, as a
                     // busy-poller would (nobody is filling lines for us to disturb).
-                    let mut i = 0u32;
-                    loop {
-                        if let Some(v) = poll(Look::Quick)? {
-                            return Ok(Some(v));
-                        }
-                        i = i.wrapping_add(1);
-                        // Reading the clock costs ~25 ns; look at it every 16 polls.
-                        if i % 16 == 0 && start.elapsed() >= BLOCK_EAGER {
-                            break;
-                        }
-                        crate::sync::spin_loop();
+                    if let Some(v) = busy_poll(BLOCK_EAGER, poll)? {
+                        return Ok(Some(v));
                     }
                 }
                 // Then look only every `BLOCK_GAP` (first after a gap: the caller has just
@@ -267,23 +260,29 @@ fn spin_phase<T>(
             }
         }
         WaitStrategy::Park => {}
-        WaitStrategy::BusyPoll(budget) => {
-            let start = Instant::now();
-            let mut i = 0u32;
-            loop {
-                if let Some(v) = poll(Look::Quick)? {
-                    return Ok(Some(v));
-                }
-                i = i.wrapping_add(1);
-                // Reading the clock costs ~25 ns; look at it every 64 polls.
-                if i % 64 == 0 && start.elapsed() >= budget {
-                    break;
-                }
-                crate::sync::spin_loop();
-            }
-        }
+        WaitStrategy::BusyPoll(budget) => return busy_poll(budget, poll),
     }
     Ok(None)
+}
+
+/// Polls continuously for `budget`. `None` if nothing turned up.
+fn busy_poll<T>(
+    budget: Duration,
+    poll: &mut impl FnMut(Look) -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    let start = Instant::now();
+    let mut i = 0u32;
+    loop {
+        if let Some(v) = poll(Look::Quick)? {
+            return Ok(Some(v));
+        }
+        i = i.wrapping_add(1);
+        // Reading the clock costs ~25 ns; look at it every 16 polls.
+        if i % 16 == 0 && start.elapsed() >= budget {
+            return Ok(None);
+        }
+        crate::sync::spin_loop();
+    }
 }
 
 /// Waits until `poll` yields a value: first a bounded busy phase, then parking on `word` until
