@@ -489,3 +489,33 @@ fn parts_of_a_spanning_record_have_try_and_timeout_forms() {
     assert_eq!(next, b"after");
     writer.join().unwrap();
 }
+
+#[test]
+fn a_claim_of_any_length_that_does_not_fit_is_refused_not_wrapped() {
+    let (mut p, mut c) = shmflow::pair(Geometry {
+        segment_size: 4096,
+        segment_count: 2,
+    })
+    .unwrap();
+    // Lengths whose sum with the frame header would wrap around, with and without a segment
+    // in hand.
+    for len in [usize::MAX, usize::MAX - 7, usize::MAX - 8, 4089, 1 << 40] {
+        assert!(
+            matches!(p.claim(len), Err(shmflow::SendError::RecordTooLarge(_))),
+            "claim({len})"
+        );
+        assert!(matches!(
+            p.try_claim(len),
+            Err(shmflow::TrySendError::RecordTooLarge(_))
+        ));
+        p.send(b"x").unwrap();
+    }
+    // The largest that fits still does, and the channel is intact.
+    let mut claim = p.claim(4088).unwrap();
+    claim.fill(7);
+    claim.commit();
+    for _ in 0..5 {
+        assert_eq!(c.recv().unwrap().unwrap().as_bytes(), Some(&b"x"[..]));
+    }
+    assert_eq!(c.recv().unwrap().unwrap().len(), Some(4088));
+}
