@@ -45,9 +45,10 @@
 //! after the last flush are lost if the producer dies).
 //!
 //! **Wait strategy** ([`WaitStrategy`]): how a blocking call waits. `Block` (the default)
-//! looks again every 5 µs for 50 µs, then sleeps on a futex in the region; `BusyPoll(d)` spins up to `d` first
-//! (lowest latency, one CPU burnt; keep `d` bounded on machines with few cores); `Park` sleeps
-//! at once (least CPU). A side is woken only if it announced that it sleeps.
+//! looks continuously for 2 µs (unless the writer is streaming), then every 5 µs up to 50 µs,
+//! then sleeps on a futex in the region; `BusyPoll(d)` spins up to `d` first (lowest latency,
+//! one CPU burnt; keep `d` bounded on machines with few cores); `Park` sleeps at once (least
+//! CPU). A side is woken only if it announced that it sleeps.
 //!
 //! **Records.** A record is any byte sequence. One that fits in a segment never spans and is
 //! read in place ([`Record::as_bytes`], [`Record::as_pod`]); a larger one spans segments and is
