@@ -37,6 +37,17 @@ fn thread_named(name: &str) -> Option<i32> {
     })
 }
 
+/// `look()`'s first `Some` within about a second (looking every millisecond), else `None`.
+fn eventually<T>(mut look: impl FnMut() -> Option<T>) -> Option<T> {
+    (0..1000).find_map(|_| {
+        let v = look();
+        if v.is_none() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        v
+    })
+}
+
 fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }
@@ -49,14 +60,7 @@ fn the_flusher_of_an_idle_producer_sleeps_without_a_timer() {
     p.send(b"one").unwrap();
     assert_eq!(c.recv().unwrap().unwrap().as_bytes(), Some(&b"one"[..]));
     // The thread names itself once it runs.
-    let tid = (0..1000)
-        .find_map(|_| {
-            let t = thread_named("shmflow-flusher");
-            if t.is_none() {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            t
-        })
+    let tid = eventually(|| thread_named("shmflow-flusher"))
         .expect("the flusher runs once a record was sent");
     // Let it notice that nothing is pending, then count over 300 intervals.
     std::thread::sleep(Duration::from_millis(20));
@@ -73,11 +77,8 @@ fn the_flusher_of_an_idle_producer_sleeps_without_a_timer() {
     let r = c.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
     assert_eq!(r.as_bytes(), Some(&b"two"[..]));
     drop(r);
-    let woke = (0..1000).any(|_| {
-        std::thread::sleep(Duration::from_millis(1));
-        switches(tid) > before + idle
-    });
-    assert!(woke, "the flusher woke for the new record");
+    let woke = eventually(|| (switches(tid) > before + idle).then_some(()));
+    assert!(woke.is_some(), "the flusher woke for the new record");
 }
 
 #[test]

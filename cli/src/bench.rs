@@ -1002,46 +1002,44 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
     r
 }
 
-/// The ratios of one run's measures, with their goals.
+/// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
+const RATIOS: [(&str, &str, &str, &str); 7] = [
+    (
+        "rtt_spin_vs_floor",
+        "rtt_spin_p50_ns",
+        "floor_spin_p50_ns",
+        "<= 2.5",
+    ),
+    (
+        "rtt_block_vs_futex_floor",
+        "rtt_block_p50_ns",
+        "floor_futex_p50_ns",
+        "<= 1.2",
+    ),
+    (
+        "small_vs_uds_batched",
+        "small_rps",
+        "uds_batched_rps",
+        ">= 3",
+    ),
+    ("small_vs_floor", "small_rps", "floor_small_rps", ">= 0.8"),
+    ("plain_vs_small", "plain_rps", "small_rps", ">= 0.7"),
+    ("bulk_vs_floor", "bulk_gbps", "floor_bulk_gbps", ">= 0.8"),
+    (
+        "same_cpu_vs_futex_floor_same_cpu",
+        "rtt_same_cpu_p50_ns",
+        "floor_futex_same_cpu_p50_ns",
+        "<= 2",
+    ),
+];
+
+/// The ratios of one run's measures, with their goals (NaN where a group was not run).
 fn ratios(r: &[(&'static str, f64)]) -> Vec<(&'static str, f64, &'static str)> {
     let get = |k: &str| r.iter().find(|x| x.0 == k).map(|x| x.1).unwrap_or(f64::NAN);
-    vec![
-        (
-            "rtt_spin_vs_floor",
-            get("rtt_spin_p50_ns") / get("floor_spin_p50_ns"),
-            "<= 2.5",
-        ),
-        (
-            "rtt_block_vs_futex_floor",
-            get("rtt_block_p50_ns") / get("floor_futex_p50_ns"),
-            "<= 1.2",
-        ),
-        (
-            "small_vs_uds_batched",
-            get("small_rps") / get("uds_batched_rps"),
-            ">= 3",
-        ),
-        (
-            "small_vs_floor",
-            get("small_rps") / get("floor_small_rps"),
-            ">= 0.8",
-        ),
-        (
-            "plain_vs_small",
-            get("plain_rps") / get("small_rps"),
-            ">= 0.7",
-        ),
-        (
-            "bulk_vs_floor",
-            get("bulk_gbps") / get("floor_bulk_gbps"),
-            ">= 0.8",
-        ),
-        (
-            "same_cpu_vs_futex_floor_same_cpu",
-            get("rtt_same_cpu_p50_ns") / get("floor_futex_same_cpu_p50_ns"),
-            "<= 2",
-        ),
-    ]
+    RATIOS
+        .iter()
+        .map(|&(name, num, den, goal)| (name, get(num) / get(den), goal))
+        .collect()
 }
 
 /// Three decimals, as the figures are reported (a float that is not finite becomes `null`).

@@ -701,9 +701,7 @@ impl Producer {
     /// The channel's counters now (both sides', as the region shows them; the peer publishes
     /// its per-record counts at segment boundaries, flushes and waits).
     pub fn metrics(&self) -> crate::endpoint::metrics::Snapshot {
-        let h = self.shared.header();
-        self.counters.records.publish(&h.producer_counters.records);
-        self.counters.bytes.publish(&h.producer_counters.bytes);
+        self.publish_counts();
         crate::endpoint::metrics::snapshot(&self.shared)
     }
 
