@@ -23,7 +23,7 @@ use crate::error::{
 #[cfg(not(loom))]
 use crate::protocol::abi::Geometry;
 use crate::protocol::abi::{END_DETACHED, END_FAILED};
-use crate::protocol::counters::Local;
+use crate::protocol::counters::{add_owned, Local};
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Recycler;
@@ -34,6 +34,9 @@ use crate::region::liveness::{EndLock, Liveness};
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
 use crate::sys::clock::monotonic_ns;
+
+#[cfg(any(feature = "tokio", loom))]
+mod asynch;
 
 /// Default limit on a record's total length for the reader (spanning records are otherwise
 /// unbounded): 4 GiB.
@@ -66,7 +69,6 @@ struct Counters {
     taken: Local,
     returned: Local,
     wakes: Local,
-    idle_ns: Local,
 }
 
 /// The reading end of a channel. Single-threaded (`Send`, not `Sync`).
@@ -104,6 +106,9 @@ pub struct Consumer {
     watch_prio: bool,
     /// The spanning record handed out last.
     span: Span,
+    /// Async calls since the last look at the executor's budget.
+    #[cfg(any(feature = "tokio", loom))]
+    coop: u8,
 }
 
 /// What the slow path found next, before anything borrows the consumer.
@@ -223,6 +228,8 @@ impl Consumer {
             seg_size: shared_seg_size,
             fast_max: usize::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(usize::MAX),
             wait_mark: None,
+            #[cfg(any(feature = "tokio", loom))]
+            coop: 0,
         })
     }
 
@@ -454,11 +461,6 @@ impl Consumer {
 
     /// The next frame, waiting as `deadline` allows; `None` at end of stream.
     fn wait_frame(&mut self, deadline: Deadline) -> Result<Option<Frame>> {
-        const PRIO: Frame = Frame {
-            at: 0,
-            len: 0,
-            kind: frame::PRIORITY_PENDING,
-        };
         if self.watch_prio && self.prio_pending() {
             return Ok(Some(PRIO));
         }
@@ -500,28 +502,7 @@ impl Consumer {
             deadline,
             park::Notifier::Light,
             pace,
-            |look| {
-                if self.watch_prio && self.prio_pending() {
-                    return Ok(Some(Some(PRIO)));
-                }
-                if let Some(f) = self.poll_frame()? {
-                    return Ok(Some(Some(f)));
-                }
-                if self.producer_detached() {
-                    // Everything sealed before the detach is visible now: look once more.
-                    return Ok(Some(self.poll_frame()?));
-                }
-                if let Some(l) = &mut self.liveness {
-                    if let Err(e) = l.check(self.shared.header(), &self.shared.name, look) {
-                        // Drain first: whatever it committed before dying is delivered.
-                        return match self.poll_frame()? {
-                            Some(f) => Ok(Some(Some(f))),
-                            None => Err(e),
-                        };
-                    }
-                }
-                Ok(None)
-            },
+            |look| self.poll_wait(look),
         );
         self.wait_mark = self.cur.map(|c| (c.seg, c.rd));
         if timed {
@@ -529,11 +510,35 @@ impl Consumer {
                 .idle_since_ns
                 .store(0, Ordering::Relaxed);
             let idle = monotonic_ns().saturating_sub(start);
-            self.counters
-                .idle_ns
-                .add(&h.consumer_counters.idle_ns, idle);
+            add_owned(&h.consumer_counters.idle_ns, idle);
         }
         got
+    }
+
+    /// What a waiting reader looks at: a frame (or a pending priority event, if watched), the
+    /// end of the stream (`Some(None)`), or the producer's death once nothing it committed is
+    /// left. `None`: nothing yet.
+    fn poll_wait(&mut self, look: Look) -> Result<Option<Option<Frame>>> {
+        if self.watch_prio && self.prio_pending() {
+            return Ok(Some(Some(PRIO)));
+        }
+        if let Some(f) = self.poll_frame()? {
+            return Ok(Some(Some(f)));
+        }
+        if self.producer_detached() {
+            // Everything sealed before the detach is visible now: look once more.
+            return Ok(Some(self.poll_frame()?));
+        }
+        if let Some(l) = &mut self.liveness {
+            if let Err(e) = l.check(self.shared.header(), &self.shared.name, look) {
+                // Drain first: whatever it committed before dying is delivered.
+                return match self.poll_frame()? {
+                    Some(f) => Ok(Some(Some(f))),
+                    None => Err(e),
+                };
+            }
+        }
+        Ok(None)
     }
 
     /// How the last batch looked: `Stream` if the reader moved on by at least
@@ -1065,6 +1070,13 @@ impl Consumer {
 #[cfg(not(loom))]
 const FAST_POLLS: u32 = 8;
 
+/// What [`Consumer::poll_wait`] gives for a pending priority event.
+const PRIO: Frame = Frame {
+    at: 0,
+    len: 0,
+    kind: frame::PRIORITY_PENDING,
+};
+
 /// Read this far or farther since the last wait, the writer is taken to be streaming (see
 /// `Consumer::pace`): about 14 records of 64 bytes, or one record of a few kilobytes.
 const STREAM_BYTES: usize = 1024;
@@ -1149,6 +1161,12 @@ pub struct Record<'a> {
     len: u32,
     spanning: bool,
 }
+
+// SAFETY: `ptr` points into the segment the borrowed consumer holds, in the mapping that the
+// consumer's `Arc<Shared>` keeps alive; the record is only read through `&self`/`&mut self`,
+// and the consumer it borrows mutably is `Send`. Moving the record (with that borrow) to
+// another thread is moving the consumer, as a task that awaits while holding one does.
+unsafe impl Send for Record<'_> {}
 
 impl std::fmt::Debug for Record<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -122,7 +122,13 @@ pub struct Gate {
     /// Scans since the last liveness look, to look now and then while busy too.
     scans: u32,
     last_check_ns: u64,
+    /// Async calls since the last look at the executor's budget.
+    #[cfg(any(feature = "tokio", loom))]
+    coop: u8,
 }
+
+#[cfg(any(feature = "tokio", loom))]
+mod asynch;
 
 impl Gate {
     /// Creates a named gate (`/name`, mode 0600, fails if it exists) and attaches as its
@@ -237,6 +243,8 @@ impl Gate {
             burst: 0,
             scans: 0,
             last_check_ns: 0,
+            #[cfg(any(feature = "tokio", loom))]
+            coop: 0,
         })
     }
 
@@ -420,37 +428,44 @@ impl Gate {
             deadline,
             park::Notifier::Light,
             park::Pace::Sparse,
-            |look| {
-                self.lend()?;
-                let due = || {
-                    monotonic_ns().saturating_sub(self.last_check_ns)
-                        > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
-                };
-                if look == crate::protocol::park::Look::Now
-                    || (look == crate::protocol::park::Look::IfDue && due())
-                {
-                    self.check_producers();
-                }
-                match self.scan() {
-                    Pick::Read(usize::MAX) => Ok(None),
-                    p => Ok(Some(p)),
-                }
-            },
+            |look| self.poll_pick(look),
         );
         if waiting {
             figures.idle_since_ns.store(0, Ordering::Relaxed);
             let idle = monotonic_ns().saturating_sub(start);
-            let total = figures.idle_ns.load(Ordering::Relaxed);
-            figures
-                .idle_ns
-                .store(total.wrapping_add(idle), Ordering::Relaxed);
+            crate::protocol::counters::add_owned(&figures.idle_ns, idle);
         }
         got
     }
 
+    /// What a waiting gate looks at: lends what was asked for, looks at the producers'
+    /// liveness when due, and scans the channels.
+    fn poll_pick(&mut self, look: crate::protocol::park::Look) -> Result<Option<Pick>> {
+        self.lend()?;
+        let due = || {
+            monotonic_ns().saturating_sub(self.last_check_ns)
+                > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
+        };
+        if look == crate::protocol::park::Look::Now
+            || (look == crate::protocol::park::Look::IfDue && due())
+        {
+            self.check_producers();
+        }
+        match self.scan() {
+            Pick::Read(usize::MAX) => Ok(None),
+            p => Ok(Some(p)),
+        }
+    }
+
     fn recv_inner(&mut self, deadline: Deadline) -> Result<Option<GateMessage<'_>>> {
-        // Channels that ended or failed on the last call are closed now (the message borrowed
-        // them then).
+        self.retire_finished();
+        let pick = self.decide(deadline)?;
+        self.deliver(pick)
+    }
+
+    /// Channels that ended or failed on the last call are closed now (the message borrowed
+    /// them then).
+    fn retire_finished(&mut self) {
         for c in 0..self.chans.len() {
             match self.state[c] {
                 State::Ended => self.retire(c, true),
@@ -458,7 +473,11 @@ impl Gate {
                 _ => {}
             }
         }
-        let c = match self.decide(deadline)? {
+    }
+
+    /// The message of what the scan picked.
+    fn deliver(&mut self, pick: Pick) -> Result<Option<GateMessage<'_>>> {
+        let c = match pick {
             Pick::AllDone => return Ok(None),
             Pick::Ended(c) => {
                 // The producer detached: it will never use the floating segments it holds.

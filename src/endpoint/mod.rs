@@ -14,3 +14,5 @@ pub(crate) mod metrics;
 pub(crate) mod monitor;
 pub(crate) mod partition;
 pub(crate) mod producer;
+#[cfg(any(feature = "tokio", loom))]
+pub(crate) mod waiting;

@@ -27,7 +27,7 @@ use crate::error::{
     op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError, WriteError,
 };
 use crate::protocol::abi::{Geometry, END_DETACHED, END_FAILED};
-use crate::protocol::counters::Local;
+use crate::protocol::counters::{add_owned, Local};
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Supply;
@@ -38,6 +38,9 @@ use crate::region::liveness::{EndLock, Liveness};
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
 use crate::sys::clock::monotonic_ns;
+
+#[cfg(any(feature = "tokio", loom))]
+mod asynch;
 
 /// When committed records become visible to the consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -96,7 +99,6 @@ struct Counters {
     committed: Local,
     acquired: Local,
     wakes: Local,
-    backpressured_ns: Local,
 }
 
 /// The writing end of a channel. Single-threaded (`Send`, not `Sync`).
@@ -134,6 +136,9 @@ pub struct Producer {
     seg_size: usize,
     /// What a record's end does, from `policy` (a plain byte for the hot path to test).
     per_record: PerRecord,
+    /// Async calls since the last look at the executor's budget.
+    #[cfg(any(feature = "tokio", loom))]
+    coop: u8,
 }
 
 /// What [`FlushPolicy`] asks of the end of each record.
@@ -262,6 +267,8 @@ impl Producer {
             light: crate::sync::light_notify_available(),
             seg_size: shared_seg_size,
             per_record: PerRecord::of(FlushPolicy::default()),
+            #[cfg(any(feature = "tokio", loom))]
+            coop: 0,
         })
     }
 
@@ -396,9 +403,7 @@ impl Producer {
             .blocked_since_ns
             .store(0, Ordering::Relaxed);
         let waited = monotonic_ns().saturating_sub(start);
-        self.counters
-            .backpressured_ns
-            .add(&h.producer_counters.backpressured_ns, waited);
+        add_owned(&h.producer_counters.backpressured_ns, waited);
         self.cur = Some(got?);
         Ok(())
     }
@@ -422,24 +427,28 @@ impl Producer {
             deadline,
             park::Notifier::Rmw,
             park::Pace::Sparse,
-            |look| {
-                let ready = self.ret.ready(&self.shared.return_ring())?;
-                if ready >= k {
-                    return Ok(Some(()));
-                }
-                if ready > last_ready {
-                    // The last ask was granted and it is not enough yet: ask again.
-                    self.supply.got();
-                }
-                last_ready = ready;
-                self.ask_for_segment();
-                if self.consumer_detached() {
-                    return Err(self.closed_error());
-                }
-                self.check_peer(look)?;
-                Ok(None)
-            },
+            |look| self.poll_free(k, &mut last_ready, look),
         )
+    }
+
+    /// What a producer waiting for `k` free segments looks at (`last_ready`: what the last
+    /// look found, `u64::MAX` at first).
+    fn poll_free(&mut self, k: u64, last_ready: &mut u64, look: Look) -> Result<Option<()>> {
+        let ready = self.ret.ready(&self.shared.return_ring())?;
+        if ready >= k {
+            return Ok(Some(()));
+        }
+        if ready > *last_ready {
+            // The last ask was granted and it is not enough yet: ask again.
+            self.supply.got();
+        }
+        *last_ready = ready;
+        self.ask_for_segment();
+        if self.consumer_detached() {
+            return Err(self.closed_error());
+        }
+        self.check_peer(look)?;
+        Ok(None)
     }
 
     /// `Err(PeerDead)` if the consumer's process is gone (a syscall: only while waiting).
@@ -724,7 +733,10 @@ impl Producer {
         self.send_spanning(bytes, deadline)
     }
 
-    fn send_spanning(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+    /// How many free segments a spanning record of `len` bytes needs to go whole (counting
+    /// a pending abort), or `None` if that is more than can be free at once: at most `n - 1`
+    /// while a segment is in hand (it sits in the data ring).
+    fn spanning_needs(&self, len: usize) -> Option<u64> {
         let seg_size = self.seg_size;
         let per_segment = (seg_size - HEADER) as u64;
         // A spanning record starts where it is if at least one word of payload fits there.
@@ -734,14 +746,17 @@ impl Producer {
             }
             _ => 0,
         };
+        let needed = (len as u64).saturating_sub(room_here).div_ceil(per_segment)
+            + self.pending_abort as u64;
+        let most = self.shared.n() as u64 - self.cur.is_some() as u64;
+        (needed <= most).then_some(needed)
+    }
+
+    fn send_spanning(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+        let seg_size = self.seg_size;
         if !matches!(deadline, Deadline::Never) {
             // Go whole or not at all when the pool can hold the record's segments at once.
-            let needed =
-                (bytes.len() as u64 - room_here).div_ceil(per_segment) + self.pending_abort as u64;
-            // At most `n - 1` can be free while a segment is in hand (it sits in the data
-            // ring); a record that needs more cannot be guaranteed whole.
-            let most = self.shared.n() as u64 - self.cur.is_some() as u64;
-            if needed <= most {
+            if let Some(needed) = self.spanning_needs(bytes.len()) {
                 self.wait_free(needed, deadline)?;
             }
         }
@@ -1163,30 +1178,30 @@ impl Producer {
         }
         self.check_gone()?;
         let shared = self.shared.clone();
-        let h = shared.header();
-        let push = |tail| crate::protocol::lane::lane_push(h, tail, kind, payload, &shared.name);
-        if !push(self.prio_tail)? {
-            park::wait_for(
-                &h.producer_park,
-                self.wait,
-                deadline,
-                park::Notifier::Rmw,
-                park::Pace::Sparse,
-                |look| {
-                    if push(self.prio_tail)? {
-                        return Ok(Some(()));
-                    }
-                    if self.consumer_detached() {
-                        return Err(self.closed_error());
-                    }
-                    self.check_peer(look)?;
-                    Ok(None)
-                },
-            )?;
+        park::wait_for(
+            &shared.header().producer_park,
+            self.wait,
+            deadline,
+            park::Notifier::Rmw,
+            park::Pace::Sparse,
+            |look| self.poll_priority(kind, payload, look),
+        )
+    }
+
+    /// Pushes a priority event if the lane has room (and then wakes the consumer); else what
+    /// a producer waiting for room looks at.
+    fn poll_priority(&mut self, kind: u32, payload: &[u8], look: Look) -> Result<Option<()>> {
+        let h = self.shared.header();
+        if crate::protocol::lane::lane_push(h, self.prio_tail, kind, payload, &self.shared.name)? {
+            self.prio_tail += 1;
+            self.notify_consumer();
+            return Ok(Some(()));
         }
-        self.prio_tail += 1;
-        self.notify_consumer();
-        Ok(())
+        if self.consumer_detached() {
+            return Err(self.closed_error());
+        }
+        self.check_peer(look)?;
+        Ok(None)
     }
 
     /// Makes every record sent so far visible to the consumer and wakes it if it is parked.

@@ -32,3 +32,11 @@ impl Local {
         shared.store(self.0, Ordering::Relaxed);
     }
 }
+
+/// Adds `v` to a counter that only this side writes and keeps in shared memory alone (wait
+/// times: a wait may end in a dropped future, where no local copy can be reached).
+pub(crate) fn add_owned(shared: &AtomicU64, v: u64) {
+    // Relaxed: a statistic, and this side is its only writer.
+    let total = shared.load(Ordering::Relaxed);
+    shared.store(total.wrapping_add(v), Ordering::Relaxed);
+}

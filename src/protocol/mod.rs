@@ -4,6 +4,8 @@
 //! models swap for loom's.
 
 pub(crate) mod abi;
+#[cfg(any(feature = "tokio", loom))]
+pub(crate) mod bridge;
 pub(crate) mod counters;
 pub(crate) mod flush_signal;
 pub(crate) mod frame;

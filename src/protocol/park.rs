@@ -285,6 +285,32 @@ fn busy_poll<T>(
     }
 }
 
+/// Announces on `word` that the waiter sleeps (an RMW, so that it synchronizes with the
+/// notifier's RMW), with the heavy barrier if the notifier may use the light form: the value
+/// to sleep on, and how long to sleep at most before looking again.
+fn announce(word: &FutexWord, light: Notifier, timeout: Option<Duration>) -> (u32, Duration) {
+    let p = word.atomic();
+    let mut now = p.fetch_or(PARKED, Ordering::AcqRel) | PARKED;
+    let mut nap = match timeout {
+        Some(t) => t.min(CHECK_INTERVAL),
+        None => CHECK_INTERVAL,
+    };
+    if light == Notifier::Light && now & NO_FENCE == 0 {
+        // SYNC POINT: the heavy half of the asymmetric barrier (see the module docs).
+        #[cfg(not(shmflow_broken = "no_waiter_fence"))]
+        let fenced = crate::sync::waiter_fence();
+        #[cfg(shmflow_broken = "no_waiter_fence")]
+        let fenced = true;
+        if !fenced {
+            // From now on the notifier reads the bit and uses the RMW; the one that may have
+            // read P just before is covered by a short first sleep.
+            now = p.fetch_or(NO_FENCE, Ordering::AcqRel) | NO_FENCE | PARKED;
+            nap = nap.min(Duration::from_millis(1));
+        }
+    }
+    (now, nap)
+}
+
 /// Waits until `poll` yields a value: first a bounded busy phase, then parking on `word` until
 /// the peer notifies (or the deadline passes). `poll` must also report the peer's closing,
 /// so that a closed peer ends the wait. `poll(Look::Now)` is called after each sleep, at least every
@@ -322,25 +348,7 @@ pub(crate) fn wait_for<T>(
             }
             return Err(deadline.expired_error());
         };
-        // Announce (RMW, so it synchronizes with the notifier's RMW), then re-check.
-        let mut now = p.fetch_or(PARKED, Ordering::AcqRel) | PARKED;
-        let mut nap = match timeout {
-            Some(t) => t.min(CHECK_INTERVAL),
-            None => CHECK_INTERVAL,
-        };
-        if light == Notifier::Light && now & NO_FENCE == 0 {
-            // SYNC POINT: the heavy half of the asymmetric barrier (see the module docs).
-            #[cfg(not(shmflow_broken = "no_waiter_fence"))]
-            let fenced = crate::sync::waiter_fence();
-            #[cfg(shmflow_broken = "no_waiter_fence")]
-            let fenced = true;
-            if !fenced {
-                // From now on the notifier reads the bit and uses the RMW; the one that may
-                // have read P just before is covered by a short first sleep.
-                now = p.fetch_or(NO_FENCE, Ordering::AcqRel) | NO_FENCE | PARKED;
-                nap = nap.min(Duration::from_millis(1));
-            }
-        }
+        let (now, nap) = announce(word, light, timeout);
         #[cfg(not(shmflow_broken = "no_recheck"))]
         let ready = poll(Look::Quick);
         #[cfg(shmflow_broken = "no_recheck")]
@@ -362,5 +370,110 @@ pub(crate) fn wait_for<T>(
         if let Some(v) = poll(Look::Now)? {
             return Ok(v);
         }
+    }
+}
+
+/// Clears `PARKED` when dropped: an async waiter's announcement is withdrawn however its wait
+/// ends (a value, an error, or the future dropped).
+#[cfg(any(feature = "tokio", loom))]
+struct Announced<'a>(&'a FutexWord);
+
+#[cfg(any(feature = "tokio", loom))]
+impl Drop for Announced<'_> {
+    fn drop(&mut self) {
+        // An RMW, not a store: keeps every write to P in the notifier's release sequence.
+        self.0.atomic().fetch_and(!PARKED, Ordering::AcqRel);
+    }
+}
+
+/// Lets the executor run other tasks, then resumes.
+#[cfg(any(feature = "tokio", loom))]
+async fn yield_now() {
+    #[cfg(not(loom))]
+    tokio::task::yield_now().await;
+    #[cfg(loom)]
+    {
+        let mut yielded = false;
+        std::future::poll_fn(|cx| {
+            if yielded {
+                return std::task::Poll::Ready(());
+            }
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+/// The async form of [`wait_for`], with no deadline (a caller that wants one drops the
+/// future: nothing is lost, see below). The protocol is the same — announce, heavy barrier if
+/// the notifier may be light, re-check, sleep, withdraw — but the sleep is a
+/// [`Bridges::sleep`](crate::protocol::bridge::Bridges::sleep): the task waits in its executor
+/// and the bridge thread watches the word. Notifiers cannot tell the difference.
+///
+/// The busy phase polls between yields to the executor: `Park` skips it, `Block` keeps it up
+/// for [`BLOCK_SPIN`], `BusyPoll(d)` for `d`. `poll(Look::Now)` runs after each sleep, which
+/// lasts at most [`CHECK_INTERVAL`]: the peer's liveness is looked at as often as a thread's.
+///
+/// Cancellation: dropping the future withdraws the announcement and the bridge entry; `poll`
+/// must leave the caller's state consistent whenever it returns (it does: every poll closure
+/// is also a `try_` call).
+#[cfg(any(feature = "tokio", loom))]
+pub(crate) async fn wait_async<T>(
+    word: &FutexWord,
+    region: &str,
+    bridges: &crate::protocol::bridge::Bridges,
+    strategy: WaitStrategy,
+    light: Notifier,
+    mut poll: impl FnMut(Look) -> Result<Option<T>>,
+) -> Result<T> {
+    // What `poll` gave: a value or an error ends the wait.
+    macro_rules! done {
+        ($r:expr) => {
+            match $r {
+                Ok(None) => {}
+                Ok(Some(v)) => return Ok(v),
+                Err(e) => return Err(e),
+            }
+        };
+    }
+    done!(poll(Look::Quick));
+    #[cfg(not(loom))]
+    {
+        let budget = match strategy {
+            WaitStrategy::Park => Duration::ZERO,
+            WaitStrategy::Block => BLOCK_SPIN,
+            WaitStrategy::BusyPoll(d) => d,
+        };
+        if !budget.is_zero() {
+            let start = Instant::now();
+            loop {
+                yield_now().await;
+                done!(poll(Look::Quick));
+                if start.elapsed() >= budget {
+                    break;
+                }
+            }
+        }
+    }
+    #[cfg(loom)]
+    if strategy != WaitStrategy::Park {
+        for _ in 0..crate::sync::SPIN_CHECKS {
+            yield_now().await;
+            done!(poll(Look::Quick));
+        }
+    }
+    loop {
+        let (now, nap) = announce(word, light, None);
+        let announced = Announced(word);
+        #[cfg(not(shmflow_broken = "async_no_recheck"))]
+        done!(poll(Look::Quick));
+        bridges
+            .sleep(word, now, nap)
+            .await
+            .map_err(|e| Error::io(region, "start the thread that wakes async waiters", e))?;
+        drop(announced);
+        done!(poll(Look::Now));
     }
 }

@@ -5,26 +5,26 @@ use std::time::Duration;
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64};
 pub(crate) use loom::sync::Arc;
 use loom::sync::Condvar;
-use loom::sync::Mutex;
 
 /// The futex, modelled: `wait` sleeps only if the word still equals `expected`, checked under
-/// the same lock that `wake` takes, so the check and the sleep are atomic with respect to a
+/// the kernel's lock that `wake` takes, so the check and the sleep are atomic with respect to a
 /// wake. A wake with no sleeper is lost (a condition variable remembers nothing), exactly like
-/// `FUTEX_WAKE` — a primitive that remembered it would hide lost wake-ups.
+/// `FUTEX_WAKE` — a primitive that remembered it would hide lost wake-ups. One lock and one
+/// condition variable stand for the kernel's futex table, so that [`futex_waitv`] can sleep on
+/// several words: a wake of any word wakes every sleeper, which is a spurious wake-up for the
+/// others (allowed by the real futex, and re-checked by every caller).
+#[derive(Default)]
 pub(crate) struct FutexWord {
     word: AtomicU32,
+}
+
+struct Kernel {
     lock: Mutex<()>,
     sleepers: Condvar,
 }
 
-impl Default for FutexWord {
-    fn default() -> Self {
-        FutexWord {
-            word: AtomicU32::new(0),
-            lock: Mutex::new(()),
-            sleepers: Condvar::new(),
-        }
-    }
+loom::lazy_static! {
+    static ref KERNEL: Kernel = Kernel { lock: Mutex::new(()), sleepers: Condvar::new() };
 }
 
 impl FutexWord {
@@ -35,17 +35,35 @@ impl FutexWord {
     /// Timeouts are ignored: a model that only ends because a timer fired would hide a lost
     /// wake-up, so under loom every wait is unbounded and loom reports the deadlock.
     pub(crate) fn wait(&self, expected: u32, _timeout: Option<Duration>) {
-        let guard = self.lock.lock().unwrap();
-        if self.word.load(super::Ordering::Relaxed) != expected {
-            return;
-        }
-        let _guard = self.sleepers.wait(guard).unwrap();
+        futex_waitv(&[(self as *const FutexWord, expected)], None);
     }
 
     pub(crate) fn wake(&self) {
-        let _guard = self.lock.lock().unwrap();
-        self.sleepers.notify_all();
+        let _guard = KERNEL.lock.lock().unwrap();
+        KERNEL.sleepers.notify_all();
     }
+}
+
+/// `futex_waitv`, modelled as [`FutexWord::wait`] on several words (timeouts ignored). Unlike
+/// the kernel, the model reads the words itself: every model keeps its words alive.
+pub(crate) fn futex_waitv(words: &[(*const FutexWord, u32)], _timeout: Option<Duration>) -> bool {
+    let guard = KERNEL.lock.lock().unwrap();
+    // SAFETY: the models keep every region, and so every word, alive until they end.
+    if words
+        .iter()
+        .any(|&(w, v)| unsafe { &*w }.word.load(super::Ordering::Relaxed) != v)
+    {
+        return true;
+    }
+    let _guard = KERNEL.sleepers.wait(guard).unwrap();
+    true
+}
+
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+
+/// Locks `m` (loom's mutex does not poison).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap()
 }
 
 pub(crate) fn spin_loop() {

@@ -6,6 +6,8 @@ use super::Ordering;
 
 pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64};
 pub(crate) use std::sync::Arc;
+#[cfg(feature = "tokio")]
+pub(crate) use std::sync::{Mutex, MutexGuard};
 
 /// A 32-bit word that a process can sleep on. `repr(transparent)` so that it can sit in the
 /// mapped region exactly like an `AtomicU32`.
@@ -29,6 +31,31 @@ impl FutexWord {
     pub(crate) fn wake(&self) {
         crate::sys::futex::wake(&self.0);
     }
+}
+
+/// Sleeps until one of `words` is woken or differs from its expected value (checked by the
+/// kernel atomically with going to sleep), or `timeout` passes; at most
+/// [`WAITV_MAX`](crate::sys::futex::WAITV_MAX) words. Spurious returns are allowed. False if
+/// the kernel cannot (before Linux 5.16): the caller must then poll.
+///
+/// The words are addresses that were valid when the caller took them and may have been
+/// unmapped since: they go to the kernel only (see `sys::futex::waitv`), never dereferenced
+/// here. (The loom model does read them; the models keep every word alive.)
+#[cfg(feature = "tokio")]
+pub(crate) fn futex_waitv(words: &[(*const FutexWord, u32)], timeout: Option<Duration>) -> bool {
+    // `FutexWord` is `repr(transparent)` over the `AtomicU32`: same address.
+    let raw: Vec<(*const AtomicU32, u32)> = words
+        .iter()
+        .map(|&(w, v)| (w as *const AtomicU32, v))
+        .collect();
+    crate::sys::futex::waitv(&raw, timeout) != crate::sys::futex::Waitv::Unsupported
+}
+
+/// Locks `m`, ignoring poisoning: every critical section of shmflow leaves its data
+/// consistent at every point where it could panic.
+#[cfg(feature = "tokio")]
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A hint inside busy-wait loops.

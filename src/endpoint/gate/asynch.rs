@@ -1,0 +1,44 @@
+//! The gate's waiting call as a future, for async tasks (feature `tokio`): the scan of its
+//! `try_` form, and if it finds nothing a wait in the executor on the gate's park word until a
+//! scan finds something, which is then delivered. A scan that finds nothing changes nothing,
+//! so dropping the future loses no message.
+
+use super::*;
+use crate::endpoint::waiting::{spend_budget, Waiting};
+use crate::protocol::bridge::Bridges;
+
+impl Gate {
+    /// Waits in the executor until a channel has something (a record, an event, its end or
+    /// its producer's death). The time counts as the gate's idle time.
+    async fn readable(&mut self) -> Result<Pick> {
+        let shared = self.shared.clone();
+        let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
+        let _idle = Waiting::start(&figures.idle_since_ns, &figures.idle_ns);
+        park::wait_async(
+            shared.consumer_park(),
+            &shared.name,
+            Bridges::global(),
+            self.wait,
+            park::Notifier::Light,
+            |look| self.poll_pick(look),
+        )
+        .await
+    }
+
+    /// As [`Gate::recv`], waiting in the executor instead of blocking the thread. Dropping
+    /// the future before it completes loses no message.
+    ///
+    /// # Errors
+    /// As [`Gate::recv`].
+    pub async fn recv_async(&mut self) -> Result<Option<GateMessage<'_>>, crate::error::RecvError> {
+        spend_budget(&mut self.coop).await;
+        self.retire_finished();
+        // What the scan picks is acted on once: a dead channel's pick, for one, is its only
+        // report.
+        let pick = match self.decide(Deadline::Now) {
+            Err(Error::WouldBlock) => crate::error::op(self.readable().await)?,
+            r => crate::error::op(r)?,
+        };
+        crate::error::op(self.deliver(pick))
+    }
+}

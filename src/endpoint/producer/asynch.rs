@@ -1,0 +1,263 @@
+//! The producer's waiting calls as futures, for async tasks (feature `tokio`).
+//!
+//! Each waits in the executor for what its `try_` form lacks — enough free segments for the
+//! whole record, or room in the priority lane — and then does the `try_` form, which cannot
+//! block any more. Until then nothing is written, so dropping the future at its `.await`
+//! publishes nothing. The wait is backpressure, counted as the blocking calls count it.
+
+use super::*;
+use crate::endpoint::waiting::{spend_budget, Waiting};
+use crate::protocol::bridge::Bridges;
+
+impl Producer {
+    /// Waits in the executor until `poll` gives a value, with `producer_park` as the word, the
+    /// time counted as backpressure.
+    async fn wait_async<T>(
+        &mut self,
+        mut poll: impl FnMut(&mut Producer, Look) -> Result<Option<T>>,
+    ) -> Result<T> {
+        let shared = self.shared.clone();
+        let h = shared.header();
+        let _blocked = Waiting::start(
+            &h.producer_counters.blocked_since_ns,
+            &h.producer_counters.backpressured_ns,
+        );
+        park::wait_async(
+            &h.producer_park,
+            &shared.name,
+            Bridges::global(),
+            self.wait,
+            park::Notifier::Rmw,
+            |look| poll(self, look),
+        )
+        .await
+    }
+
+    /// Waits until `k` segments are free (or the consumer is gone).
+    async fn free_async(&mut self, k: u64) -> Result<()> {
+        let mut last_ready = u64::MAX;
+        self.wait_async(|p, look| p.poll_free(k, &mut last_ready, look))
+            .await
+    }
+
+    /// Free segments a record of `len` bytes needs to go whole now, or `None` if more than
+    /// can be free at once.
+    fn needs(&self, len: usize) -> Option<u64> {
+        if HEADER + len <= self.seg_size {
+            Some(1 + self.pending_abort as u64)
+        } else {
+            self.spanning_needs(len)
+        }
+    }
+
+    /// As [`Producer::send`], waiting in the executor instead of blocking the thread.
+    ///
+    /// Cancellation: dropping the future before it completes sends nothing of the record,
+    /// unless it needs more segments than the pool holds: such a record goes out part by part
+    /// (as [`RecordWriter::write_async`]), and if the future is dropped half-way the consumer
+    /// is told it was aborted ([`RecvError::RecordAborted`](crate::RecvError::RecordAborted)),
+    /// never given a piece of it. `tokio::time::timeout` around it is the async form of
+    /// [`Producer::send_timeout`].
+    ///
+    /// # Errors
+    /// As [`Producer::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), shmflow::Error> {
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send_async(b"from a task").await?;
+    /// assert_eq!(rx.recv_async().await?.unwrap().as_bytes(), Some(&b"from a task"[..]));
+    /// # Ok(()) }
+    /// ```
+    pub async fn send_async(&mut self, bytes: &[u8]) -> Result<(), SendError> {
+        spend_budget(&mut self.coop).await;
+        loop {
+            let Some(need) = self.needs(bytes.len()) else {
+                let mut w = self.stream_async().await?;
+                let name = w.producer.shared.name.clone();
+                let written = match w.write_async_core(bytes).await {
+                    // (`overflow` cannot find no segment after the wait; if it did, the
+                    // record is lost, which the consumer is told.)
+                    Err(Error::WouldBlock) => Err(Error::aborted(&name)),
+                    r => r,
+                };
+                op(written)?;
+                return op(w.finish().map_err(Error::from));
+            };
+            match self.send_inner(bytes, Deadline::Now) {
+                Err(Error::WouldBlock) => op(self.free_async(need).await)?,
+                r => return op(r),
+            }
+        }
+    }
+
+    /// As [`Producer::send_pod`], waiting in the executor.
+    ///
+    /// # Errors
+    /// As [`Producer::send`].
+    pub async fn send_pod_async<T: bytemuck::Pod>(&mut self, value: &T) -> Result<(), SendError> {
+        self.send_async(bytemuck::bytes_of(value)).await
+    }
+
+    /// As [`Producer::claim`], waiting in the executor for a segment. Dropping the future
+    /// claims nothing.
+    ///
+    /// # Errors
+    /// As [`Producer::claim`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), shmflow::Error> {
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut claim = tx.claim_async(8).await?;
+    /// claim.copy_from_slice(&42u64.to_le_bytes());
+    /// claim.commit();
+    /// assert_eq!(rx.recv_async().await?.unwrap().as_pod::<u64>(), Some(&42));
+    /// # Ok(()) }
+    /// ```
+    pub async fn claim_async(&mut self, len: usize) -> Result<Claim<'_>, SendError> {
+        spend_budget(&mut self.coop).await;
+        loop {
+            {
+                let this: *mut Producer = self;
+                // SAFETY: `this` is `self`, reborrowed for one call. The borrow ends with the
+                // call on every path but the `return`, which returns it for the lifetime of
+                // `self`; the compiler cannot see that the `WouldBlock` path holds no borrow
+                // (a known limit of its borrow checker), so it is reborrowed through a pointer.
+                match unsafe { &mut *this }.claim_inner(len, Deadline::Now) {
+                    Err(Error::WouldBlock) => {}
+                    r => return op(r),
+                }
+            }
+            let need = 1 + self.pending_abort as u64;
+            op(self.free_async(need).await)?;
+        }
+    }
+
+    /// As [`Producer::stream`], waiting in the executor for the first segment. Write to the
+    /// record with [`RecordWriter::write_async`]: its `std::io::Write` methods never wait
+    /// (they fail with [`WriteError::Full`] where a segment would have to be waited for).
+    ///
+    /// # Errors
+    /// As [`Producer::stream`].
+    pub async fn stream_async(&mut self) -> Result<RecordWriter<'_>, SendError> {
+        loop {
+            {
+                let this: *mut Producer = self;
+                // SAFETY: as in `claim_async`.
+                match unsafe { &mut *this }.stream_inner(Deadline::Now) {
+                    Err(Error::WouldBlock) => {}
+                    r => return op(r),
+                }
+            }
+            let need = 1 + self.pending_abort as u64;
+            op(self.free_async(need).await)?;
+        }
+    }
+
+    /// As [`Producer::send_event`], waiting in the executor. Dropping the future sends
+    /// nothing.
+    ///
+    /// # Errors
+    /// As [`Producer::send_event`].
+    pub async fn send_event_async(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
+        loop {
+            match self.send_event_inner(kind, payload, Deadline::Now) {
+                Err(Error::WouldBlock) => {
+                    let need = 1 + self.pending_abort as u64;
+                    op(self.free_async(need).await)?
+                }
+                r => return op(r),
+            }
+        }
+    }
+
+    /// As [`Producer::send_priority_event`], waiting in the executor for room in the lane.
+    /// Dropping the future sends nothing.
+    ///
+    /// # Errors
+    /// As [`Producer::send_priority_event`].
+    pub async fn send_priority_event_async(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        loop {
+            match self.priority_inner(kind, payload, Deadline::Now) {
+                Err(Error::WouldBlock) => {
+                    op(self
+                        .wait_async(|p, look| {
+                            // Room in the lane, without pushing: the `try_` form pushes.
+                            let h = p.shared.header();
+                            let head = h.cons.prio_head.load(Ordering::Acquire);
+                            // Acquire: as in `lane_push` (a head that makes no sense is left
+                            // for the push to report).
+                            if p.prio_tail.wrapping_sub(head)
+                                != crate::protocol::abi::PRIO_SLOTS as u64
+                            {
+                                return Ok(Some(()));
+                            }
+                            if p.consumer_detached() {
+                                return Err(p.closed_error());
+                            }
+                            p.check_peer(look)?;
+                            Ok(None)
+                        })
+                        .await)?
+                }
+                r => return op(r),
+            }
+        }
+    }
+
+    /// As [`Producer::flush`]; if a record was aborted half-way (a send that failed or was
+    /// dropped), also waits for a segment to tell the consumer so, which `flush` leaves for
+    /// later when none is free.
+    ///
+    /// # Errors
+    /// As [`Producer::flush`].
+    pub async fn flush_async(&mut self) -> Result<(), SendError> {
+        if self.pending_abort && !self.gone {
+            op(self.free_async(1).await)?;
+        }
+        op(self.flush_inner())
+    }
+}
+
+impl RecordWriter<'_> {
+    /// As [`RecordWriter::write_bytes`], waiting in the executor for every further segment
+    /// the record grows into. Dropping the future discards the record (the consumer never
+    /// sees it, or sees it aborted if parts were already handed over), as dropping the
+    /// writer does.
+    ///
+    /// # Errors
+    /// As [`RecordWriter::write_bytes`].
+    pub async fn write_async(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
+        op(self.write_async_core(bytes).await)
+    }
+
+    async fn write_async_core(&mut self, mut bytes: &[u8]) -> Result<()> {
+        let seg_size = self.producer.seg_size;
+        while !bytes.is_empty() {
+            if self.failed {
+                return Err(Error::aborted(&self.producer.shared.name));
+            }
+            if self.pos == seg_size {
+                // Wait for the next segment here, so that `overflow` finds it free (its
+                // `take` cannot block then). Dropped here, or failing, the writer is left as
+                // it was: dropping it discards or aborts the record.
+                self.producer.free_async(1).await?;
+                self.overflow()?;
+            }
+            let take = bytes.len().min(seg_size - self.pos);
+            self.write_inner(&bytes[..take])?;
+            bytes = &bytes[take..];
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,369 @@
+//! The bridge between park words and async tasks: one thread per process (per
+//! [`WORDS_PER_BRIDGE`] words waited on at once) sleeps on every park word that an async
+//! waiter of this process announced itself on, with one `futex_waitv`, and wakes the task
+//! when its word changes.
+//!
+//! Why a thread that waits on the futex words, and not an eventfd per region: the notifiers
+//! stay exactly as they are. A notifier, in any process, sync or async, wakes a parked peer
+//! with `FUTEX_WAKE` on the park word, which wakes a thread in `FUTEX_WAIT` and the bridge in
+//! `futex_waitv` alike; it needs no descriptor of the waiter's, so regions opened by name (where
+//! no descriptor travels) and anonymous ones behave the same, the region format is unchanged,
+//! and the per-record path of the producer pays nothing for async consumers. The price is one
+//! thread per process, asleep unless a word changes, and one more wake-up per sleep (the
+//! bridge wakes the task's runtime thread).
+//!
+//! The protocol, for a task T waiting on word P of the region, and the bridge B:
+//!
+//! ```text
+//! T: announce on P (as a thread would: park::wait_async); re-check; register (P, v) with B:
+//!    lock; push entry; unlock; fetch_add(doorbell, 1) (Release); wake(doorbell)
+//! B: g = load(doorbell) (Acquire); lock; for each entry: if load(P) != v, wake its task and
+//!    drop it; unlock; futex_waitv([doorbell = g, P1 = v1, …]); repeat
+//! ```
+//!
+//! SYNC POINT: T's push + Release increment of the doorbell ↔ B's Acquire load of it before it
+//! takes the list. If B's load reads the increment, its list holds T's entry; if not, the
+//! doorbell differs from `g` when the kernel looks, or T's wake comes after B sleeps: either
+//! way B takes the list again. And for the entry's word: B loads P after T's announcement
+//! (the mutex orders them); if the notifier's RMW that clears `PARKED` comes before B's look,
+//! B sees the change and wakes T; if after, the kernel sees P changed when B goes to sleep, or
+//! the notifier's `FUTEX_WAKE` finds B asleep. No wake-up is lost.
+//!
+//! Memory: B reads a word only while its entry is in the list, under the lock; a task's future
+//! removes its entry under the same lock before it completes or is dropped, so before its end
+//! (which holds the region) can go. B's `futex_waitv` may still hold the address of a word
+//! whose region was unmapped since: the kernel then fails the call or compares other memory
+//! (a spurious return, or a sleep until the doorbell or a timeout), and writes nothing.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::sync::{lock, Arc, FutexWord, Mutex, Ordering};
+
+/// Words one bridge waits on at most (`futex_waitv` takes 128; one is the doorbell).
+pub(crate) const WORDS_PER_BRIDGE: usize = 127;
+
+/// How often a bridge looks at its words where the kernel has no `futex_waitv` (before Linux
+/// 5.16).
+#[cfg(not(loom))]
+const POLL_WITHOUT_WAITV: Duration = Duration::from_millis(1);
+
+/// One entry: a task waiting for a word to change.
+struct Entry {
+    id: u64,
+    /// The word: alive while the entry is in the list (its future removes it before it ends).
+    word: *const FutexWord,
+    /// What the word held when the task announced itself.
+    expected: u32,
+    /// The task to wake.
+    waker: Waker,
+    /// When the task wants to look anyway (its peer's liveness), even if nothing changed.
+    #[cfg(not(loom))]
+    due: std::time::Instant,
+}
+
+// SAFETY: `word` is only read (atomically, through `&FutexWord`, which is `Sync`) while the
+// entry is in the list, where the memory is alive (see the module docs): the entry may move to
+// the bridge thread.
+unsafe impl Send for Entry {}
+
+impl Entry {
+    fn word(&self) -> &FutexWord {
+        // SAFETY: an entry in the list points to a live word (see the module docs).
+        unsafe { &*self.word }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    entries: Vec<Entry>,
+    next_id: u64,
+    #[cfg(loom)]
+    stop: bool,
+}
+
+/// One bridge thread's list and doorbell.
+pub(crate) struct Bridge {
+    /// The bridge's own futex word, the first of every wait: bumped and woken by every change
+    /// of the list.
+    doorbell: FutexWord,
+    state: Mutex<State>,
+}
+
+impl Bridge {
+    fn new() -> Bridge {
+        Bridge {
+            doorbell: FutexWord::default(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Rings the doorbell: the bridge takes its list again. SYNC POINT: the Release increment
+    /// ↔ the bridge's Acquire load at the top of its loop (see the module docs).
+    fn ring(&self) {
+        self.doorbell.atomic().fetch_add(1, Ordering::Release);
+        self.doorbell.wake();
+    }
+
+    fn register(&self, word: &FutexWord, expected: u32, nap: Duration, waker: Waker) -> u64 {
+        let id;
+        {
+            let mut st = lock(&self.state);
+            id = st.next_id;
+            st.next_id += 1;
+            #[cfg(loom)]
+            let _ = nap;
+            st.entries.push(Entry {
+                id,
+                word,
+                expected,
+                waker,
+                #[cfg(not(loom))]
+                due: std::time::Instant::now() + nap,
+            });
+        }
+        self.ring();
+        id
+    }
+
+    fn len(&self) -> usize {
+        lock(&self.state).entries.len()
+    }
+
+    /// Serves the list until the process ends (under loom: until [`Bridge::stop`]).
+    pub(crate) fn serve(&self) {
+        let mut words: Vec<(*const FutexWord, u32)> = Vec::new();
+        #[cfg(not(loom))]
+        let mut waitv = true;
+        loop {
+            // SYNC POINT: Acquire, pairs with the Release increment in `ring`.
+            #[cfg(not(shmflow_broken = "bridge_late_doorbell"))]
+            let gen = self.doorbell.atomic().load(Ordering::Acquire);
+            let mut wake = Vec::new();
+            #[cfg(not(loom))]
+            let mut timeout: Option<Duration> = None;
+            {
+                let mut st = lock(&self.state);
+                #[cfg(loom)]
+                if st.stop {
+                    return;
+                }
+                #[cfg(not(loom))]
+                let now = std::time::Instant::now();
+                st.entries.retain(|e| {
+                    // Acquire: pairs with the notifier's AcqRel RMW on the park word.
+                    let changed = e.word().atomic().load(Ordering::Acquire) != e.expected;
+                    #[cfg(not(loom))]
+                    let changed = changed || now >= e.due;
+                    if changed {
+                        wake.push(e.waker.clone());
+                        return false;
+                    }
+                    #[cfg(not(loom))]
+                    {
+                        let left = e.due - now;
+                        timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
+                    }
+                    true
+                });
+                words.clear();
+                words.extend(st.entries.iter().map(|e| (e.word, e.expected)));
+            }
+            for w in wake {
+                w.wake();
+            }
+            // Broken on purpose (loom only): the doorbell read after the list was taken lets a
+            // registration made in between go unseen.
+            #[cfg(shmflow_broken = "bridge_late_doorbell")]
+            let gen = self.doorbell.atomic().load(Ordering::Acquire);
+            let mut list: Vec<(*const FutexWord, u32)> = Vec::with_capacity(words.len() + 1);
+            list.push((&self.doorbell, gen));
+            list.extend_from_slice(&words);
+            #[cfg(not(loom))]
+            {
+                if waitv {
+                    waitv = crate::sync::futex_waitv(&list, timeout);
+                }
+                if !waitv {
+                    // No futex_waitv: sleep on the doorbell and look at the words every
+                    // millisecond.
+                    let nap = if words.is_empty() {
+                        timeout
+                    } else {
+                        Some(timeout.map_or(POLL_WITHOUT_WAITV, |t| t.min(POLL_WITHOUT_WAITV)))
+                    };
+                    self.doorbell.wait(gen, nap);
+                }
+            }
+            #[cfg(loom)]
+            crate::sync::futex_waitv(&list, None);
+        }
+    }
+
+    /// Ends [`Bridge::serve`] (loom models only).
+    #[cfg(loom)]
+    pub(crate) fn stop(&self) {
+        lock(&self.state).stop = true;
+        self.ring();
+    }
+}
+
+/// The bridges of a process: a new one (and its thread) for every [`WORDS_PER_BRIDGE`] words
+/// waited on at once.
+pub(crate) struct Bridges {
+    list: Mutex<Vec<Arc<Bridge>>>,
+}
+
+impl Bridges {
+    /// The process's bridges.
+    #[cfg(not(loom))]
+    pub(crate) fn global() -> &'static Bridges {
+        static GLOBAL: std::sync::OnceLock<Bridges> = std::sync::OnceLock::new();
+        GLOBAL.get_or_init(|| Bridges {
+            list: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The model's bridges: one bridge, served by the model in a thread of its own
+    /// ([`Bridges::first`], [`Bridge::serve`]); fresh in every execution.
+    #[cfg(loom)]
+    pub(crate) fn global() -> &'static Bridges {
+        loom::lazy_static! {
+            static ref GLOBAL: Bridges = Bridges {
+                list: Mutex::new(vec![Arc::new(Bridge::new())]),
+            };
+        }
+        &GLOBAL
+    }
+
+    /// The first bridge (loom models serve it themselves).
+    #[cfg(loom)]
+    pub(crate) fn first(&self) -> Arc<Bridge> {
+        lock(&self.list)[0].clone()
+    }
+
+    /// Registers a task waiting on `word` with a bridge that has room for it (started if
+    /// need be). The list stays locked until the entry is in, so that no bridge ever holds
+    /// more than [`WORDS_PER_BRIDGE`] entries.
+    fn register(
+        &self,
+        word: &FutexWord,
+        expected: u32,
+        nap: Duration,
+        waker: Waker,
+    ) -> std::io::Result<(Arc<Bridge>, u64)> {
+        let mut list = lock(&self.list);
+        let bridge = match list.iter().find(|b| b.len() < WORDS_PER_BRIDGE) {
+            Some(b) => b.clone(),
+            None => {
+                #[cfg(not(loom))]
+                {
+                    let b = Arc::new(Bridge::new());
+                    let served = b.clone();
+                    std::thread::Builder::new()
+                        .name("shmflow-bridge".into())
+                        .spawn(move || served.serve())?;
+                    list.push(b.clone());
+                    b
+                }
+                #[cfg(loom)]
+                list[0].clone()
+            }
+        };
+        let id = bridge.register(word, expected, nap, waker);
+        drop(list);
+        Ok((bridge, id))
+    }
+
+    /// Sleeps until `word` no longer holds `expected`, or `nap` has passed, without blocking
+    /// the thread: the future completes when the bridge sees the change. Dropping it withdraws
+    /// the request.
+    pub(crate) fn sleep<'a>(
+        &'a self,
+        word: &'a FutexWord,
+        expected: u32,
+        nap: Duration,
+    ) -> Sleep<'a> {
+        Sleep {
+            bridges: self,
+            word,
+            expected,
+            nap,
+            reg: None,
+        }
+    }
+}
+
+/// See [`Bridges::sleep`].
+pub(crate) struct Sleep<'a> {
+    bridges: &'a Bridges,
+    word: &'a FutexWord,
+    expected: u32,
+    nap: Duration,
+    /// The bridge and entry, once registered.
+    reg: Option<(Arc<Bridge>, u64)>,
+}
+
+impl Future for Sleep<'_> {
+    /// `Err` if no bridge thread could be started.
+    type Output = std::io::Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        match &this.reg {
+            None => {
+                let reg = this.bridges.register(
+                    this.word,
+                    this.expected,
+                    this.nap,
+                    cx.waker().clone(),
+                )?;
+                this.reg = Some(reg);
+                Poll::Pending
+            }
+            Some((bridge, id)) => {
+                let mut st = lock(&bridge.state);
+                match st.entries.iter_mut().find(|e| e.id == *id) {
+                    // Gone from the list: the bridge woke us.
+                    None => {
+                        drop(st);
+                        this.reg = None;
+                        Poll::Ready(Ok(()))
+                    }
+                    Some(e) => {
+                        if !e.waker.will_wake(cx.waker()) {
+                            e.waker = cx.waker().clone();
+                        }
+                        Poll::Pending
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Sleep<'_> {
+    fn drop(&mut self) {
+        if let Some((bridge, id)) = self.reg.take() {
+            let mut st = lock(&bridge.state);
+            if let Some(i) = st.entries.iter().position(|e| e.id == id) {
+                // Out of the list before the word's region can go (see the module docs); the
+                // bridge stops waiting on it at its next look.
+                st.entries.swap_remove(i);
+                drop(st);
+                bridge.ring();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Sleep<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleep")
+            .field("expected", &self.expected)
+            .field("registered", &self.reg.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,549 @@
+//! The async forms of the waiting calls (feature `tokio`): records between sync and async
+//! ends in both directions and across processes, cancellation at every `.await`, closed and
+//! dead peers seen by an awaiting task, gates, and many tasks waiting at once.
+
+#![cfg(feature = "tokio")]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use shmflow::{
+    Consumer, Gate, GateGeometry, GateMessage, Geometry, Message, Producer, RecvError, SendError,
+    WaitStrategy,
+};
+
+/// The region a child process opens.
+const NAME_VAR: &str = "SHMFLOW_TEST_NAME";
+
+/// Every await in these tests ends within this, or the test fails instead of hanging.
+const BOUND: Duration = Duration::from_secs(20);
+
+fn small() -> Geometry {
+    Geometry {
+        segment_size: 4096,
+        segment_count: 4,
+    }
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
+    match tokio::time::timeout(BOUND, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: did not complete within {BOUND:?}"),
+    }
+}
+
+/// The futures cross `.await` in `tokio::spawn`: they must be `Send`.
+#[test]
+fn futures_are_send() {
+    fn send<T: Send>(_: &T) {}
+    let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+    send(&rx.recv_async());
+    send(&rx.recv_message_async());
+    send(&tx.send_async(b"x"));
+    send(&tx.claim_async(8));
+    send(&tx.stream_async());
+    send(&tx.send_event_async(1, b""));
+    send(&tx.send_priority_event_async(1, b""));
+    send(&tx.flush_async());
+    let mut gate = Gate::create_anonymous(GateGeometry::new(1)).unwrap().0;
+    send(&gate.recv_async());
+}
+
+/// A sync producer thread and an async consumer, then the reverse, with parked ends (every
+/// record crosses through the bridge) and with the default strategy.
+#[test]
+fn sync_and_async_ends_interoperate_both_ways() {
+    for wait in [WaitStrategy::Park, WaitStrategy::Block] {
+        const N: u64 = 20_000;
+        // sync → async
+        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        rx.set_wait_strategy(wait);
+        tx.set_wait_strategy(wait);
+        let writer = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            for seq in 0..N {
+                make_record(seq, (seq % 300) as usize, &mut buf);
+                tx.send(&buf).unwrap();
+                if seq % 1000 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        current_thread().block_on(async {
+            let mut scratch = Vec::new();
+            let mut seq = 0;
+            while let Some(r) = bounded("recv_async", rx.recv_async()).await.unwrap() {
+                check_record(
+                    seq,
+                    (seq % 300) as usize,
+                    r.as_bytes().unwrap(),
+                    &mut scratch,
+                )
+                .unwrap();
+                seq += 1;
+            }
+            assert_eq!(seq, N);
+        });
+        writer.join().unwrap();
+
+        // async → sync
+        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        rx.set_wait_strategy(wait);
+        tx.set_wait_strategy(wait);
+        let reader = std::thread::spawn(move || {
+            let mut scratch = Vec::new();
+            let mut seq = 0;
+            while let Some(r) = rx.recv().unwrap() {
+                check_record(
+                    seq,
+                    (seq % 5000) as usize,
+                    &r.to_vec().unwrap(),
+                    &mut scratch,
+                )
+                .unwrap();
+                seq += 1;
+                if seq % 1000 == 0 {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            seq
+        });
+        multi_thread().block_on(async move {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for seq in 0..N {
+                    make_record(seq, (seq % 5000) as usize, &mut buf);
+                    bounded("send_async", tx.send_async(&buf)).await.unwrap();
+                }
+            })
+            .await
+            .unwrap();
+        });
+        assert_eq!(reader.join().unwrap(), N);
+    }
+}
+
+/// Both ends async in one runtime, records larger than the whole pool included (they go out
+/// part by part), events and priority events in order, claims and streamed records.
+#[test]
+fn async_to_async_with_every_kind_of_message() {
+    current_thread().block_on(async {
+        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        let big = vec![7u8; 40_000]; // ten segments' worth, the pool holds four
+        let writer = tokio::spawn(async move {
+            tx.send_async(b"first").await.unwrap();
+            tx.send_async(&big).await.unwrap();
+            let mut c = tx.claim_async(8).await.unwrap();
+            c.copy_from_slice(&9u64.to_le_bytes());
+            c.commit();
+            tx.send_event_async(3, b"event").await.unwrap();
+            let mut w = tx.stream_async().await.unwrap();
+            w.write_async(&vec![1u8; 9000]).await.unwrap();
+            w.finish().unwrap();
+            tx.send_priority_event_async(4, b"urgent").await.unwrap();
+            tx.flush_async().await.unwrap();
+        });
+        let mut got = Vec::new();
+        while let Some(m) = bounded("recv_message_async", rx.recv_message_async())
+            .await
+            .unwrap()
+        {
+            match m {
+                Message::Record(r) => {
+                    let v = r.to_vec_async().await.unwrap();
+                    got.push(format!("record {} {}", v.len(), v[0]));
+                }
+                Message::Event(e) => got.push(format!(
+                    "event {} {}",
+                    e.kind,
+                    String::from_utf8_lossy(e.payload)
+                )),
+            }
+        }
+        writer.await.unwrap();
+        let want = vec![
+            "record 5 102".to_string(),
+            "record 40000 7".to_string(),
+            "record 8 9".to_string(),
+            "event 3 event".to_string(),
+            "record 9000 1".to_string(),
+        ];
+        // The priority event may overtake what was queued before it, never what followed.
+        let prio = got
+            .iter()
+            .position(|m| m == "event 4 urgent")
+            .expect("the priority event arrives");
+        got.remove(prio);
+        assert_eq!(got, want);
+    });
+}
+
+/// Dropping `recv_async` while it waits (a timeout around it, again and again) loses no
+/// record: every record arrives once, in order.
+#[test]
+fn a_dropped_recv_loses_nothing() {
+    const N: u64 = 100;
+    let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+    rx.set_wait_strategy(WaitStrategy::Park);
+    let writer = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        for seq in 0..N {
+            make_record(seq, 64, &mut buf);
+            tx.send(&buf).unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    });
+    let timeouts = current_thread().block_on(async {
+        let mut scratch = Vec::new();
+        let (mut seq, mut timeouts) = (0, 0u64);
+        let start = Instant::now();
+        loop {
+            assert!(start.elapsed() < BOUND, "stuck at record {seq}");
+            // Shorter than the gaps between records (tokio's timer counts milliseconds): most
+            // calls are dropped waiting.
+            match tokio::time::timeout(Duration::from_millis(1), rx.recv_async()).await {
+                Err(_) => timeouts += 1,
+                Ok(Ok(Some(r))) => {
+                    check_record(seq, 64, r.as_bytes().unwrap(), &mut scratch).unwrap();
+                    seq += 1;
+                }
+                Ok(Ok(None)) => break,
+                Ok(Err(e)) => panic!("{e}"),
+            }
+        }
+        assert_eq!(seq, N);
+        timeouts
+    });
+    writer.join().unwrap();
+    assert!(timeouts > 0, "no call was dropped while waiting");
+    println!("{N} records, {timeouts} dropped recv futures");
+}
+
+/// Dropping `send_async` or `claim_async` while they wait for a segment publishes nothing:
+/// the consumer sees exactly the records whose sends completed.
+#[test]
+fn a_dropped_send_or_claim_publishes_nothing() {
+    current_thread().block_on(async {
+        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        // Fill the pool: nobody reads.
+        let mut sent = 0u64;
+        let mut buf = Vec::new();
+        loop {
+            make_record(sent, 1500, &mut buf);
+            match tx.try_send(&buf) {
+                Ok(()) => sent += 1,
+                Err(shmflow::TrySendError::Full) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        // Each of these waits for a segment and is dropped by its timeout.
+        make_record(1_000_000, 1500, &mut buf);
+        let short = Duration::from_millis(20);
+        assert!(tokio::time::timeout(short, tx.send_async(&buf))
+            .await
+            .is_err());
+        assert!(tokio::time::timeout(short, tx.claim_async(1000))
+            .await
+            .is_err());
+        // A spanning record that the pool can hold whole waits for all its segments first.
+        let span = vec![3u8; 9000];
+        assert!(tokio::time::timeout(short, tx.send_async(&span))
+            .await
+            .is_err());
+        assert!(tokio::time::timeout(short, tx.send_event_async(1, b"e"))
+            .await
+            .is_err());
+        // The time spent waiting counts as backpressure, though every wait was dropped.
+        assert!(tx.metrics().backpressured_ns >= 4 * short.as_nanos() as u64 / 2);
+        drop(tx);
+        let mut scratch = Vec::new();
+        let mut seq = 0;
+        while let Some(r) = rx.recv_async().await.unwrap() {
+            check_record(seq, 1500, r.as_bytes().unwrap(), &mut scratch).unwrap();
+            seq += 1;
+        }
+        assert_eq!(seq, sent, "exactly the completed sends arrive");
+    });
+}
+
+/// A record larger than the pool that is dropped half-way is reported aborted, never handed
+/// over in part, and the channel goes on.
+#[test]
+fn a_dropped_send_larger_than_the_pool_is_aborted() {
+    current_thread().block_on(async {
+        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        let big = vec![5u8; 100_000];
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), tx.send_async(&big))
+                .await
+                .is_err()
+        );
+        let reader = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            loop {
+                match rx.recv_async().await {
+                    Ok(Some(r)) => match r.to_vec_async().await {
+                        Ok(v) => seen.push(format!("record {}", v.len())),
+                        Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
+                        Err(e) => panic!("{e}"),
+                    },
+                    Ok(None) => break,
+                    Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            seen
+        });
+        tx.send_async(b"after").await.unwrap();
+        tx.flush_async().await.unwrap();
+        drop(tx);
+        let seen = bounded("reader", reader).await.unwrap();
+        assert_eq!(seen, vec!["aborted".to_string(), "record 5".to_string()]);
+    });
+}
+
+/// The end of the stream and a consumer that leaves reach awaiting tasks.
+#[test]
+fn closed_peers_end_awaiting_calls() {
+    current_thread().block_on(async {
+        let (tx, mut rx) = shmflow::pair(small()).unwrap();
+        let closer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            drop(tx);
+        });
+        assert!(bounded("recv_async", rx.recv_async())
+            .await
+            .unwrap()
+            .is_none());
+        closer.await.unwrap();
+
+        let (mut tx, rx) = shmflow::pair(small()).unwrap();
+        let leaver = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            drop(rx);
+        });
+        let err = bounded("send_async", async {
+            loop {
+                if let Err(e) = tx.send_async(&[0u8; 1000]).await {
+                    return e;
+                }
+            }
+        })
+        .await;
+        assert!(matches!(err, SendError::Closed(_)), "{err}");
+        leaver.await.unwrap();
+    });
+}
+
+/// A child process that feeds a named channel and then is killed: the awaiting consumer
+/// gets every record committed before, then `PeerDead`; the reverse for a blocked async
+/// producer whose consumer is killed.
+#[test]
+fn dead_peers_reach_awaiting_tasks() {
+    let name = std::env::var(NAME_VAR).unwrap_or_else(|_| unique_name("async-dead"));
+    match role().as_deref() {
+        Some("producer") => child_main(|| {
+            let mut tx = Producer::open(&name).map_err(|e| e.to_string())?;
+            for i in 0..100u64 {
+                tx.send(&i.to_le_bytes()).map_err(|e| e.to_string())?;
+            }
+            tx.flush().map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_secs(60));
+            Ok(())
+        }),
+        Some("consumer") => child_main(|| {
+            let mut rx = Consumer::open(&format!("{name}-rev")).map_err(|e| e.to_string())?;
+            let _first = rx.recv().map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_secs(60));
+            Ok(())
+        }),
+        Some(_) => return,
+        None => {}
+    }
+    let rt = current_thread();
+    // An awaiting consumer, its producer killed.
+    let mut rx = Consumer::create(&name, small()).unwrap();
+    let mut child = spawn(
+        "dead_peers_reach_awaiting_tasks",
+        "producer",
+        &[(NAME_VAR, name.clone())],
+        None,
+    );
+    rt.block_on(async {
+        for i in 0..100u64 {
+            let r = bounded("recv_async", rx.recv_async())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(r.as_pod::<u64>(), Some(&i));
+        }
+        let waiting = tokio::spawn(async move {
+            let r = bounded("recv_async", rx.recv_async()).await;
+            (r.map(|o| o.is_some()), Instant::now())
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        child.kill().unwrap();
+        let killed = Instant::now();
+        child.wait().unwrap();
+        let (r, seen) = waiting.await.unwrap();
+        assert!(matches!(r, Err(RecvError::PeerDead(_))), "{r:?}");
+        println!(
+            "awaiting consumer saw its producer dead after {:?}",
+            seen - killed
+        );
+    });
+    // An awaiting producer, blocked by backpressure, its consumer killed.
+    let mut tx = Producer::create(&format!("{name}-rev"), small()).unwrap();
+    let mut child = spawn(
+        "dead_peers_reach_awaiting_tasks",
+        "consumer",
+        &[(NAME_VAR, name.clone())],
+        None,
+    );
+    rt.block_on(async {
+        let blocked = tokio::spawn(async move {
+            loop {
+                if let Err(e) = bounded("send_async", tx.send_async(&[1u8; 2000])).await {
+                    return (e, Instant::now());
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        child.kill().unwrap();
+        let killed = Instant::now();
+        child.wait().unwrap();
+        let (e, seen) = blocked.await.unwrap();
+        assert!(matches!(e, SendError::PeerDead(_)), "{e}");
+        println!(
+            "awaiting producer saw its consumer dead after {:?}",
+            seen - killed
+        );
+    });
+}
+
+/// A gate read by a task: records from a sync producer in another process, then its death.
+#[test]
+fn a_gate_is_read_by_a_task() {
+    let name = std::env::var(NAME_VAR).unwrap_or_else(|_| unique_name("async-gate"));
+    if let Some(r) = role() {
+        if r == "channel" {
+            child_main(|| {
+                let mut tx = Producer::open_channel(&name, 1).map_err(|e| e.to_string())?;
+                for i in 0..1000u64 {
+                    tx.send(&i.to_le_bytes()).map_err(|e| e.to_string())?;
+                }
+                tx.flush().map_err(|e| e.to_string())?;
+                std::thread::sleep(Duration::from_secs(60));
+                Ok(())
+            });
+        }
+        return;
+    }
+    let mut gate = Gate::create(&name, GateGeometry::new(2)).unwrap();
+    gate.set_wait_strategy(WaitStrategy::Park);
+    let local = Producer::open_channel(&name, 0).unwrap();
+    let mut child = spawn(
+        "a_gate_is_read_by_a_task",
+        "channel",
+        &[(NAME_VAR, name.clone())],
+        None,
+    );
+    multi_thread().block_on(async move {
+        let reader = tokio::spawn(async move {
+            let (mut records, mut ended, mut dead) = (0u64, 0, 0);
+            while let Some(m) = bounded("gate recv_async", gate.recv_async()).await.unwrap() {
+                match m {
+                    GateMessage::Record { channel, record } => {
+                        assert_eq!(channel, 1);
+                        assert_eq!(record.as_pod::<u64>(), Some(&records));
+                        records += 1;
+                    }
+                    GateMessage::EndOfPartition { channel } => {
+                        assert_eq!(channel, 0);
+                        ended += 1;
+                    }
+                    GateMessage::ChannelDead { channel, .. } => {
+                        assert_eq!(channel, 1);
+                        dead += 1;
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            (records, ended, dead)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(local);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(bounded("gate reader", reader).await.unwrap(), (1000, 1, 1));
+    });
+}
+
+/// More tasks wait at once than one `futex_waitv` can watch: every one is woken.
+#[test]
+fn hundreds_of_waiting_tasks_are_all_woken() {
+    const TASKS: usize = 300;
+    multi_thread().block_on(async {
+        let mut producers = Vec::new();
+        let mut readers = Vec::new();
+        for _ in 0..TASKS {
+            let (tx, mut rx) = shmflow::pair(Geometry {
+                segment_size: 4096,
+                segment_count: 2,
+            })
+            .unwrap();
+            rx.set_wait_strategy(WaitStrategy::Park);
+            producers.push(tx);
+            readers.push(tokio::spawn(async move {
+                let r = rx.recv_async().await.unwrap().unwrap();
+                r.as_pod::<u64>().copied()
+            }));
+        }
+        // Let every task park.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for (i, tx) in producers.iter_mut().enumerate() {
+            tx.send(&(i as u64).to_le_bytes()).unwrap();
+        }
+        for (i, r) in readers.into_iter().enumerate() {
+            assert_eq!(bounded("reader", r).await.unwrap(), Some(i as u64));
+        }
+    });
+}
+
+/// Idle time of an awaiting consumer is counted, also for waits whose future was dropped.
+#[test]
+fn awaiting_counts_as_idle_time() {
+    current_thread().block_on(async {
+        let (_tx, mut rx) = shmflow::pair(small()).unwrap();
+        rx.set_wait_strategy(WaitStrategy::Park);
+        for _ in 0..5 {
+            assert!(
+                tokio::time::timeout(Duration::from_millis(20), rx.recv_async())
+                    .await
+                    .is_err()
+            );
+        }
+        let idle = rx.metrics().idle_ns;
+        assert!(
+            idle >= 5 * 15_000_000,
+            "idle {idle} ns after 100 ms of waits"
+        );
+    });
+}
