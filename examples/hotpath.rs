@@ -5,10 +5,13 @@
 //! cargo build --release --example hotpath
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 tuned
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 plain
+//! cargo build --release --features tokio --example hotpath
+//! valgrind --tool=callgrind target/release/examples/hotpath 200000 async
 //! ```
 //!
 //! `tuned`: `FlushPolicy::Explicit`, `claim`, one `flush` per batch, `drain`. `plain`: every
-//! setting at its default, `send`, and `recv` record by record.
+//! setting at its default, `send`, and `recv` record by record. `async`: as `plain`, with
+//! `send_async` and `recv_async` awaited on a current-thread tokio runtime.
 
 use shmflow::{FlushPolicy, Geometry};
 
@@ -17,8 +20,33 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
-    let plain = std::env::args().nth(2).as_deref() == Some("plain");
+    let mode = std::env::args().nth(2).unwrap_or_default();
+    let plain = mode == "plain";
     let (mut p, mut c) = shmflow::pair(Geometry::default()).unwrap();
+    #[cfg(feature = "tokio")]
+    if mode == "async" {
+        let rec = [7u8; 64];
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let sum = rt.block_on(async {
+            let mut sum = 0u64;
+            let mut sent = 0;
+            while sent < n {
+                for _ in 0..400 {
+                    p.send_async(&rec).await.unwrap();
+                }
+                for _ in 0..400 {
+                    let r = c.recv_async().await.unwrap().unwrap();
+                    sum += r.as_bytes().unwrap()[0] as u64;
+                }
+                sent += 400;
+            }
+            sum
+        });
+        println!("{sum}");
+        return;
+    }
     if !plain {
         p.set_flush_policy(FlushPolicy::Explicit);
     }

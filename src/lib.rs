@@ -50,6 +50,13 @@
 //! one CPU burnt; keep `d` bounded on machines with few cores); `Park` sleeps at once (least
 //! CPU). A side is woken only if it announced that it sleeps.
 //!
+//! **Async** (feature `tokio`): every waiting call has an `_async` form (`Consumer::recv_async`,
+//! `Producer::send_async`, `Gate::recv_async`, …) that waits in the executor: the task
+//! announces itself on the park word as a thread would, and one thread per process waits on
+//! every announced word with `futex_waitv` and wakes the tasks. Sync and async ends mix on one
+//! region; the futures are `Send` and cancellation-safe (a dropped `recv_async` loses no record,
+//! a dropped `send_async` sends nothing).
+//!
 //! **Records.** A record is any byte sequence. One that fits in a segment never spans and is
 //! read in place ([`Record::as_bytes`], [`Record::as_pod`]); a larger one spans segments and is
 //! read part by part ([`Record::next_part`], no copy) or whole ([`Record::to_vec`]).
@@ -125,6 +132,8 @@ pub use endpoint::monitor::{
 };
 pub use endpoint::partition::{KeyFn, Partition, Partitioner};
 pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};
+#[cfg(feature = "tokio")]
+pub use endpoint::{consumer::RecvAsync, producer::SendAsync};
 pub use error::{
     ClosedError, ConfigError, CorruptError, End, Error, OpenError, PeerDeadError,
     ProducerFailedError, RecordAbortedError, RecordTooLargeError, RecvError, RecvTimeoutError,

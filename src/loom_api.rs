@@ -213,3 +213,50 @@ impl FlushSignal {
         self.0.sleep(stop)
     }
 }
+
+/// Serves the model's async bridge until [`stop_bridge`] (run it in a thread of its own).
+pub fn serve_bridge() {
+    crate::protocol::bridge::Bridges::global().first().serve();
+}
+
+/// Ends [`serve_bridge`].
+pub fn stop_bridge() {
+    crate::protocol::bridge::Bridges::global().first().stop();
+}
+
+/// A park word and a published flag, for the model of the async wait protocol alone.
+#[derive(Default)]
+pub struct ParkWord {
+    word: crate::sync::FutexWord,
+    published: crate::sync::AtomicU32,
+}
+
+impl ParkWord {
+    /// A fresh word, nothing published.
+    pub fn new() -> ParkWord {
+        ParkWord::default()
+    }
+
+    /// The notifier: publishes (Release), then wakes the waiter if it announced itself (the
+    /// read-modify-write notification).
+    pub fn publish(&self) {
+        self.published.store(1, Ordering::Release);
+        crate::protocol::park::notify(&self.word);
+    }
+
+    /// The async waiter (parking at once): completes once it has seen the publication.
+    pub async fn wait(&self) {
+        crate::protocol::park::wait_async(
+            &self.word,
+            "model",
+            crate::protocol::bridge::Bridges::global(),
+            crate::protocol::park::WaitStrategy::Park,
+            crate::protocol::park::Notifier::Rmw,
+            crate::protocol::park::Pace::Sparse,
+            // Acquire: pairs with the Release in `publish`.
+            |_| Ok((self.published.load(Ordering::Acquire) != 0).then_some(())),
+        )
+        .await
+        .unwrap()
+    }
+}

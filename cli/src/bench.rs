@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 
 const SPIN: WaitStrategy = WaitStrategy::BusyPoll(Duration::from_secs(1));
-const RTT_G: Geometry = Geometry {
+pub(crate) const RTT_G: Geometry = Geometry {
     segment_size: 4096,
     segment_count: 4,
 };
-const REC: usize = 64;
+pub(crate) const REC: usize = 64;
 const BULK: usize = 64 * 1024;
 
 struct Cfg {
@@ -195,7 +195,7 @@ fn unpin() {
 }
 
 /// Times `rounds` round trips after a warm-up of a tenth; returns sorted nanoseconds.
-fn time_rounds(rounds: usize, mut once: impl FnMut(u64)) -> Vec<u64> {
+pub(crate) fn time_rounds(rounds: usize, mut once: impl FnMut(u64)) -> Vec<u64> {
     for i in 0..(rounds / 10).max(1000) {
         once(i as u64);
     }
@@ -368,7 +368,7 @@ fn best(cfg: &Cfg, mut run: impl FnMut() -> (f64, f64)) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn parse_report(s: &str) -> (f64, f64) {
+pub(crate) fn parse_report(s: &str) -> (f64, f64) {
     let mut it = s.split_whitespace().map(|x| x.parse::<f64>().unwrap());
     (it.next().unwrap(), it.next().unwrap())
 }
@@ -512,10 +512,11 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
     let kind = args.first().ok_or("bench role")?.as_str();
     match kind {
         "echo" => {
-            let wait = if args.get(1).map(String::as_str) == Some("spin") {
-                SPIN
-            } else {
-                WaitStrategy::Block
+            let wait = match args.get(1).map(String::as_str) {
+                Some("spin") => SPIN,
+                // Both ends park at once: every message is a futex wake-up (the async group).
+                Some("parked") => WaitStrategy::Park,
+                _ => WaitStrategy::Block,
             };
             let mut ping = Consumer::from_env("PING").map_err(|e| e.to_string())?;
             let mut pong = Producer::from_env("PONG").map_err(|e| e.to_string())?;
@@ -653,6 +654,7 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
             println!("{n} {}", start.map(|s| s.elapsed().as_nanos()).unwrap_or(1));
         }
         "ol-sink" => return crate::openloop::sink(args),
+        "async-sink" => return crate::asyncbench::async_sink(),
         other => return Err(format!("unknown bench role {other}")),
     }
     Ok(())
@@ -712,7 +714,7 @@ fn plain_records(c: &mut Consumer) -> Result<(u64, u64, Option<Instant>), shmflo
     Ok((n, sum, start))
 }
 
-fn touch(b: &[u8]) -> u64 {
+pub(crate) fn touch(b: &[u8]) -> u64 {
     let mut s = 0u64;
     let mut chunks = b.chunks_exact(8);
     for c in &mut chunks {
@@ -759,7 +761,7 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     json: bool,
     /// Run one group only (for profiling).
-    #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool"])]
+    #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool", "async"])]
     only: Option<String>,
     /// Repeat the selected groups this many times, alternating, and report the median and
     /// the spread (min..max) of each measure and of each ratio (computed within each run).
@@ -984,6 +986,33 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
             best(cfg, || gb(floor_stream(cfg, pool_bytes, BULK))) / 1e9,
         );
     }
+    if want("async") {
+        use crate::asyncbench::{rtt, Rtt};
+        // Alternating, so that a slow moment of the host falls on both sides of each ratio.
+        let (mut sync, mut cur, mut multi) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..2 {
+            sync.extend(rtt(cfg.rounds / 2, Rtt::Sync));
+            cur.extend(rtt(cfg.rounds / 2, Rtt::Current));
+            multi.extend(rtt(cfg.rounds / 2, Rtt::Multi));
+        }
+        for v in [&mut sync, &mut cur, &mut multi] {
+            v.sort_unstable();
+        }
+        note("rtt_sync_park_p50_ns", pct(&sync, 0.5));
+        note("rtt_async_current_p50_ns", pct(&cur, 0.5));
+        note("rtt_async_current_p99_ns", pct(&cur, 0.99));
+        note("rtt_async_multi_p50_ns", pct(&multi, 0.5));
+        note("rtt_async_multi_p99_ns", pct(&multi, 0.99));
+        note(
+            "tokio_uds_rtt_p50_ns",
+            pct(&crate::asyncbench::tokio_uds_rtt(cfg.rounds), 0.5),
+        );
+        note("sync_plain_rps", best(cfg, || plain_stream(cfg)));
+        note(
+            "async_rps",
+            best(cfg, || crate::asyncbench::async_stream(cfg.secs)),
+        );
+    }
     if want("pool") {
         note(
             "small_tiny_pool_rps",
@@ -1003,7 +1032,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 7] = [
+const RATIOS: [(&str, &str, &str, &str); 11] = [
     (
         "rtt_spin_vs_floor",
         "rtt_spin_p50_ns",
@@ -1025,6 +1054,30 @@ const RATIOS: [(&str, &str, &str, &str); 7] = [
     ("small_vs_floor", "small_rps", "floor_small_rps", ">= 0.8"),
     ("plain_vs_small", "plain_rps", "small_rps", ">= 0.7"),
     ("bulk_vs_floor", "bulk_gbps", "floor_bulk_gbps", ">= 0.8"),
+    (
+        "async_rtt_current_vs_sync_park",
+        "rtt_async_current_p50_ns",
+        "rtt_sync_park_p50_ns",
+        "<= 1.5",
+    ),
+    (
+        "async_rtt_multi_vs_sync_park",
+        "rtt_async_multi_p50_ns",
+        "rtt_sync_park_p50_ns",
+        "<= 1.5",
+    ),
+    (
+        "async_rtt_current_vs_tokio_uds",
+        "rtt_async_current_p50_ns",
+        "tokio_uds_rtt_p50_ns",
+        "(lower is better)",
+    ),
+    (
+        "async_vs_sync_plain",
+        "async_rps",
+        "sync_plain_rps",
+        ">= 0.8",
+    ),
     (
         "same_cpu_vs_futex_floor_same_cpu",
         "rtt_same_cpu_p50_ns",

@@ -5,6 +5,7 @@
 //! does not exist or is not shmflow's, an I/O error, a failed demo); 2 for a command line that
 //! does not parse (clap's usage message).
 
+mod asyncbench;
 mod bench;
 mod demo;
 mod json;

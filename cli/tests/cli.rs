@@ -221,6 +221,12 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "bulk_gbps",
         "floor_bulk_gbps",
         "small_tiny_pool_rps",
+        "rtt_sync_park_p50_ns",
+        "rtt_async_current_p50_ns",
+        "rtt_async_multi_p50_ns",
+        "tokio_uds_rtt_p50_ns",
+        "sync_plain_rps",
+        "async_rps",
     ] {
         let x = v[k]
             .as_f64()
@@ -228,8 +234,9 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         assert!(x > 0.0 && x.is_finite(), "{k} = {x}");
     }
     assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
-    assert_eq!(v["ratios"].as_object().unwrap().len(), 7);
+    assert_eq!(v["ratios"].as_object().unwrap().len(), 11);
     assert!(v["ratios"]["plain_vs_small"].as_f64().unwrap() > 0.0);
+    assert!(v["ratios"]["async_vs_sync_plain"].as_f64().unwrap() > 0.0);
     assert_eq!(v["runs"].as_u64(), Some(1));
 }
 

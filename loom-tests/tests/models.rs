@@ -11,7 +11,7 @@
 
 use loom::thread;
 use shmflow::loom_api::{ring, GateRegion, Region};
-use shmflow::{Error, FlushPolicy, Producer, SendError, TryRecvError};
+use shmflow::{Error, FlushPolicy, Producer, SendError, TryRecvError, WaitStrategy};
 
 /// Segments of 64 bytes: a 40-byte record (+ 8-byte header) fills one.
 const SEG: u32 = 64;
@@ -327,5 +327,50 @@ fn consumer_waiting_for_records_published_one_by_one_always_wakes() {
             assert_eq!(r.as_bytes().unwrap(), &pattern(seq, 8)[..]);
         }
         drop(t.join().unwrap());
+    });
+}
+
+/// Model 10: The async wait protocol alone: a task (in `block_on`) announces itself on a
+/// park word, re-checks, and registers with the bridge thread, which sleeps on the word and
+/// its own doorbell (the modelled `futex_waitv`); a notifier publishes and notifies with the
+/// read-modify-write. The task is always woken.
+#[test]
+fn async_waiter_through_the_bridge_always_wakes() {
+    model(|| {
+        let word = std::sync::Arc::new(shmflow::loom_api::ParkWord::new());
+        let bridge = thread::spawn(shmflow::loom_api::serve_bridge);
+        let notifier = {
+            let word = word.clone();
+            thread::spawn(move || word.publish())
+        };
+        loom::future::block_on(word.wait());
+        notifier.join().unwrap();
+        shmflow::loom_api::stop_bridge();
+        bridge.join().unwrap();
+    });
+}
+
+/// Model 11: An async consumer waits for a record through the bridge while the producer
+/// publishes it with the default policy (the light notification, the asymmetric barrier
+/// modelled as a SeqCst fence on each side): the real consumer and producer, always woken.
+#[test]
+fn async_consumer_waiting_through_the_bridge_always_wakes() {
+    model_bounded(2, || {
+        let region = Region::new(SEG, 2);
+        let mut p = region.producer();
+        let mut c = region.consumer();
+        c.set_wait_strategy(WaitStrategy::Park);
+        let bridge = thread::spawn(shmflow::loom_api::serve_bridge);
+        let t = thread::spawn(move || {
+            send(&mut p, 1, 8);
+            p
+        });
+        loom::future::block_on(async {
+            let r = c.recv_async().await.unwrap().expect("record");
+            assert_eq!(r.as_bytes().unwrap(), &pattern(1, 8)[..]);
+        });
+        drop(t.join().unwrap());
+        shmflow::loom_api::stop_bridge();
+        bridge.join().unwrap();
     });
 }

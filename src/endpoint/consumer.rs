@@ -37,6 +37,8 @@ use crate::sys::clock::monotonic_ns;
 
 #[cfg(any(feature = "tokio", loom))]
 mod asynch;
+#[cfg(feature = "tokio")]
+pub use asynch::RecvAsync;
 
 /// Default limit on a record's total length for the reader (spanning records are otherwise
 /// unbounded): 4 GiB.
@@ -504,8 +506,9 @@ impl Consumer {
             pace,
             |look| self.poll_wait(look),
         );
-        self.wait_mark = self.cur.map(|c| (c.seg, c.rd));
         if timed {
+            // (A `try_` look is no wait: the pace is what the reader did between waits.)
+            self.wait_mark = self.cur.map(|c| (c.seg, c.rd));
             h.consumer_counters
                 .idle_since_ns
                 .store(0, Ordering::Relaxed);

@@ -41,6 +41,8 @@ use crate::sys::clock::monotonic_ns;
 
 #[cfg(any(feature = "tokio", loom))]
 mod asynch;
+#[cfg(feature = "tokio")]
+pub use asynch::SendAsync;
 
 /// When committed records become visible to the consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -684,7 +686,7 @@ impl Producer {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn record_done(&mut self, len: u64) {
         if self.metrics {
             self.counters.records.bump(1);
@@ -714,7 +716,9 @@ impl Producer {
         crate::endpoint::metrics::snapshot(&self.shared)
     }
 
-    #[inline]
+    // Always inline: the copy of a record whose length the caller knows becomes a few moves
+    // (the blocking and the async `send` alike).
+    #[inline(always)]
     fn send_inner(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
         let seg_size = self.seg_size;
         if HEADER + bytes.len() <= seg_size {

@@ -43,9 +43,33 @@ const CALLS_PER_BUDGET_LOOK: u8 = 32;
 /// once the task has used its share, yields before doing anything (nothing is taken yet, so
 /// a future dropped there loses nothing).
 pub(crate) async fn spend_budget(calls: &mut u8) {
-    *calls = calls.wrapping_add(1);
-    if *calls % CALLS_PER_BUDGET_LOOK == 0 {
-        #[cfg(not(loom))]
-        tokio::task::consume_budget().await;
-    }
+    std::future::poll_fn(|cx| poll_budget(calls, cx)).await
 }
+
+/// [`spend_budget`] for a hand-written future: `Pending` (the task is woken to run again
+/// later) if the task has used its share. Nothing has been taken when it says so.
+#[inline]
+pub(crate) fn poll_budget(calls: &mut u8, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    // A countdown: one decrement and one test per call.
+    if *calls > 0 {
+        *calls -= 1;
+        return std::task::Poll::Ready(());
+    }
+    budget_look(calls, cx)
+}
+
+#[cold]
+fn budget_look(calls: &mut u8, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    #[cfg(not(loom))]
+    {
+        let restore = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        restore.made_progress();
+    }
+    #[cfg(loom)]
+    let _ = cx;
+    *calls = CALLS_PER_BUDGET_LOOK;
+    std::task::Poll::Ready(())
+}
+
+/// A boxed future for the slow path of a hand-written one (`Send`, as the ends are).
+pub(crate) type Slow<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

@@ -254,6 +254,7 @@ impl Bridges {
         nap: Duration,
         waker: Waker,
     ) -> std::io::Result<(Arc<Bridge>, u64)> {
+        #[cfg_attr(loom, allow(unused_mut))]
         let mut list = lock(&self.list);
         let bridge = match list.iter().find(|b| b.len() < WORDS_PER_BRIDGE) {
             Some(b) => b.clone(),

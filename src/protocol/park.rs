@@ -412,8 +412,9 @@ async fn yield_now() {
 /// [`Bridges::sleep`](crate::protocol::bridge::Bridges::sleep): the task waits in its executor
 /// and the bridge thread watches the word. Notifiers cannot tell the difference.
 ///
-/// The busy phase polls between yields to the executor: `Park` skips it, `Block` keeps it up
-/// for [`BLOCK_SPIN`], `BusyPoll(d)` for `d`. `poll(Look::Now)` runs after each sleep, which
+/// The busy phase is the blocking one's, with a yield to the executor where a thread would
+/// yield its CPU: `Park` skips it, `Block` looks as `spin_phase` does (by `pace`), `BusyPoll(d)`
+/// polls between yields for `d`. `poll(Look::Now)` runs after each sleep, which
 /// lasts at most [`CHECK_INTERVAL`]: the peer's liveness is looked at as often as a thread's.
 ///
 /// Cancellation: dropping the future withdraws the announcement and the bridge entry; `poll`
@@ -426,6 +427,7 @@ pub(crate) async fn wait_async<T>(
     bridges: &crate::protocol::bridge::Bridges,
     strategy: WaitStrategy,
     light: Notifier,
+    pace: Pace,
     mut poll: impl FnMut(Look) -> Result<Option<T>>,
 ) -> Result<T> {
     // What `poll` gave: a value or an error ends the wait.
@@ -440,13 +442,10 @@ pub(crate) async fn wait_async<T>(
     }
     done!(poll(Look::Quick));
     #[cfg(not(loom))]
-    {
-        let budget = match strategy {
-            WaitStrategy::Park => Duration::ZERO,
-            WaitStrategy::Block => BLOCK_SPIN,
-            WaitStrategy::BusyPoll(d) => d,
-        };
-        if !budget.is_zero() {
+    match strategy {
+        WaitStrategy::Park => {}
+        WaitStrategy::BusyPoll(budget) => {
+            // Polls between yields to the executor, so that other tasks run.
             let start = Instant::now();
             loop {
                 yield_now().await;
@@ -456,7 +455,31 @@ pub(crate) async fn wait_async<T>(
                 }
             }
         }
+        WaitStrategy::Block => {
+            // As `spin_phase`: continuous looks first unless the peer streams, then a look
+            // every `BLOCK_GAP` (the executor runs other tasks in the gap), up to `BLOCK_SPIN`.
+            let start = Instant::now();
+            if pace == Pace::Sparse {
+                done!(busy_poll(BLOCK_EAGER, &mut poll));
+            }
+            let mut last = Instant::now();
+            loop {
+                yield_now().await;
+                let mut now = Instant::now();
+                while now.duration_since(last) < BLOCK_GAP {
+                    crate::sync::spin_loop();
+                    now = Instant::now();
+                }
+                last = now;
+                done!(poll(Look::Quick));
+                if now.duration_since(start) >= BLOCK_SPIN {
+                    break;
+                }
+            }
+        }
     }
+    #[cfg(loom)]
+    let _ = pace;
     #[cfg(loom)]
     if strategy != WaitStrategy::Park {
         for _ in 0..crate::sync::SPIN_CHECKS {

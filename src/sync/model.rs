@@ -11,20 +11,25 @@ use loom::sync::Condvar;
 /// wake. A wake with no sleeper is lost (a condition variable remembers nothing), exactly like
 /// `FUTEX_WAKE` — a primitive that remembered it would hide lost wake-ups. One lock and one
 /// condition variable stand for the kernel's futex table, so that [`futex_waitv`] can sleep on
-/// several words: a wake of any word wakes every sleeper, which is a spurious wake-up for the
-/// others (allowed by the real futex, and re-checked by every caller).
+/// several words; each word's wakes are counted, and a sleeper returns only when one of its own
+/// words was woken (a wake of another word does not end its sleep: no spurious wake-up that
+/// could hide a lost one).
 #[derive(Default)]
 pub(crate) struct FutexWord {
     word: AtomicU32,
 }
 
 struct Kernel {
-    lock: Mutex<()>,
+    /// Wakes so far, by word address.
+    wakes: Mutex<std::collections::HashMap<usize, u64>>,
     sleepers: Condvar,
 }
 
 loom::lazy_static! {
-    static ref KERNEL: Kernel = Kernel { lock: Mutex::new(()), sleepers: Condvar::new() };
+    static ref KERNEL: Kernel = Kernel {
+        wakes: Mutex::new(std::collections::HashMap::new()),
+        sleepers: Condvar::new(),
+    };
 }
 
 impl FutexWord {
@@ -39,7 +44,8 @@ impl FutexWord {
     }
 
     pub(crate) fn wake(&self) {
-        let _guard = KERNEL.lock.lock().unwrap();
+        let mut wakes = KERNEL.wakes.lock().unwrap();
+        *wakes.entry(self as *const FutexWord as usize).or_default() += 1;
         KERNEL.sleepers.notify_all();
     }
 }
@@ -47,16 +53,27 @@ impl FutexWord {
 /// `futex_waitv`, modelled as [`FutexWord::wait`] on several words (timeouts ignored). Unlike
 /// the kernel, the model reads the words itself: every model keeps its words alive.
 pub(crate) fn futex_waitv(words: &[(*const FutexWord, u32)], _timeout: Option<Duration>) -> bool {
-    let guard = KERNEL.lock.lock().unwrap();
-    // SAFETY: the models keep every region, and so every word, alive until they end.
-    if words
-        .iter()
-        .any(|&(w, v)| unsafe { &*w }.word.load(super::Ordering::Relaxed) != v)
-    {
+    let mut wakes = KERNEL.wakes.lock().unwrap();
+    if words.iter().any(|&(w, v)| {
+        // SAFETY: the models keep every region, and so every word, alive until they end.
+        let w = unsafe { &*w };
+        w.word.load(super::Ordering::Relaxed) != v
+    }) {
         return true;
     }
-    let _guard = KERNEL.sleepers.wait(guard).unwrap();
-    true
+    let seen = |wakes: &std::collections::HashMap<usize, u64>| -> Vec<u64> {
+        words
+            .iter()
+            .map(|&(w, _)| wakes.get(&(w as usize)).copied().unwrap_or(0))
+            .collect()
+    };
+    let before = seen(&wakes);
+    loop {
+        wakes = KERNEL.sleepers.wait(wakes).unwrap();
+        if seen(&wakes) != before {
+            return true;
+        }
+    }
 }
 
 pub(crate) use loom::sync::{Mutex, MutexGuard};

@@ -6,7 +6,7 @@
 //! nothing: the record it was waiting for is read by the next call.
 
 use super::*;
-use crate::endpoint::waiting::{spend_budget, Waiting};
+use crate::endpoint::waiting::{poll_budget, spend_budget, Slow, Waiting};
 use crate::protocol::bridge::Bridges;
 
 impl Consumer {
@@ -20,14 +20,18 @@ impl Consumer {
                 &h.consumer_counters.idle_since_ns,
                 &h.consumer_counters.idle_ns,
             );
-            park::wait_async(
+            let pace = self.pace();
+            // Boxed: the waiting state is large and needed only here, so that the calls that
+            // find their work done at once stay small futures.
+            Box::pin(park::wait_async(
                 shared.consumer_park(),
                 &shared.name,
                 Bridges::global(),
                 self.wait,
                 park::Notifier::Light,
+                pace,
                 |look| self.poll_wait(look),
-            )
+            ))
             .await
         };
         self.wait_mark = self.cur.map(|c| (c.seg, c.rd));
@@ -59,9 +63,17 @@ impl Consumer {
     /// writer.await.unwrap()?;
     /// # Ok(()) }
     /// ```
-    pub async fn recv_async(&mut self) -> Result<Option<Record<'_>>, RecvError> {
-        spend_budget(&mut self.coop).await;
+    pub fn recv_async(&mut self) -> RecvAsync<'_> {
+        RecvAsync {
+            consumer: Some(self),
+            slow: None,
+        }
+    }
+
+    /// [`Consumer::recv_async`] once the first try found nothing: tries again after each wait.
+    async fn recv_async_slow(&mut self) -> Result<Option<Record<'_>>, RecvError> {
         loop {
+            op(self.readable().await)?;
             {
                 let this: *mut Consumer = self;
                 // SAFETY: `this` is `self`, reborrowed for one call. The borrow ends with the
@@ -73,7 +85,6 @@ impl Consumer {
                     r => return op(r),
                 }
             }
-            op(self.readable().await)?;
         }
     }
 
@@ -138,5 +149,68 @@ impl Record<'_> {
         let mut v = Vec::with_capacity(self.len().unwrap_or(0));
         self.read_all_into_async(&mut v).await?;
         Ok(v)
+    }
+}
+
+/// The future of [`Consumer::recv_async`]. A record that is there is taken in the first poll
+/// without building the waiting state (which is boxed, and built only if the first try finds
+/// nothing): the async loop costs little more than the blocking one.
+#[must_use = "futures do nothing unless awaited"]
+pub struct RecvAsync<'a> {
+    /// The consumer, until the first poll takes it (into the slow path if need be).
+    consumer: Option<&'a mut Consumer>,
+    slow: Option<Slow<'a, Result<Option<Record<'a>>, RecvError>>>,
+}
+
+impl<'a> std::future::Future for RecvAsync<'a> {
+    type Output = Result<Option<Record<'a>>, RecvError>;
+
+    #[inline(always)]
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        if let Some(slow) = &mut this.slow {
+            return slow.as_mut().poll(cx);
+        }
+        let Some(c) = this.consumer.take() else {
+            panic!("`RecvAsync` polled after it completed");
+        };
+        if poll_budget(&mut c.coop, cx).is_pending() {
+            this.consumer = Some(c);
+            return std::task::Poll::Pending;
+        }
+        {
+            let p: *mut Consumer = c;
+            // SAFETY: as in `recv_async_slow`: `p` is `c`, reborrowed for one call whose
+            // result borrows it only on the path that returns it.
+            match unsafe { &mut *p }.recv_inner(Deadline::Now) {
+                Err(Error::WouldBlock) => {}
+                r => return std::task::Poll::Ready(op(r)),
+            }
+        }
+        this.wait(Box::pin(c.recv_async_slow()), cx)
+    }
+}
+
+impl<'a> RecvAsync<'a> {
+    /// Out of line: the first poll of the calls that wait.
+    #[cold]
+    #[inline(never)]
+    fn wait(
+        &mut self,
+        slow: Slow<'a, Result<Option<Record<'a>>, RecvError>>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Option<Record<'a>>, RecvError>> {
+        self.slow.insert(slow).as_mut().poll(cx)
+    }
+}
+
+impl std::fmt::Debug for RecvAsync<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvAsync")
+            .field("waiting", &self.slow.is_some())
+            .finish()
     }
 }

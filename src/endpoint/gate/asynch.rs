@@ -14,14 +14,17 @@ impl Gate {
         let shared = self.shared.clone();
         let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
         let _idle = Waiting::start(&figures.idle_since_ns, &figures.idle_ns);
-        park::wait_async(
+        // Boxed: the waiting state is large and needed only here, so that the calls that
+        // find their work done at once stay small futures.
+        Box::pin(park::wait_async(
             shared.consumer_park(),
             &shared.name,
             Bridges::global(),
             self.wait,
             park::Notifier::Light,
+            park::Pace::Sparse,
             |look| self.poll_pick(look),
-        )
+        ))
         .await
     }
 

@@ -6,7 +6,7 @@
 //! publishes nothing. The wait is backpressure, counted as the blocking calls count it.
 
 use super::*;
-use crate::endpoint::waiting::{spend_budget, Waiting};
+use crate::endpoint::waiting::{poll_budget, spend_budget, Slow, Waiting};
 use crate::protocol::bridge::Bridges;
 
 impl Producer {
@@ -22,14 +22,17 @@ impl Producer {
             &h.producer_counters.blocked_since_ns,
             &h.producer_counters.backpressured_ns,
         );
-        park::wait_async(
+        // Boxed: the waiting state is large and needed only here, so that the calls that
+        // find their work done at once stay small futures.
+        Box::pin(park::wait_async(
             &h.producer_park,
             &shared.name,
             Bridges::global(),
             self.wait,
             park::Notifier::Rmw,
+            park::Pace::Sparse,
             |look| poll(self, look),
-        )
+        ))
         .await
     }
 
@@ -72,20 +75,20 @@ impl Producer {
     /// assert_eq!(rx.recv_async().await?.unwrap().as_bytes(), Some(&b"from a task"[..]));
     /// # Ok(()) }
     /// ```
-    pub async fn send_async(&mut self, bytes: &[u8]) -> Result<(), SendError> {
-        spend_budget(&mut self.coop).await;
+    pub fn send_async<'a>(&'a mut self, bytes: &'a [u8]) -> SendAsync<'a> {
+        SendAsync {
+            producer: Some(self),
+            bytes,
+            slow: None,
+        }
+    }
+
+    /// [`Producer::send_async`] once the first try could not send: waits for the segments the
+    /// record needs, then tries again.
+    async fn send_async_slow(&mut self, bytes: &[u8]) -> Result<(), SendError> {
         loop {
             let Some(need) = self.needs(bytes.len()) else {
-                let mut w = self.stream_async().await?;
-                let name = w.producer.shared.name.clone();
-                let written = match w.write_async_core(bytes).await {
-                    // (`overflow` cannot find no segment after the wait; if it did, the
-                    // record is lost, which the consumer is told.)
-                    Err(Error::WouldBlock) => Err(Error::aborted(&name)),
-                    r => r,
-                };
-                op(written)?;
-                return op(w.finish().map_err(Error::from));
+                return self.send_by_parts(bytes).await;
             };
             match self.send_inner(bytes, Deadline::Now) {
                 Err(Error::WouldBlock) => op(self.free_async(need).await)?,
@@ -94,12 +97,27 @@ impl Producer {
         }
     }
 
+    /// A record larger than the pool can hold at once: streamed, each part waiting for its
+    /// segment.
+    async fn send_by_parts(&mut self, bytes: &[u8]) -> Result<(), SendError> {
+        let mut w = self.stream_async().await?;
+        let name = w.producer.shared.name.clone();
+        let written = match w.write_async_core(bytes).await {
+            // (`overflow` cannot find no segment after the wait; if it did, the record is
+            // lost, which the consumer is told.)
+            Err(Error::WouldBlock) => Err(Error::aborted(&name)),
+            r => r,
+        };
+        op(written)?;
+        op(w.finish().map_err(Error::from))
+    }
+
     /// As [`Producer::send_pod`], waiting in the executor.
     ///
     /// # Errors
     /// As [`Producer::send`].
-    pub async fn send_pod_async<T: bytemuck::Pod>(&mut self, value: &T) -> Result<(), SendError> {
-        self.send_async(bytemuck::bytes_of(value)).await
+    pub fn send_pod_async<'a, T: bytemuck::Pod>(&'a mut self, value: &'a T) -> SendAsync<'a> {
+        self.send_async(bytemuck::bytes_of(value))
     }
 
     /// As [`Producer::claim`], waiting in the executor for a segment. Dropping the future
@@ -259,5 +277,70 @@ impl RecordWriter<'_> {
             bytes = &bytes[take..];
         }
         Ok(())
+    }
+}
+
+/// The future of [`Producer::send_async`]. A record that fits in the segment in hand is sent
+/// in the first poll without building the waiting state (which is boxed, and built only if
+/// the record has to wait): the async loop costs little more than the blocking one.
+#[must_use = "futures do nothing unless awaited"]
+pub struct SendAsync<'a> {
+    /// The producer, until the first poll takes it (into the slow path if need be).
+    producer: Option<&'a mut Producer>,
+    bytes: &'a [u8],
+    slow: Option<Slow<'a, Result<(), SendError>>>,
+}
+
+impl std::future::Future for SendAsync<'_> {
+    type Output = Result<(), SendError>;
+
+    #[inline(always)]
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = &mut *self;
+        if let Some(slow) = &mut this.slow {
+            return slow.as_mut().poll(cx);
+        }
+        let Some(p) = this.producer.take() else {
+            panic!("`SendAsync` polled after it completed");
+        };
+        if poll_budget(&mut p.coop, cx).is_pending() {
+            this.producer = Some(p);
+            return std::task::Poll::Pending;
+        }
+        let bytes = this.bytes;
+        // Within a segment, the `try_` form either sends or changes nothing (records that
+        // span go through the slow path, which first waits for all their segments).
+        if HEADER + bytes.len() <= p.seg_size {
+            match p.send_inner(bytes, Deadline::Now) {
+                Err(Error::WouldBlock) => {}
+                r => return std::task::Poll::Ready(op(r)),
+            }
+        }
+        this.wait(Box::pin(p.send_async_slow(bytes)), cx)
+    }
+}
+
+impl<'a> SendAsync<'a> {
+    /// Out of line: the first poll of the few sends that wait.
+    #[cold]
+    #[inline(never)]
+    fn wait(
+        &mut self,
+        slow: Slow<'a, Result<(), SendError>>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), SendError>> {
+        self.slow.insert(slow).as_mut().poll(cx)
+    }
+}
+
+impl std::fmt::Debug for SendAsync<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendAsync")
+            .field("len", &self.bytes.len())
+            .field("waiting", &self.slow.is_some())
+            .finish()
     }
 }
