@@ -547,3 +547,83 @@ fn awaiting_counts_as_idle_time() {
         );
     });
 }
+
+/// Dropping `next_part_async` while it waits for the next part leaves the record as it was:
+/// the next call returns that part, and the record arrives whole.
+#[test]
+fn a_dropped_part_read_loses_nothing() {
+    use std::io::Write;
+    let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+    let mut want = Vec::new();
+    make_record(7, 30_000, &mut want);
+    let sent = want.clone();
+    let writer = std::thread::spawn(move || {
+        let mut w = tx.stream().unwrap();
+        for chunk in sent.chunks(3000) {
+            w.write_all(chunk).unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        w.finish().unwrap();
+    });
+    let (got, timeouts) = current_thread().block_on(async {
+        let mut r = bounded("recv_async", rx.recv_async())
+            .await
+            .unwrap()
+            .unwrap();
+        let (mut got, mut timeouts) = (Vec::new(), 0u64);
+        let start = Instant::now();
+        loop {
+            assert!(start.elapsed() < BOUND, "stuck after {} bytes", got.len());
+            match tokio::time::timeout(Duration::from_millis(1), r.next_part_async()).await {
+                Err(_) => timeouts += 1,
+                Ok(Ok(Some(part))) => got.extend_from_slice(part),
+                Ok(Ok(None)) => break,
+                Ok(Err(e)) => panic!("{e}"),
+            }
+        }
+        (got, timeouts)
+    });
+    writer.join().unwrap();
+    assert!(timeouts > 0, "no part read was dropped while waiting");
+    assert_eq!(got, want);
+}
+
+/// Dropping `write_async` while it waits for a segment leaves the writer to be dropped: the
+/// record is discarded (or aborted, if parts were out), and the next record goes through.
+#[test]
+fn a_dropped_streamed_write_discards_the_record() {
+    current_thread().block_on(async {
+        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        {
+            let mut w = tx.stream_async().await.unwrap();
+            w.write_async(&[1u8; 1000]).await.unwrap();
+            // Nobody reads: the pool runs dry part-way through this write.
+            let big = vec![2u8; 50_000];
+            assert!(
+                tokio::time::timeout(Duration::from_millis(30), w.write_async(&big))
+                    .await
+                    .is_err()
+            );
+        }
+        let reader = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            loop {
+                match rx.recv_async().await {
+                    Ok(Some(r)) => match r.to_vec_async().await {
+                        Ok(v) => seen.push(format!("record {}", v.len())),
+                        Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
+                        Err(e) => panic!("{e}"),
+                    },
+                    Ok(None) => break,
+                    Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            seen
+        });
+        tx.send_async(b"next").await.unwrap();
+        drop(tx);
+        let seen = bounded("reader", reader).await.unwrap();
+        assert_eq!(seen, vec!["aborted".to_string(), "record 4".to_string()]);
+    });
+}
