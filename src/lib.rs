@@ -54,8 +54,9 @@
 //! `Producer::send_async`, `Gate::recv_async`, …) that waits in the executor: the task
 //! announces itself on the park word as a thread would, and one thread per process waits on
 //! every announced word with `futex_waitv` and wakes the tasks. Sync and async ends mix on one
-//! region; the futures are `Send` and cancellation-safe (a dropped `recv_async` loses no record,
-//! a dropped `send_async` sends nothing).
+//! region; the futures are `Send` and cancellation-safe (a dropped `recv_async` loses no record;
+//! a dropped `send_async` sends nothing, or, for a record larger than the channel's own
+//! segments, makes the consumer see it aborted).
 //!
 //! **Records.** A record is any byte sequence. One that fits in a segment never spans and is
 //! read in place ([`Record::as_bytes`], [`Record::as_pod`]); a larger one spans segments and is

@@ -246,16 +246,20 @@ impl ParkWord {
 
     /// The async waiter (parking at once): completes once it has seen the publication.
     pub async fn wait(&self) {
-        crate::protocol::park::wait_async(
-            &self.word,
-            "model",
-            crate::protocol::bridge::Bridges::global(),
-            crate::protocol::park::WaitStrategy::Park,
-            crate::protocol::park::Notifier::Rmw,
-            crate::protocol::park::Pace::Sparse,
-            // Acquire: pairs with the Release in `publish`.
-            |_| Ok((self.published.load(Ordering::Acquire) != 0).then_some(())),
-        )
+        // SAFETY: the word is in `self`, which the future borrows; the models await it to the
+        // end and never leak it.
+        unsafe {
+            crate::protocol::park::wait_async(
+                &self.word,
+                "model",
+                crate::protocol::bridge::Bridges::global(),
+                crate::protocol::park::WaitStrategy::Park,
+                crate::protocol::park::Notifier::Rmw,
+                crate::protocol::park::Pace::Sparse,
+                // Acquire: pairs with the Release in `publish`.
+                |_| Ok((self.published.load(Ordering::Acquire) != 0).then_some(())),
+            )
+        }
         .await
         .unwrap()
     }

@@ -588,8 +588,8 @@ fn a_dropped_part_read_loses_nothing() {
     assert_eq!(got, want);
 }
 
-/// Dropping `write_async` while it waits for a segment leaves the writer to be dropped: the
-/// record is discarded (or aborted, if parts were out), and the next record goes through.
+/// Dropping `write_async` while it waits for a segment spoils the record: later writes and
+/// `finish` fail, the record is aborted (parts were out), and the next record goes through.
 #[test]
 fn a_dropped_streamed_write_discards_the_record() {
     current_thread().block_on(async {
@@ -604,6 +604,15 @@ fn a_dropped_streamed_write_discards_the_record() {
                     .await
                     .is_err()
             );
+            // How much of `big` went in is unknown: the record cannot be finished.
+            assert!(matches!(
+                w.write_async(b"more").await,
+                Err(shmflow::WriteError::RecordAborted(_))
+            ));
+            assert!(matches!(
+                w.finish(),
+                Err(shmflow::WriteError::RecordAborted(_))
+            ));
         }
         let reader = tokio::spawn(async move {
             let mut seen = Vec::new();
@@ -626,4 +635,56 @@ fn a_dropped_streamed_write_discards_the_record() {
         let seen = bounded("reader", reader).await.unwrap();
         assert_eq!(seen, vec!["aborted".to_string(), "record 4".to_string()]);
     });
+}
+
+/// A `recv_message_async` dropped while it waits (watching for priority events) leaves no
+/// trace: a later plain `recv` that skips the rest of a dropped record and finds a priority
+/// event pending reads on correctly.
+#[test]
+fn a_dropped_message_wait_leaves_plain_reads_intact() {
+    use std::io::Write;
+    use std::sync::mpsc;
+    let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let producer = std::thread::spawn(move || {
+        {
+            let mut w = tx.stream().unwrap();
+            w.write_all(&[1u8; 6000]).unwrap(); // the first part is out
+            ready_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            w.write_all(&[1u8; 6000]).unwrap();
+            w.finish().unwrap();
+        }
+        tx.send_priority_event(7, b"p").unwrap();
+        tx.send(b"after").unwrap();
+        ready_tx.send(()).unwrap();
+        go_rx.recv().unwrap();
+    });
+    ready_rx.recv().unwrap();
+    current_thread().block_on(async {
+        // The spanning record, dropped unread: the consumer skips its rest later.
+        match bounded("recv_message_async", rx.recv_message_async())
+            .await
+            .unwrap()
+        {
+            Some(Message::Record(r)) => assert!(r.is_spanning()),
+            other => panic!("{other:?}"),
+        }
+        // Waits for the rest (watching for priority events) and is dropped.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), rx.recv_message_async())
+                .await
+                .is_err()
+        );
+    });
+    go_tx.send(()).unwrap();
+    ready_rx.recv().unwrap();
+    // A plain read skips the rest of the record and the priority event.
+    let r = rx.recv().unwrap().unwrap();
+    assert_eq!(r.as_bytes(), Some(&b"after"[..]));
+    drop(r);
+    go_tx.send(()).unwrap();
+    producer.join().unwrap();
+    assert!(rx.recv().unwrap().is_none());
 }

@@ -676,6 +676,8 @@ impl Consumer {
     /// never stalls a producer that sends them.
     fn next_slow(&mut self, deadline: Deadline, events: bool) -> Result<Next> {
         loop {
+            // Skipping the rest of a record never stops at a priority event.
+            self.watch_prio = false;
             if self.skipping {
                 self.skip_rest(deadline)?;
             }

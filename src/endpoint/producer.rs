@@ -1052,6 +1052,7 @@ impl Producer {
             spanning: false,
             finished: false,
             failed: false,
+            interrupted: false,
             deadline,
         })
     }
@@ -1391,6 +1392,9 @@ pub struct RecordWriter<'a> {
     spanning: bool,
     finished: bool,
     failed: bool,
+    /// A `write_async` was dropped part-way: how much of its bytes went in is unknown, so the
+    /// record can only be discarded (later writes and `finish` fail; dropping cleans up).
+    interrupted: bool,
     /// When waits for further segments give up.
     deadline: Deadline,
 }
@@ -1465,7 +1469,16 @@ impl RecordWriter<'_> {
     /// As the call that started the record waits ([`WriteError`]); after a failure every
     /// further write is [`WriteError::RecordAborted`].
     pub fn write_bytes(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
-        op(self.write_inner(bytes))
+        op(self.write_checked(bytes))
+    }
+
+    /// A write from outside (`write_bytes`, `io::Write`): refused once an async write was
+    /// dropped part-way.
+    fn write_checked(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.interrupted {
+            return Err(Error::aborted(&self.producer.shared.name));
+        }
+        self.write_inner(bytes)
     }
 
     fn write_inner(&mut self, mut bytes: &[u8]) -> Result<()> {
@@ -1506,7 +1519,7 @@ impl RecordWriter<'_> {
     /// # Errors
     /// [`WriteError::RecordAborted`] if an earlier write failed.
     pub fn finish(mut self) -> Result<(), WriteError> {
-        if self.failed {
+        if self.failed || self.interrupted {
             return Err(WriteError::RecordAborted(Box::new(
                 crate::error::RecordAbortedError {
                     region: self.producer.shared.name.clone(),
@@ -1530,7 +1543,7 @@ impl RecordWriter<'_> {
 
 impl io::Write for RecordWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_inner(buf)?;
+        self.write_checked(buf)?;
         Ok(buf.len())
     }
 

@@ -30,8 +30,9 @@
 //! the notifier's `FUTEX_WAKE` finds B asleep. No wake-up is lost.
 //!
 //! Memory: B reads a word only while its entry is in the list, under the lock; a task's future
-//! removes its entry under the same lock before it completes or is dropped, so before its end
-//! (which holds the region) can go. B's `futex_waitv` may still hold the address of a word
+//! removes its entry under the same lock before it completes or is dropped, and holds an `Arc`
+//! of the word's region meanwhile (a future leaked with `mem::forget` leaks the mapping too:
+//! [`Bridges::sleep`] is `unsafe` for this). B's `futex_waitv` may still hold the address of a word
 //! whose region was unmapped since: the kernel then fails the call or compares other memory
 //! (a spurious return, or a sleep until the doorbell or a timeout), and writes nothing.
 
@@ -53,7 +54,7 @@ const POLL_WITHOUT_WAITV: Duration = Duration::from_millis(1);
 /// One entry: a task waiting for a word to change.
 struct Entry {
     id: u64,
-    /// The word: alive while the entry is in the list (its future removes it before it ends).
+    /// The word: alive while the entry is in the list (the contract of [`Bridges::sleep`]).
     word: *const FutexWord,
     /// What the word held when the task announced itself.
     expected: u32,
@@ -65,13 +66,13 @@ struct Entry {
 }
 
 // SAFETY: `word` is only read (atomically, through `&FutexWord`, which is `Sync`) while the
-// entry is in the list, where the memory is alive (see the module docs): the entry may move to
-// the bridge thread.
+// entry is in the list, where the memory is alive (the contract of `Bridges::sleep`): the entry
+// may move to the bridge thread.
 unsafe impl Send for Entry {}
 
 impl Entry {
     fn word(&self) -> &FutexWord {
-        // SAFETY: an entry in the list points to a live word (see the module docs).
+        // SAFETY: an entry in the list points to a live word (the contract of `Bridges::sleep`).
         unsafe { &*self.word }
     }
 }
@@ -281,7 +282,13 @@ impl Bridges {
     /// Sleeps until `word` no longer holds `expected`, or `nap` has passed, without blocking
     /// the thread: the future completes when the bridge sees the change. Dropping it withdraws
     /// the request.
-    pub(crate) fn sleep<'a>(
+    ///
+    /// # Safety
+    /// The bridge thread reads `word` until the future completes or is dropped; a future that
+    /// is leaked (`mem::forget`) is never withdrawn. `word` must stay in memory that long: in
+    /// the callers it lives in a region mapped by an `Arc` that the same future owns, so a
+    /// leaked future leaks the mapping with it.
+    pub(crate) unsafe fn sleep<'a>(
         &'a self,
         word: &'a FutexWord,
         expected: u32,

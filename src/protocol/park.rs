@@ -420,8 +420,12 @@ async fn yield_now() {
 /// Cancellation: dropping the future withdraws the announcement and the bridge entry; `poll`
 /// must leave the caller's state consistent whenever it returns (it does: every poll closure
 /// is also a `try_` call).
+///
+/// # Safety
+/// As [`Bridges::sleep`](crate::protocol::bridge::Bridges::sleep): `word` must stay in memory
+/// until the future completes or is dropped, or for good if it is leaked.
 #[cfg(any(feature = "tokio", loom))]
-pub(crate) async fn wait_async<T>(
+pub(crate) async unsafe fn wait_async<T>(
     word: &FutexWord,
     region: &str,
     bridges: &crate::protocol::bridge::Bridges,
@@ -492,8 +496,8 @@ pub(crate) async fn wait_async<T>(
         let announced = Announced(word);
         #[cfg(not(shmflow_broken = "async_no_recheck"))]
         done!(poll(Look::Quick));
-        bridges
-            .sleep(word, now, nap)
+        // SAFETY: the caller's contract is `sleep`'s.
+        unsafe { bridges.sleep(word, now, nap) }
             .await
             .map_err(|e| Error::io(region, "start the thread that wakes async waiters", e))?;
         drop(announced);

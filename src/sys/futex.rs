@@ -56,7 +56,8 @@ pub(crate) fn wake(word: &AtomicU32) {
 pub(crate) enum Waitv {
     /// Woken, a word differed from its expected value, a signal, or the timeout: look again.
     Returned,
-    /// The kernel has no `futex_waitv` (before Linux 5.16).
+    /// The call cannot be made (no `futex_waitv` before Linux 5.16, a seccomp filter refusing
+    /// it): wait another way.
     Unsupported,
 }
 
@@ -132,9 +133,15 @@ pub(crate) fn waitv(words: &[(*const AtomicU32, u32)], timeout: Option<Duration>
             libc::CLOCK_MONOTONIC,
         )
     };
-    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-        return Waitv::Unsupported;
+    if r >= 0 {
+        return Waitv::Returned;
     }
-    // An index (woken), EAGAIN (a value differed), EINTR, ETIMEDOUT: "look again".
-    Waitv::Returned
+    match std::io::Error::last_os_error().raw_os_error() {
+        // A value differed, a signal, the timeout, or an address whose mapping went away
+        // (the caller drops such a word before it calls again): "look again".
+        Some(libc::EAGAIN | libc::EINTR | libc::ETIMEDOUT | libc::EFAULT) => Waitv::Returned,
+        // ENOSYS (before Linux 5.16), EPERM (a seccomp filter), or anything else that would
+        // fail again at once: the caller must not call it in a loop.
+        _ => Waitv::Unsupported,
+    }
 }

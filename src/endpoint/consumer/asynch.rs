@@ -10,9 +10,11 @@ use crate::endpoint::waiting::{poll_budget, spend_budget, Slow, Waiting};
 use crate::protocol::bridge::Bridges;
 
 impl Consumer {
-    /// Waits in the executor until a `try_` read would not block: a frame, the end of the
-    /// stream, or the producer's death. The time counts as idle, as a thread's wait does.
-    async fn readable(&mut self) -> Result<()> {
+    /// Waits in the executor until a `try_` read would not block: a frame (or, with `prio`, a
+    /// pending priority event), the end of the stream, or the producer's death. The time counts
+    /// as idle, as a thread's wait does. `watch_prio` is set only within each look, never
+    /// across an `.await`: a dropped future cannot leave it set.
+    async fn readable(&mut self, prio: bool) -> Result<()> {
         let shared = self.shared.clone();
         let h = shared.header();
         let got = {
@@ -23,15 +25,23 @@ impl Consumer {
             let pace = self.pace();
             // Boxed: the waiting state is large and needed only here, so that the calls that
             // find their work done at once stay small futures.
-            Box::pin(park::wait_async(
-                shared.consumer_park(),
-                &shared.name,
-                Bridges::global(),
-                self.wait,
-                park::Notifier::Light,
-                pace,
-                |look| self.poll_wait(look),
-            ))
+            // SAFETY: the word is in the region that `shared`, owned by this future, maps.
+            Box::pin(unsafe {
+                park::wait_async(
+                    shared.consumer_park(),
+                    &shared.name,
+                    Bridges::global(),
+                    self.wait,
+                    park::Notifier::Light,
+                    pace,
+                    |look| {
+                        self.watch_prio = prio;
+                        let r = self.poll_wait(look);
+                        self.watch_prio = false;
+                        r
+                    },
+                )
+            })
             .await
         };
         self.wait_mark = self.cur.map(|c| (c.seg, c.rd));
@@ -73,7 +83,7 @@ impl Consumer {
     /// [`Consumer::recv_async`] once the first try found nothing: tries again after each wait.
     async fn recv_async_slow(&mut self) -> Result<Option<Record<'_>>, RecvError> {
         loop {
-            op(self.readable().await)?;
+            op(self.readable(false).await)?;
             {
                 let this: *mut Consumer = self;
                 // SAFETY: `this` is `self`, reborrowed for one call. The borrow ends with the
@@ -104,10 +114,7 @@ impl Consumer {
                     r => return op(r),
                 }
             }
-            self.watch_prio = true;
-            let ready = self.readable().await;
-            self.watch_prio = false;
-            op(ready)?;
+            op(self.readable(true).await)?;
         }
     }
 }
@@ -123,7 +130,7 @@ impl Record<'_> {
             match self.next_part_at(Deadline::Now) {
                 Ok(Some((at, len))) => return Ok(Some(self.consumer.view(at, len))),
                 Ok(None) => return Ok(None),
-                Err(Error::WouldBlock) => op(self.consumer.readable().await)?,
+                Err(Error::WouldBlock) => op(self.consumer.readable(false).await)?,
                 Err(e) => return op(Err(e)),
             }
         }

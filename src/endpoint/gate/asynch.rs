@@ -16,15 +16,18 @@ impl Gate {
         let _idle = Waiting::start(&figures.idle_since_ns, &figures.idle_ns);
         // Boxed: the waiting state is large and needed only here, so that the calls that
         // find their work done at once stay small futures.
-        Box::pin(park::wait_async(
-            shared.consumer_park(),
-            &shared.name,
-            Bridges::global(),
-            self.wait,
-            park::Notifier::Light,
-            park::Pace::Sparse,
-            |look| self.poll_pick(look),
-        ))
+        // SAFETY: the word is in the region that `shared`, owned by this future, maps.
+        Box::pin(unsafe {
+            park::wait_async(
+                shared.consumer_park(),
+                &shared.name,
+                Bridges::global(),
+                self.wait,
+                park::Notifier::Light,
+                park::Pace::Sparse,
+                |look| self.poll_pick(look),
+            )
+        })
         .await
     }
 

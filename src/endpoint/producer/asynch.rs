@@ -24,15 +24,18 @@ impl Producer {
         );
         // Boxed: the waiting state is large and needed only here, so that the calls that
         // find their work done at once stay small futures.
-        Box::pin(park::wait_async(
-            &h.producer_park,
-            &shared.name,
-            Bridges::global(),
-            self.wait,
-            park::Notifier::Rmw,
-            park::Pace::Sparse,
-            |look| poll(self, look),
-        ))
+        // SAFETY: the word is in the region that `shared`, owned by this future, maps.
+        Box::pin(unsafe {
+            park::wait_async(
+                &h.producer_park,
+                &shared.name,
+                Bridges::global(),
+                self.wait,
+                park::Notifier::Rmw,
+                park::Pace::Sparse,
+                |look| poll(self, look),
+            )
+        })
         .await
     }
 
@@ -43,20 +46,25 @@ impl Producer {
             .await
     }
 
-    /// Free segments a record of `len` bytes needs to go whole now, or `None` if more than
-    /// can be free at once.
+    /// Free segments a record of `len` bytes needs to go whole now, or `None` if that is more
+    /// than can be free at once or than the channel owns (a gate channel's exclusive segments).
     fn needs(&self, len: usize) -> Option<u64> {
         if HEADER + len <= self.seg_size {
             Some(1 + self.pending_abort as u64)
         } else {
+            // At most what the channel owns: a gate channel waiting for floating segments to
+            // be free all at once could wait for ever while other channels hold them, where
+            // the blocking `send` goes part by part.
             self.spanning_needs(len)
+                .filter(|&k| k <= self.shared.initial_free)
         }
     }
 
     /// As [`Producer::send`], waiting in the executor instead of blocking the thread.
     ///
     /// Cancellation: dropping the future before it completes sends nothing of the record,
-    /// unless it needs more segments than the pool holds: such a record goes out part by part
+    /// unless it needs more segments than the channel owns (its pool, or a gate channel's
+    /// exclusive segments): such a record goes out part by part
     /// (as [`RecordWriter::write_async`]), and if the future is dropped half-way the consumer
     /// is told it was aborted ([`RecvError::RecordAborted`](crate::RecvError::RecordAborted)),
     /// never given a piece of it. `tokio::time::timeout` around it is the async form of
@@ -102,6 +110,7 @@ impl Producer {
     async fn send_by_parts(&mut self, bytes: &[u8]) -> Result<(), SendError> {
         let mut w = self.stream_async().await?;
         let name = w.producer.shared.name.clone();
+        // (Dropped here, the writer goes with the future: the record is aborted.)
         let written = match w.write_async_core(bytes).await {
             // (`overflow` cannot find no segment after the wait; if it did, the record is
             // lost, which the consumer is told.)
@@ -158,8 +167,9 @@ impl Producer {
     }
 
     /// As [`Producer::stream`], waiting in the executor for the first segment. Write to the
-    /// record with [`RecordWriter::write_async`]: its `std::io::Write` methods never wait
-    /// (they fail with [`WriteError::Full`] where a segment would have to be waited for).
+    /// record with [`RecordWriter::write_async`]: its `std::io::Write` methods and
+    /// `write_bytes` never wait, as for [`Producer::try_stream`] (where a segment would have to
+    /// be waited for they fail with [`WriteError::Full`] and the record is lost).
     ///
     /// # Errors
     /// As [`Producer::stream`].
@@ -249,14 +259,22 @@ impl Producer {
 
 impl RecordWriter<'_> {
     /// As [`RecordWriter::write_bytes`], waiting in the executor for every further segment
-    /// the record grows into. Dropping the future discards the record (the consumer never
-    /// sees it, or sees it aborted if parts were already handed over), as dropping the
-    /// writer does.
+    /// the record grows into. Dropping the future before it completes spoils the record (how
+    /// much of `bytes` went in is unknown): later writes and [`RecordWriter::finish`] fail with
+    /// [`WriteError::RecordAborted`], and dropping the writer discards the record (the consumer
+    /// never sees it, or sees it aborted if parts were already handed over).
     ///
     /// # Errors
     /// As [`RecordWriter::write_bytes`].
     pub async fn write_async(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
-        op(self.write_async_core(bytes).await)
+        if self.interrupted {
+            return op(Err(Error::aborted(&self.producer.shared.name)));
+        }
+        // Set until the write completes: a future dropped part-way leaves it set.
+        self.interrupted = true;
+        let r = self.write_async_core(bytes).await;
+        self.interrupted = false;
+        op(r)
     }
 
     async fn write_async_core(&mut self, mut bytes: &[u8]) -> Result<()> {
