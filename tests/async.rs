@@ -42,6 +42,24 @@ fn multi_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Every record to the end of the stream, as "record LEN", and every aborted one as "aborted".
+async fn records_and_aborts(mut rx: Consumer) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_async().await {
+            Ok(Some(r)) => match r.to_vec_async().await {
+                Ok(v) => seen.push(format!("record {}", v.len())),
+                Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
+                Err(e) => panic!("{e}"),
+            },
+            Ok(None) => break,
+            Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
+            Err(e) => panic!("{e}"),
+        }
+    }
+    seen
+}
+
 async fn bounded<F: std::future::Future>(what: &str, f: F) -> F::Output {
     match tokio::time::timeout(BOUND, f).await {
         Ok(v) => v,
@@ -288,29 +306,14 @@ fn a_dropped_send_or_claim_publishes_nothing() {
 #[test]
 fn a_dropped_send_larger_than_the_pool_is_aborted() {
     current_thread().block_on(async {
-        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        let (mut tx, rx) = shmflow::pair(small()).unwrap();
         let big = vec![5u8; 100_000];
         assert!(
             tokio::time::timeout(Duration::from_millis(50), tx.send_async(&big))
                 .await
                 .is_err()
         );
-        let reader = tokio::spawn(async move {
-            let mut seen = Vec::new();
-            loop {
-                match rx.recv_async().await {
-                    Ok(Some(r)) => match r.to_vec_async().await {
-                        Ok(v) => seen.push(format!("record {}", v.len())),
-                        Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
-                        Err(e) => panic!("{e}"),
-                    },
-                    Ok(None) => break,
-                    Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
-                    Err(e) => panic!("{e}"),
-                }
-            }
-            seen
-        });
+        let reader = tokio::spawn(records_and_aborts(rx));
         tx.send_async(b"after").await.unwrap();
         tx.flush_async().await.unwrap();
         drop(tx);
@@ -593,7 +596,7 @@ fn a_dropped_part_read_loses_nothing() {
 #[test]
 fn a_dropped_streamed_write_discards_the_record() {
     current_thread().block_on(async {
-        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        let (mut tx, rx) = shmflow::pair(small()).unwrap();
         {
             let mut w = tx.stream_async().await.unwrap();
             w.write_async(&[1u8; 1000]).await.unwrap();
@@ -614,22 +617,7 @@ fn a_dropped_streamed_write_discards_the_record() {
                 Err(shmflow::WriteError::RecordAborted(_))
             ));
         }
-        let reader = tokio::spawn(async move {
-            let mut seen = Vec::new();
-            loop {
-                match rx.recv_async().await {
-                    Ok(Some(r)) => match r.to_vec_async().await {
-                        Ok(v) => seen.push(format!("record {}", v.len())),
-                        Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
-                        Err(e) => panic!("{e}"),
-                    },
-                    Ok(None) => break,
-                    Err(RecvError::RecordAborted(_)) => seen.push("aborted".into()),
-                    Err(e) => panic!("{e}"),
-                }
-            }
-            seen
-        });
+        let reader = tokio::spawn(records_and_aborts(rx));
         tx.send_async(b"next").await.unwrap();
         drop(tx);
         let seen = bounded("reader", reader).await.unwrap();

@@ -73,3 +73,15 @@ fn budget_look(calls: &mut u8, cx: &mut std::task::Context<'_>) -> std::task::Po
 
 /// A boxed future for the slow path of a hand-written one (`Send`, as the ends are).
 pub(crate) type Slow<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Starts the slow path of a hand-written future: keeps `slow` in `slot` and polls it. Out of
+/// line: only the calls that wait get here.
+#[cold]
+#[inline(never)]
+pub(crate) fn start_slow<'a, T>(
+    slot: &mut Option<Slow<'a, T>>,
+    slow: Slow<'a, T>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<T> {
+    slot.insert(slow).as_mut().poll(cx)
+}

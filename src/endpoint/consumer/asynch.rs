@@ -6,7 +6,7 @@
 //! nothing: the record it was waiting for is read by the next call.
 
 use super::*;
-use crate::endpoint::waiting::{poll_budget, spend_budget, Slow, Waiting};
+use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow, Waiting};
 use crate::protocol::bridge::Bridges;
 
 impl Consumer {
@@ -197,20 +197,7 @@ impl<'a> std::future::Future for RecvAsync<'a> {
                 r => return std::task::Poll::Ready(op(r)),
             }
         }
-        this.wait(Box::pin(c.recv_async_slow()), cx)
-    }
-}
-
-impl<'a> RecvAsync<'a> {
-    /// Out of line: the first poll of the calls that wait.
-    #[cold]
-    #[inline(never)]
-    fn wait(
-        &mut self,
-        slow: Slow<'a, Result<Option<Record<'a>>, RecvError>>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<Option<Record<'a>>, RecvError>> {
-        self.slow.insert(slow).as_mut().poll(cx)
+        start_slow(&mut this.slow, Box::pin(c.recv_async_slow()), cx)
     }
 }
 

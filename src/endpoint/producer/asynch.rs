@@ -6,7 +6,7 @@
 //! publishes nothing. The wait is backpressure, counted as the blocking calls count it.
 
 use super::*;
-use crate::endpoint::waiting::{poll_budget, spend_budget, Slow, Waiting};
+use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow, Waiting};
 use crate::protocol::bridge::Bridges;
 
 impl Producer {
@@ -337,20 +337,7 @@ impl std::future::Future for SendAsync<'_> {
                 r => return std::task::Poll::Ready(op(r)),
             }
         }
-        this.wait(Box::pin(p.send_async_slow(bytes)), cx)
-    }
-}
-
-impl<'a> SendAsync<'a> {
-    /// Out of line: the first poll of the few sends that wait.
-    #[cold]
-    #[inline(never)]
-    fn wait(
-        &mut self,
-        slow: Slow<'a, Result<(), SendError>>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), SendError>> {
-        self.slow.insert(slow).as_mut().poll(cx)
+        start_slow(&mut this.slow, Box::pin(p.send_async_slow(bytes)), cx)
     }
 }
 
