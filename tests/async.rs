@@ -803,3 +803,42 @@ fn async_waits_work_where_futex_waitv_is_refused() {
     );
     expect_success(child, "futex_waitv refused");
 }
+
+/// `drain_async` hands out everything there is, waits when there is nothing, and says 0 only
+/// at the end of the stream.
+#[test]
+fn drain_async_reads_every_record_then_the_end() {
+    const N: u64 = 50_000;
+    let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+    let writer = std::thread::spawn(move || {
+        for i in 0..N {
+            tx.send(&i.to_le_bytes()).unwrap();
+            if i % 5000 == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    });
+    let (seen, calls) = current_thread().block_on(async {
+        let (mut seen, mut calls) = (0u64, 0u64);
+        loop {
+            let n = bounded(
+                "drain_async",
+                rx.drain_async(usize::MAX, |r| {
+                    assert_eq!(r.as_pod::<u64>(), Some(&seen));
+                    seen += 1;
+                    Ok::<_, shmflow::Error>(())
+                }),
+            )
+            .await
+            .unwrap();
+            calls += 1;
+            if n == 0 {
+                break;
+            }
+        }
+        (seen, calls)
+    });
+    writer.join().unwrap();
+    assert_eq!(seen, N);
+    assert!(calls < N, "{calls} calls for {N} records: no batching");
+}

@@ -12,7 +12,8 @@
 //!
 //! Throughput: 64 B records, every setting at its default; `async_rps` has `send_async` on a
 //! current-thread runtime in this process and `while let Some(r) = rx.recv_async().await?`
-//! on one in the peer, `sync_plain_rps` the blocking `send` and `recv` loop.
+//! on one in the peer, `sync_plain_rps` the blocking `send` and `recv` loop; `async_drain_rps`
+//! has the peer read with `drain_async` instead (the throughput-minded async reader).
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -136,9 +137,14 @@ pub(crate) fn tokio_uds_rtt(rounds: usize) -> Vec<u64> {
 
 /// 64 B records at default settings, async on both ends: (records, nanoseconds) as the peer
 /// counted them.
-pub(crate) fn async_stream(secs: f64) -> (f64, f64) {
+pub(crate) fn async_stream(secs: f64, drain: bool) -> (f64, f64) {
     let (mut p, peer) = Producer::create_anonymous(Geometry::default()).unwrap();
-    let c = child("async-sink", &[], &[("CH", peer.as_fd_raw())], |_| {});
+    let sink = if drain {
+        "async-drain-sink"
+    } else {
+        "async-sink"
+    };
+    let c = child(sink, &[], &[("CH", peer.as_fd_raw())], |_| {});
     drop(peer);
     // As the blocking loop's record: 64 bytes of a length the compiler sees.
     let rec = [0x5Au8; REC];
@@ -153,18 +159,36 @@ pub(crate) fn async_stream(secs: f64) -> (f64, f64) {
     parse_report(&finish(c))
 }
 
-/// The peer of [`async_stream`]: the plain loop, awaited.
-pub(crate) fn async_sink() -> Result<(), String> {
+/// The peer of [`async_stream`]: the plain loop, awaited, or (`drain`) `drain_async`.
+pub(crate) fn async_sink(drain: bool) -> Result<(), String> {
     let mut c = Consumer::from_env("CH").map_err(|e| e.to_string())?;
     let (n, sum, start) = current()
         .block_on(async move {
             let (mut n, mut sum, mut start) = (0u64, 0u64, None);
-            while let Some(r) = c.recv_async().await? {
-                start.get_or_insert_with(Instant::now);
-                if let Some(b) = r.as_bytes() {
-                    sum = sum.wrapping_add(touch(b));
+            if drain {
+                loop {
+                    let k = c
+                        .drain_async(usize::MAX, |r| {
+                            start.get_or_insert_with(Instant::now);
+                            if let Some(b) = r.as_bytes() {
+                                sum = sum.wrapping_add(touch(b));
+                            }
+                            Ok::<_, shmflow::RecvError>(())
+                        })
+                        .await?;
+                    if k == 0 {
+                        break;
+                    }
+                    n += k as u64;
                 }
-                n += 1;
+            } else {
+                while let Some(r) = c.recv_async().await? {
+                    start.get_or_insert_with(Instant::now);
+                    if let Some(b) = r.as_bytes() {
+                        sum = sum.wrapping_add(touch(b));
+                    }
+                    n += 1;
+                }
             }
             Ok::<_, shmflow::RecvError>((n, sum, start))
         })

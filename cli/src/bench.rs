@@ -654,7 +654,8 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
             println!("{n} {}", start.map(|s| s.elapsed().as_nanos()).unwrap_or(1));
         }
         "ol-sink" => return crate::openloop::sink(args),
-        "async-sink" => return crate::asyncbench::async_sink(),
+        "async-sink" => return crate::asyncbench::async_sink(false),
+        "async-drain-sink" => return crate::asyncbench::async_sink(true),
         other => return Err(format!("unknown bench role {other}")),
     }
     Ok(())
@@ -1010,7 +1011,11 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         note("sync_plain_rps", best(cfg, || plain_stream(cfg)));
         note(
             "async_rps",
-            best(cfg, || crate::asyncbench::async_stream(cfg.secs)),
+            best(cfg, || crate::asyncbench::async_stream(cfg.secs, false)),
+        );
+        note(
+            "async_drain_rps",
+            best(cfg, || crate::asyncbench::async_stream(cfg.secs, true)),
         );
     }
     if want("pool") {
@@ -1032,7 +1037,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 11] = [
+const RATIOS: [(&str, &str, &str, &str); 12] = [
     (
         "rtt_spin_vs_floor",
         "rtt_spin_p50_ns",
@@ -1077,6 +1082,12 @@ const RATIOS: [(&str, &str, &str, &str); 11] = [
         "async_rps",
         "sync_plain_rps",
         ">= 0.8",
+    ),
+    (
+        "async_drain_vs_sync_plain",
+        "async_drain_rps",
+        "sync_plain_rps",
+        "(for reference)",
     ),
     (
         "same_cpu_vs_futex_floor_same_cpu",

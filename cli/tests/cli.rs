@@ -227,6 +227,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "tokio_uds_rtt_p50_ns",
         "sync_plain_rps",
         "async_rps",
+        "async_drain_rps",
     ] {
         let x = v[k]
             .as_f64()
@@ -234,7 +235,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         assert!(x > 0.0 && x.is_finite(), "{k} = {x}");
     }
     assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
-    assert_eq!(v["ratios"].as_object().unwrap().len(), 11);
+    assert_eq!(v["ratios"].as_object().unwrap().len(), 12);
     assert!(v["ratios"]["plain_vs_small"].as_f64().unwrap() > 0.0);
     assert!(v["ratios"]["async_vs_sync_plain"].as_f64().unwrap() > 0.0);
     assert_eq!(v["runs"].as_u64(), Some(1));

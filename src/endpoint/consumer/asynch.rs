@@ -98,6 +98,57 @@ impl Consumer {
         }
     }
 
+    /// As [`Consumer::drain`], but waits in the executor until there is something: hands every
+    /// record available (at most `max`, at least one unless the stream ended) to `f`, and
+    /// returns how many; `Ok(0)` is the end of the stream. The throughput-minded async reader's
+    /// loop: records that are already there are handed out as by `drain`, with no future per
+    /// record. Dropping the future while it waits loses nothing.
+    ///
+    /// # Errors
+    /// `f`'s error, or what `recv_async` would return (converted with `From<RecvError>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), shmflow::Error> {
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// for _ in 0..100 {
+    ///     tx.send(b"x")?;
+    /// }
+    /// drop(tx);
+    /// let mut total = 0;
+    /// loop {
+    ///     let n = rx
+    ///         .drain_async(usize::MAX, |r| {
+    ///             total += r.len().unwrap_or(0);
+    ///             Ok::<_, shmflow::Error>(())
+    ///         })
+    ///         .await?;
+    ///     if n == 0 {
+    ///         break; // end of stream
+    ///     }
+    /// }
+    /// assert_eq!(total, 100);
+    /// # Ok(()) }
+    /// ```
+    pub async fn drain_async<F, E>(&mut self, max: usize, mut f: F) -> Result<usize, E>
+    where
+        F: FnMut(Record<'_>) -> Result<(), E>,
+        E: From<RecvError>,
+    {
+        let n = self.drain(max, &mut f)?;
+        if n > 0 || max == 0 {
+            return Ok(n);
+        }
+        // Nothing now: wait for one record (`None`: the end of the stream), then the rest.
+        match self.recv_async().await? {
+            Some(r) => f(r)?,
+            None => return Ok(0),
+        }
+        Ok(1 + self.drain(max - 1, &mut f)?)
+    }
+
     /// As [`Consumer::recv_message`], waiting in the executor. Cancellation as for
     /// [`Consumer::recv_async`].
     ///
