@@ -842,3 +842,37 @@ fn drain_async_reads_every_record_then_the_end() {
     assert_eq!(seen, N);
     assert!(calls < N, "{calls} calls for {N} records: no batching");
 }
+
+/// A partition's async sends: round-robin over two channels, then an event to both, read by
+/// two tasks of a multi-thread runtime.
+#[test]
+fn a_partition_sends_from_a_task() {
+    use shmflow::{Partition, Partitioner};
+    multi_thread().block_on(async {
+        let (tx_a, rx_a) = shmflow::pair(small()).unwrap();
+        let (tx_b, rx_b) = shmflow::pair(small()).unwrap();
+        let mut part = Partition::new(vec![tx_a, tx_b], Partitioner::RoundRobin).unwrap();
+        let read = |mut rx: Consumer| {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                while let Some(m) = rx.recv_message_async().await.unwrap() {
+                    match m {
+                        Message::Record(r) => got.push(r.to_vec_async().await.unwrap()),
+                        Message::Event(e) => got.push(format!("event {}", e.kind).into_bytes()),
+                    }
+                }
+                got
+            })
+        };
+        for i in 0..6u8 {
+            part.send_async(&[i]).await.unwrap();
+        }
+        part.send_event_async(9, b"").await.unwrap();
+        let (a, b) = (read(rx_a), read(rx_b));
+        drop(part);
+        let a = bounded("reader a", a).await.unwrap();
+        let b = bounded("reader b", b).await.unwrap();
+        assert_eq!(a, vec![vec![0], vec![2], vec![4], b"event 9".to_vec()]);
+        assert_eq!(b, vec![vec![1], vec![3], vec![5], b"event 9".to_vec()]);
+    });
+}
