@@ -15,8 +15,6 @@
 //! on one in the peer, `sync_plain_rps` the blocking `send` and `recv` loop; `async_drain_rps`
 //! has the peer read with `drain_async` instead (the throughput-minded async reader).
 
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
@@ -106,14 +104,7 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
 
 /// The same loop over a tokio `UnixStream`, the peer a blocking echo.
 pub(crate) fn tokio_uds_rtt(rounds: usize) -> Vec<u64> {
-    let (mine, theirs) = UnixStream::pair().unwrap();
-    let c = child(
-        "echo-fd",
-        &[],
-        &[("IN", theirs.as_raw_fd()), ("OUT", theirs.as_raw_fd())],
-        |_| {},
-    );
-    drop(theirs);
+    let (mine, c) = crate::bench::uds_echo_child();
     mine.set_nonblocking(true).unwrap();
     let v = current().block_on(async move {
         let mut s = tokio::net::UnixStream::from_std(mine).unwrap();

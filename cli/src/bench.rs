@@ -327,14 +327,7 @@ fn rtt_stream(cfg: &Cfg, pipe: bool) -> Vec<u64> {
             c,
         )
     } else {
-        let (mine, theirs) = UnixStream::pair().unwrap();
-        let c = child(
-            "echo-fd",
-            &[],
-            &[("IN", theirs.as_raw_fd()), ("OUT", theirs.as_raw_fd())],
-            |_| {},
-        );
-        drop(theirs);
+        let (mine, c) = uds_echo_child();
         (Box::new(mine.try_clone().unwrap()), Box::new(mine), c)
     };
     let mut buf = [0u8; 8];
@@ -346,6 +339,18 @@ fn rtt_stream(cfg: &Cfg, pipe: bool) -> Vec<u64> {
     drop((tx, rx));
     finish(c);
     v
+}
+
+/// A peer that echoes what it reads from its end of a Unix socket pair: this end, and the peer.
+pub(crate) fn uds_echo_child() -> (UnixStream, Child) {
+    let (mine, theirs) = UnixStream::pair().unwrap();
+    let c = child(
+        "echo-fd",
+        &[],
+        &[("IN", theirs.as_raw_fd()), ("OUT", theirs.as_raw_fd())],
+        |_| {},
+    );
+    (mine, c)
 }
 
 pub(crate) fn pipe_pair() -> (OwnedFd, OwnedFd) {

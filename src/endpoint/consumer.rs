@@ -15,6 +15,7 @@ use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use crate::endpoint::event::Event;
+use crate::endpoint::metrics::Waiting;
 #[cfg(not(loom))]
 use crate::error::RegionKind;
 use crate::error::{
@@ -23,7 +24,7 @@ use crate::error::{
 #[cfg(not(loom))]
 use crate::protocol::abi::Geometry;
 use crate::protocol::abi::{END_DETACHED, END_FAILED};
-use crate::protocol::counters::{add_owned, Local};
+use crate::protocol::counters::Local;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Recycler;
@@ -33,7 +34,6 @@ use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
-use crate::sys::clock::monotonic_ns;
 
 #[cfg(any(feature = "tokio", loom))]
 mod asynch;
@@ -492,12 +492,13 @@ impl Consumer {
         // two atomic read-modify-writes per wait.)
         let shared: &Shared = unsafe { &*Arc::as_ptr(&self.shared) };
         let h = shared.header();
-        let start = if timed { monotonic_ns() } else { 0 };
-        if timed {
-            h.consumer_counters
-                .idle_since_ns
-                .store(start, Ordering::Relaxed);
-        }
+        // A `try_` look is no wait: neither idle time nor a pace mark.
+        let idle = timed.then(|| {
+            Waiting::start(
+                &h.consumer_counters.idle_since_ns,
+                &h.consumer_counters.idle_ns,
+            )
+        });
         let got = park::wait_for(
             shared.consumer_park(),
             self.wait,
@@ -506,14 +507,9 @@ impl Consumer {
             pace,
             |look| self.poll_wait(look),
         );
+        drop(idle);
         if timed {
-            // (A `try_` look is no wait: the pace is what the reader did between waits.)
             self.wait_mark = self.cur.map(|c| (c.seg, c.rd));
-            h.consumer_counters
-                .idle_since_ns
-                .store(0, Ordering::Relaxed);
-            let idle = monotonic_ns().saturating_sub(start);
-            add_owned(&h.consumer_counters.idle_ns, idle);
         }
         got
     }

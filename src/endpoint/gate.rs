@@ -22,6 +22,7 @@ use crate::endpoint::consumer::Record;
 use crate::endpoint::consumer::{Consumer, Ready};
 use crate::endpoint::event::Event;
 use crate::endpoint::gate_stats::{self as stats, GateSnapshot};
+use crate::endpoint::metrics::Waiting;
 use crate::error::{Error, Result};
 use crate::protocol::abi::GateGeometry;
 use crate::protocol::park::{self, Deadline, WaitStrategy};
@@ -417,11 +418,9 @@ impl Gate {
         }
         let shared = self.shared.clone();
         let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
-        let start = monotonic_ns();
-        let waiting = !matches!(deadline, Deadline::Now);
-        if waiting {
-            figures.idle_since_ns.store(start, Ordering::Relaxed);
-        }
+        // A `try_` look is no wait.
+        let idle = (!matches!(deadline, Deadline::Now))
+            .then(|| Waiting::start(&figures.idle_since_ns, &figures.idle_ns));
         let got = park::wait_for(
             shared.consumer_park(),
             self.wait,
@@ -430,11 +429,7 @@ impl Gate {
             park::Pace::Sparse,
             |look| self.poll_pick(look),
         );
-        if waiting {
-            figures.idle_since_ns.store(0, Ordering::Relaxed);
-            let idle = monotonic_ns().saturating_sub(start);
-            crate::protocol::counters::add_owned(&figures.idle_ns, idle);
-        }
+        drop(idle);
         got
     }
 

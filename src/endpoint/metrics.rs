@@ -273,3 +273,33 @@ impl std::fmt::Display for EndState {
         }
     }
 }
+
+/// A wait in progress, shown live (`since`) and added to `total` when it ends — also when the
+/// future that waits is dropped, which is why the counter lives in shared memory alone.
+pub(crate) struct Waiting<'a> {
+    since: &'a AtomicU64,
+    total: &'a AtomicU64,
+    start: u64,
+}
+
+impl<'a> Waiting<'a> {
+    pub(crate) fn start(since: &'a AtomicU64, total: &'a AtomicU64) -> Waiting<'a> {
+        let start = crate::sys::clock::monotonic_ns();
+        // Relaxed: a statistic.
+        since.store(start, crate::sync::Ordering::Relaxed);
+        Waiting {
+            since,
+            total,
+            start,
+        }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        // Relaxed: a statistic.
+        self.since.store(0, crate::sync::Ordering::Relaxed);
+        let waited = crate::sys::clock::monotonic_ns().saturating_sub(self.start);
+        crate::protocol::counters::add_owned(self.total, waited);
+    }
+}

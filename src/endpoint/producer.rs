@@ -21,13 +21,14 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
+use crate::endpoint::metrics::Waiting;
 #[cfg(not(loom))]
 use crate::error::RegionKind;
 use crate::error::{
     op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError, WriteError,
 };
 use crate::protocol::abi::{Geometry, END_DETACHED, END_FAILED};
-use crate::protocol::counters::{add_owned, Local};
+use crate::protocol::counters::Local;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Supply;
@@ -37,7 +38,6 @@ use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
-use crate::sys::clock::monotonic_ns;
 
 #[cfg(any(feature = "tokio", loom))]
 mod asynch;
@@ -380,10 +380,10 @@ impl Producer {
         self.ask_for_segment();
         let shared = self.shared.clone();
         let h = shared.header();
-        let start = monotonic_ns();
-        h.producer_counters
-            .blocked_since_ns
-            .store(start, Ordering::Relaxed);
+        let blocked = Waiting::start(
+            &h.producer_counters.blocked_since_ns,
+            &h.producer_counters.backpressured_ns,
+        );
         let got = park::wait_for(
             &h.producer_park,
             self.wait,
@@ -401,11 +401,7 @@ impl Producer {
                 Ok(None)
             },
         );
-        h.producer_counters
-            .blocked_since_ns
-            .store(0, Ordering::Relaxed);
-        let waited = monotonic_ns().saturating_sub(start);
-        add_owned(&h.producer_counters.backpressured_ns, waited);
+        drop(blocked);
         self.cur = Some(got?);
         Ok(())
     }

@@ -1,38 +1,5 @@
-//! What the async forms of the ends share: the accounting of a wait however it ends, and the
-//! executor's cooperative budget.
-
-use crate::sync::AtomicU64;
-use crate::sys::clock::monotonic_ns;
-
-/// A wait in progress, shown live (`since`) and added to `total` when it ends — also when the
-/// future that waits is dropped, which is why the counter lives in shared memory alone.
-pub(crate) struct Waiting<'a> {
-    since: &'a AtomicU64,
-    total: &'a AtomicU64,
-    start: u64,
-}
-
-impl<'a> Waiting<'a> {
-    pub(crate) fn start(since: &'a AtomicU64, total: &'a AtomicU64) -> Waiting<'a> {
-        let start = monotonic_ns();
-        // Relaxed: a statistic.
-        since.store(start, crate::sync::Ordering::Relaxed);
-        Waiting {
-            since,
-            total,
-            start,
-        }
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        // Relaxed: a statistic.
-        self.since.store(0, crate::sync::Ordering::Relaxed);
-        let waited = monotonic_ns().saturating_sub(self.start);
-        crate::protocol::counters::add_owned(self.total, waited);
-    }
-}
+//! What the async forms of the ends share: the executor's cooperative budget and the boxed
+//! slow path of the hand-written futures.
 
 /// How many calls that found their work done at once may pass between two looks at the
 /// executor's budget.

@@ -135,7 +135,8 @@ impl Bridge {
 
     /// Serves the list until the process ends (under loom: until [`Bridge::stop`]).
     pub(crate) fn serve(&self) {
-        let mut words: Vec<(*const FutexWord, u32)> = Vec::new();
+        // The doorbell first, then every word waited on.
+        let mut list: Vec<(*const FutexWord, u32)> = Vec::new();
         #[cfg(not(loom))]
         let mut waitv = true;
         loop {
@@ -169,8 +170,9 @@ impl Bridge {
                     }
                     true
                 });
-                words.clear();
-                words.extend(st.entries.iter().map(|e| (e.word, e.expected)));
+                list.clear();
+                list.push((&self.doorbell, 0));
+                list.extend(st.entries.iter().map(|e| (e.word, e.expected)));
             }
             for w in wake {
                 w.wake();
@@ -179,9 +181,7 @@ impl Bridge {
             // registration made in between go unseen.
             #[cfg(shmflow_broken = "bridge_late_doorbell")]
             let gen = self.doorbell.atomic().load(Ordering::Acquire);
-            let mut list: Vec<(*const FutexWord, u32)> = Vec::with_capacity(words.len() + 1);
-            list.push((&self.doorbell, gen));
-            list.extend_from_slice(&words);
+            list[0].1 = gen;
             #[cfg(not(loom))]
             {
                 if waitv {
@@ -190,7 +190,7 @@ impl Bridge {
                 if !waitv {
                     // No futex_waitv: sleep on the doorbell and look at the words every
                     // millisecond.
-                    let nap = if words.is_empty() {
+                    let nap = if list.len() == 1 {
                         timeout
                     } else {
                         Some(timeout.map_or(POLL_WITHOUT_WAITV, |t| t.min(POLL_WITHOUT_WAITV)))

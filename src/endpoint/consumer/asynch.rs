@@ -6,7 +6,7 @@
 //! nothing: the record it was waiting for is read by the next call.
 
 use super::*;
-use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow, Waiting};
+use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
 use crate::protocol::bridge::Bridges;
 
 impl Consumer {

@@ -4,7 +4,7 @@
 //! so dropping the future loses no message.
 
 use super::*;
-use crate::endpoint::waiting::{spend_budget, Waiting};
+use crate::endpoint::waiting::spend_budget;
 use crate::protocol::bridge::Bridges;
 
 impl Gate {

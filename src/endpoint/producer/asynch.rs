@@ -6,7 +6,7 @@
 //! publishes nothing. The wait is backpressure, counted as the blocking calls count it.
 
 use super::*;
-use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow, Waiting};
+use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
 use crate::protocol::bridge::Bridges;
 
 impl Producer {
