@@ -67,6 +67,7 @@ pub struct PeerDeadError {
     pub(crate) region: String,
     pub(crate) end: End,
     pub(crate) pid: u32,
+    pub(crate) remote: bool,
 }
 
 impl PeerDeadError {
@@ -82,10 +83,33 @@ impl PeerDeadError {
     pub fn pid(&self) -> u32 {
         self.pid
     }
+    /// True if the end is a network bridge (`shmflow::net`) whose peer on the other side of
+    /// the connection was lost; `pid` is then the bridge's process, which is alive.
+    pub fn is_remote(&self) -> bool {
+        self.remote
+    }
 }
 
 impl fmt::Display for PeerDeadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.remote {
+            return match self.end {
+                End::Producer => write!(
+                    f,
+                    "region {}: the remote producer behind the network bridge (pid {}) was \
+                     lost (it died, went silent, or the connection broke); what it sent before \
+                     was delivered, nothing more will come",
+                    self.region, self.pid
+                ),
+                End::Consumer => write!(
+                    f,
+                    "region {}: the remote consumer behind the network bridge (pid {}) was \
+                     lost (it died, went silent, or the connection broke); nothing written from \
+                     now on would be read",
+                    self.region, self.pid
+                ),
+            };
+        }
         match self.end {
             End::Producer => write!(
                 f,
@@ -712,6 +736,17 @@ impl Error {
             region: region.to_owned(),
             end,
             pid,
+            remote: false,
+        }))
+    }
+
+    /// The end is a network bridge that lost its remote peer.
+    pub(crate) fn peer_lost(region: &str, end: End, pid: u32) -> Self {
+        Error::PeerDead(Box::new(PeerDeadError {
+            region: region.to_owned(),
+            end,
+            pid,
+            remote: true,
         }))
     }
 

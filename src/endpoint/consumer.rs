@@ -23,7 +23,7 @@ use crate::error::{
 };
 #[cfg(not(loom))]
 use crate::protocol::abi::Geometry;
-use crate::protocol::abi::{END_DETACHED, END_FAILED};
+use crate::protocol::abi::{END_DETACHED, END_FAILED, END_LOST};
 use crate::protocol::counters::Local;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
@@ -37,6 +37,8 @@ use crate::sync::{Arc, Ordering};
 
 #[cfg(any(feature = "tokio", loom))]
 mod asynch;
+#[cfg(all(feature = "net", not(loom)))]
+pub(crate) mod raw;
 #[cfg(feature = "tokio")]
 pub use asynch::RecvAsync;
 
@@ -108,6 +110,9 @@ pub struct Consumer {
     watch_prio: bool,
     /// The spanning record handed out last.
     span: Span,
+    /// The state this end leaves in when dropped: `DETACHED`, or `LOST` for a network bridge
+    /// that lost its remote peer.
+    detach_as: u32,
     /// Async calls since the last look at the executor's budget.
     #[cfg(any(feature = "tokio", loom))]
     coop: u8,
@@ -226,6 +231,7 @@ impl Consumer {
             prio_head: 0,
             prio_buf: [0; crate::protocol::abi::PRIO_PAYLOAD],
             watch_prio: false,
+            detach_as: END_DETACHED,
             span: Span::default(),
             seg_size: shared_seg_size,
             fast_max: usize::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(usize::MAX),
@@ -262,16 +268,21 @@ impl Consumer {
     fn producer_detached(&self) -> bool {
         // Acquire: pairs with the producer's Release when it detaches, after its last seal.
         let state = self.shared.header().producer.state.load(Ordering::Acquire);
-        state == END_DETACHED || state == END_FAILED
+        state == END_DETACHED || state == END_FAILED || state == END_LOST
     }
 
     /// `Some(ProducerFailed)` if the producer ended the stream as failed (it was dropped while
-    /// its thread unwound from a panic).
+    /// its thread unwound from a panic), `Some(PeerDead)` if it was a network bridge that lost
+    /// its remote peer.
     pub(crate) fn producer_failed(&self) -> Option<Error> {
         let p = &self.shared.header().producer;
         // Acquire: as in `producer_detached`.
-        (p.state.load(Ordering::Acquire) == END_FAILED)
-            .then(|| Error::producer_failed(&self.shared.name, p.pid.load(Ordering::Relaxed)))
+        let pid = || p.pid.load(Ordering::Relaxed);
+        match p.state.load(Ordering::Acquire) {
+            END_FAILED => Some(Error::producer_failed(&self.shared.name, pid())),
+            END_LOST => Some(Error::peer_lost(&self.shared.name, End::Producer, pid())),
+            _ => None,
+        }
     }
 
     fn corrupt(&self, field: &'static str, expected: String, found: u64) -> Error {
@@ -330,69 +341,13 @@ impl Consumer {
 
     /// Checks the published header `word` of the frame at `c.rd`.
     fn parse(&self, c: ReadSeg, word: u64) -> Result<Frame> {
-        let at = c.rd;
-        let seg_size = self.seg_size;
-        let (len, kind) = frame::decode(word);
-        let len = len as usize;
-        let avail = seg_size - at - HEADER;
-        if len > avail {
-            return Err(self.corrupt(
-                "frame length",
-                format!("at most {avail} (bytes left in the segment)"),
-                len as u64,
-            ));
-        }
-        let f = Frame { at, len, kind };
-        match kind {
-            frame::WHOLE | frame::FIRST | frame::EVENT if self.in_span => Err(self.corrupt(
-                "frame kind",
-                "MIDDLE, LAST or ABORT inside a spanning record".into(),
-                kind as u64,
-            )),
-            frame::EVENT if len < 8 || len - 8 > crate::protocol::abi::PRIO_PAYLOAD => Err(self
-                .corrupt(
-                    "event frame length",
-                    format!("8 to {} bytes", 8 + crate::protocol::abi::PRIO_PAYLOAD),
-                    len as u64,
-                )),
-            frame::MIDDLE | frame::LAST | frame::ABORT if !self.in_span => Err(self.corrupt(
-                "frame kind",
-                "WHOLE or FIRST outside a spanning record".into(),
-                kind as u64,
-            )),
-            frame::WHOLE | frame::EVENT => Ok(f),
-            frame::FIRST | frame::MIDDLE if kind == frame::MIDDLE && at != 0 => Err(self.corrupt(
-                "spanning part offset",
-                "0 (a MIDDLE part starts its segment)".into(),
-                at as u64,
-            )),
-            frame::FIRST | frame::MIDDLE => {
-                if frame::next_frame(at, len) != seg_size {
-                    return Err(self.corrupt(
-                        "spanning part end",
-                        "the end of its segment".into(),
-                        frame::next_frame(at, len) as u64,
-                    ));
-                }
-                Ok(f)
-            }
-            frame::SEAL if self.in_span || len != 0 => Err(self.corrupt(
-                "seal frame",
-                "an empty SEAL outside a spanning record".into(),
-                len as u64,
-            )),
-            frame::SEAL => Ok(f),
-            frame::LAST | frame::ABORT if at != 0 => Err(self.corrupt(
-                "spanning part offset",
-                "0 (a LAST or ABORT part starts its segment)".into(),
-                at as u64,
-            )),
-            frame::LAST | frame::ABORT => Ok(f),
-            _ => Err(self.corrupt(
-                "frame kind",
-                "a shmflow frame tag (0x5346000N)".into(),
-                kind as u64,
-            )),
+        match frame::check(c.rd, word, self.seg_size, self.in_span) {
+            Ok(f) => Ok(Frame {
+                at: c.rd,
+                len: f.len,
+                kind: f.kind,
+            }),
+            Err(v) => Err(self.corrupt(v.field, v.expected, v.found)),
         }
     }
 
@@ -402,30 +357,9 @@ impl Consumer {
         let seg_size = self.seg_size;
         loop {
             let Some(c) = self.cur else {
-                let Some(seg) = self.data.pop(&self.shared.data_ring())? else {
+                if !self.take_next()? {
                     return Ok(None);
-                };
-                if let Err(e) = self.recycler.check(seg) {
-                    return Err(self.corrupt(
-                        "segment index in data ring",
-                        format!(
-                            "one of the channel's segments {:?} or a floating segment lent to it",
-                            e.exclusive
-                        ),
-                        seg as u64,
-                    ));
                 }
-                let complete = self.data.ready(&self.shared.data_ring())? > 0;
-                self.cur = Some(ReadSeg {
-                    seg,
-                    base: self.shared.segment_ptr(seg),
-                    rd: 0,
-                    complete,
-                });
-                let h = self.shared.header();
-                self.counters
-                    .taken
-                    .add(&h.consumer_counters.segments_taken, 1);
                 continue;
             };
             if c.rd + HEADER <= seg_size {
@@ -454,6 +388,36 @@ impl Consumer {
                 return Ok(None);
             }
         }
+    }
+
+    /// Takes the next segment off the data ring into hand, if there is one.
+    fn take_next(&mut self) -> Result<bool> {
+        debug_assert!(self.cur.is_none());
+        let Some(seg) = self.data.pop(&self.shared.data_ring())? else {
+            return Ok(false);
+        };
+        if let Err(e) = self.recycler.check(seg) {
+            return Err(self.corrupt(
+                "segment index in data ring",
+                format!(
+                    "one of the channel's segments {:?} or a floating segment lent to it",
+                    e.exclusive
+                ),
+                seg as u64,
+            ));
+        }
+        let complete = self.data.ready(&self.shared.data_ring())? > 0;
+        self.cur = Some(ReadSeg {
+            seg,
+            base: self.shared.segment_ptr(seg),
+            rd: 0,
+            complete,
+        });
+        let h = self.shared.header();
+        self.counters
+            .taken
+            .add(&h.consumer_counters.segments_taken, 1);
+        Ok(true)
     }
 
     fn advance(&mut self, f: Frame) {
@@ -1123,7 +1087,7 @@ impl Drop for Consumer {
         self.publish_counts();
         let h = self.shared.header();
         // Release: our last reads of the region happen before the producer sees us gone.
-        h.consumer.state.store(END_DETACHED, Ordering::Release);
+        h.consumer.state.store(self.detach_as, Ordering::Release);
         park::notify(&h.producer_park);
     }
 }

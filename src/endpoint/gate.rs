@@ -482,6 +482,8 @@ impl Gate {
                     Some(Error::ProducerFailed(error)) => {
                         GateMessage::ChannelFailed { channel: c, error }
                     }
+                    // A network bridge that lost its remote producer.
+                    Some(Error::PeerDead(error)) => GateMessage::ChannelDead { channel: c, error },
                     _ => GateMessage::EndOfPartition { channel: c },
                 }));
             }

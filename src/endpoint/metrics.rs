@@ -234,6 +234,9 @@ pub enum EndState {
     /// Detached while its thread unwound from a panic (a producer: its stream ended as
     /// failed).
     Failed,
+    /// Detached by a network bridge that lost its remote peer (the peer on the other machine
+    /// died, went silent, or its connection broke).
+    Lost,
     /// A value no shmflow writes (a corrupt or foreign region).
     Invalid(u32),
 }
@@ -245,6 +248,7 @@ impl EndState {
             crate::protocol::abi::END_ATTACHED => EndState::Attached,
             crate::protocol::abi::END_DETACHED => EndState::Detached,
             crate::protocol::abi::END_FAILED => EndState::Failed,
+            crate::protocol::abi::END_LOST => EndState::Lost,
             other => EndState::Invalid(other),
         }
     }
@@ -257,6 +261,7 @@ impl EndState {
             EndState::Attached => crate::protocol::abi::END_ATTACHED,
             EndState::Detached => crate::protocol::abi::END_DETACHED,
             EndState::Failed => crate::protocol::abi::END_FAILED,
+            EndState::Lost => crate::protocol::abi::END_LOST,
             EndState::Invalid(v) => v,
         }
     }
@@ -269,6 +274,7 @@ impl std::fmt::Display for EndState {
             EndState::Attached => f.write_str("attached"),
             EndState::Detached => f.write_str("detached"),
             EndState::Failed => f.write_str("failed"),
+            EndState::Lost => f.write_str("lost (remote peer)"),
             EndState::Invalid(v) => write!(f, "invalid state {v}"),
         }
     }

@@ -27,7 +27,7 @@ use crate::error::RegionKind;
 use crate::error::{
     op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError, WriteError,
 };
-use crate::protocol::abi::{Geometry, END_DETACHED, END_FAILED};
+use crate::protocol::abi::{Geometry, END_DETACHED, END_FAILED, END_LOST};
 use crate::protocol::counters::Local;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
@@ -41,6 +41,8 @@ use crate::sync::{Arc, Ordering};
 
 #[cfg(any(feature = "tokio", loom))]
 mod asynch;
+#[cfg(all(feature = "net", not(loom)))]
+pub(crate) mod raw;
 #[cfg(feature = "tokio")]
 pub use asynch::SendAsync;
 
@@ -317,13 +319,26 @@ impl Producer {
 
     fn consumer_detached(&self) -> bool {
         // Acquire: pairs with the consumer's Release when it detaches.
-        self.shared.header().consumer.state.load(Ordering::Acquire) == END_DETACHED
+        let state = self.shared.header().consumer.state.load(Ordering::Acquire);
+        state == END_DETACHED || state == END_LOST
     }
 
-    /// `Closed`, remembered: every later call fails at once.
+    /// `Closed` (or `PeerDead` if the consumer was a network bridge that lost its remote
+    /// peer), remembered: every later call fails at once.
     fn closed_error(&mut self) -> Error {
         self.gone = true;
         self.forget_segment();
+        self.gone_error()
+    }
+
+    /// Why the consumer is gone.
+    fn gone_error(&self) -> Error {
+        let c = &self.shared.header().consumer;
+        // Acquire: as in `consumer_detached`.
+        if c.state.load(Ordering::Acquire) == END_LOST {
+            let pid = c.pid.load(Ordering::Relaxed);
+            return Error::peer_lost(&self.shared.name, crate::error::End::Consumer, pid);
+        }
         Error::closed(&self.shared.name)
     }
 
@@ -337,7 +352,7 @@ impl Producer {
     /// Fails at once if the consumer was already seen gone or dead.
     fn check_gone(&mut self) -> Result<()> {
         if self.gone {
-            return Err(Error::closed(&self.shared.name));
+            return Err(self.gone_error());
         }
         self.check_peer(Look::Quick)
     }

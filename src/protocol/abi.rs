@@ -16,7 +16,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 5;
+pub const LAYOUT_VERSION: u32 = 6;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
@@ -47,13 +47,17 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
-/// Attach state of one end: `FREE` → `ATTACHED` → `DETACHED` or `FAILED`, never back.
+/// Attach state of one end: `FREE` → `ATTACHED` → `DETACHED`, `FAILED` or `LOST`, never back.
 pub(crate) const END_FREE: u32 = 0;
 pub(crate) const END_ATTACHED: u32 = 1;
 pub(crate) const END_DETACHED: u32 = 2;
 /// Detached while its thread was unwinding from a panic: everything it committed before is
 /// delivered, then the stream ends as failed rather than cleanly (layout version 4).
 pub(crate) const END_FAILED: u32 = 3;
+/// Detached by a network bridge whose remote peer was lost (connection broken, peer dead or
+/// silent): everything received before is delivered, then the peer is reported dead
+/// (layout version 6).
+pub(crate) const END_LOST: u32 = 4;
 
 #[repr(C)]
 #[derive(Default)]
@@ -529,7 +533,7 @@ mod tests {
     }
 
     /// The layout version `abi.golden` describes.
-    const GOLDEN_VERSION: u32 = 5;
+    const GOLDEN_VERSION: u32 = 6;
 
     #[test]
     #[ignore = "prints the layout for abi.golden"]

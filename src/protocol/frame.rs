@@ -63,6 +63,113 @@ pub(crate) const fn next_frame(at: usize, len: usize) -> usize {
     align8(at + HEADER + len)
 }
 
+/// A published frame header, checked against its place in the segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Checked {
+    pub(crate) len: usize,
+    pub(crate) kind: u32,
+}
+
+/// Why a header cannot be where it is: the field, what was expected, what was found.
+#[derive(Debug)]
+pub(crate) struct Violation {
+    pub(crate) field: &'static str,
+    pub(crate) expected: String,
+    pub(crate) found: u64,
+}
+
+fn violation(field: &'static str, expected: impl Into<String>, found: u64) -> Violation {
+    Violation {
+        field,
+        expected: expected.into(),
+        found,
+    }
+}
+
+/// Checks the header `word` of a frame at offset `at` (8-aligned, `at + 8 <= seg_size`) of a
+/// segment of `seg_size` bytes, `in_span` telling whether a spanning record is open: the
+/// length fits in the segment, the kind is one of ours and may stand here. The one check of
+/// every frame, whether it was read from shared memory or received from the network.
+pub(crate) fn check(
+    at: usize,
+    word: u64,
+    seg_size: usize,
+    in_span: bool,
+) -> Result<Checked, Violation> {
+    let (len, kind) = decode(word);
+    let len = len as usize;
+    let avail = seg_size - at - HEADER;
+    if len > avail {
+        return Err(violation(
+            "frame length",
+            format!("at most {avail} (bytes left in the segment)"),
+            len as u64,
+        ));
+    }
+    let f = Checked { len, kind };
+    let prio = crate::protocol::abi::PRIO_PAYLOAD;
+    match kind {
+        WHOLE | FIRST | EVENT if in_span => Err(violation(
+            "frame kind",
+            "MIDDLE, LAST or ABORT inside a spanning record",
+            kind as u64,
+        )),
+        EVENT if len < 8 || len - 8 > prio => Err(violation(
+            "event frame length",
+            format!("8 to {} bytes", 8 + prio),
+            len as u64,
+        )),
+        MIDDLE | LAST | ABORT if !in_span => Err(violation(
+            "frame kind",
+            "WHOLE or FIRST outside a spanning record",
+            kind as u64,
+        )),
+        WHOLE | EVENT => Ok(f),
+        FIRST | MIDDLE if kind == MIDDLE && at != 0 => Err(violation(
+            "spanning part offset",
+            "0 (a MIDDLE part starts its segment)",
+            at as u64,
+        )),
+        FIRST | MIDDLE => {
+            if next_frame(at, len) != seg_size {
+                return Err(violation(
+                    "spanning part end",
+                    "the end of its segment",
+                    next_frame(at, len) as u64,
+                ));
+            }
+            Ok(f)
+        }
+        SEAL if in_span || len != 0 => Err(violation(
+            "seal frame",
+            "an empty SEAL outside a spanning record",
+            len as u64,
+        )),
+        SEAL => Ok(f),
+        LAST | ABORT if at != 0 => Err(violation(
+            "spanning part offset",
+            "0 (a LAST or ABORT part starts its segment)",
+            at as u64,
+        )),
+        LAST | ABORT => Ok(f),
+        _ => Err(violation(
+            "frame kind",
+            "a shmflow frame tag (0x5346000N)",
+            kind as u64,
+        )),
+    }
+}
+
+/// Whether a spanning record is open after a frame of `kind`, given it was `in_span` before.
+#[inline]
+pub(crate) fn span_after(kind: u32, in_span: bool) -> bool {
+    match kind {
+        FIRST | MIDDLE => true,
+        LAST | ABORT => false,
+        _ => in_span,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

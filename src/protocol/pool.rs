@@ -65,6 +65,28 @@ impl Supply {
         }
     }
 
+    /// Asks for `n` more segments at once (a network bridge announcing its remote sender's
+    /// backlog). True if the consumer must be woken so that its gate looks.
+    pub(crate) fn ask_more(&mut self, h: &Header, n: u64) -> bool {
+        match self {
+            Supply::Own => false,
+            Supply::Lent { demand, .. } => {
+                *demand = demand.saturating_add(n);
+                // SYNC POINT: Release, paired with the gate's Acquire in `Lending::backlog`.
+                h.prod.demand.store(*demand, Ordering::Release);
+                true
+            }
+        }
+    }
+
+    /// Segments asked for so far (0 for a channel of its own).
+    pub(crate) fn demand(&self) -> u64 {
+        match self {
+            Supply::Own => 0,
+            Supply::Lent { demand, .. } => *demand,
+        }
+    }
+
     /// A segment arrived: the next wait asks again.
     #[inline]
     pub(crate) fn got(&mut self) {

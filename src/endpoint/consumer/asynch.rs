@@ -14,7 +14,7 @@ impl Consumer {
     /// pending priority event), the end of the stream, or the producer's death. The time counts
     /// as idle, as a thread's wait does. `watch_prio` is set only within each look, never
     /// across an `.await`: a dropped future cannot leave it set.
-    async fn readable(&mut self, prio: bool) -> Result<()> {
+    pub(super) async fn readable(&mut self, prio: bool) -> Result<()> {
         let shared = self.shared.clone();
         let h = shared.header();
         let got = {

@@ -12,7 +12,7 @@ use crate::protocol::bridge::Bridges;
 impl Producer {
     /// Waits in the executor until `poll` gives a value, with `producer_park` as the word, the
     /// time counted as backpressure.
-    async fn wait_async<T>(
+    pub(super) async fn wait_async<T>(
         &mut self,
         mut poll: impl FnMut(&mut Producer, Look) -> Result<Option<T>>,
     ) -> Result<T> {

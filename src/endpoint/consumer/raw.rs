@@ -1,0 +1,145 @@
+//! The consumer read segment by segment, for the network bridge that forwards a channel's
+//! segments to a remote receiver as they are (feature `net`). Frames are validated as a
+//! reader validates them, but not decoded into records: what is forwarded is the published
+//! part of a segment, byte for byte, so the receiver writes it into a segment of its own at
+//! the same offset.
+
+use super::*;
+
+/// Published frames of the segment in hand, not forwarded yet: bytes `at..end`. The
+/// segment stays in hand until [`Consumer::raw_done`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Chunk {
+    /// First byte (a frame boundary; 0 for the first chunk of a segment).
+    pub(crate) at: usize,
+    /// Just past the last frame.
+    pub(crate) end: usize,
+    /// The segment is finished with this chunk (read to its end, or sealed).
+    pub(crate) ends_segment: bool,
+}
+
+/// What [`Consumer::raw_poll`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum RawPoll {
+    Chunk(Chunk),
+    /// Nothing published yet.
+    Empty,
+    /// A segment is waiting, but the caller may not start one.
+    NeedCredit,
+    /// The producer detached and everything it published was handed out.
+    Ended(RawEnd),
+}
+
+/// How the stream ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RawEnd {
+    Clean,
+    Failed,
+    /// The producer died, or it was itself a bridge that lost its peer.
+    Dead,
+}
+
+impl Consumer {
+    /// The published frames of the segment in hand that were not handed out yet, validated.
+    /// With no segment in hand, takes the next one only if `may_start` (the bridge has a
+    /// credit for it).
+    pub(crate) fn raw_poll(&mut self, may_start: bool) -> Result<RawPoll> {
+        loop {
+            let Some(c) = self.cur else {
+                if self.data.ready(&self.shared.data_ring())? == 0 {
+                    // Detached, then nothing in the ring: the ring is read after the state,
+                    // so nothing sealed before the detach can be missed.
+                    if self.producer_detached() && self.data.ready(&self.shared.data_ring())? == 0
+                    {
+                        return Ok(RawPoll::Ended(match self.producer_failed() {
+                            Some(Error::ProducerFailed(_)) => RawEnd::Failed,
+                            Some(_) => RawEnd::Dead,
+                            None => RawEnd::Clean,
+                        }));
+                    }
+                    return Ok(RawPoll::Empty);
+                }
+                if !may_start {
+                    return Ok(RawPoll::NeedCredit);
+                }
+                self.take_next()?;
+                continue;
+            };
+            let seg_size = self.seg_size;
+            let mut at = c.rd;
+            let mut ends = false;
+            let mut in_span = self.in_span;
+            while at + HEADER <= seg_size {
+                // Acquire: pairs with the producer's Release store of the first header of
+                // what it publishes (as in `poll_frame`).
+                let word = self.shared.word(c.seg, at).load(Ordering::Acquire);
+                if word == 0 {
+                    break;
+                }
+                let f = match frame::check(at, word, seg_size, in_span) {
+                    Ok(f) => f,
+                    Err(v) => return Err(self.corrupt(v.field, v.expected, v.found)),
+                };
+                in_span = frame::span_after(f.kind, in_span);
+                if f.kind == frame::SEAL {
+                    at += HEADER;
+                    ends = true;
+                    break;
+                }
+                at = frame::next_frame(at, f.len);
+            }
+            self.in_span = in_span;
+            if at + HEADER > seg_size {
+                ends = true;
+            }
+            if at == c.rd && !ends {
+                return Ok(RawPoll::Empty);
+            }
+            return Ok(RawPoll::Chunk(Chunk {
+                at: c.rd,
+                end: at,
+                ends_segment: ends,
+            }));
+        }
+    }
+
+    /// The bytes of `chunk` (from the last [`Consumer::raw_poll`]). A hostile producer could
+    /// rewrite them under us after they were checked: the receiver checks them again.
+    pub(crate) fn raw_bytes(&self, chunk: &Chunk) -> &[u8] {
+        self.view(chunk.at, chunk.end - chunk.at)
+    }
+
+    /// `chunk` was forwarded: moves past it, and gives the segment back if it is finished.
+    pub(crate) fn raw_done(&mut self, chunk: Chunk) -> Result<()> {
+        let h = self.shared.header();
+        self.counters
+            .bytes
+            .add(&h.consumer_counters.bytes, (chunk.end - chunk.at) as u64);
+        if let Some(c) = &mut self.cur {
+            c.rd = chunk.end;
+        }
+        if chunk.ends_segment {
+            self.release_current()?;
+        }
+        Ok(())
+    }
+
+    /// Segments published after the one in hand (the backlog the bridge announces).
+    pub(crate) fn raw_backlog(&mut self) -> Result<u64> {
+        self.data.ready(&self.shared.data_ring())
+    }
+
+    /// Waits in the executor until [`Consumer::raw_poll`] with `may_start` would find
+    /// something, or the producer ends or dies (`Err(PeerDead)` once nothing it published is
+    /// left). Only called with a segment in hand or a credit to start one.
+    pub(crate) async fn raw_readable(&mut self) -> Result<()> {
+        self.readable(false).await
+    }
+
+    /// The bridge lost its remote peer: detach as `LOST`, so that the producer's calls
+    /// report the consumer dead.
+    pub(crate) fn raw_lose(mut self) {
+        self.detach_as = END_LOST;
+        drop(self);
+    }
+}

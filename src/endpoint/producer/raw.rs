@@ -1,0 +1,148 @@
+//! The producer written segment by segment, for the network bridge that receives a remote
+//! channel's segments as they are (feature `net`): each chunk of frames lands at the offset
+//! it had on the sender, and is published the way the producer publishes its own frames
+//! (every word but the first copied, the word past the end zeroed, then the first header
+//! stored with Release).
+
+use super::*;
+
+/// Why a received chunk cannot be written: the sender broke the protocol.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// A chunk for a new segment, but no segment is free (it was sent without credit).
+    NoCredit,
+    /// A chunk that does not continue the segment being written where it left off.
+    Misplaced { expected: usize, found: usize },
+    /// Bytes that do not fit the segment, or no whole header.
+    Shape,
+}
+
+impl Producer {
+    /// Free segments in the return ring: what the bridge may announce as credit.
+    pub(crate) fn raw_free(&mut self) -> Result<u64> {
+        self.ret.ready(&self.shared.return_ring())
+    }
+
+    /// Writes `bytes` (whole frames, checked by the caller with `frame::check`) at offset `at`
+    /// of a segment and publishes them: `at == 0` takes a fresh segment, any other offset
+    /// continues the segment in hand where the last chunk ended. `ends_segment`: the chunk
+    /// finishes the segment (it ends with a SEAL frame or at the segment's end).
+    pub(crate) fn raw_write(
+        &mut self,
+        at: usize,
+        bytes: &[u8],
+        ends_segment: bool,
+    ) -> Result<std::result::Result<(), Refused>> {
+        self.check_gone()?;
+        if self.consumer_detached() {
+            return Err(self.closed_error());
+        }
+        let end = at + bytes.len();
+        if bytes.len() < HEADER || end > self.seg_size || at % 8 != 0 {
+            return Ok(Err(Refused::Shape));
+        }
+        if at == 0 {
+            if let Some(c) = &self.cur {
+                return Ok(Err(Refused::Misplaced {
+                    expected: c.wpos,
+                    found: 0,
+                }));
+            }
+            match self.try_take()? {
+                Some(c) => self.cur = Some(c),
+                None => return Ok(Err(Refused::NoCredit)),
+            }
+        }
+        let Some(c) = self.cur else {
+            return Ok(Err(Refused::Misplaced {
+                expected: 0,
+                found: at,
+            }));
+        };
+        if c.wpos != at {
+            return Ok(Err(Refused::Misplaced {
+                expected: c.wpos,
+                found: at,
+            }));
+        }
+        // Every byte but the first header word: nothing the consumer can reach before the
+        // Release store below.
+        self.write_bytes(at + HEADER, &bytes[HEADER..]);
+        if !ends_segment && end + HEADER <= self.seg_size {
+            // SAFETY: `end` is 8-aligned (a frame boundary: the caller checked the frames)
+            // and `end + 8 <= segment_size` (checked here); the segment is in our hand.
+            // Relaxed: ordered before the Release store below.
+            unsafe { self.shared.word_in(c.base, c.seg, end) }.store(0, Ordering::Relaxed);
+        }
+        let first = u64::from_le_bytes(bytes[..HEADER].try_into().expect("8 bytes"));
+        // SAFETY: `at` is 8-aligned and `at + 8 <= end <= segment_size` (checked above); the
+        // segment is in our hand.
+        let slot = unsafe { self.shared.word_in(c.base, c.seg, at) };
+        // SYNC POINT: Release, paired with the consumer's Acquire load of this header
+        // (`poll_frame`, `fast_whole`): every byte written above is visible to it.
+        slot.store(first, Ordering::Release);
+        let h = self.shared.header();
+        self.counters
+            .bytes
+            .add(&h.producer_counters.bytes, bytes.len() as u64);
+        if ends_segment {
+            self.cur = None;
+            self.counters
+                .committed
+                .add(&h.producer_counters.segments_committed, 1);
+        } else if let Some(c) = &mut self.cur {
+            c.wpos = end;
+        }
+        self.notify_consumer();
+        Ok(Ok(()))
+    }
+
+    /// Asks the channel's gate for `n` more floating segments (the remote sender's backlog).
+    /// Nothing for a channel of its own.
+    pub(crate) fn raw_ask(&mut self, n: u64) {
+        if n > 0 && self.supply.ask_more(self.shared.header(), n) {
+            self.notify_consumer();
+        }
+    }
+
+    /// Floating segments asked for and not granted yet, as far as the gate's published
+    /// figure says (a figure for statistics: a wrong value only makes the bridge ask for
+    /// too many or too few).
+    pub(crate) fn raw_unmet(&self) -> u64 {
+        let lent = self.shared.header().cons.lent.load(Ordering::Relaxed);
+        self.supply.demand().saturating_sub(lent)
+    }
+
+    /// Waits in the executor until more than `k` segments are free, the consumer leaves
+    /// (`Closed`) or dies (`PeerDead`). Counted as backpressure.
+    pub(crate) async fn raw_wait_free(&mut self, k: u64) -> Result<()> {
+        self.wait_async(|p, look| {
+            if p.ret.ready(&p.shared.return_ring())? > k {
+                return Ok(Some(()));
+            }
+            if p.consumer_detached() {
+                return Err(p.closed_error());
+            }
+            p.check_peer(look)?;
+            Ok(None)
+        })
+        .await
+    }
+
+    /// The bridge lost its remote peer: end the stream as `LOST`, so that the consumer
+    /// reads what arrived and then reports the producer dead. A segment written half-way
+    /// keeps what was published of it.
+    pub(crate) fn raw_lose(mut self) {
+        if !self.closed {
+            self.closed = true;
+            self.flusher = None;
+            self.cur = None;
+            let h = self.shared.header();
+            // SYNC POINT: Release, paired with the consumer's Acquire in
+            // `producer_detached`: every chunk published above is visible to a consumer
+            // that sees LOST.
+            h.producer.state.store(END_LOST, Ordering::Release);
+            self.notify_consumer();
+        }
+    }
+}
