@@ -12,7 +12,8 @@ Layers, lowest first (a module may refer to its own layer and those below):
   4 region     src/region/              creating, opening, mapping and viewing regions,
                                         liveness locks, descriptor hand-off
   5 endpoint   src/endpoint/            producer, consumer, gate, partition, monitor, metrics
-  6 root       src/lib.rs, src/*_api.rs the public surface and the loom hooks
+  6 net        src/net/                 remote channels over TCP (tokio): wire format, bridges
+  7 root       src/lib.rs, src/*_api.rs the public surface and the loom hooks
 
 A reference is any `crate::a::b` path (in `use` lines or inline) and any `super::` path. Paths
 through the crate root's re-exports (`crate::Error`) are refused outside layer 6: name the
@@ -32,8 +33,9 @@ LAYERS = [
     ("protocol", 3),
     ("region", 4),
     ("endpoint", 5),
+    ("net", 6),
 ]
-ROOT_LAYER = 6
+ROOT_LAYER = 7
 
 
 def module_of(path):

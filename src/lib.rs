@@ -115,6 +115,8 @@ compile_error!("shmflow needs Linux: it uses futexes on shared memory, memfd sea
 // (`scripts/check-layers.py` checks it in CI).
 mod endpoint;
 mod error;
+#[cfg(all(feature = "net", not(loom)))]
+pub mod net;
 mod protocol;
 mod region;
 mod sync;

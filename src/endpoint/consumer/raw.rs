@@ -16,6 +16,9 @@ pub(crate) struct Chunk {
     pub(crate) end: usize,
     /// The segment is finished with this chunk (read to its end, or sealed).
     pub(crate) ends_segment: bool,
+    /// A spanning record is open after the chunk (taken on at `raw_done`: a chunk polled
+    /// and not forwarded is walked again).
+    in_span: bool,
 }
 
 /// What [`Consumer::raw_poll`] found.
@@ -49,8 +52,7 @@ impl Consumer {
                 if self.data.ready(&self.shared.data_ring())? == 0 {
                     // Detached, then nothing in the ring: the ring is read after the state,
                     // so nothing sealed before the detach can be missed.
-                    if self.producer_detached() && self.data.ready(&self.shared.data_ring())? == 0
-                    {
+                    if self.producer_detached() && self.data.ready(&self.shared.data_ring())? == 0 {
                         return Ok(RawPoll::Ended(match self.producer_failed() {
                             Some(Error::ProducerFailed(_)) => RawEnd::Failed,
                             Some(_) => RawEnd::Dead,
@@ -88,7 +90,6 @@ impl Consumer {
                 }
                 at = frame::next_frame(at, f.len);
             }
-            self.in_span = in_span;
             if at + HEADER > seg_size {
                 ends = true;
             }
@@ -99,6 +100,7 @@ impl Consumer {
                 at: c.rd,
                 end: at,
                 ends_segment: ends,
+                in_span,
             }));
         }
     }
@@ -118,10 +120,22 @@ impl Consumer {
         if let Some(c) = &mut self.cur {
             c.rd = chunk.end;
         }
+        self.in_span = chunk.in_span;
         if chunk.ends_segment {
             self.release_current()?;
         }
         Ok(())
+    }
+
+    /// A priority event waiting in the lane, taken out (the bridge forwards it at once: it
+    /// overtakes the segments, as it does on one machine).
+    pub(crate) fn raw_priority(&mut self) -> Result<Option<(u32, bytes::Bytes)>> {
+        if !self.prio_pending() {
+            return Ok(None);
+        }
+        Ok(self
+            .pop_priority()?
+            .map(|(kind, len)| (kind, bytes::Bytes::copy_from_slice(&self.prio_buf[..len]))))
     }
 
     /// Segments published after the one in hand (the backlog the bridge announces).
@@ -133,7 +147,7 @@ impl Consumer {
     /// something, or the producer ends or dies (`Err(PeerDead)` once nothing it published is
     /// left). Only called with a segment in hand or a credit to start one.
     pub(crate) async fn raw_readable(&mut self) -> Result<()> {
-        self.readable(false).await
+        self.readable(true).await
     }
 
     /// The bridge lost its remote peer: detach as `LOST`, so that the producer's calls

@@ -1,0 +1,248 @@
+//! What can go wrong with remote channels: setting up (`SetupError`), the peer breaking the
+//! wire protocol (`ProtocolError`), and what ends a connection or a channel (`LinkError`).
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The peer sent something that is not the shmflow wire protocol, or broke its rules. The
+/// connection is closed; nothing it sent after the last valid frame was used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    /// A frame longer than this side accepts (the largest segment it receives into).
+    FrameLength {
+        /// The length announced.
+        found: u64,
+        /// The most this side accepts.
+        max: u64,
+    },
+    /// Not shmflow's magic number: the peer is something else.
+    Magic {
+        /// What came instead.
+        found: u32,
+    },
+    /// A wire version this side does not speak.
+    Version {
+        /// The peer's version.
+        found: u8,
+        /// The version this side speaks.
+        supported: u8,
+    },
+    /// An unknown message kind.
+    Kind {
+        /// The kind byte.
+        found: u8,
+    },
+    /// A message whose body does not have the shape of its kind.
+    Malformed {
+        /// The message.
+        what: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A shmflow frame inside a `Buffer` cannot stand where it is.
+    Frame {
+        /// The field of the frame header.
+        field: &'static str,
+        /// What it may be.
+        expected: String,
+        /// What it was.
+        found: u64,
+    },
+    /// Credit arithmetic broken: a segment sent without credit, or credit beyond reason.
+    Credit {
+        /// The channel.
+        channel: u32,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A message for a channel that was never opened on this connection, that ended, or
+    /// that goes the wrong way.
+    Channel {
+        /// The channel id.
+        channel: u32,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+impl fmt::Display for ProtocolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtocolError::FrameLength { found, max } => write!(
+                f,
+                "a frame of {found} bytes, more than the {max} this side accepts"
+            ),
+            ProtocolError::Magic { found } => write!(
+                f,
+                "bad magic {found:#010x}: the peer does not speak the shmflow wire protocol"
+            ),
+            ProtocolError::Version { found, supported } => {
+                write!(f, "wire version {found}, this side speaks {supported}")
+            }
+            ProtocolError::Kind { found } => write!(f, "unknown message kind {found}"),
+            ProtocolError::Malformed { what, detail } => write!(f, "malformed {what}: {detail}"),
+            ProtocolError::Frame {
+                field,
+                expected,
+                found,
+            } => write!(
+                f,
+                "invalid record frame in a buffer: {field} is {found}, expected {expected}"
+            ),
+            ProtocolError::Credit { channel, detail } => {
+                write!(f, "channel {channel}: credit broken: {detail}")
+            }
+            ProtocolError::Channel { channel, detail } => write!(f, "channel {channel}: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for ProtocolError {}
+
+/// What ended a connection, or a remote channel before its stream ended.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum LinkError {
+    /// Reading or writing the connection failed (reset by the peer, broken pipe, …).
+    Io {
+        /// The kind of the system error.
+        kind: io::ErrorKind,
+        /// The system's message.
+        message: String,
+    },
+    /// The peer closed the connection while the channel was open (it exited or crashed).
+    PeerClosed,
+    /// Nothing arrived from the peer for this long, not even a heartbeat: it is dead, stopped
+    /// or cut off.
+    PeerSilent {
+        /// How long it was silent.
+        silent_for: Duration,
+    },
+    /// The peer broke the protocol; the connection was closed.
+    Protocol(ProtocolError),
+    /// The peer reported an error and gave up.
+    Remote {
+        /// The peer's error code (1 unknown channel, 2 segment sizes differ, 3 protocol,
+        /// 4 local failure).
+        code: u32,
+        /// The peer's message.
+        message: String,
+    },
+    /// The local end of the channel failed (its shared-memory peer left, died, or broke
+    /// the shared-memory protocol).
+    Local(String),
+    /// The TLS handshake failed (a certificate not signed by the expected authority, a
+    /// peer without a certificate, or a name mismatch).
+    Tls(String),
+}
+
+impl LinkError {
+    pub(crate) fn io(e: io::Error) -> LinkError {
+        LinkError::Io {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<io::Error> for LinkError {
+    fn from(e: io::Error) -> Self {
+        LinkError::io(e)
+    }
+}
+
+impl From<ProtocolError> for LinkError {
+    fn from(e: ProtocolError) -> Self {
+        LinkError::Protocol(e)
+    }
+}
+
+impl fmt::Display for LinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinkError::Io { message, .. } => write!(f, "connection failed: {message}"),
+            LinkError::PeerClosed => f.write_str(
+                "the peer closed the connection while the channel was open (it exited or crashed)",
+            ),
+            LinkError::PeerSilent { silent_for } => write!(
+                f,
+                "the peer sent nothing for {silent_for:?}, not even a heartbeat: taken as dead"
+            ),
+            LinkError::Protocol(e) => write!(f, "the peer broke the wire protocol: {e}"),
+            LinkError::Remote { code, message } => {
+                write!(f, "the peer reported error {code}: {message}")
+            }
+            LinkError::Local(m) => write!(f, "the local end of the channel failed: {m}"),
+            LinkError::Tls(m) => write!(f, "TLS handshake failed: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for LinkError {}
+
+// Cheap enough to be a codec's error type.
+impl From<LinkError> for io::Error {
+    fn from(e: LinkError) -> Self {
+        io::Error::other(e)
+    }
+}
+
+/// Setting up a remote endpoint failed: binding, connecting, TLS material, or a name.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// A system call failed.
+    Io {
+        /// What was being done.
+        context: String,
+        /// The system's error.
+        source: io::Error,
+    },
+    /// A plaintext connection on an address other than loopback: give the endpoint TLS
+    /// material ([`crate::net::Config::tls`]), or opt out explicitly with
+    /// [`crate::net::Config::insecure_plaintext`].
+    PlaintextRefused {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// The TLS material could not be used.
+    Tls(String),
+    /// A channel name that cannot be used: empty, longer than 255 bytes, or given twice.
+    Name {
+        /// The name.
+        name: String,
+        /// What is wrong.
+        detail: &'static str,
+    },
+    /// The peer refused or broke the opening of the connection.
+    Handshake(LinkError),
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SetupError::Io { context, source } => write!(f, "{context}: {source}"),
+            SetupError::PlaintextRefused { addr } => write!(
+                f,
+                "{addr} is not a loopback address: remote channels beyond loopback need TLS with \
+                 mutual authentication (Config::tls), or an explicit Config::insecure_plaintext()"
+            ),
+            SetupError::Tls(m) => write!(f, "TLS setup: {m}"),
+            SetupError::Name { name, detail } => write!(f, "channel name {name:?}: {detail}"),
+            SetupError::Handshake(e) => write!(f, "opening the connection: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SetupError::Io { source, .. } => Some(source),
+            SetupError::Handshake(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! What both ends of a connection share: the stream (TCP, or TLS over TCP), the writer that
+//! channel tasks take turns on, heartbeats, and reading with a deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter, ReadHalf, WriteHalf};
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use crate::net::error::LinkError;
+use crate::net::wire::{self, Codec, Msg};
+
+/// A connection: TCP, or TLS over TCP.
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+pub(crate) type BoxStream = Box<dyn Stream>;
+pub(crate) type Reader = FramedRead<ReadHalf<BoxStream>, Codec>;
+
+/// Bytes the writer gathers before it writes (larger buffers go straight through).
+const WRITE_BUFFER: usize = 256 << 10;
+
+/// The writing half, shared by every channel of the connection: a task takes it for a
+/// batch of messages and flushes before letting go.
+pub(crate) struct Writer {
+    inner: tokio::sync::Mutex<Inner>,
+}
+
+pub(crate) struct Inner {
+    w: BufWriter<WriteHalf<BoxStream>>,
+    head: BytesMut,
+}
+
+impl Writer {
+    pub(crate) fn new(w: WriteHalf<BoxStream>) -> Arc<Writer> {
+        Arc::new(Writer {
+            inner: tokio::sync::Mutex::new(Inner {
+                w: BufWriter::with_capacity(WRITE_BUFFER, w),
+                head: BytesMut::with_capacity(64),
+            }),
+        })
+    }
+
+    /// Takes the writer for a batch.
+    pub(crate) async fn lock(&self) -> tokio::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().await
+    }
+
+    /// Sends one message and flushes.
+    pub(crate) async fn send(&self, msg: &Msg) -> Result<(), LinkError> {
+        let mut g = self.lock().await;
+        g.put(msg).await?;
+        g.flush().await
+    }
+}
+
+impl Inner {
+    /// Writes one message (buffered).
+    pub(crate) async fn put(&mut self, msg: &Msg) -> Result<(), LinkError> {
+        self.head.clear();
+        msg.encode(&mut self.head);
+        self.w.write_all(&self.head).await?;
+        Ok(())
+    }
+
+    /// Writes a `Buffer` whose frames are `frames` (straight from shared memory).
+    pub(crate) async fn put_buffer(
+        &mut self,
+        channel: u32,
+        backlog: u32,
+        offset: u32,
+        frames: &[u8],
+    ) -> Result<(), LinkError> {
+        self.head.clear();
+        wire::put_buffer_head(&mut self.head, channel, backlog, offset, frames.len());
+        self.w.write_all(&self.head).await?;
+        self.w.write_all(frames).await?;
+        Ok(())
+    }
+
+    pub(crate) async fn flush(&mut self) -> Result<(), LinkError> {
+        self.w.flush().await?;
+        Ok(())
+    }
+
+    /// Ends the connection's writing side (the peer reads end of stream).
+    pub(crate) async fn shutdown(&mut self) {
+        let _ = self.w.shutdown().await;
+    }
+}
+
+/// Sends a heartbeat every `every` until `stop`, so that a peer that hears nothing for its
+/// `dead_after` can take this side as dead. A failed write ends it (the reader finds out).
+pub(crate) fn heartbeats(w: Arc<Writer>, every: Duration, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {
+                    if w.send(&Msg::Heartbeat).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// The next message, or the reason there is none: end of stream is `Ok(None)`, silence for
+/// `dead_after` is `PeerSilent`.
+pub(crate) async fn next(r: &mut Reader, dead_after: Duration) -> Result<Option<Msg>, LinkError> {
+    let next =
+        std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut *r), cx));
+    match tokio::time::timeout(dead_after, next).await {
+        Err(_) => Err(LinkError::PeerSilent {
+            silent_for: dead_after,
+        }),
+        Ok(None) => Ok(None),
+        Ok(Some(r)) => r.map(Some),
+    }
+}
+
+/// Sends `Error` for the whole connection, best effort, and ends the writing side.
+pub(crate) async fn refuse(w: &Writer, e: &LinkError) {
+    let code = match e {
+        LinkError::Protocol(_) => wire::code::PROTOCOL,
+        _ => wire::code::LOCAL,
+    };
+    let mut g = w.lock().await;
+    let _ = g
+        .put(&Msg::Error {
+            channel: wire::CONNECTION,
+            code,
+            message: e.to_string(),
+        })
+        .await;
+    let _ = g.flush().await;
+    g.shutdown().await;
+}

@@ -1,0 +1,487 @@
+//! The sending side: listens, and serves the local channels it exports to the receivers that
+//! request them — each channel's segments drained by one task, as credit allows.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
+use crate::endpoint::consumer::Consumer;
+use crate::error::Error;
+use crate::net::error::{LinkError, ProtocolError, SetupError};
+use crate::net::link::{self, BoxStream, Writer};
+use crate::net::wire::{self, Closed, Codec, Msg};
+use crate::net::{check_name, ChannelOutcome, Config, Ended, ServeReport};
+
+/// Credit a receiver may hold on one channel, beyond which it is taken as hostile.
+const MAX_CREDIT: u64 = 1 << 24;
+
+/// Exports local channels to remote receivers: listens on an address, and for each channel a
+/// receiver requests by name, forwards the channel's segments as credit allows. The
+/// channel's [`Consumer`] is the sending end's bridge: the local producer writes as usual and
+/// blocks when the remote receiver gives no credit.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// use shmflow::net::{Config, Server};
+/// let (mut tx, rx) = shmflow::pair(shmflow::Geometry::default())?;
+/// let mut server = Server::bind("127.0.0.1:7400".parse()?, Config::default()).await?;
+/// server.export("events", rx)?;
+/// tokio::task::spawn_blocking(move || tx.send(b"hello"));
+/// let report = server.run().await; // until every exported channel ended
+/// assert!(report.channels[0].result.is_ok());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    config: Config,
+    exports: HashMap<String, Consumer>,
+}
+
+impl Server {
+    /// Listens on `addr`. An address other than loopback needs [`Config::tls`] (or an
+    /// explicit [`Config::insecure_plaintext`]).
+    ///
+    /// # Errors
+    /// [`SetupError::PlaintextRefused`], or [`SetupError::Io`] if the address cannot be
+    /// bound.
+    pub async fn bind(addr: SocketAddr, config: Config) -> Result<Server, SetupError> {
+        config.check_addr(addr)?;
+        let listener = TcpListener::bind(addr).await.map_err(|e| SetupError::Io {
+            context: format!("listening on {addr}"),
+            source: e,
+        })?;
+        Ok(Server {
+            listener,
+            config,
+            exports: HashMap::new(),
+        })
+    }
+
+    /// The address it listens on (with the port the system chose for port 0).
+    ///
+    /// # Errors
+    /// [`SetupError::Io`] if the system cannot say.
+    pub fn local_addr(&self) -> Result<SocketAddr, SetupError> {
+        self.listener.local_addr().map_err(|e| SetupError::Io {
+            context: "the listening address".into(),
+            source: e,
+        })
+    }
+
+    /// Offers `consumer`'s channel under `name`, to the first receiver that requests it.
+    ///
+    /// # Errors
+    /// [`SetupError::Name`] for an empty name, one over 255 bytes, or one exported already.
+    pub fn export(&mut self, name: &str, consumer: Consumer) -> Result<(), SetupError> {
+        check_name(name)?;
+        if self.exports.contains_key(name) {
+            return Err(SetupError::Name {
+                name: name.into(),
+                detail: "exported twice",
+            });
+        }
+        self.exports.insert(name.to_owned(), consumer);
+        Ok(())
+    }
+
+    /// Serves until every exported channel has ended (its stream ended, its remote consumer
+    /// left, or its connection failed). Connections that fail before requesting a channel
+    /// (a peer that is not shmflow, a failed TLS handshake, a silent peer) are listed in
+    /// [`ServeReport::refused`] and do not stop the server.
+    pub async fn run(self) -> ServeReport {
+        let Server {
+            listener,
+            config,
+            exports,
+        } = self;
+        let total = exports.len();
+        let exports = Arc::new(Mutex::new(exports));
+        let mut conns = JoinSet::new();
+        let mut report = ServeReport::default();
+        while report.channels.len() < total {
+            tokio::select! {
+                acc = listener.accept(), if !exports.lock().expect("exports").is_empty() => {
+                    match acc {
+                        Ok((stream, peer)) => {
+                            let (exports, config) = (exports.clone(), config.clone());
+                            conns.spawn(serve(stream, peer, exports, config));
+                        }
+                        Err(e) => report.refused.push((None, LinkError::io(e))),
+                    }
+                }
+                Some(done) = conns.join_next() => match done {
+                    Ok(c) => {
+                        report.channels.extend(c.channels);
+                        if let Some(e) = c.refused {
+                            report.refused.push((Some(c.peer), e));
+                        }
+                    }
+                    Err(e) => report.refused.push((None, LinkError::Local(e.to_string()))),
+                },
+            }
+        }
+        report
+    }
+}
+
+/// What one connection served.
+struct ConnReport {
+    peer: SocketAddr,
+    channels: Vec<ChannelOutcome>,
+    /// The connection failed before it served any channel.
+    refused: Option<LinkError>,
+}
+
+/// A sending channel's credit, given by the connection's reader, spent by its task.
+#[derive(Default)]
+struct Ctl {
+    credit: AtomicU64,
+    granted: AtomicU64,
+    cancelled: AtomicBool,
+    notify: Notify,
+}
+
+impl Ctl {
+    fn add(&self, channel: u32, credit: u32) -> Result<(), ProtocolError> {
+        // Relaxed: the count is the message; `notify` wakes the task.
+        let total = self.granted.fetch_add(credit as u64, Ordering::Relaxed) + credit as u64;
+        let now = self.credit.fetch_add(credit as u64, Ordering::AcqRel) + credit as u64;
+        if now > MAX_CREDIT || total > u64::MAX / 2 {
+            return Err(ProtocolError::Credit {
+                channel,
+                detail: format!("{now} segments of credit, more than {MAX_CREDIT}"),
+            });
+        }
+        self.notify.notify_one();
+        Ok(())
+    }
+
+    fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+}
+
+async fn accept(stream: TcpStream, config: &Config) -> Result<BoxStream, LinkError> {
+    stream.set_nodelay(true)?;
+    match &config.tls {
+        None => Ok(Box::new(stream)),
+        Some(tls) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
+            match tokio::time::timeout(config.dead_after, acceptor.accept(stream)).await {
+                Err(_) => Err(LinkError::PeerSilent {
+                    silent_for: config.dead_after,
+                }),
+                Ok(Err(e)) => Err(LinkError::Tls(e.to_string())),
+                Ok(Ok(s)) => Ok(Box::new(s)),
+            }
+        }
+    }
+}
+
+async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    exports: Arc<Mutex<HashMap<String, Consumer>>>,
+    config: Config,
+) -> ConnReport {
+    let mut out = ConnReport {
+        peer,
+        channels: Vec::new(),
+        refused: None,
+    };
+    let stream = match accept(stream, &config).await {
+        Ok(s) => s,
+        Err(e) => {
+            out.refused = Some(e);
+            return out;
+        }
+    };
+    let (r, w) = tokio::io::split(stream);
+    let mut reader = FramedRead::new(r, Codec::new(0));
+    let writer = Writer::new(w);
+    let stop = CancellationToken::new();
+    link::heartbeats(writer.clone(), config.heartbeat, stop.clone());
+    let mut ctls: HashMap<u32, Arc<Ctl>> = HashMap::new();
+    let mut names: HashMap<u32, String> = HashMap::new();
+    let mut tasks: JoinSet<(u32, Result<Ended, LinkError>)> = JoinSet::new();
+    let failure: Option<LinkError> = loop {
+        tokio::select! {
+            Some(done) = tasks.join_next() => {
+                let (id, result) = match done {
+                    Ok(r) => r,
+                    Err(e) => break Some(LinkError::Local(e.to_string())),
+                };
+                // A channel that broke the protocol ends the connection.
+                if let Err(e @ LinkError::Protocol(_)) = &result {
+                    let e = e.clone();
+                    out.channels.push(ChannelOutcome { name: names[&id].clone(), result });
+                    break Some(e);
+                }
+                out.channels.push(ChannelOutcome { name: names[&id].clone(), result });
+            }
+            m = link::next(&mut reader, config.dead_after) => {
+                let msg = match m {
+                    Ok(Some(m)) => m,
+                    Ok(None) if tasks.is_empty() => break None,
+                    Ok(None) => break Some(LinkError::PeerClosed),
+                    Err(e) => break Some(e),
+                };
+                match msg {
+                    Msg::Heartbeat => {}
+                    Msg::Request { channel, credit, segment_size, name } => {
+                        if names.contains_key(&channel) {
+                            break Some(ProtocolError::Channel {
+                                channel,
+                                detail: "requested twice".into(),
+                            }.into());
+                        }
+                        let taken = exports.lock().expect("exports").remove(&name);
+                        let Some(consumer) = taken else {
+                            let e = Msg::Error {
+                                channel,
+                                code: wire::code::UNKNOWN_CHANNEL,
+                                message: format!("no channel {name:?} is exported here (or it was requested already)"),
+                            };
+                            if let Err(e) = writer.send(&e).await {
+                                break Some(e);
+                            }
+                            continue;
+                        };
+                        let ours = consumer.geometry().segment_size;
+                        if ours != segment_size {
+                            let e = Msg::Error {
+                                channel,
+                                code: wire::code::GEOMETRY,
+                                message: format!("channel {name:?} has segments of {ours} bytes, the receiver {segment_size}: both ends need the same segment size"),
+                            };
+                            names.insert(channel, name.clone());
+                            out.channels.push(ChannelOutcome {
+                                name,
+                                result: Err(LinkError::Local(format!(
+                                    "the receiver's segments are {segment_size} bytes, ours {ours}"
+                                ))),
+                            });
+                            drop(consumer);
+                            if let Err(e) = writer.send(&e).await {
+                                break Some(e);
+                            }
+                            continue;
+                        }
+                        let ctl = Arc::new(Ctl::default());
+                        if let Err(e) = ctl.add(channel, credit) {
+                            break Some(e.into());
+                        }
+                        names.insert(channel, name);
+                        ctls.insert(channel, ctl.clone());
+                        let (w, stop) = (writer.clone(), stop.clone());
+                        tasks.spawn(async move {
+                            (channel, send_channel(consumer, channel, ctl, w, stop).await)
+                        });
+                    }
+                    Msg::AddCredit { channel, credit } => match ctls.get(&channel) {
+                        Some(c) => {
+                            if let Err(e) = c.add(channel, credit) {
+                                break Some(e.into());
+                            }
+                        }
+                        None => break Some(ProtocolError::Channel {
+                            channel,
+                            detail: "credit for a channel never requested".into(),
+                        }.into()),
+                    },
+                    Msg::Cancel { channel } | Msg::Error { channel, .. } if ctls.contains_key(&channel) => {
+                        ctls[&channel].cancel();
+                    }
+                    Msg::Error { channel: wire::CONNECTION, code, message } => {
+                        break Some(LinkError::Remote { code, message });
+                    }
+                    other => {
+                        break Some(ProtocolError::Channel {
+                            channel: channel_of(&other),
+                            detail: format!("{} is not something a receiver sends", kind_name(&other)),
+                        }.into());
+                    }
+                }
+            }
+        }
+    };
+    if let Some(e) = &failure {
+        stop.cancel();
+        if !matches!(e, LinkError::Io { .. } | LinkError::PeerClosed) {
+            link::refuse(&writer, e).await;
+        }
+        while let Some(done) = tasks.join_next().await {
+            if let Ok((id, result)) = done {
+                let result = match result {
+                    Err(LinkError::Local(m)) if m == CANCELLED => Err(e.clone()),
+                    r => r,
+                };
+                out.channels.push(ChannelOutcome {
+                    name: names[&id].clone(),
+                    result,
+                });
+            }
+        }
+        if names.is_empty() {
+            out.refused = Some(e.clone());
+        }
+    } else {
+        stop.cancel();
+        writer.lock().await.shutdown().await;
+    }
+    out
+}
+
+pub(crate) fn channel_of(m: &Msg) -> u32 {
+    match m {
+        Msg::Request { channel, .. }
+        | Msg::Buffer { channel, .. }
+        | Msg::AddCredit { channel, .. }
+        | Msg::Close { channel, .. }
+        | Msg::Cancel { channel }
+        | Msg::Error { channel, .. }
+        | Msg::Priority { channel, .. } => *channel,
+        Msg::Heartbeat => wire::CONNECTION,
+    }
+}
+
+pub(crate) fn kind_name(m: &Msg) -> &'static str {
+    match m {
+        Msg::Request { .. } => "Request",
+        Msg::Buffer { .. } => "Buffer",
+        Msg::AddCredit { .. } => "AddCredit",
+        Msg::Close { .. } => "Close",
+        Msg::Cancel { .. } => "Cancel",
+        Msg::Error { .. } => "Error",
+        Msg::Heartbeat => "Heartbeat",
+        Msg::Priority { .. } => "Priority",
+    }
+}
+
+/// What a channel task returns when its connection is torn down under it (replaced by the
+/// connection's error in the report).
+pub(crate) const CANCELLED: &str = "connection closed";
+
+/// One exported channel: forwards its segments while there is credit, then its end.
+async fn send_channel(
+    mut c: Consumer,
+    id: u32,
+    ctl: Arc<Ctl>,
+    w: Arc<Writer>,
+    stop: CancellationToken,
+) -> Result<Ended, LinkError> {
+    let r = tokio::select! {
+        r = forward(&mut c, id, &ctl, &w) => r,
+        _ = stop.cancelled() => Err(LinkError::Local(CANCELLED.into())),
+    };
+    match &r {
+        // The remote consumer left: the local producer sees the channel closed.
+        Ok(_) => drop(c),
+        // The remote side is lost: the local producer sees its consumer dead.
+        Err(_) => c.raw_lose(),
+    }
+    r
+}
+
+async fn wait_credit(ctl: &Ctl) {
+    // `notify_one` keeps a permit when nobody waits: no wake-up is lost between the caller's
+    // look at the credit and this wait.
+    ctl.notify.notified().await;
+}
+
+fn local(e: Error) -> LinkError {
+    LinkError::Local(e.to_string())
+}
+
+async fn forward(c: &mut Consumer, id: u32, ctl: &Ctl, w: &Writer) -> Result<Ended, LinkError> {
+    loop {
+        if ctl.cancelled.load(Ordering::Acquire) {
+            return Ok(Ended::ConsumerLeft);
+        }
+        if let Some((kind, payload)) = c.raw_priority().map_err(local)? {
+            w.send(&Msg::Priority {
+                channel: id,
+                kind,
+                payload,
+            })
+            .await?;
+            continue;
+        }
+        let credit = ctl.credit.load(Ordering::Acquire);
+        let polled = match c.raw_poll(credit > 0) {
+            Ok(p) => p,
+            Err(e) => return fail_local(w, id, e).await,
+        };
+        match polled {
+            RawPoll::Chunk(ch) if ch.at == 0 && credit == 0 => wait_credit(ctl).await,
+            RawPoll::Chunk(first) => {
+                let mut g = w.lock().await;
+                let mut ch = first;
+                loop {
+                    if ch.at == 0 {
+                        ctl.credit.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    let backlog = c.raw_backlog().map_err(local)?;
+                    let backlog = u32::try_from(backlog).unwrap_or(u32::MAX);
+                    let frames = c.raw_bytes(&ch);
+                    g.put_buffer(id, backlog, ch.at as u32, frames).await?;
+                    c.raw_done(ch).map_err(local)?;
+                    let credit = ctl.credit.load(Ordering::Acquire);
+                    match c.raw_poll(credit > 0) {
+                        Ok(RawPoll::Chunk(next)) if next.at != 0 || credit > 0 => ch = next,
+                        _ => break,
+                    }
+                }
+                g.flush().await?;
+            }
+            RawPoll::NeedCredit => wait_credit(ctl).await,
+            RawPoll::Empty => {
+                tokio::select! {
+                    r = c.raw_readable() => match r {
+                        Ok(()) => {}
+                        Err(Error::PeerDead(_)) => {
+                            w.send(&Msg::Close { channel: id, how: Closed::ProducerDead }).await?;
+                            return Ok(Ended::ProducerDead);
+                        }
+                        Err(e) => return fail_local(w, id, e).await,
+                    },
+                    // A cancel while the channel is idle.
+                    _ = wait_credit(ctl) => {}
+                }
+            }
+            RawPoll::Ended(how) => {
+                let (how, ended) = match how {
+                    RawEnd::Clean => (Closed::Clean, Ended::Clean),
+                    RawEnd::Failed => (Closed::Failed, Ended::Failed),
+                    RawEnd::Dead => (Closed::ProducerDead, Ended::ProducerDead),
+                };
+                w.send(&Msg::Close { channel: id, how }).await?;
+                return Ok(ended);
+            }
+        }
+    }
+}
+
+/// The local end broke (a corrupt region): tell the receiver, end the channel.
+async fn fail_local(w: &Writer, id: u32, e: Error) -> Result<Ended, LinkError> {
+    let _ = w
+        .send(&Msg::Error {
+            channel: id,
+            code: wire::code::LOCAL,
+            message: e.to_string(),
+        })
+        .await;
+    Err(local(e))
+}

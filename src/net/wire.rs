@@ -1,0 +1,579 @@
+//! The frame format on the wire, after Flink's `NettyMessage`: every message is one frame,
+//! little endian:
+//!
+//! ```text
+//! length  u32   bytes that follow this field (8 + body)
+//! magic   u32   0x5346_4E54 ("TNFS" in memory order): refuses a peer that is not shmflow
+//! version u8    1
+//! kind    u8    what follows (table below)
+//! zero    u16   must be 0
+//! body    …
+//! ```
+//!
+//! | kind | message | direction | body |
+//! |---|---|---|---|
+//! | 1 | `Request` | receiver → sender | channel u32, credit u32, segment_size u32, name_len u16, name |
+//! | 2 | `Buffer` | sender → receiver | channel u32, backlog u32, offset u32, zero u32, frames |
+//! | 3 | `AddCredit` | receiver → sender | channel u32, credit u32 |
+//! | 4 | `Close` | sender → receiver | channel u32, how u32 (0 clean, 1 failed, 2 producer dead) |
+//! | 5 | `Cancel` | receiver → sender | channel u32 |
+//! | 6 | `Error` | both | channel u32 (`CONNECTION` for all), code u32, len u16, message |
+//! | 7 | `Heartbeat` | both | empty |
+//! | 8 | `Priority` | sender → receiver | channel u32, kind u32, payload (≤ 248 bytes) |
+//!
+//! A `Buffer` carries published frames of one segment, byte for byte as they lie in the
+//! sender's segment, to be written at `offset` of a segment of the receiver's: `offset` 0
+//! starts a segment and spends one credit. Every length, id and count is checked before use;
+//! the decoder never buffers more than the largest frame this side can accept.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::net::error::{LinkError, ProtocolError};
+use crate::protocol::abi::PRIO_PAYLOAD;
+use crate::protocol::frame::{self, HEADER};
+
+pub(crate) const MAGIC: u32 = 0x5346_4E54;
+pub(crate) const VERSION: u8 = 1;
+/// The `channel` of an `Error` about the whole connection.
+pub(crate) const CONNECTION: u32 = u32::MAX;
+/// Longest channel name.
+pub(crate) const MAX_NAME: usize = 255;
+/// Longest error message (longer ones are cut).
+pub(crate) const MAX_MESSAGE: usize = 1024;
+/// Body bytes of a `Buffer` before its frames.
+pub(crate) const BUFFER_HEAD: usize = 16;
+/// The largest body of any message but `Buffer`.
+const MAX_CONTROL: usize = 16 + MAX_MESSAGE;
+
+const K_REQUEST: u8 = 1;
+const K_BUFFER: u8 = 2;
+const K_ADD_CREDIT: u8 = 3;
+const K_CLOSE: u8 = 4;
+const K_CANCEL: u8 = 5;
+const K_ERROR: u8 = 6;
+const K_HEARTBEAT: u8 = 7;
+const K_PRIORITY: u8 = 8;
+
+/// How a sender's stream ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// The producer closed the stream.
+    Clean,
+    /// The producer ended it as failed.
+    Failed,
+    /// The producer died (or was itself a bridge that lost its peer).
+    ProducerDead,
+}
+
+/// Error codes of an `Error` message.
+pub(crate) mod code {
+    /// No channel of that name is exported (or it was requested already).
+    pub(crate) const UNKNOWN_CHANNEL: u32 = 1;
+    /// The two ends' segment sizes differ.
+    pub(crate) const GEOMETRY: u32 = 2;
+    /// The peer broke the protocol.
+    pub(crate) const PROTOCOL: u32 = 3;
+    /// The local end failed (a shared-memory error).
+    pub(crate) const LOCAL: u32 = 4;
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Msg {
+    Request {
+        channel: u32,
+        credit: u32,
+        segment_size: u32,
+        name: String,
+    },
+    Buffer {
+        channel: u32,
+        backlog: u32,
+        offset: u32,
+        frames: Bytes,
+    },
+    AddCredit {
+        channel: u32,
+        credit: u32,
+    },
+    Close {
+        channel: u32,
+        how: Closed,
+    },
+    Cancel {
+        channel: u32,
+    },
+    Error {
+        channel: u32,
+        code: u32,
+        message: String,
+    },
+    Heartbeat,
+    Priority {
+        channel: u32,
+        kind: u32,
+        payload: Bytes,
+    },
+}
+
+fn put_prefix(dst: &mut BytesMut, kind: u8, body: usize) {
+    dst.put_u32_le((8 + body) as u32);
+    dst.put_u32_le(MAGIC);
+    dst.put_u8(VERSION);
+    dst.put_u8(kind);
+    dst.put_u16_le(0);
+}
+
+/// Appends the frame head of a `Buffer` of `len` frame bytes (the frames follow it).
+pub(crate) fn put_buffer_head(
+    dst: &mut BytesMut,
+    channel: u32,
+    backlog: u32,
+    offset: u32,
+    len: usize,
+) {
+    put_prefix(dst, K_BUFFER, BUFFER_HEAD + len);
+    dst.put_u32_le(channel);
+    dst.put_u32_le(backlog);
+    dst.put_u32_le(offset);
+    dst.put_u32_le(0);
+}
+
+impl Msg {
+    /// Appends this message as one frame.
+    pub(crate) fn encode(&self, dst: &mut BytesMut) {
+        match self {
+            Msg::Request {
+                channel,
+                credit,
+                segment_size,
+                name,
+            } => {
+                let name = &name.as_bytes()[..name.len().min(MAX_NAME)];
+                put_prefix(dst, K_REQUEST, 14 + name.len());
+                dst.put_u32_le(*channel);
+                dst.put_u32_le(*credit);
+                dst.put_u32_le(*segment_size);
+                dst.put_u16_le(name.len() as u16);
+                dst.put_slice(name);
+            }
+            Msg::Buffer {
+                channel,
+                backlog,
+                offset,
+                frames,
+            } => {
+                put_buffer_head(dst, *channel, *backlog, *offset, frames.len());
+                dst.put_slice(frames);
+            }
+            Msg::AddCredit { channel, credit } => {
+                put_prefix(dst, K_ADD_CREDIT, 8);
+                dst.put_u32_le(*channel);
+                dst.put_u32_le(*credit);
+            }
+            Msg::Close { channel, how } => {
+                put_prefix(dst, K_CLOSE, 8);
+                dst.put_u32_le(*channel);
+                dst.put_u32_le(match how {
+                    Closed::Clean => 0,
+                    Closed::Failed => 1,
+                    Closed::ProducerDead => 2,
+                });
+            }
+            Msg::Cancel { channel } => {
+                put_prefix(dst, K_CANCEL, 4);
+                dst.put_u32_le(*channel);
+            }
+            Msg::Error {
+                channel,
+                code,
+                message,
+            } => {
+                let mut cut = message.len().min(MAX_MESSAGE);
+                while !message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                put_prefix(dst, K_ERROR, 10 + cut);
+                dst.put_u32_le(*channel);
+                dst.put_u32_le(*code);
+                dst.put_u16_le(cut as u16);
+                dst.put_slice(&message.as_bytes()[..cut]);
+            }
+            Msg::Heartbeat => put_prefix(dst, K_HEARTBEAT, 0),
+            Msg::Priority {
+                channel,
+                kind,
+                payload,
+            } => {
+                put_prefix(dst, K_PRIORITY, 8 + payload.len());
+                dst.put_u32_le(*channel);
+                dst.put_u32_le(*kind);
+                dst.put_slice(payload);
+            }
+        }
+    }
+}
+
+/// Decodes frames, refusing any longer than `max_frames` bytes of segment data (the largest
+/// segment this side accepts) or than a control message can be.
+#[derive(Debug)]
+pub(crate) struct Codec {
+    max_body: usize,
+}
+
+impl Codec {
+    /// A decoder for a side that accepts `Buffer`s of up to `max_frames` bytes (0: a side that
+    /// receives no `Buffer`).
+    pub(crate) fn new(max_frames: usize) -> Codec {
+        Codec {
+            max_body: (BUFFER_HEAD + max_frames).max(MAX_CONTROL),
+        }
+    }
+}
+
+fn need(body: &Bytes, n: usize, what: &'static str) -> Result<(), ProtocolError> {
+    if body.len() < n {
+        return Err(ProtocolError::Malformed {
+            what,
+            detail: format!("body of {} bytes, at least {n} needed", body.len()),
+        });
+    }
+    Ok(())
+}
+
+fn exact(body: &Bytes, n: usize, what: &'static str) -> Result<(), ProtocolError> {
+    if body.len() != n {
+        return Err(ProtocolError::Malformed {
+            what,
+            detail: format!("body of {} bytes, {n} expected", body.len()),
+        });
+    }
+    Ok(())
+}
+
+fn utf8(b: Bytes, what: &'static str) -> Result<String, ProtocolError> {
+    String::from_utf8(b.to_vec()).map_err(|_| ProtocolError::Malformed {
+        what,
+        detail: "not UTF-8".into(),
+    })
+}
+
+impl tokio_util::codec::Decoder for Codec {
+    type Item = Msg;
+    type Error = LinkError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Msg>, LinkError> {
+        self.decode_frame(src).map_err(LinkError::Protocol)
+    }
+}
+
+impl Codec {
+    fn decode_frame(&mut self, src: &mut BytesMut) -> Result<Option<Msg>, ProtocolError> {
+        if src.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes(src[..4].try_into().expect("4 bytes")) as usize;
+        if len < 8 || len - 8 > self.max_body {
+            return Err(ProtocolError::FrameLength {
+                found: len as u64,
+                max: (8 + self.max_body) as u64,
+            });
+        }
+        if src.len() < 4 + len {
+            // Bounded: `len` was checked above.
+            src.reserve(4 + len - src.len());
+            return Ok(None);
+        }
+        let mut f = src.split_to(4 + len).freeze();
+        f.advance(4);
+        let magic = f.get_u32_le();
+        if magic != MAGIC {
+            return Err(ProtocolError::Magic { found: magic });
+        }
+        let version = f.get_u8();
+        if version != VERSION {
+            return Err(ProtocolError::Version {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        let kind = f.get_u8();
+        if f.get_u16_le() != 0 {
+            return Err(ProtocolError::Malformed {
+                what: "frame head",
+                detail: "reserved bits set".into(),
+            });
+        }
+        let mut b = f;
+        let msg = match kind {
+            K_REQUEST => {
+                need(&b, 14, "Request")?;
+                let channel = b.get_u32_le();
+                let credit = b.get_u32_le();
+                let segment_size = b.get_u32_le();
+                let n = b.get_u16_le() as usize;
+                if n > MAX_NAME {
+                    return Err(ProtocolError::Malformed {
+                        what: "Request",
+                        detail: format!("name of {n} bytes, at most {MAX_NAME}"),
+                    });
+                }
+                exact(&b, n, "Request name")?;
+                Msg::Request {
+                    channel,
+                    credit,
+                    segment_size,
+                    name: utf8(b, "Request name")?,
+                }
+            }
+            K_BUFFER => {
+                need(&b, BUFFER_HEAD + HEADER, "Buffer")?;
+                let channel = b.get_u32_le();
+                let backlog = b.get_u32_le();
+                let offset = b.get_u32_le();
+                if b.get_u32_le() != 0 {
+                    return Err(ProtocolError::Malformed {
+                        what: "Buffer",
+                        detail: "reserved word set".into(),
+                    });
+                }
+                Msg::Buffer {
+                    channel,
+                    backlog,
+                    offset,
+                    frames: b,
+                }
+            }
+            K_ADD_CREDIT => {
+                exact(&b, 8, "AddCredit")?;
+                Msg::AddCredit {
+                    channel: b.get_u32_le(),
+                    credit: b.get_u32_le(),
+                }
+            }
+            K_CLOSE => {
+                exact(&b, 8, "Close")?;
+                let channel = b.get_u32_le();
+                let how = match b.get_u32_le() {
+                    0 => Closed::Clean,
+                    1 => Closed::Failed,
+                    2 => Closed::ProducerDead,
+                    other => {
+                        return Err(ProtocolError::Malformed {
+                            what: "Close",
+                            detail: format!("end {other}, expected 0, 1 or 2"),
+                        })
+                    }
+                };
+                Msg::Close { channel, how }
+            }
+            K_CANCEL => {
+                exact(&b, 4, "Cancel")?;
+                Msg::Cancel {
+                    channel: b.get_u32_le(),
+                }
+            }
+            K_ERROR => {
+                need(&b, 10, "Error")?;
+                let channel = b.get_u32_le();
+                let code = b.get_u32_le();
+                let n = b.get_u16_le() as usize;
+                if n > MAX_MESSAGE {
+                    return Err(ProtocolError::Malformed {
+                        what: "Error",
+                        detail: format!("message of {n} bytes, at most {MAX_MESSAGE}"),
+                    });
+                }
+                exact(&b, n, "Error message")?;
+                Msg::Error {
+                    channel,
+                    code,
+                    message: String::from_utf8_lossy(&b).into_owned(),
+                }
+            }
+            K_HEARTBEAT => {
+                exact(&b, 0, "Heartbeat")?;
+                Msg::Heartbeat
+            }
+            K_PRIORITY => {
+                need(&b, 8, "Priority")?;
+                let channel = b.get_u32_le();
+                let kind = b.get_u32_le();
+                if b.len() > PRIO_PAYLOAD {
+                    return Err(ProtocolError::Malformed {
+                        what: "Priority",
+                        detail: format!("payload of {} bytes, at most {PRIO_PAYLOAD}", b.len()),
+                    });
+                }
+                Msg::Priority {
+                    channel,
+                    kind,
+                    payload: b,
+                }
+            }
+            other => return Err(ProtocolError::Kind { found: other }),
+        };
+        Ok(Some(msg))
+    }
+}
+
+/// Checks that `frames`, to be written at `offset` of a segment of `seg_size` bytes, are
+/// whole shmflow frames that may stand there (`in_span`: a spanning record is open before
+/// them; updated). Returns whether they finish the segment (a SEAL, or its last byte).
+pub(crate) fn check_frames(
+    offset: usize,
+    frames: &[u8],
+    seg_size: usize,
+    in_span: &mut bool,
+) -> Result<bool, ProtocolError> {
+    let end = offset.checked_add(frames.len()).unwrap_or(usize::MAX);
+    if offset % 8 != 0 || frames.len() < HEADER || end > seg_size {
+        return Err(ProtocolError::Malformed {
+            what: "Buffer",
+            detail: format!(
+                "{} bytes at offset {offset} do not fit a segment of {seg_size} bytes",
+                frames.len()
+            ),
+        });
+    }
+    let mut at = offset;
+    let mut span = *in_span;
+    let mut ends = false;
+    while at < end {
+        if at + HEADER > end {
+            return Err(ProtocolError::Malformed {
+                what: "Buffer",
+                detail: format!("a partial frame header at offset {at}"),
+            });
+        }
+        let i = at - offset;
+        let word = u64::from_le_bytes(frames[i..i + HEADER].try_into().expect("8 bytes"));
+        let f = frame::check(at, word, seg_size, span).map_err(|v| ProtocolError::Frame {
+            field: v.field,
+            expected: v.expected,
+            found: v.found,
+        })?;
+        span = frame::span_after(f.kind, span);
+        let next = if f.kind == frame::SEAL {
+            at + HEADER
+        } else {
+            frame::next_frame(at, f.len)
+        };
+        if next > end {
+            return Err(ProtocolError::Malformed {
+                what: "Buffer",
+                detail: format!("the frame at offset {at} runs past the end of the buffer"),
+            });
+        }
+        if f.kind == frame::SEAL {
+            if next != end {
+                return Err(ProtocolError::Malformed {
+                    what: "Buffer",
+                    detail: "bytes after a SEAL frame".into(),
+                });
+            }
+            ends = true;
+        }
+        at = next;
+    }
+    *in_span = span;
+    Ok(ends || end + HEADER > seg_size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_util::codec::Decoder;
+
+    fn round_trip(m: Msg) {
+        let mut b = BytesMut::new();
+        m.encode(&mut b);
+        let got = Codec::new(1 << 16).decode(&mut b).unwrap().unwrap();
+        assert_eq!(got, m);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        round_trip(Msg::Request {
+            channel: 3,
+            credit: 2,
+            segment_size: 4096,
+            name: "words-0".into(),
+        });
+        round_trip(Msg::Buffer {
+            channel: 1,
+            backlog: 7,
+            offset: 64,
+            frames: Bytes::from(vec![1u8; 24]),
+        });
+        round_trip(Msg::AddCredit {
+            channel: 9,
+            credit: 4,
+        });
+        for how in [Closed::Clean, Closed::Failed, Closed::ProducerDead] {
+            round_trip(Msg::Close { channel: 0, how });
+        }
+        round_trip(Msg::Cancel { channel: 5 });
+        round_trip(Msg::Error {
+            channel: CONNECTION,
+            code: code::PROTOCOL,
+            message: "bad".into(),
+        });
+        round_trip(Msg::Heartbeat);
+        round_trip(Msg::Priority {
+            channel: 2,
+            kind: 11,
+            payload: Bytes::from_static(b"barrier"),
+        });
+    }
+
+    #[test]
+    fn a_frame_longer_than_allowed_is_refused_before_it_is_buffered() {
+        let mut b = BytesMut::new();
+        b.put_u32_le(u32::MAX);
+        b.put_u32_le(MAGIC);
+        let err = Codec::new(4096).decode(&mut b).unwrap_err();
+        assert!(
+            matches!(err, LinkError::Protocol(ProtocolError::FrameLength { .. })),
+            "{err}"
+        );
+        assert!(b.capacity() < 1 << 20);
+    }
+
+    #[test]
+    fn wrong_magic_version_and_kind_are_refused() {
+        let mut good = BytesMut::new();
+        Msg::Heartbeat.encode(&mut good);
+        for (at, value, want) in [
+            (4usize, 0x11u8, "magic"),
+            (8, 9, "version"),
+            (9, 99, "kind"),
+        ] {
+            let mut b = good.clone();
+            b[at] = value;
+            let err = Codec::new(0).decode(&mut b).unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn frames_are_checked_against_the_segment() {
+        let seg = 4096;
+        let whole = |len: u32| {
+            let mut v = frame::encode(len, frame::WHOLE).to_le_bytes().to_vec();
+            v.resize(frame::next_frame(0, len as usize), 0);
+            v
+        };
+        let mut span = false;
+        assert_eq!(check_frames(0, &whole(5), seg, &mut span).unwrap(), false);
+        let mut sealed = whole(5);
+        sealed.extend_from_slice(&frame::encode(0, frame::SEAL).to_le_bytes());
+        assert!(check_frames(0, &sealed, seg, &mut span).unwrap());
+        // A length past the segment, a frame past the buffer, garbage, misalignment.
+        assert!(check_frames(0, &whole(5000)[..8], seg, &mut span).is_err());
+        assert!(check_frames(0, &whole(64)[..16], seg, &mut span).is_err());
+        assert!(check_frames(0, &[0xAB; 16], seg, &mut span).is_err());
+        assert!(check_frames(4, &whole(0), seg, &mut span).is_err());
+        assert!(check_frames(seg - 8, &whole(8), seg, &mut span).is_err());
+    }
+}
