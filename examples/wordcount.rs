@@ -18,6 +18,14 @@
 //!                                                               # gate takes the floating segments
 //! ```
 //!
+//! `--remote` splits the pipeline over TCP: the sources and tokenizers on one side, the
+//! counters and the sink on the other, sharing no region. Each tokenizer writes its outputs
+//! into channels of its own, which a bridge process serves (`shmflow::net::Server`); a bridge
+//! on the other side requests them and writes them into the counters' gates
+//! (`shmflow::net::Client`), over one loopback connection with credit-based flow control.
+//! (Needs the `net` feature: `cargo run --release --features net --example wordcount --
+//! --remote`.)
+//!
 //! Options: `--lines N` per source (default 200000), `--slow-counter K` and `--slow-ns N`
 //! (busy work per word in counter K, default 3000 ns when slowed), `--skew`.
 //!
@@ -53,6 +61,8 @@ struct Opts {
     prefix: String,
     /// `--kill-stage ROLE:INDEX`: SIGKILL that stage mid-run and check what the others do.
     kill_stage: Option<(String, usize)>,
+    /// `--remote`: tokenizers and counters talk through TCP on loopback, on this port.
+    remote: Option<u16>,
 }
 
 fn main() {
@@ -72,6 +82,11 @@ fn main() {
             let (r, i) = v.split_once(':').expect("--kill-stage ROLE:INDEX");
             (r.to_owned(), i.parse().expect("--kill-stage ROLE:INDEX"))
         }),
+        remote: match get("--port") {
+            Some(p) => Some(p.parse().expect("--port N")),
+            None if args.iter().any(|a| a == "--remote") => Some(free_port()),
+            None => None,
+        },
     };
     let result = match get("--role").as_deref() {
         None if opts.kill_stage.is_some() => kill_and_check(&opts, &args),
@@ -83,6 +98,8 @@ fn main() {
                 "tokenizer" => tokenizer(&opts, index),
                 "counter" => counter(&opts, index),
                 "sink" => sink(&opts),
+                "bridge-out" => remote::bridge_out(&opts),
+                "bridge-in" => remote::bridge_in(&opts),
                 _ => Err(format!("unknown role {role}")),
             }
         }
@@ -204,7 +221,14 @@ fn source(opts: &Opts, s: usize) -> Result<(), String> {
 fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
     let mut gate = Gate::create(&gate_name(opts, "tok", t), geometry(SOURCES)).map_err(err)?;
     let outs = (0..COUNTERS)
-        .map(|k| open_channel(&gate_name(opts, "cnt", k), t))
+        .map(|k| match opts.remote {
+            // Across the network: a channel of its own, served by the outgoing bridge.
+            Some(_) => Producer::builder()
+                .geometry(remote::channel_geometry())
+                .open_or_create(&remote::channel_name(opts, t, k))
+                .map_err(err),
+            None => open_channel(&gate_name(opts, "cnt", k), t),
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut part = Partition::new(outs, Partitioner::Key(Box::new(fnv))).map_err(err)?;
     let done = (|| {
@@ -470,6 +494,9 @@ fn spawn(opts: &Opts, args: &[String], role: &str, index: usize) -> Child {
     cmd.args(args)
         .args(["--role", role, "--index", &index.to_string()])
         .args(["--prefix", &opts.prefix]);
+    if let Some(port) = opts.remote {
+        cmd.args(["--port", &port.to_string()]);
+    }
     cmd.spawn().expect("spawning a stage")
 }
 
@@ -501,9 +528,13 @@ fn report(stage: &str, prev: &GateSnapshot, now: &GateSnapshot) {
 }
 
 fn orchestrate(opts: &Opts, args: &[String]) -> Result<(), String> {
+    if opts.remote.is_some() && cfg!(not(feature = "net")) {
+        return Err("--remote needs the net feature (cargo run --features net --example wordcount)".into());
+    }
     println!(
-        "wordcount: {SOURCES} sources × {} lines → {TOKENIZERS} tokenizers → {COUNTERS} counters → sink{}{}",
+        "wordcount: {SOURCES} sources × {} lines → {TOKENIZERS} tokenizers {}→ {COUNTERS} counters → sink{}{}",
         opts.lines,
+        opts.remote.map_or(String::new(), |p| format!("─TCP 127.0.0.1:{p}─")),
         opts.slow_counter
             .map_or(String::new(), |k| format!(", counter {k} slowed by {} ns/word", opts.slow_ns)),
         if opts.skew { ", skewed words" } else { "" }
@@ -514,6 +545,10 @@ fn orchestrate(opts: &Opts, args: &[String]) -> Result<(), String> {
     kids.extend((0..COUNTERS).map(|k| spawn(opts, args, "counter", k)));
     kids.extend((0..TOKENIZERS).map(|t| spawn(opts, args, "tokenizer", t)));
     kids.extend((0..SOURCES).map(|s| spawn(opts, args, "source", s)));
+    if opts.remote.is_some() {
+        kids.push(spawn(opts, args, "bridge-out", 0));
+        kids.push(spawn(opts, args, "bridge-in", 0));
+    }
     let stages: Vec<(String, String)> = (0..TOKENIZERS)
         .map(|t| (format!("tok{t}"), gate_name(opts, "tok", t)))
         .chain((0..COUNTERS).map(|k| (format!("cnt{k}"), gate_name(opts, "cnt", k))))
@@ -575,4 +610,117 @@ fn orchestrate(opts: &Opts, args: &[String]) -> Result<(), String> {
         words as f64 / secs / 1e6
     );
     Ok(())
+}
+
+/// A loopback port nobody listens on (the outgoing bridge binds it).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    l.local_addr().expect("its address").port()
+}
+
+/// The tokenizer → counter hop over TCP.
+#[cfg(feature = "net")]
+mod remote {
+    use super::*;
+    use shmflow::net::{Client, Config, Ended, Server};
+    use shmflow::{Consumer, Geometry};
+
+    /// The channels a tokenizer writes into: the counters' gates' segment size (both ends of
+    /// a remote channel need the same).
+    pub(super) fn channel_geometry() -> Geometry {
+        Geometry {
+            segment_size: geometry(1).segment_size,
+            segment_count: 4,
+        }
+    }
+
+    pub(super) fn channel_name(opts: &Opts, t: usize, k: usize) -> String {
+        format!("{}-x{t}-{k}", opts.prefix)
+    }
+
+    fn addr(opts: &Opts) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], opts.remote.expect("--port")))
+    }
+
+    fn runtime() -> Result<tokio::runtime::Runtime, String> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(err)
+    }
+
+    fn check(outcomes: &[shmflow::net::ChannelOutcome]) -> Result<(), String> {
+        for c in outcomes {
+            match &c.result {
+                Ok(Ended::Clean) => {}
+                Ok(other) => return Err(format!("channel {} ended {other:?}", c.name)),
+                Err(e) => return Err(format!("channel {}: {e}", c.name)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves every tokenizer's outputs.
+    pub(super) fn bridge_out(opts: &Opts) -> Result<(), String> {
+        runtime()?.block_on(async {
+            let mut server = Server::bind(addr(opts), Config::default())
+                .await
+                .map_err(err)?;
+            for t in 0..TOKENIZERS {
+                for k in 0..COUNTERS {
+                    let c = Consumer::builder()
+                        .geometry(channel_geometry())
+                        .open_or_create(&channel_name(opts, t, k))
+                        .map_err(err)?;
+                    server.export(&format!("x{t}-{k}"), c).map_err(err)?;
+                }
+            }
+            let report = server.run().await;
+            check(&report.channels)
+        })
+    }
+
+    /// Requests them and writes each into its counter's gate.
+    pub(super) fn bridge_in(opts: &Opts) -> Result<(), String> {
+        runtime()?.block_on(async {
+            let start = Instant::now();
+            let mut client = loop {
+                match Client::connect(addr(opts), Config::default()).await {
+                    Ok(c) => break c,
+                    Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await
+                    }
+                    Err(e) => return Err(err(e)),
+                }
+            };
+            for t in 0..TOKENIZERS {
+                for k in 0..COUNTERS {
+                    let p = open_channel(&gate_name(opts, "cnt", k), t)?;
+                    client.import(&format!("x{t}-{k}"), p).map_err(err)?;
+                }
+            }
+            check(&client.run().await)
+        })
+    }
+}
+
+#[cfg(not(feature = "net"))]
+mod remote {
+    use super::*;
+
+    pub(super) fn channel_geometry() -> shmflow::Geometry {
+        unreachable!("--remote needs the net feature")
+    }
+
+    pub(super) fn channel_name(_: &Opts, _: usize, _: usize) -> String {
+        unreachable!("--remote needs the net feature")
+    }
+
+    pub(super) fn bridge_out(_: &Opts) -> Result<(), String> {
+        Err("--remote needs the net feature (cargo run --features net --example wordcount)".into())
+    }
+
+    pub(super) fn bridge_in(opts: &Opts) -> Result<(), String> {
+        bridge_out(opts)
+    }
 }

@@ -10,6 +10,7 @@ mod bench;
 mod demo;
 mod json;
 mod openloop;
+mod remote;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,6 +52,11 @@ enum Cmd {
     },
     /// Measure shmflow against the hardware floor and the OS, between two processes.
     Bench(bench::BenchArgs),
+    /// Wire local channels to a remote peer over TCP, with credit-based flow control.
+    Remote {
+        #[command(subcommand)]
+        cmd: remote::RemoteCmd,
+    },
     /// Run a demonstration.
     Demo {
         #[command(subcommand)]
@@ -127,6 +133,7 @@ fn main() -> ExitCode {
             record_size,
             out,
         }),
+        Cmd::Remote { cmd } => remote::main(cmd),
         Cmd::BenchRole { args } => bench::role(&args),
         Cmd::DemoRole { args } => demo::role(&args),
     };
@@ -146,6 +153,7 @@ fn end(state: EndState, pid: u32, alive: bool) -> String {
         EndState::Attached => format!("pid {pid} (dead)"),
         EndState::Detached => "detached".into(),
         EndState::Failed => "failed".into(),
+        EndState::Lost => "lost (remote)".into(),
         EndState::Invalid(s) => format!("state {s}?"),
     }
 }
