@@ -529,7 +529,9 @@ fn report(stage: &str, prev: &GateSnapshot, now: &GateSnapshot) {
 
 fn orchestrate(opts: &Opts, args: &[String]) -> Result<(), String> {
     if opts.remote.is_some() && cfg!(not(feature = "net")) {
-        return Err("--remote needs the net feature (cargo run --features net --example wordcount)".into());
+        return Err(
+            "--remote needs the net feature (cargo run --features net --example wordcount)".into(),
+        );
     }
     println!(
         "wordcount: {SOURCES} sources × {} lines → {TOKENIZERS} tokenizers {}→ {COUNTERS} counters → sink{}{}",

@@ -143,11 +143,63 @@ impl Consumer {
         self.data.ready(&self.shared.data_ring())
     }
 
-    /// Waits in the executor until [`Consumer::raw_poll`] with `may_start` would find
-    /// something, or the producer ends or dies (`Err(PeerDead)` once nothing it published is
-    /// left). Only called with a segment in hand or a credit to start one.
+    /// Waits in the executor until [`Consumer::raw_poll`] would find something new (a frame
+    /// at the read position, a segment in the data ring, a priority event), or the producer
+    /// ends or dies (`Err(PeerDead)` once nothing it published is left). Unlike the reader's
+    /// wait, it never moves past a frame: every frame, SEALs included, is forwarded.
     pub(crate) async fn raw_readable(&mut self) -> Result<()> {
-        self.readable(true).await
+        let shared = self.shared.clone();
+        let h = shared.header();
+        let _idle = Waiting::start(
+            &h.consumer_counters.idle_since_ns,
+            &h.consumer_counters.idle_ns,
+        );
+        // SAFETY: the word is in the region that `shared`, owned by this future, maps.
+        Box::pin(unsafe {
+            park::wait_async(
+                shared.consumer_park(),
+                &shared.name,
+                crate::protocol::bridge::Bridges::global(),
+                self.wait,
+                park::Notifier::Light,
+                park::Pace::Sparse,
+                |look| self.raw_look(look),
+            )
+        })
+        .await
+    }
+
+    /// What [`Consumer::raw_readable`] looks at.
+    fn raw_look(&mut self, look: Look) -> Result<Option<()>> {
+        if self.prio_pending() {
+            return Ok(Some(()));
+        }
+        if self.raw_pending()? || self.producer_detached() {
+            return Ok(Some(()));
+        }
+        if let Some(l) = &mut self.liveness {
+            if let Err(e) = l.check(self.shared.header(), &self.shared.name, look) {
+                // Forward first what it published before dying.
+                return if self.raw_pending()? {
+                    Ok(Some(()))
+                } else {
+                    Err(e)
+                };
+            }
+        }
+        Ok(None)
+    }
+
+    /// A frame at the read position, or a segment waiting in the data ring.
+    fn raw_pending(&mut self) -> Result<bool> {
+        Ok(match self.cur {
+            // Acquire: as in `raw_poll` (the frame is read again there).
+            Some(c) if c.rd + HEADER <= self.seg_size => {
+                self.shared.word(c.seg, c.rd).load(Ordering::Acquire) != 0
+            }
+            Some(_) => true,
+            None => self.data.ready(&self.shared.data_ring())? > 0,
+        })
     }
 
     /// The bridge lost its remote peer: detach as `LOST`, so that the producer's calls
