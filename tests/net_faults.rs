@@ -763,3 +763,35 @@ fn a_gate_reads_a_local_and_a_remote_channel() {
     );
     assert!(matches!(report.channels[0].result, Ok(Ended::Clean)));
 }
+
+#[test]
+fn a_client_claiming_absurd_credit_ends_that_channel_with_a_typed_error() {
+    let rt = runtime();
+    let (_tx, rx) = shmflow::pair(geometry()).unwrap();
+    let report = rt.block_on(async {
+        let mut s = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+            .await
+            .unwrap();
+        s.export("a", rx).unwrap();
+        let addr = s.local_addr().unwrap();
+        let server = tokio::spawn(s.run());
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let mut body = Vec::new();
+        body.put_u32_le(0);
+        body.put_u32_le(u32::MAX); // credit: four billion segments
+        body.put_u32_le(4096);
+        body.put_u16_le(1);
+        body.extend_from_slice(b"a");
+        c.write_all(&frame(1, &body)).await.unwrap();
+        let mut sink = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut sink)).await;
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("the server ends: its only channel ended")
+            .unwrap()
+    });
+    match &report.channels[0].result {
+        Err(LinkError::Protocol(ProtocolError::Credit { .. })) => {}
+        other => panic!("{other:?}"),
+    }
+}

@@ -32,7 +32,7 @@ pub(crate) const RTT_G: Geometry = Geometry {
     segment_count: 4,
 };
 pub(crate) const REC: usize = 64;
-const BULK: usize = 64 * 1024;
+pub(crate) const BULK: usize = 64 * 1024;
 
 struct Cfg {
     rounds: usize,
@@ -661,6 +661,12 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
         "ol-sink" => return crate::openloop::sink(args),
         "async-sink" => return crate::asyncbench::async_sink(false),
         "async-drain-sink" => return crate::asyncbench::async_sink(true),
+        "remote-sink" => return crate::remotebench::remote_sink(port_arg(args, 1)?),
+        "tcp-sink" => return crate::remotebench::tcp_sink(port_arg(args, 1)?),
+        "tcp-echo" => return crate::remotebench::tcp_echo(port_arg(args, 1)?),
+        "remote-echo" => {
+            return crate::remotebench::remote_echo(port_arg(args, 1)?, port_arg(args, 2)?)
+        }
         other => return Err(format!("unknown bench role {other}")),
     }
     Ok(())
@@ -767,7 +773,7 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     json: bool,
     /// Run one group only (for profiling).
-    #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool", "async"])]
+    #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool", "async", "remote"])]
     only: Option<String>,
     /// Repeat the selected groups this many times, alternating, and report the median and
     /// the spread (min..max) of each measure and of each ratio (computed within each run).
@@ -1023,6 +1029,33 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
             best(cfg, || crate::asyncbench::async_stream(cfg.secs, true)),
         );
     }
+    if want("remote") {
+        use crate::remotebench::{remote_rtt, remote_stream, tcp_rtt, tcp_stream};
+        // Alternating, so that a slow moment of the host falls on both sides of each ratio.
+        let (mut remote, mut tcp) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            remote.extend(remote_rtt(cfg.rounds / 4));
+            tcp.extend(tcp_rtt(cfg.rounds / 4));
+        }
+        remote.sort_unstable();
+        tcp.sort_unstable();
+        note("remote_rtt_p50_ns", pct(&remote, 0.5));
+        note("remote_rtt_p99_ns", pct(&remote, 0.99));
+        note("tcp_pingpong_rtt_p50_ns", pct(&tcp, 0.5));
+        let (mut small, mut bulk, mut raw) = (0f64, 0f64, 0f64);
+        for _ in 0..cfg.repeats {
+            let (n, ns) = remote_stream(cfg.secs, REC);
+            small = small.max(n / ns * 1e9);
+            let (n, ns) = tcp_stream(cfg.secs);
+            raw = raw.max(n / ns);
+            let (n, ns) = remote_stream(cfg.secs, BULK);
+            bulk = bulk.max(n * BULK as f64 / ns);
+        }
+        note("remote_small_rps", small);
+        note("tcp_64k_rps64", raw * 1e9 / REC as f64);
+        note("remote_bulk_gbps", bulk);
+        note("tcp_64k_gbps", raw);
+    }
     if want("pool") {
         note(
             "small_tiny_pool_rps",
@@ -1042,7 +1075,25 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 12] = [
+const RATIOS: [(&str, &str, &str, &str); 15] = [
+    (
+        "remote_small_vs_tcp_64k",
+        "remote_small_rps",
+        "tcp_64k_rps64",
+        ">= 0.8",
+    ),
+    (
+        "remote_bulk_vs_tcp_64k",
+        "remote_bulk_gbps",
+        "tcp_64k_gbps",
+        ">= 0.8",
+    ),
+    (
+        "remote_rtt_vs_tcp_pingpong",
+        "remote_rtt_p50_ns",
+        "tcp_pingpong_rtt_p50_ns",
+        "<= 1.3",
+    ),
     (
         "rtt_spin_vs_floor",
         "rtt_spin_p50_ns",
@@ -1114,4 +1165,11 @@ fn ratios(r: &[(&'static str, f64)]) -> Vec<(&'static str, f64, &'static str)> {
 /// Three decimals, as the figures are reported (a float that is not finite becomes `null`).
 fn round3(v: f64) -> Option<f64> {
     v.is_finite().then(|| (v * 1000.0).round() / 1000.0)
+}
+
+/// The `i`-th argument of a bench role, as a port.
+fn port_arg(args: &[String], i: usize) -> Result<u16, String> {
+    args.get(i)
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| format!("bench role {:?}: argument {i} must be a port", args.first()))
 }

@@ -11,6 +11,7 @@ mod demo;
 mod json;
 mod openloop;
 mod remote;
+mod remotebench;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -129,6 +129,9 @@ impl Server {
                     }
                     Err(e) => report.refused.push((None, LinkError::Local(e.to_string()))),
                 },
+                // Every export was taken and every connection ended: nothing more can come
+                // (each taken channel reports its outcome, so this is only a safeguard).
+                else => break,
             }
         }
         report
@@ -281,7 +284,11 @@ async fn serve(
                         }
                         let ctl = Arc::new(Ctl::default());
                         if let Err(e) = ctl.add(channel, credit) {
-                            break Some(e.into());
+                            // The channel was taken: it ends here, with the reason.
+                            let e = LinkError::from(e);
+                            names.insert(channel, name.clone());
+                            out.channels.push(ChannelOutcome { name, result: Err(e.clone()) });
+                            break Some(e);
                         }
                         names.insert(channel, name);
                         ctls.insert(channel, ctl.clone());

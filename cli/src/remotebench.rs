@@ -1,0 +1,237 @@
+//! `shmflow bench --only remote`: remote channels (`shmflow::net`, over loopback TCP)
+//! against a raw TCP stream, in the same run and between the same kind of processes.
+//!
+//! Throughput: this process writes (a producer thread into a local channel that a
+//! `net::Server` forwards), a child reads (a `net::Client` writing into its local channel, a
+//! consumer thread reading it), every setting at its default. `remote_small_rps` carries
+//! 64 B records, `remote_bulk_gbps` 64 KiB records; `tcp_64k_gbps` is a raw TCP stream with
+//! 64 KiB writes and reads between the same two processes, and `tcp_64k_rps64` the same
+//! bytes counted as 64 B records.
+//!
+//! Round trip: a number goes to the child over one remote channel and comes back over
+//! another (one connection each way; every end blocking with the default wait);
+//! `tcp_pingpong_rtt` is 8 bytes written and echoed on a raw TCP connection (`TCP_NODELAY`).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use shmflow::net::{Client, Config, Server};
+use shmflow::{Geometry, Producer};
+
+use crate::bench::{child, finish, parse_report, touch, RTT_G};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("a port");
+    l.local_addr().expect("its address").port()
+}
+
+/// Connects, retrying while the peer starts.
+async fn connect(addr: SocketAddr) -> Client {
+    let start = Instant::now();
+    loop {
+        match Client::connect(addr, Config::default()).await {
+            Ok(c) => return c,
+            Err(e) if start.elapsed() > Duration::from_secs(20) => panic!("{e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
+/// Records of `len` bytes for `secs`, over a remote channel: (records, nanoseconds) as the
+/// child counted them.
+pub(crate) fn remote_stream(secs: f64, len: usize) -> (f64, f64) {
+    let rt = runtime();
+    let (mut p, c) = shmflow::pair(Geometry::default()).unwrap();
+    let (server, port) = rt.block_on(async {
+        let mut s = Server::bind(loopback(0), Config::default()).await.unwrap();
+        s.export("bench", c).unwrap();
+        let port = s.local_addr().unwrap().port();
+        (tokio::spawn(s.run()), port)
+    });
+    let kid = child("remote-sink", &[port.to_string()], &[], |_| {});
+    let rec = vec![0x5Au8; len];
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        for _ in 0..64 {
+            p.send(&rec).unwrap();
+        }
+    }
+    drop(p);
+    let report = rt.block_on(server).unwrap();
+    assert!(report.channels[0].result.is_ok(), "{report:?}");
+    parse_report(&finish(kid))
+}
+
+/// The child of [`remote_stream`].
+pub(crate) fn remote_sink(port: u16) -> Result<(), String> {
+    let rt = runtime();
+    let (tx, mut rx) = shmflow::pair(Geometry::default()).map_err(|e| e.to_string())?;
+    let reader = std::thread::spawn(move || {
+        let (mut n, mut sum, mut start) = (0u64, 0u64, None);
+        while let Some(r) = rx.recv().unwrap() {
+            start.get_or_insert_with(Instant::now);
+            match r.as_bytes() {
+                Some(b) => sum = sum.wrapping_add(touch(b)),
+                None => sum = sum.wrapping_add(r.to_vec().unwrap().len() as u64),
+            }
+            n += 1;
+        }
+        std::hint::black_box(sum);
+        (n, start.map(|s| s.elapsed().as_nanos()).unwrap_or(1))
+    });
+    let outcomes = rt.block_on(async {
+        let mut c = connect(loopback(port)).await;
+        c.import("bench", tx).unwrap();
+        c.run().await
+    });
+    if let Err(e) = &outcomes[0].result {
+        return Err(e.to_string());
+    }
+    let (n, ns) = reader.join().map_err(|_| "reader panicked")?;
+    println!("{n} {ns}");
+    Ok(())
+}
+
+/// A raw TCP stream with 64 KiB writes for `secs`: (bytes, nanoseconds) as the child read
+/// them.
+pub(crate) fn tcp_stream(secs: f64) -> (f64, f64) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let kid = child("tcp-sink", &[port.to_string()], &[], |_| {});
+    let (mut s, _) = l.accept().unwrap();
+    s.set_nodelay(true).unwrap();
+    let buf = vec![0x5Au8; 64 << 10];
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        s.write_all(&buf).unwrap();
+    }
+    drop(s);
+    parse_report(&finish(kid))
+}
+
+/// The child of [`tcp_stream`]: reads to the end, touching every record of 64 bytes.
+pub(crate) fn tcp_sink(port: u16) -> Result<(), String> {
+    let mut s = TcpStream::connect(loopback(port)).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut bytes, mut sum, mut start) = (0u64, 0u64, None);
+    loop {
+        let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        start.get_or_insert_with(Instant::now);
+        sum = sum.wrapping_add(touch(&buf[..n]));
+        bytes += n as u64;
+    }
+    std::hint::black_box(sum);
+    let ns = start.map(|s| s.elapsed().as_nanos()).unwrap_or(1);
+    println!("{bytes} {ns}");
+    Ok(())
+}
+
+/// Round trips over two remote channels (sorted nanoseconds).
+pub(crate) fn remote_rtt(rounds: usize) -> Vec<u64> {
+    let rt = runtime();
+    let (mut ping, ping_out) = shmflow::pair(RTT_G).unwrap();
+    let (pong_in, mut pong) = shmflow::pair(RTT_G).unwrap();
+    let back = free_port();
+    let (server, port) = rt.block_on(async {
+        let mut s = Server::bind(loopback(0), Config::default()).await.unwrap();
+        s.export("ping", ping_out).unwrap();
+        let port = s.local_addr().unwrap().port();
+        (tokio::spawn(s.run()), port)
+    });
+    let kid = child(
+        "remote-echo",
+        &[port.to_string(), back.to_string()],
+        &[],
+        |_| {},
+    );
+    let client = rt.spawn(async move {
+        let mut c = connect(loopback(back)).await;
+        c.import("pong", pong_in).unwrap();
+        c.run().await
+    });
+    let v = crate::bench::time_rounds(rounds, |i| {
+        ping.send_pod(&i).unwrap();
+        let r = pong.recv().unwrap().unwrap();
+        assert_eq!(r.as_pod::<u64>(), Some(&i));
+    });
+    drop(ping);
+    while pong.recv().unwrap().is_some() {}
+    rt.block_on(server).unwrap();
+    rt.block_on(client).unwrap();
+    finish(kid);
+    v
+}
+
+/// The child of [`remote_rtt`]: requests "ping", echoes into "pong", which it serves on
+/// port `back`.
+pub(crate) fn remote_echo(port: u16, back: u16) -> Result<(), String> {
+    let rt = runtime();
+    let (ping_in, mut ping) = shmflow::pair(RTT_G).map_err(|e| e.to_string())?;
+    let (mut pong, pong_out): (Producer, _) = shmflow::pair(RTT_G).map_err(|e| e.to_string())?;
+    let echo = std::thread::spawn(move || {
+        while let Some(r) = ping.recv().unwrap() {
+            let v = *r.as_pod::<u64>().unwrap();
+            pong.send_pod(&v).unwrap();
+        }
+    });
+    rt.block_on(async {
+        let mut s = Server::bind(loopback(back), Config::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        s.export("pong", pong_out).map_err(|e| e.to_string())?;
+        let server = tokio::spawn(s.run());
+        let mut c = connect(loopback(port)).await;
+        c.import("ping", ping_in).map_err(|e| e.to_string())?;
+        c.run().await;
+        server.await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(())
+    })?;
+    echo.join().map_err(|_| "echo panicked")?;
+    Ok(())
+}
+
+/// Round trips of 8 bytes on a raw TCP connection (sorted nanoseconds).
+pub(crate) fn tcp_rtt(rounds: usize) -> Vec<u64> {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let kid = child("tcp-echo", &[port.to_string()], &[], |_| {});
+    let (mut s, _) = l.accept().unwrap();
+    s.set_nodelay(true).unwrap();
+    let mut buf = [0u8; 8];
+    let v = crate::bench::time_rounds(rounds, |i| {
+        s.write_all(&i.to_le_bytes()).unwrap();
+        s.read_exact(&mut buf).unwrap();
+        assert_eq!(u64::from_le_bytes(buf), i);
+    });
+    drop(s);
+    finish(kid);
+    v
+}
+
+/// The child of [`tcp_rtt`].
+pub(crate) fn tcp_echo(port: u16) -> Result<(), String> {
+    let mut s = TcpStream::connect(loopback(port)).map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 8];
+    while s.read_exact(&mut buf).is_ok() {
+        s.write_all(&buf).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Writes seed inputs for the `wire` fuzz target into corpus/wire/: well-formed exchanges,
+so that mutations start past the magic and the length checks. Run from fuzz/."""
+
+import os
+import struct
+
+MAGIC = 0x53464E54
+
+
+def frame(kind, body):
+    return struct.pack("<IIBBH", 8 + len(body), MAGIC, 1, kind, 0) + body
+
+
+def request(ch, credit, seg, name):
+    n = name.encode()
+    return frame(1, struct.pack("<IIIH", ch, credit, seg, len(n)) + n)
+
+
+def buffer(ch, backlog, offset, frames):
+    return frame(2, struct.pack("<IIII", ch, backlog, offset, 0) + frames)
+
+
+def whole(payload):
+    f = struct.pack("<II", len(payload), 0x53460001) + payload
+    return f + b"\0" * (-len(f) % 8)
+
+
+SEAL = struct.pack("<II", 0, 0x53460007)
+FIRST = struct.pack("<II", 4096 - 8, 0x53460002) + b"\x11" * (4096 - 8)
+LAST = struct.pack("<II", 100, 0x53460004) + b"\x22" * 100 + b"\0" * 4
+
+seeds = {
+    # Even first byte: a client reads these as the server's answer.
+    "client-records": b"\0" + buffer(0, 1, 0, whole(b"hello") + whole(b"")) +
+    buffer(0, 0, 24, whole(b"x" * 40) + SEAL) + frame(4, struct.pack("<II", 0, 0)),
+    "client-span": b"\0" + buffer(1, 2, 0, FIRST) + buffer(1, 0, 0, LAST + SEAL) +
+    frame(8, struct.pack("<II", 1, 9) + b"barrier") + frame(4, struct.pack("<II", 1, 1)),
+    "client-error": b"\0" + frame(7, b"") + frame(6, struct.pack("<IIH", 0, 1, 3) + b"bad"),
+    # Odd first byte: a server reads these as a client's requests.
+    "server-request": b"\1" + request(0, 2, 4096, "a") + frame(3, struct.pack("<II", 0, 3)) +
+    frame(7, b"") + frame(5, struct.pack("<I", 0)),
+    "server-unknown": b"\1" + request(3, 1, 4096, "nope") + request(4, 1, 8192, "a"),
+}
+
+os.makedirs("corpus/wire", exist_ok=True)
+for name, data in seeds.items():
+    with open(os.path.join("corpus/wire", name), "wb") as f:
+        f.write(data)
+print(f"{len(seeds)} seeds in corpus/wire/")
