@@ -228,6 +228,12 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "sync_plain_rps",
         "async_rps",
         "async_drain_rps",
+        "remote_rtt_p50_ns",
+        "tcp_pingpong_rtt_p50_ns",
+        "remote_small_rps",
+        "tcp_64k_rps64",
+        "remote_bulk_gbps",
+        "tcp_64k_gbps",
     ] {
         let x = v[k]
             .as_f64()
@@ -235,7 +241,8 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         assert!(x > 0.0 && x.is_finite(), "{k} = {x}");
     }
     assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
-    assert_eq!(v["ratios"].as_object().unwrap().len(), 12);
+    assert_eq!(v["ratios"].as_object().unwrap().len(), 15);
+    assert!(v["ratios"]["remote_small_vs_tcp_64k"].as_f64().unwrap() > 0.0);
     assert!(v["ratios"]["plain_vs_small"].as_f64().unwrap() > 0.0);
     assert!(v["ratios"]["async_vs_sync_plain"].as_f64().unwrap() > 0.0);
     assert_eq!(v["runs"].as_u64(), Some(1));
