@@ -435,7 +435,8 @@ fn whole(payload: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_garbled_or_hostile_server_gets_a_typed_error_and_the_consumer_peer_dead() {
-    let cases: Vec<(&str, Vec<u8>, fn(&ProtocolError) -> bool)> = vec![
+    type Expect = fn(&ProtocolError) -> bool;
+    let cases: Vec<(&str, Vec<u8>, Expect)> = vec![
         ("garbage", b"HTTP/1.1 200 OK\r\n\r\nhello".to_vec(), |e| {
             matches!(
                 e,
