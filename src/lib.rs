@@ -128,7 +128,9 @@ pub use endpoint::consumer::{Consumer, Message, Record, DEFAULT_MAX_RECORD_LEN};
 pub use endpoint::event::{Event, MAX_EVENT_PAYLOAD};
 pub use endpoint::gate::{Gate, GateMessage, QUANTUM};
 pub use endpoint::gate_stats::{ChannelStats, GateSnapshot};
-pub use endpoint::metrics::{monotonic_now_ns, BackpressureLevel, EndState, Rates, Snapshot};
+pub use endpoint::metrics::{
+    monotonic_now_ns, BackpressureLevel, EndState, LinkSnapshot, Rates, Snapshot,
+};
 #[cfg(not(loom))]
 pub use endpoint::monitor::{
     list_gates, list_other_objects, list_regions, remove_if_stale, GateMonitor, Monitor, RegionInfo,

@@ -121,6 +121,18 @@ async fn a_slow_consumer_blocks_the_remote_producer() {
     assert!(sent <= 4 * 9, "sent {sent} records with nobody reading");
     assert!(sent >= 4 * 4, "sent only {sent}");
     assert!(bp > 0);
+    // What `shmflow stat` shows of both bridges: no credit left, segments waiting at the
+    // sender, the receiver's segments sent and not given back.
+    let out = tx_a.metrics().link.expect("the sending bridge's figures");
+    assert!(out.sending);
+    assert_eq!(out.credit, 0, "{out:?}");
+    assert!(out.backlog >= 1, "{out:?}");
+    assert!(out.in_flight_bytes >= 4 * 4000, "{out:?}");
+    assert_eq!(out.wire_bytes, out.in_flight_bytes, "{out:?}");
+    let inn = rx_b.metrics().link.expect("the receiving bridge's figures");
+    assert!(!inn.sending);
+    assert_eq!(inn.credit, 0, "{inn:?}");
+    assert_eq!(inn.wire_bytes, out.wire_bytes, "{inn:?}");
     // Reading on the far side lets everything through.
     let reader = std::thread::spawn(move || {
         let mut n = 0;

@@ -98,8 +98,21 @@ fn fields(name: &str, prev: &Snapshot, now: &Snapshot) -> Map<String, Value> {
         "inPoolUsage": num(r.in_pool_usage),
         "backpressureLevel": r.level.as_str(),
     });
-    match v {
+    let mut m = match v {
         Value::Object(m) => m,
         _ => unreachable!("json! of an object literal is an object"),
+    };
+    if let Some(l) = &now.link {
+        m.insert(
+            "link".into(),
+            json!({
+                "role": if l.sending { "sending" } else { "receiving" },
+                "credit": l.credit,
+                "backlog": l.backlog,
+                "in_flight_bytes": l.in_flight_bytes,
+                "wire_bytes": l.wire_bytes,
+            }),
+        );
     }
+    m
 }

@@ -318,6 +318,20 @@ fn print_view(name: &str, prev: &Snapshot, now: &Snapshot, alive: (bool, bool)) 
         "  totals: {} records written, {} read; segments {} committed, {} returned; wake-ups {} by producer, {} by consumer",
         now.records_written, now.records_read, now.segments_committed, now.segments_returned, now.producer_wakes, now.consumer_wakes
     );
+    if let Some(l) = &now.link {
+        let (who, in_flight) = if l.sending {
+            (
+                "consumer is a sending bridge",
+                format!(", {} B in flight", l.in_flight_bytes),
+            )
+        } else {
+            ("producer is a receiving bridge", String::new())
+        };
+        println!(
+            "  remote      {who}: credit {} segments, backlog {} segments{in_flight}, {} B over the network",
+            l.credit, l.backlog, l.wire_bytes
+        );
+    }
 }
 
 fn stat_gate(

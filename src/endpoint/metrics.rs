@@ -58,6 +58,26 @@ pub struct Snapshot {
     pub producer_pid: u32,
     /// Pid recorded by the consumer at attach.
     pub consumer_pid: u32,
+    /// A network bridge attached as one end (feature `net`), with its figures.
+    pub link: Option<LinkSnapshot>,
+}
+
+/// What a network bridge attached to a channel reports (`shmflow stat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkSnapshot {
+    /// The consumer end is a sending bridge (`true`), or the producer end is a receiving one.
+    pub sending: bool,
+    /// Segments of credit: unspent by the sender, or announced and unspent (receiver).
+    pub credit: u64,
+    /// Segments the sender has waiting behind the one it sends (as it last announced, on the
+    /// receiving side).
+    pub backlog: u64,
+    /// Bytes sent in segments the receiver has not given credit back for yet (sending side
+    /// only; a receiving gate channel lent floating segments gives credit early, so this
+    /// is then a lower bound).
+    pub in_flight_bytes: u64,
+    /// Bytes of segments that crossed the network.
+    pub wire_bytes: u64,
 }
 
 /// Flink's backpressure level, from the fraction of time the producer was backpressured:
@@ -217,6 +237,16 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
         consumer_state: EndState::from_raw(h.consumer.state.load(Ordering::Relaxed)),
         producer_pid: h.producer.pid.load(Ordering::Relaxed),
         consumer_pid: h.consumer.pid.load(Ordering::Relaxed),
+        link: match r(&h.link.role) {
+            role @ (1 | 2) => Some(LinkSnapshot {
+                sending: role == 1,
+                credit: r(&h.link.credit),
+                backlog: r(&h.link.backlog),
+                in_flight_bytes: r(&h.link.in_flight_bytes),
+                wire_bytes: r(&h.link.wire_bytes),
+            }),
+            _ => None,
+        },
     }
 }
 

@@ -331,6 +331,7 @@ async fn receive_channel(
     };
     let mut in_span = false;
     let mut backlog = 0u64;
+    let mut wire = 0u64;
     let failure: LinkError = loop {
         let out = credit.outstanding();
         // Wait for free segments only when the sender is short of credit: otherwise new free
@@ -348,6 +349,7 @@ async fn receive_channel(
                         if let Err(e) = announce(&mut p, &mut credit, id, &w).await {
                             break e;
                         }
+                        p.raw_figures(credit.outstanding(), backlog, wire);
                         continue;
                     }
                     Err(e) => return consumer_gone(p, id, &w, e).await,
@@ -403,6 +405,7 @@ async fn receive_channel(
                     Err(e) => return consumer_gone(p, id, &w, e).await,
                 }
                 backlog = (b as u64).min(segments);
+                wire += frames.len() as u64;
                 // Flink's floating buffers: ask the gate for what the backlog needs beyond
                 // the credit the sender has or is about to get.
                 let free = p.raw_free().unwrap_or(0);
@@ -414,6 +417,7 @@ async fn receive_channel(
                 if let Err(e) = announce(&mut p, &mut credit, id, &w).await {
                     break e;
                 }
+                p.raw_figures(credit.outstanding(), backlog, wire);
             }
             In::Priority { kind, payload } => {
                 if let Err(e) = p.send_priority_event_async(kind, &payload).await {

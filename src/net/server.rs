@@ -294,7 +294,7 @@ async fn serve(
                         ctls.insert(channel, ctl.clone());
                         let (w, stop) = (writer.clone(), stop.clone());
                         tasks.spawn(async move {
-                            (channel, send_channel(consumer, channel, ctl, w, stop).await)
+                            (channel, send_channel(consumer, channel, ctl, w, stop, credit).await)
                         });
                     }
                     Msg::AddCredit { channel, credit } => match ctls.get(&channel) {
@@ -388,9 +388,14 @@ async fn send_channel(
     ctl: Arc<Ctl>,
     w: Arc<Writer>,
     stop: CancellationToken,
+    initial: u32,
 ) -> Result<Ended, LinkError> {
+    let mut figures = Figures {
+        initial: initial as u64,
+        ..Figures::default()
+    };
     let r = tokio::select! {
-        r = forward(&mut c, id, &ctl, &w) => r,
+        r = forward(&mut c, id, &ctl, &w, &mut figures) => r,
         _ = stop.cancelled() => Err(LinkError::Local(CANCELLED.into())),
     };
     match &r {
@@ -412,7 +417,50 @@ fn local(e: Error) -> LinkError {
     LinkError::Local(e.to_string())
 }
 
-async fn forward(c: &mut Consumer, id: u32, ctl: &Ctl, w: &Writer) -> Result<Ended, LinkError> {
+/// What a sending channel publishes for `shmflow stat`.
+#[derive(Default)]
+struct Figures {
+    /// The credit the request came with.
+    initial: u64,
+    /// Bytes of segments sent.
+    sent: u64,
+    /// `sent` when each segment not yet given credit back for started, oldest first (at most
+    /// the receiver's segments: one per credit).
+    unacked: std::collections::VecDeque<u64>,
+    /// Segments given credit back for so far.
+    acked: u64,
+    backlog: u64,
+}
+
+impl Figures {
+    fn publish(&mut self, c: &Consumer, ctl: &Ctl) {
+        // Each credit after the first ones stands for a segment the receiver's consumer gave
+        // back, oldest first.
+        let acked = ctl
+            .granted
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.initial);
+        while self.acked < acked {
+            if self.unacked.pop_front().is_none() {
+                // Credit for segments never sent (a gate's floating ones): nothing to pop.
+                self.acked = acked;
+                break;
+            }
+            self.acked += 1;
+        }
+        let in_flight = self.unacked.front().map_or(0, |&at| self.sent - at);
+        let credit = ctl.credit.load(Ordering::Relaxed);
+        c.raw_figures(credit, self.backlog, in_flight, self.sent);
+    }
+}
+
+async fn forward(
+    c: &mut Consumer,
+    id: u32,
+    ctl: &Ctl,
+    w: &Writer,
+    fig: &mut Figures,
+) -> Result<Ended, LinkError> {
     loop {
         if ctl.cancelled.load(Ordering::Acquire) {
             return Ok(Ended::ConsumerLeft);
@@ -439,10 +487,12 @@ async fn forward(c: &mut Consumer, id: u32, ctl: &Ctl, w: &Writer) -> Result<End
                 loop {
                     if ch.at == 0 {
                         ctl.credit.fetch_sub(1, Ordering::AcqRel);
+                        fig.unacked.push_back(fig.sent);
                     }
-                    let backlog = c.raw_backlog().map_err(local)?;
-                    let backlog = u32::try_from(backlog).unwrap_or(u32::MAX);
+                    fig.backlog = c.raw_backlog().map_err(local)?;
+                    let backlog = u32::try_from(fig.backlog).unwrap_or(u32::MAX);
                     let frames = c.raw_bytes(&ch);
+                    fig.sent += frames.len() as u64;
                     g.put_buffer(id, backlog, ch.at as u32, frames).await?;
                     c.raw_done(ch).map_err(local)?;
                     let credit = ctl.credit.load(Ordering::Acquire);
@@ -452,9 +502,16 @@ async fn forward(c: &mut Consumer, id: u32, ctl: &Ctl, w: &Writer) -> Result<End
                     }
                 }
                 g.flush().await?;
+                drop(g);
+                fig.publish(c, ctl);
             }
-            RawPoll::NeedCredit => wait_credit(ctl).await,
+            RawPoll::NeedCredit => {
+                fig.backlog = c.raw_backlog().map_err(local)?;
+                fig.publish(c, ctl);
+                wait_credit(ctl).await
+            }
             RawPoll::Empty => {
+                fig.publish(c, ctl);
                 tokio::select! {
                     r = c.raw_readable() => match r {
                         Ok(()) => {}

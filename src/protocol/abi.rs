@@ -130,6 +130,25 @@ pub(crate) struct ConsumerCounters {
     pub segments_taken: AtomicU64,
 }
 
+/// Figures of a network bridge attached as one end of the channel (feature `net`), for
+/// `shmflow stat`; all zero otherwise. Written Relaxed by the bridge, never read back.
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct LinkFigures {
+    /// 0: no bridge; 1: the consumer end is a sending bridge; 2: the producer end is a
+    /// receiving bridge.
+    pub role: AtomicU64,
+    /// Segments of credit: unspent by the sender (1), announced and unspent (2).
+    pub credit: AtomicU64,
+    /// Segments waiting behind the one being sent (1: its data ring), or the backlog the
+    /// sender last announced (2).
+    pub backlog: AtomicU64,
+    /// Bytes sent in segments the receiver has not given credit back for yet (1 only).
+    pub in_flight_bytes: AtomicU64,
+    /// Bytes of segments sent (1) or received (2) over the network.
+    pub wire_bytes: AtomicU64,
+}
+
 /// Bytes of payload a priority event can carry (the rest of its slot is kind and length).
 pub(crate) const PRIO_PAYLOAD: usize = 31 * 8;
 /// Slots in the priority lane.
@@ -172,6 +191,8 @@ pub(crate) struct Header {
     pub prio_tail: Padded<AtomicU64>,
     /// Priority events, outside the segments so that they can overtake queued records.
     pub prio: [PrioSlot; PRIO_SLOTS],
+    /// A network bridge's figures (layout version 6).
+    pub link: Padded<LinkFigures>,
 }
 
 #[cfg(not(loom))]
@@ -501,7 +522,9 @@ mod tests {
             cons: Padded<ConsumerCursors>, producer_park: Padded<FutexWord>,
             consumer_park: Padded<FutexWord>, producer_counters: Padded<ProducerCounters>,
             consumer_counters: Padded<ConsumerCounters>, prio_tail: Padded<AtomicU64>,
-            prio: [PrioSlot; PRIO_SLOTS]);
+            prio: [PrioSlot; PRIO_SLOTS], link: Padded<LinkFigures>);
+        fields!(v, LinkFigures, role: AtomicU64, credit: AtomicU64, backlog: AtomicU64,
+            in_flight_bytes: AtomicU64, wire_bytes: AtomicU64);
         fields!(v, GateFigures, floating_free: AtomicU64, idle_ns: AtomicU64,
             idle_since_ns: AtomicU64);
         fields!(v, GateHeader, magic: AtomicU64, version: AtomicU32, header_size: AtomicU32,

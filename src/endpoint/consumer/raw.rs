@@ -202,6 +202,17 @@ impl Consumer {
         })
     }
 
+    /// Publishes the sending bridge's figures for `shmflow stat`.
+    pub(crate) fn raw_figures(&self, credit: u64, backlog: u64, in_flight: u64, wire: u64) {
+        let l = &self.shared.header().link;
+        // Relaxed: figures for `shmflow stat`, never read back.
+        l.role.store(1, Ordering::Relaxed);
+        l.credit.store(credit, Ordering::Relaxed);
+        l.backlog.store(backlog, Ordering::Relaxed);
+        l.in_flight_bytes.store(in_flight, Ordering::Relaxed);
+        l.wire_bytes.store(wire, Ordering::Relaxed);
+    }
+
     /// The bridge lost its remote peer: detach as `LOST`, so that the producer's calls
     /// report the consumer dead.
     pub(crate) fn raw_lose(mut self) {

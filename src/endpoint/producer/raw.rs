@@ -129,6 +129,16 @@ impl Producer {
         .await
     }
 
+    /// Publishes the receiving bridge's figures for `shmflow stat`.
+    pub(crate) fn raw_figures(&self, credit: u64, backlog: u64, wire: u64) {
+        let l = &self.shared.header().link;
+        // Relaxed: figures for `shmflow stat`, never read back.
+        l.role.store(2, Ordering::Relaxed);
+        l.credit.store(credit, Ordering::Relaxed);
+        l.backlog.store(backlog, Ordering::Relaxed);
+        l.wire_bytes.store(wire, Ordering::Relaxed);
+    }
+
     /// The bridge lost its remote peer: end the stream as `LOST`, so that the consumer
     /// reads what arrived and then reports the producer dead. A segment written half-way
     /// keeps what was published of it.
