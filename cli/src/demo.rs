@@ -6,6 +6,11 @@
 //! counters every 100 ms (as `shmflow stat` would) and writes `backpressure.csv` and
 //! `backpressure.svg`: both sides' throughput as % of the maximum observed, over time. When the
 //! consumer drops to 30 %, the producer must drop with it — blocked waiting for segments.
+//!
+//! With `--remote` the two processes share no region: the producer's channel is served over
+//! TCP on loopback by a `shmflow::net::Server` in this process, and the consumer's channel is
+//! fed by a `net::Client` in the child. The producer's rate is read from its channel, the
+//! consumer's from the child's: the same picture, with credit carrying the backpressure.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -24,6 +29,7 @@ pub(crate) struct DemoArgs {
     pub(crate) segment_size: u32,
     pub(crate) record_size: usize,
     pub(crate) out: PathBuf,
+    pub(crate) remote: bool,
 }
 
 /// Rates of each phase as fractions of the full rate: (name, producer, consumer). `None`
@@ -106,6 +112,7 @@ pub(crate) fn main(args: &DemoArgs) -> Result<(), String> {
         segment_size,
         record_size,
         ref out,
+        remote,
     } = *args;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let name = format!("/shmflow-demo-{}", std::process::id());
@@ -121,28 +128,57 @@ pub(crate) fn main(args: &DemoArgs) -> Result<(), String> {
         start_ns: monotonic_now_ns() + 300_000_000,
         phase_ns: (phase_secs * 1e9) as u64,
     };
+    let in_name = format!("{name}-in");
+    let bridge = if remote {
+        Some(remote::serve(&name)?)
+    } else {
+        None
+    };
     let mut child = Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
         .args([
             "__demo-role",
             "consumer",
-            &name,
+            if remote { &in_name } else { &name },
             &plan.start_ns.to_string(),
             &plan.phase_ns.to_string(),
         ])
+        .args(bridge.as_ref().map(|b| b.port.to_string()))
         .spawn()
         .map_err(|e| e.to_string())?;
     println!("region {name}: {segments} × {segment_size} B segments, {record_size} B records, phases of {phase_secs} s");
+    if let Some(b) = &bridge {
+        println!(
+            "across TCP: {name} is served on 127.0.0.1:{} and arrives in {in_name} in the consumer's process",
+            b.port
+        );
+    }
     println!("watch it live: shmflow stat {name}");
 
-    // Sampler: every 100 ms, from a read-only view of the region.
+    // Sampler: every 100 ms, from a read-only view of the region (and of the consumer's, when
+    // it is across the network: its reads are counted there).
     let monitor = Monitor::open(&name).map_err(|e| e.to_string())?;
+    let far = if remote {
+        Some(remote::monitor(&in_name)?)
+    } else {
+        None
+    };
+    let sample = move || {
+        let mut s = monitor.snapshot();
+        if let Some(f) = &far {
+            let r = f.snapshot();
+            s.records_read = r.records_read;
+            s.bytes_read = r.bytes_read;
+            s.idle_ns = r.idle_ns;
+        }
+        s
+    };
     let done = Arc::new(AtomicBool::new(false));
     let d2 = done.clone();
     let sampler = std::thread::spawn(move || {
-        let mut samples = vec![monitor.snapshot()];
+        let mut samples = vec![sample()];
         while !d2.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100));
-            samples.push(monitor.snapshot());
+            samples.push(sample());
         }
         samples
     });
@@ -160,6 +196,11 @@ pub(crate) fn main(args: &DemoArgs) -> Result<(), String> {
     }
     drop(tx);
     let status = child.wait().map_err(|e| e.to_string())?;
+    if let Some(b) = bridge {
+        b.thread
+            .join()
+            .map_err(|_| "the bridge panicked".to_string())??;
+    }
     done.store(true, Ordering::Relaxed);
     let samples = sampler.join().map_err(|_| "sampler panicked")?;
     if !status.success() {
@@ -170,8 +211,10 @@ pub(crate) fn main(args: &DemoArgs) -> Result<(), String> {
 
 /// The child: the consumer, paced by the same plan.
 pub(crate) fn role(args: &[String]) -> Result<(), String> {
-    let [role, name, start, phase] = args else {
-        return Err("bad __demo-role arguments".into());
+    let (role, name, start, phase, port) = match args {
+        [r, n, s, p] => (r, n, s, p, None),
+        [r, n, s, p, port] => (r, n, s, p, Some(port.parse().map_err(|_| "port")?)),
+        _ => return Err("bad __demo-role arguments".into()),
     };
     if role != "consumer" {
         return Err(format!("unknown role {role}"));
@@ -180,7 +223,14 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
         start_ns: start.parse().map_err(|_| "start")?,
         phase_ns: phase.parse().map_err(|_| "phase")?,
     };
-    let mut rx = Consumer::open(name).map_err(|e| e.to_string())?;
+    let (mut rx, bridge) = match port {
+        None => (Consumer::open(name).map_err(|e| e.to_string())?, None),
+        Some(port) => {
+            let rx = Consumer::create(name, remote::geometry_of_demo(name)?)
+                .map_err(|e| e.to_string())?;
+            (rx, Some(remote::receive(name, port)?))
+        }
+    };
     let mut pacer = Pacer::new();
     loop {
         match rx.recv().map_err(|e| e.to_string())? {
@@ -195,7 +245,111 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
             break;
         }
     }
+    if let Some(b) = bridge {
+        b.join().map_err(|_| "the bridge panicked".to_string())??;
+    }
     Ok(())
+}
+
+/// `--remote`: the two bridges.
+mod remote {
+    use super::*;
+    use shmflow::net::{Client, Config, Server};
+
+    pub(super) struct Bridge {
+        pub(super) port: u16,
+        pub(super) thread: std::thread::JoinHandle<Result<(), String>>,
+    }
+
+    fn runtime() -> Result<tokio::runtime::Runtime, String> {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    }
+
+    /// Serves the producer's channel `name` on a loopback port.
+    pub(super) fn serve(name: &str) -> Result<Bridge, String> {
+        let consumer = Consumer::open(name).map_err(|e| e.to_string())?;
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        let port = std_listener.local_addr().map_err(|e| e.to_string())?.port();
+        drop(std_listener);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            runtime()?.block_on(async move {
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                let mut s = match Server::bind(addr, Config::default()).await {
+                    Ok(s) => {
+                        let _ = ready_tx.send(None);
+                        s
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Some(e.to_string()));
+                        return Err(e.to_string());
+                    }
+                };
+                s.export("demo", consumer).map_err(|e| e.to_string())?;
+                for o in s.run().await.channels {
+                    o.result.map_err(|e| format!("{}: {e}", o.name))?;
+                }
+                Ok(())
+            })
+        });
+        if let Ok(Some(e)) = ready_rx.recv() {
+            return Err(e);
+        }
+        Ok(Bridge { port, thread })
+    }
+
+    /// The geometry of the producer's region (the consumer's must have the same segments).
+    pub(super) fn geometry_of_demo(in_name: &str) -> Result<Geometry, String> {
+        let out = in_name
+            .strip_suffix("-in")
+            .ok_or("a region name ending in -in")?;
+        Ok(Monitor::open(out).map_err(|e| e.to_string())?.geometry())
+    }
+
+    /// Feeds the local channel `name` from the channel served on `port`.
+    pub(super) fn receive(
+        name: &str,
+        port: u16,
+    ) -> Result<std::thread::JoinHandle<Result<(), String>>, String> {
+        let producer = Producer::open(name).map_err(|e| e.to_string())?;
+        Ok(std::thread::spawn(move || {
+            runtime()?.block_on(async move {
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                let start = std::time::Instant::now();
+                let mut c = loop {
+                    match Client::connect(addr, Config::default()).await {
+                        Ok(c) => break c,
+                        Err(e) if start.elapsed() > Duration::from_secs(10) => {
+                            return Err(e.to_string())
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                };
+                c.import("demo", producer).map_err(|e| e.to_string())?;
+                for o in c.run().await {
+                    o.result.map_err(|e| format!("{}: {e}", o.name))?;
+                }
+                Ok(())
+            })
+        }))
+    }
+
+    /// A read-only view of the consumer's region, once the child has made it.
+    pub(super) fn monitor(name: &str) -> Result<Monitor, String> {
+        let start = std::time::Instant::now();
+        loop {
+            match Monitor::open(name) {
+                Ok(m) => return Ok(m),
+                Err(_) if start.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
 }
 
 fn report(

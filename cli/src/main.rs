@@ -98,6 +98,10 @@ enum DemoCmd {
         /// Where the CSV, the SVG and the run's output go.
         #[arg(long, default_value = ".")]
         out: PathBuf,
+        /// Run it across a TCP connection on loopback: the producer's channel is served by a
+        /// `shmflow::net` bridge, the consumer's channel fed by another, credit-based.
+        #[arg(long)]
+        remote: bool,
     },
 }
 
@@ -126,6 +130,7 @@ fn main() -> ExitCode {
                     segment_size,
                     record_size,
                     out,
+                    remote,
                 },
         } => demo::main(&demo::DemoArgs {
             phase_secs,
@@ -133,6 +138,7 @@ fn main() -> ExitCode {
             segment_size,
             record_size,
             out,
+            remote,
         }),
         Cmd::Remote { cmd } => remote::main(cmd),
         Cmd::BenchRole { args } => bench::role(&args),
