@@ -39,6 +39,9 @@ enum In {
     },
 }
 
+/// Bytes the connection's reader asks the socket for at once.
+const READ_BUFFER: usize = 256 << 10;
+
 /// Messages waiting for a channel's task (each is bounded by the credit it was sent with).
 const QUEUE: usize = 64;
 
@@ -166,7 +169,9 @@ impl Client {
             .max()
             .unwrap_or(0);
         let (r, w) = tokio::io::split(stream);
-        let mut reader = FramedRead::new(r, Codec::new(max_seg));
+        // Read in large gulps: one system call brings many small buffers, or most of a
+        // segment.
+        let mut reader = FramedRead::with_capacity(r, Codec::new(max_seg), READ_BUFFER);
         let writer = Writer::new(w);
         let stop = CancellationToken::new();
         link::heartbeats(writer.clone(), config.heartbeat, stop.clone());
@@ -413,6 +418,10 @@ async fn receive_channel(
                 let unmet = p.raw_unmet();
                 if short > unmet {
                     p.raw_ask(short - unmet);
+                }
+                // More buffers already queued: write them first, announce once.
+                if !rx.is_empty() {
+                    continue;
                 }
                 if let Err(e) = announce(&mut p, &mut credit, id, &w).await {
                     break e;
