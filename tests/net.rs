@@ -150,3 +150,74 @@ async fn a_slow_consumer_blocks_the_remote_producer() {
         "{outcomes:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_leaves_closes_its_channel_alone() {
+    let (mut tx_a, rx_a) = shmflow::pair(geometry()).unwrap();
+    let (mut tx_b, rx_b) = shmflow::pair(geometry()).unwrap();
+    let (in_a, mut out_a) = shmflow::pair(geometry()).unwrap();
+    let (in_b, mut out_b) = shmflow::pair(geometry()).unwrap();
+    let mut server = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    server.export("a", rx_a).unwrap();
+    server.export("b", rx_b).unwrap();
+    let serving = tokio::spawn(server.run());
+    let mut client = Client::connect(addr, Config::default()).await.unwrap();
+    client.import("a", in_a).unwrap();
+    client.import("b", in_b).unwrap();
+    let running = tokio::spawn(client.run());
+    // Both producers stream; channel a's reader leaves after 100 records.
+    let wa = std::thread::spawn(move || {
+        let mut n = 0u64;
+        loop {
+            match tx_a.send(&n.to_le_bytes()) {
+                Ok(()) => n += 1,
+                Err(shmflow::SendError::Closed(_)) => return n,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    });
+    let wb = std::thread::spawn(move || {
+        for n in 0..20_000u64 {
+            tx_b.send(&n.to_le_bytes()).unwrap();
+        }
+    });
+    let ra = std::thread::spawn(move || {
+        for n in 0..100u64 {
+            let r = out_a.recv().unwrap().unwrap();
+            assert_eq!(r.as_bytes().unwrap(), &n.to_le_bytes());
+        }
+    });
+    let rb = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while let Some(r) = out_b.recv().unwrap() {
+            assert_eq!(r.as_bytes().unwrap(), &n.to_le_bytes());
+            n += 1;
+        }
+        n
+    });
+    ra.join().unwrap();
+    let sent_a = tokio::task::spawn_blocking(move || wa.join().unwrap())
+        .await
+        .unwrap();
+    wb.join().unwrap();
+    let got_b = tokio::task::spawn_blocking(move || rb.join().unwrap())
+        .await
+        .unwrap();
+    assert!(sent_a >= 100);
+    assert_eq!(got_b, 20_000);
+    let outcomes = running.await.unwrap();
+    let report = serving.await.unwrap();
+    let of = |name: &str, v: &[shmflow::net::ChannelOutcome]| {
+        v.iter()
+            .find(|c| c.name == name)
+            .map(|c| format!("{:?}", c.result))
+            .unwrap()
+    };
+    assert_eq!(of("a", &outcomes), "Ok(ConsumerLeft)", "{outcomes:?}");
+    assert_eq!(of("b", &outcomes), "Ok(Clean)", "{outcomes:?}");
+    assert_eq!(of("a", &report.channels), "Ok(ConsumerLeft)", "{report:?}");
+    assert_eq!(of("b", &report.channels), "Ok(Clean)", "{report:?}");
+}

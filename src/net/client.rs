@@ -177,6 +177,7 @@ impl Client {
         link::heartbeats(writer.clone(), config.heartbeat, stop.clone());
         let names: Vec<String> = imports.iter().map(|(n, _)| n.clone()).collect();
         let mut queues: Vec<Option<mpsc::Sender<In>>> = Vec::new();
+        let mut cancelled = vec![false; names.len()];
         let mut tasks: JoinSet<(u32, Result<Ended, LinkError>)> = JoinSet::new();
         let mut out = Vec::new();
         let mut failure = None;
@@ -213,6 +214,12 @@ impl Client {
             tokio::select! {
                 Some(done) = tasks.join_next() => match done {
                     Ok((id, result)) => {
+                        // Ended here before its sender closed it (its consumer left or broke):
+                        // the sender was sent `Cancel`, and what it sent before that is still
+                        // on its way.
+                        if queues[id as usize].is_some() {
+                            cancelled[id as usize] = true;
+                        }
                         queues[id as usize] = None;
                         if let Err(e @ LinkError::Protocol(_)) = &result {
                             failure = Some(e.clone());
@@ -247,6 +254,13 @@ impl Client {
                             break;
                         }
                     };
+                    if cancelled.get(channel as usize) == Some(&true) {
+                        // Late messages of a channel this side cancelled: dropped.
+                        if matches!(input, In::Close(_) | In::Error { .. }) {
+                            cancelled[channel as usize] = false;
+                        }
+                        continue;
+                    }
                     let Some(Some(q)) = queues.get(channel as usize) else {
                         failure = Some(ProtocolError::Channel {
                             channel,
