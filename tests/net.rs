@@ -221,3 +221,113 @@ async fn a_consumer_that_leaves_closes_its_channel_alone() {
     assert_eq!(of("a", &report.channels), "Ok(ConsumerLeft)", "{report:?}");
     assert_eq!(of("b", &report.channels), "Ok(Clean)", "{report:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_bridge_is_a_lost_peer_not_a_clean_end() {
+    let (mut tx_a, rx_a) = shmflow::pair(geometry()).unwrap();
+    let (tx_b, mut rx_b) = shmflow::pair(geometry()).unwrap();
+    let mut server = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    server.export("c", rx_a).unwrap();
+    let serving = tokio::spawn(server.run());
+    let mut client = Client::connect(addr, Config::default()).await.unwrap();
+    client.import("c", tx_b).unwrap();
+    let running = tokio::spawn(client.run());
+    tx_a.send(b"one").unwrap();
+    let got = tokio::task::spawn_blocking(move || {
+        let first = rx_b.recv().unwrap().unwrap().to_vec().unwrap();
+        (first, rx_b)
+    })
+    .await
+    .unwrap();
+    assert_eq!(got.0, b"one");
+    let mut rx_b = got.1;
+    // The receiving bridge is dropped in the middle of the stream (its runtime task
+    // aborted): its consumer must not see a clean end.
+    running.abort();
+    let _ = running.await;
+    let end = tokio::task::spawn_blocking(move || rx_b.recv().map(|r| r.is_some()))
+        .await
+        .unwrap();
+    match end {
+        Err(shmflow::RecvError::PeerDead(e)) => assert!(e.is_remote()),
+        other => panic!("expected PeerDead, got {other:?}"),
+    }
+    // The server sees the connection go and its producer learns it too.
+    let report = serving.await.unwrap();
+    assert!(report.channels[0].result.is_err(), "{report:?}");
+    // (A send that finds a free segment does not look at the consumer; a flush does.)
+    let flushed =
+        tokio::task::spawn_blocking(move || tx_a.send(b"two").and_then(|()| tx_a.flush()))
+            .await
+            .unwrap();
+    match flushed {
+        Err(shmflow::SendError::PeerDead(e)) => assert!(e.is_remote()),
+        other => panic!("expected PeerDead, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_loses_its_upstream_passes_the_loss_on() {
+    // A ──▶ B (imports, then exports again) ──▶ C. The A→B link breaks in the middle of a
+    // segment: C's consumer must learn it (not wait for ever), and B's sending task must end.
+    let (mut tx_a, rx_a) = shmflow::pair(geometry()).unwrap();
+    let (in_b, out_b) = shmflow::pair(geometry()).unwrap();
+    let (in_c, mut rx_c) = shmflow::pair(geometry()).unwrap();
+    let mut server_a = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+        .await
+        .unwrap();
+    let addr_a = server_a.local_addr().unwrap();
+    server_a.export("x", rx_a).unwrap();
+    let serving_a = tokio::spawn(server_a.run());
+    let mut server_b = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+        .await
+        .unwrap();
+    let addr_b = server_b.local_addr().unwrap();
+    server_b.export("x", out_b).unwrap();
+    let serving_b = tokio::spawn(server_b.run());
+    let mut client_b = Client::connect(addr_a, Config::default()).await.unwrap();
+    client_b.import("x", in_b).unwrap();
+    let running_b = tokio::spawn(client_b.run());
+    let mut client_c = Client::connect(addr_b, Config::default()).await.unwrap();
+    client_c.import("x", in_c).unwrap();
+    let running_c = tokio::spawn(client_c.run());
+    tx_a.send(b"through two links").unwrap();
+    let rx_c = tokio::task::spawn_blocking(move || {
+        assert_eq!(
+            rx_c.recv().unwrap().unwrap().to_vec().unwrap(),
+            b"through two links"
+        );
+        rx_c
+    })
+    .await
+    .unwrap();
+    // The middle of a segment: cut A→B by dropping B's client.
+    running_b.abort();
+    let _ = running_b.await;
+    let mut rx_c = rx_c;
+    let end = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tokio::task::spawn_blocking(move || rx_c.recv().map(|r| r.is_some())),
+    )
+    .await
+    .expect("C learns of the loss")
+    .unwrap();
+    assert!(
+        matches!(end, Err(shmflow::RecvError::PeerDead(_))),
+        "{end:?}"
+    );
+    let report_b = tokio::time::timeout(std::time::Duration::from_secs(10), serving_b)
+        .await
+        .expect("B's sending side ends")
+        .unwrap();
+    assert!(
+        matches!(report_b.channels[0].result, Ok(Ended::ProducerDead)),
+        "{report_b:?}"
+    );
+    let _ = running_c.await;
+    drop(tx_a);
+    let _ = serving_a.await;
+}

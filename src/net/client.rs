@@ -16,7 +16,7 @@ use crate::endpoint::producer::raw::Refused;
 use crate::endpoint::producer::Producer;
 use crate::error::Error;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
-use crate::net::link::{self, BoxStream, Writer};
+use crate::net::link::{self, BoxStream, Held, Writer};
 use crate::net::server::{channel_of, kind_name, CANCELLED};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended};
@@ -85,7 +85,9 @@ impl std::fmt::Debug for dyn link::Stream {
 
 impl Client {
     /// Connects to `addr` (with TLS if the config has it). An address other than loopback
-    /// needs [`Config::tls`] (or an explicit [`Config::insecure_plaintext`]).
+    /// needs [`Config::tls`] (or an explicit [`Config::insecure_plaintext`]). Heartbeats
+    /// start with [`Client::run`]: call it within the config's `dead_after` (800 ms by
+    /// default), or the server takes the connection as silent.
     ///
     /// # Errors
     /// [`SetupError::PlaintextRefused`]; [`SetupError::Io`] if the connection cannot be
@@ -172,8 +174,10 @@ impl Client {
         // Read in large gulps: one system call brings many small buffers, or most of a
         // segment.
         let mut reader = FramedRead::with_capacity(r, Codec::new(max_seg), READ_BUFFER);
-        let writer = Writer::new(w);
+        let writer = Writer::new(w, config.dead_after);
         let stop = CancellationToken::new();
+        // Dropping this future (`run` dropped) stops the heartbeats and the tasks.
+        let _stop = stop.clone().drop_guard();
         link::heartbeats(writer.clone(), config.heartbeat, stop.clone());
         let names: Vec<String> = imports.iter().map(|(n, _)| n.clone()).collect();
         let mut queues: Vec<Option<mpsc::Sender<In>>> = Vec::new();
@@ -280,7 +284,13 @@ impl Client {
         stop.cancel();
         match &failure {
             Some(e) => {
-                if !matches!(e, LinkError::Io { .. } | LinkError::PeerClosed) {
+                if !matches!(
+                    e,
+                    LinkError::Io { .. }
+                        | LinkError::PeerClosed
+                        | LinkError::PeerSilent { .. }
+                        | LinkError::PeerNotReading { .. }
+                ) {
                     link::refuse(&writer, e).await;
                 }
             }
@@ -335,13 +345,14 @@ async fn announce(p: &mut Producer, c: &mut Credit, id: u32, w: &Writer) -> Resu
 /// One imported channel: writes what arrives into the producer's segments and gives credit
 /// as they come back free.
 async fn receive_channel(
-    mut p: Producer,
+    p: Producer,
     id: u32,
     initial: u64,
     mut rx: mpsc::Receiver<In>,
     w: Arc<Writer>,
     stop: CancellationToken,
 ) -> Result<Ended, LinkError> {
+    let mut p = Held::new(p);
     let seg_size = p.geometry().segment_size as usize;
     let segments = p.geometry().segment_count as u64;
     let mut credit = Credit {
@@ -371,7 +382,7 @@ async fn receive_channel(
                         p.raw_figures(credit.outstanding(), backlog, wire);
                         continue;
                     }
-                    Err(e) => return consumer_gone(p, id, &w, e).await,
+                    Err(e) => return consumer_gone(p.take(), id, &w, e).await,
                 }
             }
         };
@@ -421,7 +432,7 @@ async fn receive_channel(
                         }
                         .into()
                     }
-                    Err(e) => return consumer_gone(p, id, &w, e).await,
+                    Err(e) => return consumer_gone(p.take(), id, &w, e).await,
                 }
                 backlog = (b as u64).min(segments);
                 wire += frames.len() as u64;
@@ -444,41 +455,53 @@ async fn receive_channel(
             }
             In::Priority { kind, payload } => {
                 if let Err(e) = p.send_priority_event_async(kind, &payload).await {
-                    return consumer_gone(p, id, &w, e.into()).await;
+                    return consumer_gone(p.take(), id, &w, e.into()).await;
                 }
             }
             In::Close(how) => {
                 return Ok(match how {
                     Closed::Clean => {
-                        p.close();
+                        p.take().close();
                         Ended::Clean
                     }
                     Closed::Failed => {
-                        p.fail();
+                        p.take().fail();
                         Ended::Failed
                     }
                     Closed::ProducerDead => {
-                        p.raw_lose();
+                        p.take().raw_lose();
                         Ended::ProducerDead
                     }
                 });
             }
             In::Error { code, message } => {
-                p.fail();
+                p.take().fail();
                 return Err(LinkError::Remote { code, message });
             }
         }
     };
-    p.raw_lose();
+    p.take().raw_lose();
     Err(failure)
 }
 
-/// The local consumer left (`Closed`) or died: tell the sender to stop this channel.
+/// The local consumer left (`Closed`: the sender is sent `Cancel`, and its producer sees the
+/// channel closed) or died (`Error`: its producer sees it dead).
 async fn consumer_gone(p: Producer, id: u32, w: &Writer, e: Error) -> Result<Ended, LinkError> {
-    let _ = w.send(&Msg::Cancel { channel: id }).await;
     drop(p);
     match e {
-        Error::Closed(_) => Ok(Ended::ConsumerLeft),
-        other => Err(LinkError::Local(other.to_string())),
+        Error::Closed(_) => {
+            let _ = w.send(&Msg::Cancel { channel: id }).await;
+            Ok(Ended::ConsumerLeft)
+        }
+        other => {
+            let _ = w
+                .send(&Msg::Error {
+                    channel: id,
+                    code: wire::code::LOCAL,
+                    message: other.to_string(),
+                })
+                .await;
+            Err(LinkError::Local(other.to_string()))
+        }
     }
 }

@@ -121,6 +121,12 @@ pub enum LinkError {
         /// How long it was silent.
         silent_for: Duration,
     },
+    /// The peer read nothing for this long while this side had bytes to write: it is
+    /// stuck, or its side of the network is.
+    PeerNotReading {
+        /// How long a write waited.
+        stalled_for: Duration,
+    },
     /// The peer broke the protocol; the connection was closed.
     Protocol(ProtocolError),
     /// The peer reported an error and gave up.
@@ -170,6 +176,11 @@ impl fmt::Display for LinkError {
             LinkError::PeerSilent { silent_for } => write!(
                 f,
                 "the peer sent nothing for {silent_for:?}, not even a heartbeat: taken as dead"
+            ),
+            LinkError::PeerNotReading { stalled_for } => write!(
+                f,
+                "the peer read nothing for {stalled_for:?} while this side had bytes for it: \
+                 taken as stuck"
             ),
             LinkError::Protocol(e) => write!(f, "the peer broke the wire protocol: {e}"),
             LinkError::Remote { code, message } => {

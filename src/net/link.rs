@@ -31,14 +31,31 @@ pub(crate) struct Writer {
 pub(crate) struct Inner {
     w: BufWriter<WriteHalf<BoxStream>>,
     head: BytesMut,
+    /// How long one write may wait for the peer to read.
+    deadline: Duration,
+}
+
+/// One write, bounded: a peer that reads nothing for `deadline` is taken as stalled.
+async fn bounded<T>(
+    deadline: Duration,
+    f: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<T, LinkError> {
+    match tokio::time::timeout(deadline, f).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(LinkError::PeerNotReading {
+            stalled_for: deadline,
+        }),
+    }
 }
 
 impl Writer {
-    pub(crate) fn new(w: WriteHalf<BoxStream>) -> Arc<Writer> {
+    /// `deadline`: how long a write may wait for the peer to read (its `dead_after`).
+    pub(crate) fn new(w: WriteHalf<BoxStream>, deadline: Duration) -> Arc<Writer> {
         Arc::new(Writer {
             inner: tokio::sync::Mutex::new(Inner {
                 w: BufWriter::with_capacity(WRITE_BUFFER, w),
                 head: BytesMut::with_capacity(64),
+                deadline,
             }),
         })
     }
@@ -61,8 +78,7 @@ impl Inner {
     pub(crate) async fn put(&mut self, msg: &Msg) -> Result<(), LinkError> {
         self.head.clear();
         msg.encode(&mut self.head);
-        self.w.write_all(&self.head).await?;
-        Ok(())
+        bounded(self.deadline, self.w.write_all(&self.head)).await
     }
 
     /// Writes a `Buffer` whose frames are `frames` (straight from shared memory).
@@ -75,19 +91,17 @@ impl Inner {
     ) -> Result<(), LinkError> {
         self.head.clear();
         wire::put_buffer_head(&mut self.head, channel, backlog, offset, frames.len());
-        self.w.write_all(&self.head).await?;
-        self.w.write_all(frames).await?;
-        Ok(())
+        bounded(self.deadline, self.w.write_all(&self.head)).await?;
+        bounded(self.deadline, self.w.write_all(frames)).await
     }
 
     pub(crate) async fn flush(&mut self) -> Result<(), LinkError> {
-        self.w.flush().await?;
-        Ok(())
+        bounded(self.deadline, self.w.flush()).await
     }
 
     /// Ends the connection's writing side (the peer reads end of stream).
     pub(crate) async fn shutdown(&mut self) {
-        let _ = self.w.shutdown().await;
+        let _ = bounded(self.deadline, self.w.shutdown()).await;
     }
 }
 
@@ -130,7 +144,10 @@ pub(crate) async fn refuse(w: &Writer, e: &LinkError) {
         LinkError::Protocol(_) => wire::code::PROTOCOL,
         _ => wire::code::LOCAL,
     };
-    let mut g = w.lock().await;
+    // Bounded: a peer that reads nothing does not keep this side waiting.
+    let Ok(mut g) = tokio::time::timeout(Duration::from_secs(1), w.lock()).await else {
+        return;
+    };
     let _ = g
         .put(&Msg::Error {
             channel: wire::CONNECTION,
@@ -140,4 +157,58 @@ pub(crate) async fn refuse(w: &Writer, e: &LinkError) {
         .await;
     let _ = g.flush().await;
     g.shutdown().await;
+}
+
+/// An end held by a bridge: if the bridge's future is dropped before it ended the channel
+/// (its `run` was cancelled, its runtime shut down), the end detaches as `LOST`, so that the
+/// local peer sees `PeerDead` instead of a clean end of a cut stream.
+pub(crate) struct Held<T: Lose>(Option<T>);
+
+/// Detaching as `LOST`.
+pub(crate) trait Lose {
+    fn lose(self);
+}
+
+impl Lose for crate::endpoint::consumer::Consumer {
+    fn lose(self) {
+        self.raw_lose()
+    }
+}
+
+impl Lose for crate::endpoint::producer::Producer {
+    fn lose(self) {
+        self.raw_lose()
+    }
+}
+
+impl<T: Lose> Held<T> {
+    pub(crate) fn new(t: T) -> Held<T> {
+        Held(Some(t))
+    }
+
+    /// The end, for the bridge to end the channel its own way.
+    pub(crate) fn take(mut self) -> T {
+        self.0.take().expect("held until taken")
+    }
+}
+
+impl<T: Lose> std::ops::Deref for Held<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.0.as_ref().expect("held until taken")
+    }
+}
+
+impl<T: Lose> std::ops::DerefMut for Held<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.0.as_mut().expect("held until taken")
+    }
+}
+
+impl<T: Lose> Drop for Held<T> {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            t.lose();
+        }
+    }
 }

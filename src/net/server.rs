@@ -16,7 +16,7 @@ use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
 use crate::endpoint::consumer::Consumer;
 use crate::error::Error;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
-use crate::net::link::{self, BoxStream, Writer};
+use crate::net::link::{self, BoxStream, Held, Writer};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended, ServeReport};
 
@@ -152,6 +152,8 @@ struct Ctl {
     credit: AtomicU64,
     granted: AtomicU64,
     cancelled: AtomicBool,
+    /// The receiver's consumer died (not left): the local producer must see `PeerDead`.
+    lost: AtomicBool,
     notify: Notify,
 }
 
@@ -213,8 +215,10 @@ async fn serve(
     };
     let (r, w) = tokio::io::split(stream);
     let mut reader = FramedRead::new(r, Codec::new(0));
-    let writer = Writer::new(w);
+    let writer = Writer::new(w, config.dead_after);
     let stop = CancellationToken::new();
+    // Dropping this future (the server's `run` dropped) stops the heartbeats and the tasks.
+    let _stop = stop.clone().drop_guard();
     link::heartbeats(writer.clone(), config.heartbeat, stop.clone());
     let mut ctls: HashMap<u32, Arc<Ctl>> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
@@ -276,7 +280,7 @@ async fn serve(
                                     "the receiver's segments are {segment_size} bytes, ours {ours}"
                                 ))),
                             });
-                            drop(consumer);
+                            consumer.raw_lose();
                             if let Err(e) = writer.send(&e).await {
                                 break Some(e);
                             }
@@ -288,6 +292,7 @@ async fn serve(
                             let e = LinkError::from(e);
                             names.insert(channel, name.clone());
                             out.channels.push(ChannelOutcome { name, result: Err(e.clone()) });
+                            consumer.raw_lose();
                             break Some(e);
                         }
                         names.insert(channel, name);
@@ -308,7 +313,13 @@ async fn serve(
                             detail: "credit for a channel never requested".into(),
                         }.into()),
                     },
-                    Msg::Cancel { channel } | Msg::Error { channel, .. } if ctls.contains_key(&channel) => {
+                    Msg::Cancel { channel } if ctls.contains_key(&channel) => {
+                        ctls[&channel].cancel();
+                    }
+                    Msg::Error { channel, .. } if ctls.contains_key(&channel) => {
+                        // The receiving end failed (its consumer died): end this channel as
+                        // lost.
+                        ctls[&channel].lost.store(true, Ordering::Release);
                         ctls[&channel].cancel();
                     }
                     Msg::Error { channel: wire::CONNECTION, code, message } => {
@@ -326,7 +337,13 @@ async fn serve(
     };
     if let Some(e) = &failure {
         stop.cancel();
-        if !matches!(e, LinkError::Io { .. } | LinkError::PeerClosed) {
+        if !matches!(
+            e,
+            LinkError::Io { .. }
+                | LinkError::PeerClosed
+                | LinkError::PeerSilent { .. }
+                | LinkError::PeerNotReading { .. }
+        ) {
             link::refuse(&writer, e).await;
         }
         while let Some(done) = tasks.join_next().await {
@@ -383,26 +400,51 @@ pub(crate) const CANCELLED: &str = "connection closed";
 
 /// One exported channel: forwards its segments while there is credit, then its end.
 async fn send_channel(
-    mut c: Consumer,
+    c: Consumer,
     id: u32,
     ctl: Arc<Ctl>,
     w: Arc<Writer>,
     stop: CancellationToken,
     initial: u32,
 ) -> Result<Ended, LinkError> {
+    let mut c = Held::new(c);
     let mut figures = Figures {
         initial: initial as u64,
         ..Figures::default()
     };
     let r = tokio::select! {
         r = forward(&mut c, id, &ctl, &w, &mut figures) => r,
-        _ = stop.cancelled() => Err(LinkError::Local(CANCELLED.into())),
+        _ = stop.cancelled() => Err(Fail::Link(LinkError::Local(CANCELLED.into()))),
     };
+    let r = match r {
+        Ok(ended) => Ok(ended),
+        Err(Fail::Link(e)) => Err(e),
+        // The local end broke (a corrupt region): the receiver is told, the channel ends.
+        Err(Fail::Local(e)) => {
+            let _ = w
+                .send(&Msg::Error {
+                    channel: id,
+                    code: wire::code::LOCAL,
+                    message: e.to_string(),
+                })
+                .await;
+            Err(LinkError::Local(e.to_string()))
+        }
+    };
+    if ctl.lost.load(Ordering::Acquire) {
+        // The remote consumer died: the local producer sees its consumer dead.
+        c.take().raw_lose();
+        return Err(LinkError::Remote {
+            code: wire::code::LOCAL,
+            message: "the remote consumer died".into(),
+        });
+    }
     match &r {
-        // The remote consumer left: the local producer sees the channel closed.
-        Ok(_) => drop(c),
+        // The stream ended, or the remote consumer left: the local producer sees the
+        // channel closed.
+        Ok(_) => drop(c.take()),
         // The remote side is lost: the local producer sees its consumer dead.
-        Err(_) => c.raw_lose(),
+        Err(_) => c.take().raw_lose(),
     }
     r
 }
@@ -413,8 +455,22 @@ async fn wait_credit(ctl: &Ctl) {
     ctl.notify.notified().await;
 }
 
-fn local(e: Error) -> LinkError {
-    LinkError::Local(e.to_string())
+/// Why forwarding stopped: the link, or the local end (told to the receiver first).
+enum Fail {
+    Link(LinkError),
+    Local(Error),
+}
+
+impl From<LinkError> for Fail {
+    fn from(e: LinkError) -> Self {
+        Fail::Link(e)
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Local(e)
+    }
 }
 
 /// What a sending channel publishes for `shmflow stat`.
@@ -460,12 +516,12 @@ async fn forward(
     ctl: &Ctl,
     w: &Writer,
     fig: &mut Figures,
-) -> Result<Ended, LinkError> {
+) -> Result<Ended, Fail> {
     loop {
         if ctl.cancelled.load(Ordering::Acquire) {
             return Ok(Ended::ConsumerLeft);
         }
-        if let Some((kind, payload)) = c.raw_priority().map_err(local)? {
+        if let Some((kind, payload)) = c.raw_priority()? {
             w.send(&Msg::Priority {
                 channel: id,
                 kind,
@@ -475,10 +531,7 @@ async fn forward(
             continue;
         }
         let credit = ctl.credit.load(Ordering::Acquire);
-        let polled = match c.raw_poll(credit > 0) {
-            Ok(p) => p,
-            Err(e) => return fail_local(w, id, e).await,
-        };
+        let polled = c.raw_poll(credit > 0)?;
         match polled {
             RawPoll::Chunk(ch) if ch.at == 0 && credit == 0 => wait_credit(ctl).await,
             RawPoll::Chunk(first) => {
@@ -489,12 +542,12 @@ async fn forward(
                         ctl.credit.fetch_sub(1, Ordering::AcqRel);
                         fig.unacked.push_back(fig.sent);
                     }
-                    fig.backlog = c.raw_backlog().map_err(local)?;
+                    fig.backlog = c.raw_backlog()?;
                     let backlog = u32::try_from(fig.backlog).unwrap_or(u32::MAX);
                     let frames = c.raw_bytes(&ch);
                     fig.sent += frames.len() as u64;
                     g.put_buffer(id, backlog, ch.at as u32, frames).await?;
-                    c.raw_done(ch).map_err(local)?;
+                    c.raw_done(ch)?;
                     let credit = ctl.credit.load(Ordering::Acquire);
                     match c.raw_poll(credit > 0) {
                         Ok(RawPoll::Chunk(next)) if next.at != 0 || credit > 0 => ch = next,
@@ -506,7 +559,7 @@ async fn forward(
                 fig.publish(c, ctl);
             }
             RawPoll::NeedCredit => {
-                fig.backlog = c.raw_backlog().map_err(local)?;
+                fig.backlog = c.raw_backlog()?;
                 fig.publish(c, ctl);
                 wait_credit(ctl).await
             }
@@ -519,13 +572,23 @@ async fn forward(
                             w.send(&Msg::Close { channel: id, how: Closed::ProducerDead }).await?;
                             return Ok(Ended::ProducerDead);
                         }
-                        Err(e) => return fail_local(w, id, e).await,
+                        Err(e) => return Err(e.into()),
                     },
                     // A cancel while the channel is idle.
                     _ = wait_credit(ctl) => {}
                 }
             }
             RawPoll::Ended(how) => {
+                // A priority event sent just before the end is visible now (the state's
+                // Acquire): it goes before the Close.
+                while let Some((kind, payload)) = c.raw_priority()? {
+                    w.send(&Msg::Priority {
+                        channel: id,
+                        kind,
+                        payload,
+                    })
+                    .await?;
+                }
                 let (how, ended) = match how {
                     RawEnd::Clean => (Closed::Clean, Ended::Clean),
                     RawEnd::Failed => (Closed::Failed, Ended::Failed),
@@ -536,16 +599,4 @@ async fn forward(
             }
         }
     }
-}
-
-/// The local end broke (a corrupt region): tell the receiver, end the channel.
-async fn fail_local(w: &Writer, id: u32, e: Error) -> Result<Ended, LinkError> {
-    let _ = w
-        .send(&Msg::Error {
-            channel: id,
-            code: wire::code::LOCAL,
-            message: e.to_string(),
-        })
-        .await;
-    Err(local(e))
 }

@@ -94,6 +94,16 @@ impl Consumer {
                 ends = true;
             }
             if at == c.rd && !ends {
+                // A producer that detached in the middle of a segment (a bridge that lost its
+                // own peer leaves one unsealed): once the state says so and the word is still
+                // 0 (loaded again after the state's Acquire), nothing more will come.
+                if self.producer_detached()
+                    && self.shared.word(c.seg, c.rd).load(Ordering::Acquire) == 0
+                {
+                    self.release_current()?;
+                    self.in_span = false;
+                    continue;
+                }
                 return Ok(RawPoll::Empty);
             }
             return Ok(RawPoll::Chunk(Chunk {
