@@ -133,6 +133,15 @@ async fn a_slow_consumer_blocks_the_remote_producer() {
     assert!(!inn.sending);
     assert_eq!(inn.credit, 0, "{inn:?}");
     assert_eq!(inn.wire_bytes, out.wire_bytes, "{inn:?}");
+    // A priority event overtakes the records that wait for credit, across the link too.
+    let mut tx_a = tx_a;
+    tx_a.send_priority_event(5, b"urgent").unwrap();
+    // Time to cross; without the overtaking it would wait for credit for ever.
+    std::thread::sleep(Duration::from_millis(300));
+    match rx_b.recv_message_timeout(Duration::from_secs(5)).unwrap() {
+        Some(Message::Event(e)) => assert_eq!((e.kind, e.payload), (5, &b"urgent"[..])),
+        other => panic!("expected the priority event first, got {other:?}"),
+    }
     // Reading on the far side lets everything through.
     let reader = std::thread::spawn(move || {
         let mut n = 0;

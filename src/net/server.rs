@@ -449,6 +449,15 @@ async fn send_channel(
     r
 }
 
+/// Out of credit: waits for credit, or for a priority event, which overtakes the segments
+/// waiting for credit as it overtakes them on one machine.
+async fn wait_credit_or_priority(c: &mut Consumer, ctl: &Ctl) -> Result<(), Error> {
+    tokio::select! {
+        _ = wait_credit(ctl) => Ok(()),
+        r = c.raw_priority_wait() => r,
+    }
+}
+
 async fn wait_credit(ctl: &Ctl) {
     // `notify_one` keeps a permit when nobody waits: no wake-up is lost between the caller's
     // look at the credit and this wait.
@@ -533,7 +542,9 @@ async fn forward(
         let credit = ctl.credit.load(Ordering::Acquire);
         let polled = c.raw_poll(credit > 0)?;
         match polled {
-            RawPoll::Chunk(ch) if ch.at == 0 && credit == 0 => wait_credit(ctl).await,
+            RawPoll::Chunk(ch) if ch.at == 0 && credit == 0 => {
+                wait_credit_or_priority(c, ctl).await?
+            }
             RawPoll::Chunk(first) => {
                 let mut g = w.lock().await;
                 let mut ch = first;
@@ -561,7 +572,7 @@ async fn forward(
             RawPoll::NeedCredit => {
                 fig.backlog = c.raw_backlog()?;
                 fig.publish(c, ctl);
-                wait_credit(ctl).await
+                wait_credit_or_priority(c, ctl).await?
             }
             RawPoll::Empty => {
                 fig.publish(c, ctl);

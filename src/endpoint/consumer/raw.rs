@@ -179,6 +179,27 @@ impl Consumer {
         .await
     }
 
+    /// Waits in the executor until a priority event is pending: for a bridge that has
+    /// segments to send and no credit, so that priority events still overtake them.
+    pub(crate) async fn raw_priority_wait(&mut self) -> Result<()> {
+        let shared = self.shared.clone();
+        // SAFETY: the word is in the region that `shared`, owned by this future, maps.
+        Box::pin(unsafe {
+            park::wait_async(
+                shared.consumer_park(),
+                &shared.name,
+                crate::protocol::bridge::Bridges::global(),
+                WaitStrategy::Park,
+                park::Notifier::Light,
+                park::Pace::Sparse,
+                // `move`: the closure owns the `&mut`, so the future stays `Send` (a
+                // consumer is not `Sync`).
+                move |_| Ok(self.prio_pending().then_some(())),
+            )
+        })
+        .await
+    }
+
     /// What [`Consumer::raw_readable`] looks at.
     fn raw_look(&mut self, look: Look) -> Result<Option<()>> {
         if self.prio_pending() {
