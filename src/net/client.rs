@@ -16,8 +16,7 @@ use crate::endpoint::producer::raw::Refused;
 use crate::endpoint::producer::Producer;
 use crate::error::Error;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
-use crate::net::link::{self, BoxStream, Held, Writer};
-use crate::net::server::{channel_of, kind_name, CANCELLED};
+use crate::net::link::{self, BoxStream, Held, Writer, CANCELLED};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended};
 
@@ -251,10 +250,7 @@ impl Client {
                         Msg::Close { channel, how } => (channel, In::Close(how)),
                         Msg::Error { channel, code, message } => (channel, In::Error { code, message }),
                         other => {
-                            failure = Some(ProtocolError::Channel {
-                                channel: channel_of(&other),
-                                detail: format!("{} is not something a sender sends", kind_name(&other)),
-                            }.into());
+                            failure = Some(other.wrong_direction("sender").into());
                             break;
                         }
                     };
@@ -284,15 +280,7 @@ impl Client {
         stop.cancel();
         match &failure {
             Some(e) => {
-                if !matches!(
-                    e,
-                    LinkError::Io { .. }
-                        | LinkError::PeerClosed
-                        | LinkError::PeerSilent { .. }
-                        | LinkError::PeerNotReading { .. }
-                ) {
-                    link::refuse(&writer, e).await;
-                }
+                link::refuse(&writer, e).await;
             }
             None => writer.lock().await.shutdown().await,
         }

@@ -138,8 +138,23 @@ pub(crate) async fn next(r: &mut Reader, dead_after: Duration) -> Result<Option<
     }
 }
 
-/// Sends `Error` for the whole connection, best effort, and ends the writing side.
+/// What a channel task returns when its connection is torn down under it (replaced by the
+/// connection's error in the report).
+pub(crate) const CANCELLED: &str = "connection closed";
+
+/// Ends a connection that failed with `e`: sends `Error` for the whole connection, best
+/// effort, and ends the writing side — unless the peer cannot read it anyway (the connection
+/// broke, or the peer is silent or reads nothing).
 pub(crate) async fn refuse(w: &Writer, e: &LinkError) {
+    if matches!(
+        e,
+        LinkError::Io { .. }
+            | LinkError::PeerClosed
+            | LinkError::PeerSilent { .. }
+            | LinkError::PeerNotReading { .. }
+    ) {
+        return;
+    }
     let code = match e {
         LinkError::Protocol(_) => wire::code::PROTOCOL,
         _ => wire::code::LOCAL,

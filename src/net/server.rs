@@ -16,7 +16,7 @@ use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
 use crate::endpoint::consumer::Consumer;
 use crate::error::Error;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
-use crate::net::link::{self, BoxStream, Held, Writer};
+use crate::net::link::{self, BoxStream, Held, Writer, CANCELLED};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended, ServeReport};
 
@@ -325,27 +325,14 @@ async fn serve(
                     Msg::Error { channel: wire::CONNECTION, code, message } => {
                         break Some(LinkError::Remote { code, message });
                     }
-                    other => {
-                        break Some(ProtocolError::Channel {
-                            channel: channel_of(&other),
-                            detail: format!("{} is not something a receiver sends", kind_name(&other)),
-                        }.into());
-                    }
+                    other => break Some(other.wrong_direction("receiver").into()),
                 }
             }
         }
     };
     if let Some(e) = &failure {
         stop.cancel();
-        if !matches!(
-            e,
-            LinkError::Io { .. }
-                | LinkError::PeerClosed
-                | LinkError::PeerSilent { .. }
-                | LinkError::PeerNotReading { .. }
-        ) {
-            link::refuse(&writer, e).await;
-        }
+        link::refuse(&writer, e).await;
         while let Some(done) = tasks.join_next().await {
             if let Ok((id, result)) = done {
                 let result = match result {
@@ -367,36 +354,6 @@ async fn serve(
     }
     out
 }
-
-pub(crate) fn channel_of(m: &Msg) -> u32 {
-    match m {
-        Msg::Request { channel, .. }
-        | Msg::Buffer { channel, .. }
-        | Msg::AddCredit { channel, .. }
-        | Msg::Close { channel, .. }
-        | Msg::Cancel { channel }
-        | Msg::Error { channel, .. }
-        | Msg::Priority { channel, .. } => *channel,
-        Msg::Heartbeat => wire::CONNECTION,
-    }
-}
-
-pub(crate) fn kind_name(m: &Msg) -> &'static str {
-    match m {
-        Msg::Request { .. } => "Request",
-        Msg::Buffer { .. } => "Buffer",
-        Msg::AddCredit { .. } => "AddCredit",
-        Msg::Close { .. } => "Close",
-        Msg::Cancel { .. } => "Cancel",
-        Msg::Error { .. } => "Error",
-        Msg::Heartbeat => "Heartbeat",
-        Msg::Priority { .. } => "Priority",
-    }
-}
-
-/// What a channel task returns when its connection is torn down under it (replaced by the
-/// connection's error in the report).
-pub(crate) const CANCELLED: &str = "connection closed";
 
 /// One exported channel: forwards its segments while there is credit, then its end.
 async fn send_channel(

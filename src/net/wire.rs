@@ -139,6 +139,43 @@ pub(crate) fn put_buffer_head(
 }
 
 impl Msg {
+    /// The channel it is about (`CONNECTION` for a heartbeat).
+    pub(crate) fn channel(&self) -> u32 {
+        match self {
+            Msg::Request { channel, .. }
+            | Msg::Buffer { channel, .. }
+            | Msg::AddCredit { channel, .. }
+            | Msg::Close { channel, .. }
+            | Msg::Cancel { channel }
+            | Msg::Error { channel, .. }
+            | Msg::Priority { channel, .. } => *channel,
+            Msg::Heartbeat => CONNECTION,
+        }
+    }
+
+    /// Its kind, as the protocol names it.
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self {
+            Msg::Request { .. } => "Request",
+            Msg::Buffer { .. } => "Buffer",
+            Msg::AddCredit { .. } => "AddCredit",
+            Msg::Close { .. } => "Close",
+            Msg::Cancel { .. } => "Cancel",
+            Msg::Error { .. } => "Error",
+            Msg::Heartbeat => "Heartbeat",
+            Msg::Priority { .. } => "Priority",
+        }
+    }
+
+    /// What receiving this message is when a peer of that role (`"sender"`, `"receiver"`)
+    /// never sends it.
+    pub(crate) fn wrong_direction(&self, role: &str) -> ProtocolError {
+        ProtocolError::Channel {
+            channel: self.channel(),
+            detail: format!("{} is not something a {role} sends", self.kind_name()),
+        }
+    }
+
     /// Appends this message as one frame.
     pub(crate) fn encode(&self, dst: &mut BytesMut) {
         match self {

@@ -10,6 +10,32 @@ use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
 use crate::protocol::bridge::Bridges;
 
 impl Consumer {
+    /// Waits in the executor on the consumer's park word with `wait` until `look` gives a
+    /// value (the one wait of every async reader and of the network bridge).
+    pub(super) async fn park_async<T>(
+        &mut self,
+        wait: WaitStrategy,
+        pace: park::Pace,
+        mut look: impl FnMut(&mut Consumer, Look) -> Result<Option<T>>,
+    ) -> Result<T> {
+        let shared = self.shared.clone();
+        // Boxed: the waiting state is large and needed only here, so that the calls that
+        // find their work done at once stay small futures.
+        // SAFETY: the word is in the region that `shared`, owned by this future, maps.
+        Box::pin(unsafe {
+            park::wait_async(
+                shared.consumer_park(),
+                &shared.name,
+                Bridges::global(),
+                wait,
+                park::Notifier::Light,
+                pace,
+                |l| look(self, l),
+            )
+        })
+        .await
+    }
+
     /// Waits in the executor until a `try_` read would not block: a frame (or, with `prio`, a
     /// pending priority event), the end of the stream, or the producer's death. The time counts
     /// as idle, as a thread's wait does. `watch_prio` is set only within each look, never
@@ -23,24 +49,11 @@ impl Consumer {
                 &h.consumer_counters.idle_ns,
             );
             let pace = self.pace();
-            // Boxed: the waiting state is large and needed only here, so that the calls that
-            // find their work done at once stay small futures.
-            // SAFETY: the word is in the region that `shared`, owned by this future, maps.
-            Box::pin(unsafe {
-                park::wait_async(
-                    shared.consumer_park(),
-                    &shared.name,
-                    Bridges::global(),
-                    self.wait,
-                    park::Notifier::Light,
-                    pace,
-                    |look| {
-                        self.watch_prio = prio;
-                        let r = self.poll_wait(look);
-                        self.watch_prio = false;
-                        r
-                    },
-                )
+            self.park_async(self.wait, pace, |c, look| {
+                c.watch_prio = prio;
+                let r = c.poll_wait(look);
+                c.watch_prio = false;
+                r
             })
             .await
         };

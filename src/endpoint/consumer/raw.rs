@@ -164,38 +164,15 @@ impl Consumer {
             &h.consumer_counters.idle_since_ns,
             &h.consumer_counters.idle_ns,
         );
-        // SAFETY: the word is in the region that `shared`, owned by this future, maps.
-        Box::pin(unsafe {
-            park::wait_async(
-                shared.consumer_park(),
-                &shared.name,
-                crate::protocol::bridge::Bridges::global(),
-                self.wait,
-                park::Notifier::Light,
-                park::Pace::Sparse,
-                |look| self.raw_look(look),
-            )
-        })
-        .await
+        self.park_async(self.wait, park::Pace::Sparse, Consumer::raw_look)
+            .await
     }
 
     /// Waits in the executor until a priority event is pending: for a bridge that has
     /// segments to send and no credit, so that priority events still overtake them.
     pub(crate) async fn raw_priority_wait(&mut self) -> Result<()> {
-        let shared = self.shared.clone();
-        // SAFETY: the word is in the region that `shared`, owned by this future, maps.
-        Box::pin(unsafe {
-            park::wait_async(
-                shared.consumer_park(),
-                &shared.name,
-                crate::protocol::bridge::Bridges::global(),
-                WaitStrategy::Park,
-                park::Notifier::Light,
-                park::Pace::Sparse,
-                // `move`: the closure owns the `&mut`, so the future stays `Send` (a
-                // consumer is not `Sync`).
-                move |_| Ok(self.prio_pending().then_some(())),
-            )
+        self.park_async(WaitStrategy::Park, park::Pace::Sparse, |c, _| {
+            Ok(c.prio_pending().then_some(()))
         })
         .await
     }
