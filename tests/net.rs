@@ -340,3 +340,91 @@ async fn a_relay_that_loses_its_upstream_passes_the_loss_on() {
     drop(tx_a);
     let _ = serving_a.await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_takes_no_priority_events_stops_its_channel_alone() {
+    // Priority events are not covered by credit: a far consumer that never reads lets them
+    // pile up at the receiver. That must end its channel, not stall the connection's other
+    // channels behind it.
+    let (mut tx_a, rx_a) = shmflow::pair(geometry()).unwrap();
+    let (mut tx_b, rx_b) = shmflow::pair(geometry()).unwrap();
+    let (in_a, out_a) = shmflow::pair(geometry()).unwrap();
+    let (in_b, mut out_b) = shmflow::pair(geometry()).unwrap();
+    let mut server = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    server.export("a", rx_a).unwrap();
+    server.export("b", rx_b).unwrap();
+    let serving = tokio::spawn(server.run());
+    let mut client = Client::connect(addr, Config::default()).await.unwrap();
+    client.import("a", in_a).unwrap();
+    client.import("b", in_b).unwrap();
+    let running = tokio::spawn(client.run());
+    let wa = std::thread::spawn(move || {
+        let mut n = 0u64;
+        loop {
+            match tx_a.send_priority_event_timeout(3, &n.to_le_bytes(), Duration::from_secs(5)) {
+                Ok(()) => n += 1,
+                // The channel was ended by the far side, which told the sender why.
+                Err(shmflow::SendTimeoutError::PeerDead(e)) if e.is_remote() => return n,
+                Err(e) => panic!("after {n} events: {e}"),
+            }
+        }
+    });
+    let wb = std::thread::spawn(move || {
+        for n in 0..20_000u64 {
+            tx_b.send(&n.to_le_bytes()).unwrap();
+        }
+    });
+    let rb = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while let Some(r) = out_b.recv().unwrap() {
+            assert_eq!(r.as_bytes().unwrap(), &n.to_le_bytes());
+            n += 1;
+        }
+        n
+    });
+    let got_b = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || {
+            wb.join().unwrap();
+            rb.join().unwrap()
+        }),
+    )
+    .await
+    .expect("channel b is not held up by channel a")
+    .unwrap();
+    assert_eq!(got_b, 20_000);
+    let sent_a = tokio::task::spawn_blocking(move || wa.join().unwrap())
+        .await
+        .unwrap();
+    let outcomes = running.await.unwrap();
+    let report = serving.await.unwrap();
+    let of = |name: &str, v: &[shmflow::net::ChannelOutcome]| {
+        v.iter()
+            .find(|c| c.name == name)
+            .map(|c| format!("{:?}", c.result))
+            .unwrap()
+    };
+    let a = of("a", &outcomes);
+    assert!(a.contains("priority"), "{outcomes:?}");
+    assert_eq!(of("b", &outcomes), "Ok(Clean)", "{outcomes:?}");
+    // The sender is told why.
+    assert!(of("a", &report.channels).contains("priority"), "{report:?}");
+    assert_eq!(of("b", &report.channels), "Ok(Clean)", "{report:?}");
+    // The far consumer gets the events that reached its lane, in order, then the failure.
+    let mut out_a = out_a;
+    let mut k = 0u64;
+    let end = loop {
+        match out_a.recv_message() {
+            Ok(Some(Message::Event(e))) => {
+                assert_eq!((e.kind, e.payload), (3, &k.to_le_bytes()[..]));
+                k += 1;
+            }
+            other => break format!("{other:?}"),
+        }
+    };
+    assert!(k >= 1 && k < sent_a, "{k} of {sent_a} events");
+    assert!(end.contains("Err"), "{end}");
+}

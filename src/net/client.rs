@@ -3,6 +3,7 @@
 //! announces allows.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -41,8 +42,23 @@ enum In {
 /// Bytes the connection's reader asks the socket for at once.
 const READ_BUFFER: usize = 256 << 10;
 
-/// Messages waiting for a channel's task (each is bounded by the credit it was sent with).
-const QUEUE: usize = 64;
+/// Priority events that may wait for one channel's task. Buffers waiting for a task are
+/// bounded by the credit it announced, but priority events are outside credit: a channel
+/// whose consumer takes none while its sender keeps sending them is ended when this many
+/// wait, so that they cannot pile up without bound (the connection's reader never waits for
+/// a channel's task, so that one channel cannot hold up the others).
+const PRIORITY_WAITING: usize = 256;
+
+/// What the connection's reader keeps of one channel's task.
+struct Route {
+    tx: mpsc::UnboundedSender<In>,
+    /// Priority events queued to the task and not yet in its producer's lane: counted up by
+    /// the reader, down by the task. Relaxed both ways: a bound, publishing nothing (the
+    /// events themselves travel through the queue).
+    priority: Arc<AtomicUsize>,
+    /// Cancelled when too many priority events wait (see `PRIORITY_WAITING`).
+    overflow: CancellationToken,
+}
 
 /// Connects to a [`Server`](crate::net::Server) and feeds the remote channels it requests
 /// into local producers. One TCP connection carries every channel of the client; a channel
@@ -179,7 +195,7 @@ impl Client {
         let _stop = stop.clone().drop_guard();
         link::heartbeats(writer.clone(), config.heartbeat, stop.clone());
         let names: Vec<String> = imports.iter().map(|(n, _)| n.clone()).collect();
-        let mut queues: Vec<Option<mpsc::Sender<In>>> = Vec::new();
+        let mut queues: Vec<Option<Route>> = Vec::new();
         let mut cancelled = vec![false; names.len()];
         let mut tasks: JoinSet<(u32, Result<Ended, LinkError>)> = JoinSet::new();
         let mut out = Vec::new();
@@ -206,12 +222,22 @@ impl Client {
             if let Err(e) = writer.send(&req).await {
                 failure = Some(e);
             }
-            let (tx, rx) = mpsc::channel(QUEUE);
-            queues.push(Some(tx));
-            let (w, stop) = (writer.clone(), stop.clone());
-            tasks.spawn(
-                async move { (id, receive_channel(p, id, credit as u64, rx, w, stop).await) },
-            );
+            let (tx, rx) = mpsc::unbounded_channel();
+            let priority = Arc::new(AtomicUsize::new(0));
+            let overflow = CancellationToken::new();
+            queues.push(Some(Route {
+                tx,
+                priority: priority.clone(),
+                overflow: overflow.clone(),
+            }));
+            let task = Task {
+                id,
+                w: writer.clone(),
+                stop: stop.clone(),
+                priority,
+                overflow,
+            };
+            tasks.spawn(async move { (id, receive_channel(p, credit as u64, rx, task).await) });
         }
         while failure.is_none() && !tasks.is_empty() {
             tokio::select! {
@@ -269,8 +295,18 @@ impl Client {
                         break;
                     };
                     let last = matches!(input, In::Close(_) | In::Error { .. });
+                    if matches!(input, In::Priority { .. })
+                        && q.priority.fetch_add(1, Ordering::Relaxed) >= PRIORITY_WAITING
+                    {
+                        // Its consumer takes no priority events: the task ends the channel
+                        // (and cancels it at the sender); what follows is dropped.
+                        q.overflow.cancel();
+                        cancelled[channel as usize] = true;
+                        queues[channel as usize] = None;
+                        continue;
+                    }
                     // A task that ended already (its consumer left) drops what follows.
-                    let _ = q.send(input).await;
+                    let _ = q.tx.send(input);
                     if last {
                         queues[channel as usize] = None;
                     }
@@ -330,16 +366,32 @@ async fn announce(p: &mut Producer, c: &mut Credit, id: u32, w: &Writer) -> Resu
     Ok(())
 }
 
+/// What one channel's task shares with the connection.
+struct Task {
+    id: u32,
+    w: Arc<Writer>,
+    stop: CancellationToken,
+    /// See [`Route::priority`].
+    priority: Arc<AtomicUsize>,
+    /// See [`Route::overflow`].
+    overflow: CancellationToken,
+}
+
 /// One imported channel: writes what arrives into the producer's segments and gives credit
 /// as they come back free.
 async fn receive_channel(
     p: Producer,
-    id: u32,
     initial: u64,
-    mut rx: mpsc::Receiver<In>,
-    w: Arc<Writer>,
-    stop: CancellationToken,
+    mut rx: mpsc::UnboundedReceiver<In>,
+    task: Task,
 ) -> Result<Ended, LinkError> {
+    let Task {
+        id,
+        w,
+        stop,
+        priority,
+        overflow,
+    } = task;
     let mut p = Held::new(p);
     let seg_size = p.geometry().segment_size as usize;
     let segments = p.geometry().segment_count as u64;
@@ -357,6 +409,7 @@ async fn receive_channel(
         let short = out == 0 || backlog > out;
         let input = tokio::select! {
             _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
+            _ = overflow.cancelled() => return priority_unread(p.take(), id, &w).await,
             m = rx.recv() => match m {
                 Some(m) => m,
                 None => break LinkError::Local(CANCELLED.into()),
@@ -442,9 +495,19 @@ async fn receive_channel(
                 p.raw_figures(credit.outstanding(), backlog, wire);
             }
             In::Priority { kind, payload } => {
-                if let Err(e) = p.send_priority_event_async(kind, &payload).await {
-                    return consumer_gone(p.take(), id, &w, e.into()).await;
+                // Waits while the lane is full (the consumer has not taken the events before);
+                // meanwhile what follows waits in the queue, behind the event, as it would
+                // wait behind a local producer blocked in `send_priority_event`.
+                tokio::select! {
+                    r = p.send_priority_event_async(kind, &payload) => {
+                        if let Err(e) = r {
+                            return consumer_gone(p.take(), id, &w, e.into()).await;
+                        }
+                    }
+                    _ = overflow.cancelled() => return priority_unread(p.take(), id, &w).await,
+                    _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
                 }
+                priority.fetch_sub(1, Ordering::Relaxed);
             }
             In::Close(how) => {
                 return Ok(match how {
@@ -470,6 +533,25 @@ async fn receive_channel(
     };
     p.take().raw_lose();
     Err(failure)
+}
+
+/// The local consumer takes no priority events while its sender keeps sending them (see
+/// `PRIORITY_WAITING`): the channel fails here (its consumer is told after the events that
+/// reached it) and at the sender, which is told why.
+async fn priority_unread(p: Producer, id: u32, w: &Writer) -> Result<Ended, LinkError> {
+    p.fail();
+    let message = format!(
+        "the consumer takes no priority events: {PRIORITY_WAITING} more were waiting for room \
+         in its lane; the channel is ended so that they do not pile up"
+    );
+    let _ = w
+        .send(&Msg::Error {
+            channel: id,
+            code: wire::code::LOCAL,
+            message: message.clone(),
+        })
+        .await;
+    Err(LinkError::Local(message))
 }
 
 /// The local consumer left (`Closed`: the sender is sent `Cancel`, and its producer sees the

@@ -152,8 +152,9 @@ struct Ctl {
     credit: AtomicU64,
     granted: AtomicU64,
     cancelled: AtomicBool,
-    /// The receiver's consumer died (not left): the local producer must see `PeerDead`.
-    lost: AtomicBool,
+    /// The receiving end failed (its consumer died, or was ended there): the receiver's
+    /// code and message. The local producer must see `PeerDead`.
+    lost: std::sync::OnceLock<(u32, String)>,
     notify: Notify,
 }
 
@@ -316,10 +317,9 @@ async fn serve(
                     Msg::Cancel { channel } if ctls.contains_key(&channel) => {
                         ctls[&channel].cancel();
                     }
-                    Msg::Error { channel, .. } if ctls.contains_key(&channel) => {
-                        // The receiving end failed (its consumer died): end this channel as
-                        // lost.
-                        ctls[&channel].lost.store(true, Ordering::Release);
+                    Msg::Error { channel, code, message } if ctls.contains_key(&channel) => {
+                        // The receiving end failed: end this channel as lost.
+                        let _ = ctls[&channel].lost.set((code, message));
                         ctls[&channel].cancel();
                     }
                     Msg::Error { channel: wire::CONNECTION, code, message } => {
@@ -388,12 +388,12 @@ async fn send_channel(
             Err(LinkError::Local(e.to_string()))
         }
     };
-    if ctl.lost.load(Ordering::Acquire) {
-        // The remote consumer died: the local producer sees its consumer dead.
+    if let Some((code, message)) = ctl.lost.get() {
+        // The receiving end failed: the local producer sees its consumer dead.
         c.take().raw_lose();
         return Err(LinkError::Remote {
-            code: wire::code::LOCAL,
-            message: "the remote consumer died".into(),
+            code: *code,
+            message: message.clone(),
         });
     }
     match &r {
