@@ -428,3 +428,48 @@ async fn a_consumer_that_takes_no_priority_events_stops_its_channel_alone() {
     assert!(k >= 1 && k < sent_a, "{k} of {sent_a} events");
     assert!(end.contains("Err"), "{end}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_sent_after_a_waiting_priority_event_stay_behind_it() {
+    // The far consumer starts late: 12 priority events find its lane (4 slots) full, and the
+    // records sent after each must still come after it, as on one machine.
+    let (mut tx_a, rx_a) = shmflow::pair(geometry()).unwrap();
+    let (tx_b, mut rx_b) = shmflow::pair(geometry()).unwrap();
+    let bridging = tokio::spawn(bridge(rx_a, tx_b));
+    let writer = std::thread::spawn(move || {
+        for i in 0..12u64 {
+            tx_a.send_priority_event(9, &i.to_le_bytes()).unwrap();
+            tx_a.send(&i.to_le_bytes()).unwrap();
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        while let Some(m) = rx_b.recv_message().unwrap() {
+            match m {
+                Message::Event(e) => {
+                    assert_eq!(e.kind, 9);
+                    seen.push(('e', u64::from_le_bytes(e.payload.try_into().unwrap())));
+                }
+                Message::Record(r) => seen.push(('r', *r.as_pod::<u64>().unwrap())),
+            }
+        }
+        seen
+    });
+    writer.join().unwrap();
+    let (_, outcomes) = bridging.await.unwrap();
+    assert!(
+        matches!(outcomes[0].result, Ok(Ended::Clean)),
+        "{outcomes:?}"
+    );
+    let seen = reader.await.unwrap();
+    assert_eq!(seen.len(), 24, "{seen:?}");
+    for i in 0..12u64 {
+        let e = seen.iter().position(|&x| x == ('e', i)).unwrap();
+        let r = seen.iter().position(|&x| x == ('r', i)).unwrap();
+        assert!(e < r, "record {i} came before its event: {seen:?}");
+    }
+    let order = |k| seen.iter().filter(move |x| x.0 == k).map(|x| x.1);
+    assert!(order('e').eq(0..12), "{seen:?}");
+    assert!(order('r').eq(0..12), "{seen:?}");
+}

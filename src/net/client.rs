@@ -2,8 +2,8 @@
 //! a local producer (a channel of its own, or a channel of a local gate), as the credit it
 //! announces allows.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::producer::raw::Refused;
 use crate::endpoint::producer::Producer;
-use crate::error::Error;
+use crate::error::{Error, TrySendError};
 use crate::net::error::{LinkError, ProtocolError, SetupError};
 use crate::net::link::{self, BoxStream, Held, Writer, CANCELLED};
 use crate::net::wire::{self, Closed, Codec, Msg};
@@ -42,23 +42,8 @@ enum In {
 /// Bytes the connection's reader asks the socket for at once.
 const READ_BUFFER: usize = 256 << 10;
 
-/// Priority events that may wait for one channel's task. Buffers waiting for a task are
-/// bounded by the credit it announced, but priority events are outside credit: a channel
-/// whose consumer takes none while its sender keeps sending them is ended when this many
-/// wait, so that they cannot pile up without bound (the connection's reader never waits for
-/// a channel's task, so that one channel cannot hold up the others).
-const PRIORITY_WAITING: usize = 256;
-
-/// What the connection's reader keeps of one channel's task.
-struct Route {
-    tx: mpsc::UnboundedSender<In>,
-    /// Priority events queued to the task and not yet in its producer's lane: counted up by
-    /// the reader, down by the task. Relaxed both ways: a bound, publishing nothing (the
-    /// events themselves travel through the queue).
-    priority: Arc<AtomicUsize>,
-    /// Cancelled when too many priority events wait (see `PRIORITY_WAITING`).
-    overflow: CancellationToken,
-}
+/// Messages waiting for a channel's task (each is bounded by the credit it was sent with).
+const QUEUE: usize = 64;
 
 /// Connects to a [`Server`](crate::net::Server) and feeds the remote channels it requests
 /// into local producers. One TCP connection carries every channel of the client; a channel
@@ -193,9 +178,10 @@ impl Client {
         let stop = CancellationToken::new();
         // Dropping this future (`run` dropped) stops the heartbeats and the tasks.
         let _stop = stop.clone().drop_guard();
-        link::heartbeats(writer.clone(), config.heartbeat, stop.clone());
+        let beat = stop.child_token();
+        link::heartbeats(writer.clone(), config.heartbeat, beat.clone());
         let names: Vec<String> = imports.iter().map(|(n, _)| n.clone()).collect();
-        let mut queues: Vec<Option<Route>> = Vec::new();
+        let mut queues: Vec<Option<mpsc::Sender<In>>> = Vec::new();
         let mut cancelled = vec![false; names.len()];
         let mut tasks: JoinSet<(u32, Result<Ended, LinkError>)> = JoinSet::new();
         let mut out = Vec::new();
@@ -222,22 +208,12 @@ impl Client {
             if let Err(e) = writer.send(&req).await {
                 failure = Some(e);
             }
-            let (tx, rx) = mpsc::unbounded_channel();
-            let priority = Arc::new(AtomicUsize::new(0));
-            let overflow = CancellationToken::new();
-            queues.push(Some(Route {
-                tx,
-                priority: priority.clone(),
-                overflow: overflow.clone(),
-            }));
-            let task = Task {
-                id,
-                w: writer.clone(),
-                stop: stop.clone(),
-                priority,
-                overflow,
-            };
-            tasks.spawn(async move { (id, receive_channel(p, credit as u64, rx, task).await) });
+            let (tx, rx) = mpsc::channel(QUEUE);
+            queues.push(Some(tx));
+            let (w, stop) = (writer.clone(), stop.clone());
+            tasks.spawn(
+                async move { (id, receive_channel(p, id, credit as u64, rx, w, stop).await) },
+            );
         }
         while failure.is_none() && !tasks.is_empty() {
             tokio::select! {
@@ -260,6 +236,9 @@ impl Client {
                 m = link::next(&mut reader, config.dead_after) => {
                     let msg = match m {
                         Ok(Some(m)) => m,
+                        // The sender shuts the connection down once every channel has ended:
+                        // the tasks may still be writing what came before the end.
+                        Ok(None) if queues.iter().all(Option::is_none) => break,
                         Ok(None) => { failure = Some(LinkError::PeerClosed); break; }
                         Err(e) => { failure = Some(e); break; }
                     };
@@ -295,30 +274,18 @@ impl Client {
                         break;
                     };
                     let last = matches!(input, In::Close(_) | In::Error { .. });
-                    if matches!(input, In::Priority { .. })
-                        && q.priority.fetch_add(1, Ordering::Relaxed) >= PRIORITY_WAITING
-                    {
-                        // Its consumer takes no priority events: the task ends the channel
-                        // (and cancels it at the sender); what follows is dropped.
-                        q.overflow.cancel();
-                        cancelled[channel as usize] = true;
-                        queues[channel as usize] = None;
-                        continue;
-                    }
                     // A task that ended already (its consumer left) drops what follows.
-                    let _ = q.tx.send(input);
+                    let _ = q.send(input).await;
                     if last {
                         queues[channel as usize] = None;
                     }
                 }
             }
         }
-        stop.cancel();
-        match &failure {
-            Some(e) => {
-                link::refuse(&writer, e).await;
-            }
-            None => writer.lock().await.shutdown().await,
+        beat.cancel();
+        if let Some(e) = &failure {
+            stop.cancel();
+            link::refuse(&writer, e).await;
         }
         drop(queues);
         while let Some(done) = tasks.join_next().await {
@@ -332,6 +299,9 @@ impl Client {
                     result,
                 });
             }
+        }
+        if failure.is_none() {
+            writer.lock().await.shutdown().await;
         }
         out
     }
@@ -366,192 +336,387 @@ async fn announce(p: &mut Producer, c: &mut Credit, id: u32, w: &Writer) -> Resu
     Ok(())
 }
 
-/// What one channel's task shares with the connection.
-struct Task {
+/// Priority events that may wait for room in one channel's lane. Priority events are outside
+/// credit: a channel whose consumer takes none while its sender keeps sending them is ended
+/// when this many wait, so that they cannot pile up without bound.
+const PRIORITY_WAITING: usize = 256;
+
+/// One channel's state between messages.
+struct Receiving {
+    p: Held<Producer>,
     id: u32,
-    w: Arc<Writer>,
-    stop: CancellationToken,
-    /// See [`Route::priority`].
-    priority: Arc<AtomicUsize>,
-    /// See [`Route::overflow`].
-    overflow: CancellationToken,
+    seg_size: usize,
+    segments: u64,
+    credit: Credit,
+    /// Inside a record that spans segments (for the frame check).
+    in_span: bool,
+    /// Where the segment being received continues: `None` when the next buffer must start
+    /// one (offset 0, with credit).
+    cont: Option<usize>,
+    backlog: u64,
+    wire: u64,
+    /// What arrived while a priority event waits for room in the lane, in order (the front is
+    /// that event). Its buffers were checked as they arrived, within credit, so it holds at
+    /// most the credited segments' bytes, plus at most `PRIORITY_WAITING` priority events.
+    held: VecDeque<Waiting>,
+    held_priority: usize,
 }
 
-/// One imported channel: writes what arrives into the producer's segments and gives credit
-/// as they come back free.
-async fn receive_channel(
-    p: Producer,
-    initial: u64,
-    mut rx: mpsc::UnboundedReceiver<In>,
-    task: Task,
-) -> Result<Ended, LinkError> {
-    let Task {
-        id,
-        w,
-        stop,
-        priority,
-        overflow,
-    } = task;
-    let mut p = Held::new(p);
-    let seg_size = p.geometry().segment_size as usize;
-    let segments = p.geometry().segment_count as u64;
-    let mut credit = Credit {
-        announced: initial,
-        started: 0,
-    };
-    let mut in_span = false;
-    let mut backlog = 0u64;
-    let mut wire = 0u64;
-    let failure: LinkError = loop {
-        let out = credit.outstanding();
-        // Wait for free segments only when the sender is short of credit: otherwise new free
-        // segments are announced with the next buffer.
-        let short = out == 0 || backlog > out;
-        let input = tokio::select! {
-            _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
-            _ = overflow.cancelled() => return priority_unread(p.take(), id, &w).await,
-            m = rx.recv() => match m {
-                Some(m) => m,
-                None => break LinkError::Local(CANCELLED.into()),
-            },
-            r = p.raw_wait_free(out), if short => {
-                match r {
-                    Ok(()) => {
-                        if let Err(e) = announce(&mut p, &mut credit, id, &w).await {
-                            break e;
-                        }
-                        p.raw_figures(credit.outstanding(), backlog, wire);
-                        continue;
+/// A message held behind a priority event.
+enum Waiting {
+    /// A buffer, checked (`ends`: it ends its segment).
+    Buffer {
+        backlog: u32,
+        offset: usize,
+        frames: Bytes,
+        ends: bool,
+    },
+    Priority {
+        kind: u32,
+        payload: Bytes,
+    },
+    /// The channel's end.
+    Last(Last),
+}
+
+/// The sender's end of a channel: `Close` or `Error`.
+enum Last {
+    Close(Closed),
+    Error { code: u32, message: String },
+}
+
+/// Why a channel ends.
+enum Stop {
+    /// The sender's `Close` or `Error`.
+    Sender(Last),
+    /// The local consumer left or broke.
+    Consumer(Error),
+    /// The sender broke the protocol: the channel and the connection fail.
+    Broken(LinkError),
+    /// The consumer takes no priority events (see `PRIORITY_WAITING`).
+    PriorityUnread,
+}
+
+impl Receiving {
+    /// Checks a buffer as it arrives (frames, credit, place in the segment), before it is
+    /// written or held. True if it ends its segment.
+    fn admit(&mut self, offset: usize, frames: &[u8]) -> Result<bool, Stop> {
+        let id = self.id;
+        let ends = wire::check_frames(offset, frames, self.seg_size, &mut self.in_span)
+            .map_err(|e| Stop::Broken(e.into()))?;
+        if offset == 0 && self.cont.is_none() {
+            if self.credit.outstanding() == 0 {
+                return Err(Stop::Broken(
+                    ProtocolError::Credit {
+                        channel: id,
+                        detail: "a segment sent without credit".into(),
                     }
-                    Err(e) => return consumer_gone(p.take(), id, &w, e).await,
-                }
+                    .into(),
+                ));
             }
+            self.credit.started += 1;
+        } else if self.cont != Some(offset) {
+            let expected = self.cont.unwrap_or(0);
+            return Err(Stop::Broken(
+                ProtocolError::Channel {
+                    channel: id,
+                    detail: format!(
+                        "a buffer at offset {offset}, where the segment continues at {expected}"
+                    ),
+                }
+                .into(),
+            ));
+        }
+        self.cont = (!ends).then_some(offset + frames.len());
+        Ok(ends)
+    }
+
+    /// Writes an admitted buffer into the producer's segment; asks the gate for floating
+    /// segments as the backlog needs.
+    fn write(
+        &mut self,
+        backlog: u32,
+        offset: usize,
+        frames: &[u8],
+        ends: bool,
+    ) -> Result<(), Stop> {
+        let id = self.id;
+        let broken = |detail: String| {
+            Stop::Broken(
+                ProtocolError::Channel {
+                    channel: id,
+                    detail,
+                }
+                .into(),
+            )
         };
+        match self.p.raw_write(offset, frames, ends) {
+            Ok(Ok(())) => {}
+            Ok(Err(Refused::NoCredit)) => {
+                return Err(Stop::Broken(
+                    ProtocolError::Credit {
+                        channel: id,
+                        detail: "a segment sent without a free segment to take it".into(),
+                    }
+                    .into(),
+                ))
+            }
+            Ok(Err(Refused::Misplaced { expected, found })) => {
+                return Err(broken(format!(
+                    "a buffer at offset {found}, where the segment continues at {expected}"
+                )))
+            }
+            Ok(Err(Refused::Shape)) => {
+                return Err(broken("a buffer that does not fit the segment".into()))
+            }
+            Err(e) => return Err(Stop::Consumer(e)),
+        }
+        self.backlog = (backlog as u64).min(self.segments);
+        self.wire += frames.len() as u64;
+        // Flink's floating buffers: ask the gate for what the backlog needs beyond the credit
+        // the sender has or is about to get.
+        let free = self.p.raw_free().unwrap_or(0);
+        let short = self.backlog.saturating_sub(free);
+        let unmet = self.p.raw_unmet();
+        if short > unmet {
+            self.p.raw_ask(short - unmet);
+        }
+        Ok(())
+    }
+
+    /// Puts a priority event in the lane if there is room and nothing waits before it, else
+    /// holds it.
+    fn priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), Stop> {
+        if self.held.is_empty() {
+            match self.p.try_send_priority_event(kind, payload) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Full) => {}
+                Err(e) => return Err(Stop::Consumer(e.into())),
+            }
+        }
+        self.held_priority += 1;
+        if self.held_priority > PRIORITY_WAITING {
+            return Err(Stop::PriorityUnread);
+        }
+        // Copied: a slice of the connection's read buffer would keep the whole buffer alive.
+        self.held.push_back(Waiting::Priority {
+            kind,
+            payload: Bytes::copy_from_slice(payload),
+        });
+        Ok(())
+    }
+
+    /// Handles one message that arrived: written or put in the lane, or held if a priority
+    /// event waits (see `held`).
+    fn take(&mut self, input: In) -> Result<(), Stop> {
         match input {
             In::Buffer {
-                backlog: b,
+                backlog,
                 offset,
                 frames,
             } => {
                 let offset = offset as usize;
-                let ends = match wire::check_frames(offset, &frames, seg_size, &mut in_span) {
-                    Ok(e) => e,
-                    Err(e) => break e.into(),
-                };
-                if offset == 0 {
-                    if credit.outstanding() == 0 {
-                        break ProtocolError::Credit {
-                            channel: id,
-                            detail: "a segment sent without credit".into(),
-                        }
-                        .into();
-                    }
-                    credit.started += 1;
+                let ends = self.admit(offset, &frames)?;
+                if self.held.is_empty() {
+                    return self.write(backlog, offset, &frames, ends);
                 }
-                match p.raw_write(offset, &frames, ends) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(Refused::NoCredit)) => {
-                        break ProtocolError::Credit {
-                            channel: id,
-                            detail: "a segment sent without a free segment to take it".into(),
-                        }
-                        .into()
-                    }
-                    Ok(Err(Refused::Misplaced { expected, found })) => {
-                        break ProtocolError::Channel {
-                            channel: id,
-                            detail: format!(
-                                "a buffer at offset {found}, where the segment continues at {expected}"
-                            ),
-                        }
-                        .into()
-                    }
-                    Ok(Err(Refused::Shape)) => {
-                        break ProtocolError::Channel {
-                            channel: id,
-                            detail: "a buffer that does not fit the segment".into(),
-                        }
-                        .into()
-                    }
-                    Err(e) => return consumer_gone(p.take(), id, &w, e).await,
+                self.held.push_back(Waiting::Buffer {
+                    backlog,
+                    offset,
+                    frames: Bytes::copy_from_slice(&frames),
+                    ends,
+                });
+                Ok(())
+            }
+            In::Priority { kind, payload } => self.priority(kind, &payload),
+            In::Close(how) => self.last(Last::Close(how)),
+            In::Error { code, message } => self.last(Last::Error { code, message }),
+        }
+    }
+
+    /// The sender ended the channel: now, or after what is held.
+    fn last(&mut self, last: Last) -> Result<(), Stop> {
+        if self.held.is_empty() {
+            return Err(Stop::Sender(last));
+        }
+        self.held.push_back(Waiting::Last(last));
+        Ok(())
+    }
+
+    /// The front priority event went into the lane: what was held behind it goes now, up to
+    /// the next priority event that finds no room (it stays at the front).
+    fn release(&mut self) -> Result<(), Stop> {
+        self.held.pop_front();
+        self.held_priority -= 1;
+        loop {
+            if let Some(Waiting::Priority { kind, payload }) = self.held.front() {
+                match self.p.try_send_priority_event(*kind, payload) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full) => return Ok(()),
+                    Err(e) => return Err(Stop::Consumer(e.into())),
                 }
-                backlog = (b as u64).min(segments);
-                wire += frames.len() as u64;
-                // Flink's floating buffers: ask the gate for what the backlog needs beyond
-                // the credit the sender has or is about to get.
-                let free = p.raw_free().unwrap_or(0);
-                let short = backlog.saturating_sub(free);
-                let unmet = p.raw_unmet();
-                if short > unmet {
-                    p.raw_ask(short - unmet);
-                }
-                // More buffers already queued: write them first, announce once.
-                if !rx.is_empty() {
-                    continue;
-                }
-                if let Err(e) = announce(&mut p, &mut credit, id, &w).await {
+            }
+            match self.held.pop_front() {
+                None => return Ok(()),
+                Some(Waiting::Priority { .. }) => self.held_priority -= 1,
+                Some(Waiting::Buffer {
+                    backlog,
+                    offset,
+                    frames,
+                    ends,
+                }) => self.write(backlog, offset, &frames, ends)?,
+                Some(Waiting::Last(last)) => return Err(Stop::Sender(last)),
+            }
+        }
+    }
+
+    /// Announces new credit and shows the figures.
+    async fn announce(&mut self, w: &Writer) -> Result<(), LinkError> {
+        announce(&mut self.p, &mut self.credit, self.id, w).await?;
+        self.p
+            .raw_figures(self.credit.outstanding(), self.backlog, self.wire);
+        Ok(())
+    }
+
+    /// Ends the channel for `why`.
+    async fn stop(self, why: Stop, w: &Writer) -> Result<Ended, LinkError> {
+        let p = self.p.take();
+        match why {
+            Stop::Sender(Last::Close(Closed::Clean)) => {
+                p.close();
+                Ok(Ended::Clean)
+            }
+            Stop::Sender(Last::Close(Closed::Failed)) => {
+                p.fail();
+                Ok(Ended::Failed)
+            }
+            Stop::Sender(Last::Close(Closed::ProducerDead)) => {
+                p.raw_lose();
+                Ok(Ended::ProducerDead)
+            }
+            Stop::Sender(Last::Error { code, message }) => {
+                p.fail();
+                Err(LinkError::Remote { code, message })
+            }
+            Stop::Consumer(e) => consumer_gone(p, self.id, w, e).await,
+            Stop::Broken(e) => {
+                p.raw_lose();
+                Err(e)
+            }
+            Stop::PriorityUnread => {
+                p.fail();
+                let _ = w
+                    .send(&Msg::Error {
+                        channel: self.id,
+                        code: wire::code::LOCAL,
+                        message: PRIORITY_UNREAD.into(),
+                    })
+                    .await;
+                Err(LinkError::Local(PRIORITY_UNREAD.into()))
+            }
+        }
+    }
+}
+
+/// Why a channel whose consumer takes no priority events is ended (see `PRIORITY_WAITING`).
+const PRIORITY_UNREAD: &str = "the consumer takes no priority events: more than 256 were \
+     waiting for room in its lane, and the channel was ended so that they do not pile up";
+
+/// One imported channel: writes what arrives into the producer's segments and gives credit
+/// as they come back free. It never waits for its consumer with a message in hand: a priority
+/// event that finds the lane full waits in `held`, with what follows it, while the task goes
+/// on taking messages, so that the connection's reader is never held up by one channel.
+async fn receive_channel(
+    p: Producer,
+    id: u32,
+    initial: u64,
+    mut rx: mpsc::Receiver<In>,
+    w: Arc<Writer>,
+    stop: CancellationToken,
+) -> Result<Ended, LinkError> {
+    let p = Held::new(p);
+    let mut ch = Receiving {
+        seg_size: p.geometry().segment_size as usize,
+        segments: p.geometry().segment_count as u64,
+        p,
+        id,
+        credit: Credit {
+            announced: initial,
+            started: 0,
+        },
+        in_span: false,
+        cont: None,
+        backlog: 0,
+        wire: 0,
+        held: VecDeque::new(),
+        held_priority: 0,
+    };
+    // The reader hands over no more (it handed over the channel's end, or the connection
+    // ended).
+    let mut rx_done = false;
+    let failure: LinkError = loop {
+        if let Some(Waiting::Priority { kind, payload }) = ch.held.front() {
+            // A priority event waits for room in the lane: take what comes meanwhile.
+            let (kind, payload) = (*kind, payload.clone());
+            let r = tokio::select! {
+                _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
+                r = ch.p.send_priority_event_async(kind, &payload) => match r {
+                    Ok(()) => ch.release(),
+                    Err(e) => Err(Stop::Consumer(e.into())),
+                },
+                m = rx.recv(), if !rx_done => match m {
+                    Some(m) => ch.take(m),
+                    None => {
+                        rx_done = true;
+                        Ok(())
+                    }
+                },
+            };
+            if let Err(why) = r {
+                return ch.stop(why, &w).await;
+            }
+            if ch.held.is_empty() {
+                if let Err(e) = ch.announce(&w).await {
                     break e;
                 }
-                p.raw_figures(credit.outstanding(), backlog, wire);
             }
-            In::Priority { kind, payload } => {
-                // Waits while the lane is full (the consumer has not taken the events before);
-                // meanwhile what follows waits in the queue, behind the event, as it would
-                // wait behind a local producer blocked in `send_priority_event`.
-                tokio::select! {
-                    r = p.send_priority_event_async(kind, &payload) => {
-                        if let Err(e) = r {
-                            return consumer_gone(p.take(), id, &w, e.into()).await;
+            continue;
+        }
+        let out = ch.credit.outstanding();
+        // Wait for free segments only when the sender is short of credit: otherwise new free
+        // segments are announced with the next buffer.
+        let short = out == 0 || ch.backlog > out;
+        let input = tokio::select! {
+            _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
+            m = rx.recv() => match m {
+                Some(m) => m,
+                None => break LinkError::Local(CANCELLED.into()),
+            },
+            r = ch.p.raw_wait_free(out), if short => {
+                match r {
+                    Ok(()) => {
+                        if let Err(e) = ch.announce(&w).await {
+                            break e;
                         }
+                        continue;
                     }
-                    _ = overflow.cancelled() => return priority_unread(p.take(), id, &w).await,
-                    _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
+                    Err(e) => return ch.stop(Stop::Consumer(e), &w).await,
                 }
-                priority.fetch_sub(1, Ordering::Relaxed);
             }
-            In::Close(how) => {
-                return Ok(match how {
-                    Closed::Clean => {
-                        p.take().close();
-                        Ended::Clean
-                    }
-                    Closed::Failed => {
-                        p.take().fail();
-                        Ended::Failed
-                    }
-                    Closed::ProducerDead => {
-                        p.take().raw_lose();
-                        Ended::ProducerDead
-                    }
-                });
-            }
-            In::Error { code, message } => {
-                p.take().fail();
-                return Err(LinkError::Remote { code, message });
+        };
+        let buffer = matches!(input, In::Buffer { .. });
+        if let Err(why) = ch.take(input) {
+            return ch.stop(why, &w).await;
+        }
+        // More buffers already queued: write them first, announce once.
+        if buffer && rx.is_empty() && ch.held.is_empty() {
+            if let Err(e) = ch.announce(&w).await {
+                break e;
             }
         }
     };
-    p.take().raw_lose();
+    ch.p.take().raw_lose();
     Err(failure)
-}
-
-/// The local consumer takes no priority events while its sender keeps sending them (see
-/// `PRIORITY_WAITING`): the channel fails here (its consumer is told after the events that
-/// reached it) and at the sender, which is told why.
-async fn priority_unread(p: Producer, id: u32, w: &Writer) -> Result<Ended, LinkError> {
-    p.fail();
-    let message = format!(
-        "the consumer takes no priority events: {PRIORITY_WAITING} more were waiting for room \
-         in its lane; the channel is ended so that they do not pile up"
-    );
-    let _ = w
-        .send(&Msg::Error {
-            channel: id,
-            code: wire::code::LOCAL,
-            message: message.clone(),
-        })
-        .await;
-    Err(LinkError::Local(message))
 }
 
 /// The local consumer left (`Closed`: the sender is sent `Cancel`, and its producer sees the
