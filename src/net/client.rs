@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -158,6 +158,11 @@ impl Client {
     /// Requests every imported channel and feeds them until each has ended; returns how each
     /// ended. If the connection fails, every channel still open ends with the reason, and its
     /// local consumer reads what arrived, then `PeerDead`.
+    ///
+    /// A channel whose end has arrived is written to its end even after the server has closed
+    /// the connection: like a local producer blocked in `send_priority_event`, it waits while
+    /// its consumer's priority lane is full (a consumer reading with `recv` alone never takes
+    /// priority events), and `run` returns when it is done or its consumer is gone.
     pub async fn run(self) -> Vec<ChannelOutcome> {
         let Client {
             stream,
@@ -219,9 +224,9 @@ impl Client {
             tokio::select! {
                 Some(done) = tasks.join_next() => match done {
                     Ok((id, result)) => {
-                        // Ended here before its sender closed it (its consumer left or broke):
-                        // the sender was sent `Cancel`, and what it sent before that is still
-                        // on its way.
+                        // Ended here before its sender closed it (its consumer left or broke, or
+                        // took no priority events): the sender was sent `Cancel` or `Error`, and
+                        // what it sent before that is still on its way (dropped here).
                         if queues[id as usize].is_some() {
                             cancelled[id as usize] = true;
                         }
@@ -356,19 +361,22 @@ struct Receiving {
     backlog: u64,
     wire: u64,
     /// What arrived while a priority event waits for room in the lane, in order (the front is
-    /// that event). Its buffers were checked as they arrived, within credit, so it holds at
-    /// most the credited segments' bytes, plus at most `PRIORITY_WAITING` priority events.
+    /// that event). Its buffers were checked as they arrived, within credit, and the parts of
+    /// one segment are joined into one entry, so it holds at most the credited segments'
+    /// bytes in at most one entry per segment, plus at most `PRIORITY_WAITING` priority
+    /// events.
     held: VecDeque<Waiting>,
     held_priority: usize,
 }
 
 /// A message held behind a priority event.
 enum Waiting {
-    /// A buffer, checked (`ends`: it ends its segment).
+    /// A buffer, checked (`ends`: it ends its segment), or several that continue each other
+    /// joined.
     Buffer {
         backlog: u32,
         offset: usize,
-        frames: Bytes,
+        frames: BytesMut,
         ends: bool,
     },
     Priority {
@@ -520,10 +528,25 @@ impl Receiving {
                 if self.held.is_empty() {
                     return self.write(backlog, offset, &frames, ends);
                 }
+                // Copied (a slice of the connection's read buffer would keep the whole buffer
+                // alive), onto the held part of the same segment if it continues it.
+                if let Some(Waiting::Buffer {
+                    backlog: b,
+                    offset: at,
+                    frames: f,
+                    ends: e,
+                }) = self.held.back_mut()
+                {
+                    if !*e && *at + f.len() == offset {
+                        f.extend_from_slice(&frames);
+                        (*b, *e) = (backlog, ends);
+                        return Ok(());
+                    }
+                }
                 self.held.push_back(Waiting::Buffer {
                     backlog,
                     offset,
-                    frames: Bytes::copy_from_slice(&frames),
+                    frames: BytesMut::from(&frames[..]),
                     ends,
                 });
                 Ok(())
@@ -675,7 +698,8 @@ async fn receive_channel(
             if let Err(why) = r {
                 return ch.stop(why, &w).await;
             }
-            if ch.held.is_empty() {
+            // Everything held is written: announce, unless more is queued (as below).
+            if ch.held.is_empty() && rx.is_empty() && !rx_done {
                 if let Err(e) = ch.announce(&w).await {
                     break e;
                 }
@@ -687,11 +711,14 @@ async fn receive_channel(
         // segments are announced with the next buffer.
         let short = out == 0 || ch.backlog > out;
         let input = tokio::select! {
-            _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
+            // What is queued first: a channel whose end has arrived neither waits for free
+            // segments nor announces credit.
+            biased;
             m = rx.recv() => match m {
                 Some(m) => m,
                 None => break LinkError::Local(CANCELLED.into()),
             },
+            _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
             r = ch.p.raw_wait_free(out), if short => {
                 match r {
                     Ok(()) => {
