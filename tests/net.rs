@@ -53,6 +53,37 @@ async fn bridge(
     (serving.await.unwrap(), outcomes)
 }
 
+/// How channel `name` ended, as text.
+fn of(name: &str, v: &[shmflow::net::ChannelOutcome]) -> String {
+    v.iter()
+        .find(|c| c.name == name)
+        .map(|c| format!("{:?}", c.result))
+        .unwrap()
+}
+
+/// Channels "a" and "b" over one connection: the server serves `outs`, the client feeds `ins`.
+async fn two_channels(
+    outs: [shmflow::Consumer; 2],
+    ins: [Producer; 2],
+) -> (
+    tokio::task::JoinHandle<shmflow::net::ServeReport>,
+    tokio::task::JoinHandle<Vec<shmflow::net::ChannelOutcome>>,
+) {
+    let [rx_a, rx_b] = outs;
+    let [in_a, in_b] = ins;
+    let mut server = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    server.export("a", rx_a).unwrap();
+    server.export("b", rx_b).unwrap();
+    let serving = tokio::spawn(server.run());
+    let mut client = Client::connect(addr, Config::default()).await.unwrap();
+    client.import("a", in_a).unwrap();
+    client.import("b", in_b).unwrap();
+    (serving, tokio::spawn(client.run()))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_events_and_spanning_records_arrive_in_order() {
     let (tx_a, rx_a) = shmflow::pair(geometry()).unwrap();
@@ -166,17 +197,7 @@ async fn a_consumer_that_leaves_closes_its_channel_alone() {
     let (mut tx_b, rx_b) = shmflow::pair(geometry()).unwrap();
     let (in_a, mut out_a) = shmflow::pair(geometry()).unwrap();
     let (in_b, mut out_b) = shmflow::pair(geometry()).unwrap();
-    let mut server = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
-        .await
-        .unwrap();
-    let addr = server.local_addr().unwrap();
-    server.export("a", rx_a).unwrap();
-    server.export("b", rx_b).unwrap();
-    let serving = tokio::spawn(server.run());
-    let mut client = Client::connect(addr, Config::default()).await.unwrap();
-    client.import("a", in_a).unwrap();
-    client.import("b", in_b).unwrap();
-    let running = tokio::spawn(client.run());
+    let (serving, running) = two_channels([rx_a, rx_b], [in_a, in_b]).await;
     // Both producers stream; channel a's reader leaves after 100 records.
     let wa = std::thread::spawn(move || {
         let mut n = 0u64;
@@ -219,12 +240,6 @@ async fn a_consumer_that_leaves_closes_its_channel_alone() {
     assert_eq!(got_b, 20_000);
     let outcomes = running.await.unwrap();
     let report = serving.await.unwrap();
-    let of = |name: &str, v: &[shmflow::net::ChannelOutcome]| {
-        v.iter()
-            .find(|c| c.name == name)
-            .map(|c| format!("{:?}", c.result))
-            .unwrap()
-    };
     assert_eq!(of("a", &outcomes), "Ok(ConsumerLeft)", "{outcomes:?}");
     assert_eq!(of("b", &outcomes), "Ok(Clean)", "{outcomes:?}");
     assert_eq!(of("a", &report.channels), "Ok(ConsumerLeft)", "{report:?}");
@@ -350,17 +365,7 @@ async fn a_consumer_that_takes_no_priority_events_stops_its_channel_alone() {
     let (mut tx_b, rx_b) = shmflow::pair(geometry()).unwrap();
     let (in_a, out_a) = shmflow::pair(geometry()).unwrap();
     let (in_b, mut out_b) = shmflow::pair(geometry()).unwrap();
-    let mut server = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
-        .await
-        .unwrap();
-    let addr = server.local_addr().unwrap();
-    server.export("a", rx_a).unwrap();
-    server.export("b", rx_b).unwrap();
-    let serving = tokio::spawn(server.run());
-    let mut client = Client::connect(addr, Config::default()).await.unwrap();
-    client.import("a", in_a).unwrap();
-    client.import("b", in_b).unwrap();
-    let running = tokio::spawn(client.run());
+    let (serving, running) = two_channels([rx_a, rx_b], [in_a, in_b]).await;
     let wa = std::thread::spawn(move || {
         let mut n = 0u64;
         loop {
@@ -401,12 +406,6 @@ async fn a_consumer_that_takes_no_priority_events_stops_its_channel_alone() {
         .unwrap();
     let outcomes = running.await.unwrap();
     let report = serving.await.unwrap();
-    let of = |name: &str, v: &[shmflow::net::ChannelOutcome]| {
-        v.iter()
-            .find(|c| c.name == name)
-            .map(|c| format!("{:?}", c.result))
-            .unwrap()
-    };
     let a = of("a", &outcomes);
     assert!(a.contains("priority"), "{outcomes:?}");
     assert_eq!(of("b", &outcomes), "Ok(Clean)", "{outcomes:?}");

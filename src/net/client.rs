@@ -424,16 +424,7 @@ impl Receiving {
             }
             self.credit.started += 1;
         } else if self.cont != Some(offset) {
-            let expected = self.cont.unwrap_or(0);
-            return Err(Stop::Broken(
-                ProtocolError::Channel {
-                    channel: id,
-                    detail: format!(
-                        "a buffer at offset {offset}, where the segment continues at {expected}"
-                    ),
-                }
-                .into(),
-            ));
+            return Err(misplaced(id, offset, self.cont.unwrap_or(0)));
         }
         self.cont = (!ends).then_some(offset + frames.len());
         Ok(ends)
@@ -449,15 +440,6 @@ impl Receiving {
         ends: bool,
     ) -> Result<(), Stop> {
         let id = self.id;
-        let broken = |detail: String| {
-            Stop::Broken(
-                ProtocolError::Channel {
-                    channel: id,
-                    detail,
-                }
-                .into(),
-            )
-        };
         match self.p.raw_write(offset, frames, ends) {
             Ok(Ok(())) => {}
             Ok(Err(Refused::NoCredit)) => {
@@ -470,12 +452,16 @@ impl Receiving {
                 ))
             }
             Ok(Err(Refused::Misplaced { expected, found })) => {
-                return Err(broken(format!(
-                    "a buffer at offset {found}, where the segment continues at {expected}"
-                )))
+                return Err(misplaced(id, found, expected))
             }
             Ok(Err(Refused::Shape)) => {
-                return Err(broken("a buffer that does not fit the segment".into()))
+                return Err(Stop::Broken(
+                    ProtocolError::Channel {
+                        channel: id,
+                        detail: "a buffer that does not fit the segment".into(),
+                    }
+                    .into(),
+                ))
             }
             Err(e) => return Err(Stop::Consumer(e)),
         }
@@ -639,6 +625,19 @@ impl Receiving {
             }
         }
     }
+}
+
+/// A buffer that does not start where the channel's segment continues.
+fn misplaced(channel: u32, found: usize, expected: usize) -> Stop {
+    Stop::Broken(
+        ProtocolError::Channel {
+            channel,
+            detail: format!(
+                "a buffer at offset {found}, where the segment continues at {expected}"
+            ),
+        }
+        .into(),
+    )
 }
 
 /// Why a channel whose consumer takes no priority events is ended (see `PRIORITY_WAITING`).
