@@ -27,6 +27,7 @@ fn main() {
     if mode == "async" {
         let rec = [7u8; 64];
         let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
             .build()
             .unwrap();
         let sum = rt.block_on(async {

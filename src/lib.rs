@@ -52,9 +52,14 @@
 //!
 //! **Async** (feature `tokio`): every waiting call has an `_async` form (`Consumer::recv_async`,
 //! `Producer::send_async`, `Gate::recv_async`, …) that waits in the executor: the task
-//! announces itself on the park word as a thread would, and one thread per process waits on
-//! every announced word with `futex_waitv` and wakes the tasks. Sync and async ends mix on one
-//! region; the futures are `Send` and cancellation-safe (a dropped `recv_async` loses no record;
+//! announces itself on the park word as a thread would, then sleeps in the tokio reactor on
+//! the word's doorbell, which travels with an anonymous region (`PeerHandle::pass_to`), or,
+//! on a named region, one opened from a bare descriptor, before the peer attached or under
+//! another executor, through one thread per process that waits on every announced word with
+//! `futex_waitv` and wakes the tasks. A tokio runtime that waits on a doorbell needs its IO and
+//! time drivers (`#[tokio::main]` has them; a `Builder` needs `enable_all()`): without them the
+//! wait panics, as tokio's own IO types do.
+//! Sync and async ends mix on one region; the futures are `Send` and cancellation-safe (a dropped `recv_async` loses no record;
 //! a dropped `send_async` sends nothing, or, for a record larger than the channel's own
 //! segments, makes the consumer see it aborted).
 //!
@@ -169,7 +174,7 @@ pub use region::handoff::PeerHandle;
 #[cfg(not(loom))]
 pub fn pair(geometry: Geometry) -> Result<(Producer, Consumer), OpenError> {
     let (p, handle) = Producer::create_anonymous(geometry)?;
-    let c = Consumer::from_fd(handle.into_fd())?;
+    let c = Consumer::from_handle(handle)?;
     Ok((p, c))
 }
 

@@ -224,24 +224,43 @@ pub fn stop_bridge() {
     crate::protocol::bridge::Bridges::global().first().stop();
 }
 
-/// A park word and a published flag, for the model of the async wait protocol alone.
+/// A park word, its doorbell and a published flag, for the model of the async wait protocol
+/// alone.
 #[derive(Default)]
 pub struct ParkWord {
     word: crate::sync::FutexWord,
+    bell: crate::sync::Bell,
+    /// Both sides hold the doorbell: the waiter sleeps on it, the notifier rings it.
+    doorbell: bool,
     published: crate::sync::AtomicU32,
 }
 
 impl ParkWord {
-    /// A fresh word, nothing published.
+    /// A fresh word, nothing published: the waiter sleeps through the bridge.
     pub fn new() -> ParkWord {
         ParkWord::default()
     }
 
+    /// A fresh word whose notifier attached holding its doorbell: the waiter sleeps on the
+    /// doorbell.
+    pub fn with_doorbell() -> ParkWord {
+        let w = ParkWord {
+            doorbell: true,
+            ..ParkWord::default()
+        };
+        crate::protocol::park::mark_ringable(&w.word);
+        w
+    }
+
+    fn bell(&self) -> Option<&crate::sync::Bell> {
+        self.doorbell.then_some(&self.bell)
+    }
+
     /// The notifier: publishes (Release), then wakes the waiter if it announced itself (the
-    /// read-modify-write notification).
+    /// read-modify-write notification), through the doorbell if it sleeps on it.
     pub fn publish(&self) {
         self.published.store(1, Ordering::Release);
-        crate::protocol::park::notify(&self.word);
+        crate::protocol::park::notify(&self.word, self.bell());
     }
 
     /// The async waiter (parking at once): completes once it has seen the publication.
@@ -250,7 +269,10 @@ impl ParkWord {
         // end and never leak it.
         unsafe {
             crate::protocol::park::wait_async(
-                &self.word,
+                crate::protocol::park::WaitOn {
+                    word: &self.word,
+                    bell: self.bell(),
+                },
                 "model",
                 crate::protocol::bridge::Bridges::global(),
                 crate::protocol::park::WaitStrategy::Park,

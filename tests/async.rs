@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -85,13 +86,19 @@ fn futures_are_send() {
 }
 
 /// A sync producer thread and an async consumer, then the reverse, with parked ends (every
-/// record crosses through the bridge) and with the default strategy.
+/// wait a sleep) and with the default strategy; on a pair with doorbells and on one whose
+/// consumer opened the region from a bare descriptor (through the bridge).
 #[test]
 fn sync_and_async_ends_interoperate_both_ways() {
-    for wait in [WaitStrategy::Park, WaitStrategy::Block] {
+    let pairs: [fn(Geometry) -> (Producer, Consumer); 2] =
+        [|g| shmflow::pair(g).unwrap(), bell_less_pair];
+    for (wait, make) in [WaitStrategy::Park, WaitStrategy::Block]
+        .into_iter()
+        .flat_map(|w| pairs.map(|m| (w, m)))
+    {
         const N: u64 = 20_000;
         // sync → async
-        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        let (mut tx, mut rx) = make(small());
         rx.set_wait_strategy(wait);
         tx.set_wait_strategy(wait);
         let writer = std::thread::spawn(move || {
@@ -122,7 +129,7 @@ fn sync_and_async_ends_interoperate_both_ways() {
         writer.join().unwrap();
 
         // async → sync
-        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        let (mut tx, mut rx) = make(small());
         rx.set_wait_strategy(wait);
         tx.set_wait_strategy(wait);
         let reader = std::thread::spawn(move || {
@@ -499,7 +506,16 @@ fn a_gate_is_read_by_a_task() {
     });
 }
 
-/// More tasks wait at once than one `futex_waitv` can watch: every one is woken.
+/// A pair whose consumer opened the region from a bare descriptor: its async waits sleep
+/// through the bridge thread (as on a named region), not on a doorbell.
+fn bell_less_pair(g: Geometry) -> (Producer, Consumer) {
+    let (tx, handle) = Producer::create_anonymous(g).unwrap();
+    let rx = Consumer::from_fd(handle.as_fd()).unwrap();
+    (tx, rx)
+}
+
+/// More tasks wait at once than one `futex_waitv` can watch (their regions opened from bare
+/// descriptors, so that they wait through the bridge): every one is woken.
 #[test]
 fn hundreds_of_waiting_tasks_are_all_woken() {
     const TASKS: usize = 300;
@@ -507,11 +523,10 @@ fn hundreds_of_waiting_tasks_are_all_woken() {
         let mut producers = Vec::new();
         let mut readers = Vec::new();
         for _ in 0..TASKS {
-            let (tx, mut rx) = shmflow::pair(Geometry {
+            let (tx, mut rx) = bell_less_pair(Geometry {
                 segment_size: 4096,
                 segment_count: 2,
-            })
-            .unwrap();
+            });
             rx.set_wait_strategy(WaitStrategy::Park);
             producers.push(tx);
             readers.push(tokio::spawn(async move {
@@ -761,7 +776,8 @@ fn async_waits_work_where_futex_waitv_is_refused() {
         if r == "no-waitv" {
             child_main(|| {
                 refuse_futex_waitv()?;
-                let (mut tx, mut rx) = shmflow::pair(small()).map_err(|e| e.to_string())?;
+                // Opened from a bare descriptor: no doorbell, the waits go through the bridge.
+                let (mut tx, mut rx) = bell_less_pair(small());
                 rx.set_wait_strategy(WaitStrategy::Park);
                 const N: u64 = 100;
                 let writer = std::thread::spawn(move || {
@@ -875,4 +891,288 @@ fn a_partition_sends_from_a_task() {
         assert_eq!(a, vec![vec![0], vec![2], vec![4], b"event 9".to_vec()]);
         assert_eq!(b, vec![vec![1], vec![3], vec![5], b"event 9".to_vec()]);
     });
+}
+
+/// A wait at least this long ended at the waiter's periodic look (40 ms), not at a wake-up:
+/// the peers in these tests never pause for more than a few milliseconds.
+const LOOK_ENDED: Duration = Duration::from_millis(35);
+
+/// `Err` unless the waiter slept (`wakes` wake-ups) and the wake-ups reached it: at most two
+/// waits (a stall of a loaded machine) ended late, where a notifier that rang nobody would
+/// leave every wait to end at the look.
+fn rung_not_looked(wakes: u64, late: usize) -> Result<(), String> {
+    if wakes == 0 {
+        return Err("the waiter never slept".into());
+    }
+    if late > 2 {
+        return Err(format!(
+            "{late} of {wakes} waits ended at the 40 ms look: wake-ups were lost"
+        ));
+    }
+    Ok(())
+}
+
+/// `Err` unless this process has never started a bridge thread: its async waits all slept on
+/// doorbells.
+fn no_bridge_thread() -> Result<(), String> {
+    match bridge_cpu_ticks() {
+        Err(e) if e == "no bridge thread" => Ok(()),
+        Err(e) => Err(e),
+        Ok(_) => Err("a bridge thread was started: a wait slept on the futex".into()),
+    }
+}
+
+/// An anonymous channel handed to a child carries its doorbells: a parked async consumer and
+/// a parked async producer in the child sleep in the reactor (no bridge thread is ever started
+/// there), are woken by the sync parent's notifications (its wake count), and get every record.
+#[test]
+fn async_ends_of_a_handed_channel_sleep_on_its_doorbells() {
+    const N: u64 = 3000;
+    match role().as_deref() {
+        Some("async-consumer") => {
+            child_main(|| {
+                let mut rx = Consumer::from_env(FD_VAR).map_err(|e| e.to_string())?;
+                rx.set_wait_strategy(WaitStrategy::Park);
+                let mut slow = 0;
+                current_thread().block_on(async {
+                    for i in 0..N {
+                        let t = Instant::now();
+                        let r = bounded("recv_async", rx.recv_async())
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .ok_or("early end")?;
+                        slow += usize::from(t.elapsed() >= LOOK_ENDED);
+                        if r.as_pod::<u64>() != Some(&i) {
+                            return Err(format!("record {i} differs"));
+                        }
+                    }
+                    match bounded("recv_async", rx.recv_async()).await {
+                        Ok(None) => Ok(()),
+                        other => Err(format!("expected the end, got {other:?}")),
+                    }
+                })?;
+                let wakes = rx.metrics().producer_wakes;
+                println!("the producer woke the awaiting consumer {wakes} times; {slow} waits ended late");
+                rung_not_looked(wakes, slow)?;
+                no_bridge_thread()
+            })
+        }
+        Some("async-producer") => {
+            child_main(|| {
+                let mut tx = Producer::from_env(FD_VAR).map_err(|e| e.to_string())?;
+                tx.set_wait_strategy(WaitStrategy::Park);
+                let mut slow = 0;
+                current_thread().block_on(async {
+                    for i in 0..N {
+                        let t = Instant::now();
+                        bounded("send_async", tx.send_async(&i.to_le_bytes()))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        slow += usize::from(t.elapsed() >= LOOK_ENDED);
+                    }
+                    Ok::<(), String>(())
+                })?;
+                let wakes = tx.metrics().consumer_wakes;
+                println!("the consumer woke the awaiting producer {wakes} times; {slow} waits ended late");
+                rung_not_looked(wakes, slow)?;
+                no_bridge_thread()
+            })
+        }
+        Some(_) => return,
+        None => {}
+    }
+    let test = "async_ends_of_a_handed_channel_sleep_on_its_doorbells";
+    // A sync producer here, paced so that the child's consumer parks.
+    let (mut tx, handle) = Producer::create_anonymous(small()).unwrap();
+    tx.set_wait_strategy(WaitStrategy::Park);
+    let child = spawn(test, "async-consumer", &[], Some(&handle));
+    drop(handle);
+    for i in 0..N {
+        if i % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        tx.send(&i.to_le_bytes()).unwrap();
+    }
+    drop(tx);
+    expect_success(child, "async consumer");
+    // A sync consumer here, slower than the child's producer, which waits for segments.
+    let (mut rx, handle) = Consumer::create_anonymous(small()).unwrap();
+    rx.set_wait_strategy(WaitStrategy::Park);
+    let child = spawn(test, "async-producer", &[], Some(&handle));
+    drop(handle);
+    for i in 0..N {
+        if i % 200 == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let r = rx.recv().unwrap().unwrap();
+        assert_eq!(r.as_pod::<u64>(), Some(&i));
+    }
+    assert!(rx.recv().unwrap().is_none());
+    expect_success(child, "async producer");
+}
+
+/// A gate's channels handed to children carry the gate's doorbell: a parked
+/// `Gate::recv_async` sleeps in the reactor (no bridge thread is ever started in its process)
+/// and reads every record of both children, then sees one SIGKILLed within the dead-peer
+/// bound. The gate is read in a child of the test too, a process of its own.
+#[test]
+fn an_awaiting_gate_sleeps_on_its_doorbell_and_sees_a_killed_channel() {
+    const N: u64 = 500;
+    let test = "an_awaiting_gate_sleeps_on_its_doorbell_and_sees_a_killed_channel";
+    match role().as_deref() {
+        Some("producer") => child_main(|| {
+            let mut tx = Producer::from_env(FD_VAR).map_err(|e| e.to_string())?;
+            // Paced, so that the gate sleeps often over a quarter of a second.
+            for i in 0..N {
+                if i % 10 == 0 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                tx.send(&i.to_le_bytes()).map_err(|e| e.to_string())?;
+            }
+            tx.flush().map_err(|e| e.to_string())?;
+            // Stays until killed.
+            std::thread::sleep(Duration::from_secs(60));
+            Ok(())
+        }),
+        Some("gate") => child_main(|| {
+            let (mut gate, handles) =
+                Gate::create_anonymous(GateGeometry::new(2)).map_err(|e| e.to_string())?;
+            gate.set_wait_strategy(WaitStrategy::Park);
+            let mut children: Vec<_> = handles
+                .iter()
+                .map(|h| spawn(test, "producer", &[], Some(h)))
+                .collect();
+            drop(handles);
+            let rt = current_thread();
+            let mut next = [0u64; 2];
+            let mut slow = 0;
+            rt.block_on(async {
+                while next != [N, N] {
+                    let t = Instant::now();
+                    let got = bounded("gate recv_async", gate.recv_async()).await;
+                    slow += usize::from(t.elapsed() >= LOOK_ENDED);
+                    match got {
+                        Ok(Some(GateMessage::Record { channel, record })) => {
+                            if record.as_pod::<u64>() != Some(&next[channel]) {
+                                return Err(format!(
+                                    "channel {channel}: record {} differs",
+                                    next[channel]
+                                ));
+                            }
+                            next[channel] += 1;
+                        }
+                        other => {
+                            return Err(format!(
+                                "unexpected {:?}",
+                                other.map(|m| m.map(|m| m.channel()))
+                            ))
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+            let wakes: u64 = gate
+                .metrics()
+                .channels
+                .iter()
+                .map(|c| c.snapshot.producer_wakes)
+                .sum();
+            println!("the producers woke the awaiting gate {wakes} times; {slow} waits ended late");
+            rung_not_looked(wakes, slow)?;
+            no_bridge_thread()?;
+            children[0].kill().map_err(|e| e.to_string())?;
+            let killed = Instant::now();
+            children[0].wait().map_err(|e| e.to_string())?;
+            let seen = rt.block_on(async {
+                match bounded("gate recv_async", gate.recv_async()).await {
+                    Ok(Some(GateMessage::ChannelDead { channel: 0, .. })) => Ok(Instant::now()),
+                    other => Err(format!(
+                        "unexpected {:?}",
+                        other.map(|m| m.map(|m| m.channel()))
+                    )),
+                }
+            })?;
+            println!(
+                "the awaiting gate saw channel 0 killed after {:?}",
+                seen - killed
+            );
+            children[1].kill().map_err(|e| e.to_string())?;
+            children[1].wait().map_err(|e| e.to_string())?;
+            if seen - killed > Duration::from_secs(1) {
+                return Err(format!("channel 0's death seen after {:?}", seen - killed));
+            }
+            no_bridge_thread()
+        }),
+        Some(_) => return,
+        None => {}
+    }
+    expect_success(spawn(test, "gate", &[], None), "gate reader");
+}
+
+/// Where the process has too few descriptors for a gate's doorbells (two per park word), the
+/// gate is made without them: its channels are handed and attached as before, and an awaiting
+/// gate is woken through the bridge.
+#[test]
+fn a_gate_made_without_descriptors_to_spare_goes_without_doorbells() {
+    let test = "a_gate_made_without_descriptors_to_spare_goes_without_doorbells";
+    match role().as_deref() {
+        Some("low-limit") => child_main(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 96,
+                rlim_max: 96,
+            };
+            // SAFETY: setrlimit reads the struct, which lives across the call.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+                return Err("setrlimit refused".into());
+            }
+            // 51 park words need 102 descriptors for doorbells, more than the limit allows.
+            let (mut gate, handles) =
+                Gate::create_anonymous(GateGeometry::new(50)).map_err(|e| e.to_string())?;
+            gate.set_wait_strategy(WaitStrategy::Park);
+            let kid = spawn(test, "producer", &[], Some(&handles[7]));
+            drop(handles);
+            let got = current_thread().block_on(async {
+                let mut got = Vec::new();
+                while got.len() < 10 {
+                    match bounded("gate recv_async", gate.recv_async()).await {
+                        Ok(Some(GateMessage::Record { channel: 7, record })) => {
+                            got.push(*record.as_pod::<u64>().ok_or("not a u64")?)
+                        }
+                        other => {
+                            return Err(format!(
+                                "unexpected {:?}",
+                                other.map(|m| m.map(|m| m.channel()))
+                            ))
+                        }
+                    }
+                }
+                Ok::<_, String>(got)
+            });
+            expect_success(kid, "producer of channel 7");
+            let got = got?;
+            if got != (0..10).collect::<Vec<u64>>() {
+                return Err(format!("records {got:?}"));
+            }
+            match bridge_cpu_ticks() {
+                Ok(_) => Ok(()),
+                Err(e) => Err(format!(
+                    "the gate's waits did not go through the bridge: {e}"
+                )),
+            }
+        }),
+        Some("producer") => child_main(|| {
+            let mut tx = Producer::from_env(FD_VAR).map_err(|e| e.to_string())?;
+            for i in 0..10u64 {
+                std::thread::sleep(Duration::from_millis(3));
+                tx.send(&i.to_le_bytes()).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }),
+        Some(_) => return,
+        None => {}
+    }
+    expect_success(
+        spawn(test, "low-limit", &[], None),
+        "gate under a low limit",
+    );
 }

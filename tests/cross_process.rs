@@ -366,3 +366,49 @@ fn a_second_producer_in_another_process_is_refused() {
     );
     expect_success(child, "intruder");
 }
+
+/// One child takes two channels of one anonymous gate, each handed with its doorbells (the
+/// gate's doorbell is in both handles): both attach, and every record of both arrives.
+#[test]
+fn one_child_takes_two_channels_of_a_gate() {
+    const N: u64 = 200;
+    if role().as_deref() == Some("two-channels") {
+        child_main(|| {
+            let mut a = Producer::from_env("SHMFLOW_TEST_FD_A").map_err(|e| e.to_string())?;
+            let mut b = Producer::from_env("SHMFLOW_TEST_FD_B").map_err(|e| e.to_string())?;
+            for i in 0..N {
+                a.send(&i.to_le_bytes()).map_err(|e| e.to_string())?;
+                b.send(&(i + N).to_le_bytes()).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        });
+    }
+    let (mut gate, handles) =
+        shmflow::Gate::create_anonymous(shmflow::GateGeometry::new(2)).unwrap();
+    let child = spawn_with_handles(
+        "one_child_takes_two_channels_of_a_gate",
+        "two-channels",
+        &[
+            ("SHMFLOW_TEST_FD_A", &handles[0]),
+            ("SHMFLOW_TEST_FD_B", &handles[1]),
+        ],
+    );
+    drop(handles);
+    let (mut next, mut ended) = ([0u64, N], [false; 2]);
+    while ended != [true, true] {
+        match gate.recv().unwrap().expect("a gate message") {
+            shmflow::GateMessage::Record { channel, record } => {
+                assert_eq!(
+                    record.as_pod::<u64>(),
+                    Some(&next[channel]),
+                    "channel {channel}"
+                );
+                next[channel] += 1;
+            }
+            shmflow::GateMessage::EndOfPartition { channel } => ended[channel] = true,
+            other => panic!("unexpected message on channel {}", other.channel()),
+        }
+    }
+    assert_eq!(next, [N, 2 * N]);
+    expect_success(child, "two channels");
+}

@@ -302,3 +302,94 @@ fn a_descriptor_its_creator_could_still_shrink_is_refused() {
     ));
     assert!(is_open(f.as_raw_fd()), "left open");
 }
+
+/// Doorbells named in a handle's variable must be four distinct Unix datagram sockets handed
+/// over with the region; anything else (a file, a stream socket, an eventfd, the region itself,
+/// one number twice, too few, a malformed list) is refused and nothing is taken. A gate's
+/// channel attached without its doorbells is refused: the gate may sleep on them.
+#[test]
+fn doorbells_that_are_not_datagram_sockets_are_refused_and_left_open() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixDatagram;
+    let file = tempfile_in_dev_shm();
+    let (sock, _peer) = UnixStream::pair().unwrap();
+    let (d0, d1) = UnixDatagram::pair().unwrap();
+    let (d2, d3) = UnixDatagram::pair().unwrap();
+    let (_tx, handle) = Producer::create_anonymous(Geometry::default()).unwrap();
+    let region: OwnedFd = handle.into_fd();
+    let event: OwnedFd = nix_eventfd();
+    let (r, f, s, e) = (
+        region.as_raw_fd(),
+        file.as_raw_fd(),
+        sock.as_raw_fd(),
+        event.as_raw_fd(),
+    );
+    let [b0, b1, b2, b3] = [&d0, &d1, &d2, &d3].map(|d| d.as_raw_fd());
+    let all = [r, f, s, e, b0, b1, b2, b3];
+    for fd in all {
+        set_cloexec(fd, false);
+    }
+    for value in [
+        format!("{r}/{f},{b1},{b2},{b3}"),
+        format!("{r}/{b0},{s},{b2},{b3}"),
+        format!("{r}/{b0},{b1},{e},{b3}"),
+        format!("{r}/{b0},{b0},{b2},{b3}"),
+        format!("{r}/{r},{b1},{b2},{b3}"),
+        format!("{r}/{b0},{b1},{b2}"),
+        format!("{r}/{b0},{b1},{b2},x"),
+    ] {
+        std::env::set_var("SHMFLOW_TEST_FOREIGN_BELLS", &value);
+        let got = Consumer::from_env("SHMFLOW_TEST_FOREIGN_BELLS");
+        assert!(
+            matches!(got, Err(OpenError::InvalidConfig(_))),
+            "{value}: {:?}",
+            got.map(|_| ())
+        );
+        for fd in all {
+            assert!(is_open(fd), "{value}: descriptor {fd} was closed");
+        }
+    }
+    std::env::remove_var("SHMFLOW_TEST_FOREIGN_BELLS");
+    // Back to close-on-exec: nothing of this test leaks into other tests' children.
+    for fd in all {
+        set_cloexec(fd, true);
+    }
+    // A gate's channel without its doorbells, and a channel number beyond any gate.
+    let (_gate, handles) = Gate::create_anonymous(GateGeometry::new(2)).unwrap();
+    // Handed over for good, as to a child: the refused attachment closes it.
+    let gate = std::os::fd::IntoRawFd::into_raw_fd(handles.into_iter().next().unwrap().into_fd());
+    set_cloexec(gate, false);
+    std::env::set_var("SHMFLOW_TEST_FOREIGN_GATE", format!("{gate}:4000000000"));
+    assert!(matches!(
+        Producer::from_env("SHMFLOW_TEST_FOREIGN_GATE"),
+        Err(OpenError::InvalidConfig(_))
+    ));
+    assert!(is_open(gate), "a refused number takes nothing");
+    std::env::set_var("SHMFLOW_TEST_FOREIGN_GATE", format!("{gate}:0"));
+    let got = Producer::from_env("SHMFLOW_TEST_FOREIGN_GATE");
+    std::env::remove_var("SHMFLOW_TEST_FOREIGN_GATE");
+    match got {
+        Err(OpenError::InvalidConfig(e)) => {
+            assert!(e.to_string().contains("doorbells"), "{e}")
+        }
+        other => panic!("a gate channel without doorbells: {:?}", other.map(|_| ())),
+    }
+}
+
+/// Sets or clears close-on-exec on `fd` (cleared, as `PeerHandle::pass_to` leaves it in the
+/// child).
+fn set_cloexec(fd: i32, on: bool) {
+    let flags = if on { libc::FD_CLOEXEC } else { 0 };
+    // SAFETY: F_SETFD on a descriptor this test owns changes only its close-on-exec flag.
+    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, flags) }, 0);
+}
+
+/// A fresh eventfd.
+fn nix_eventfd() -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: eventfd returns a new descriptor that nothing else owns (checked not negative).
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: as above.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}

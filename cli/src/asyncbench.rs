@@ -5,8 +5,12 @@
 //! of the round-trip group, parking at once (`WaitStrategy::Park`) so that every message is
 //! a wake-up on both sides. `rtt_async_current_*` awaits on a current-thread runtime (the
 //! loop runs in `block_on`), `rtt_async_multi_*` in a task on a two-worker multi-thread
-//! runtime; both with `WaitStrategy::Park`, so that every message crosses the bridge thread,
-//! as `rtt_sync_park_*` (the same loop, blocking, also `Park`) crosses the futex.
+//! runtime; both with `WaitStrategy::Park`, so that every message is a sleep on the channel's
+//! doorbell (the regions are handed to the peer with `PeerHandle::pass_to`), as
+//! `rtt_sync_park_*` (the same loop, blocking, also `Park`) is a sleep on the futex.
+//! `rtt_async_bridge_*` and `rtt_async_multi_bridge_*` are the current-thread and multi-thread
+//! loops with the regions handed as bare descriptors: every message crosses the bridge thread
+//! (how named regions wait).
 //! `tokio_uds_rtt_*` is the same loop on a tokio `UnixStream`, against the same peer process
 //! kind (a blocking echo).
 //!
@@ -60,6 +64,10 @@ pub(crate) enum Rtt {
     Sync,
     Current,
     Multi,
+    /// `Current`, the regions handed without their doorbells: through the bridge.
+    Bridge,
+    /// `Multi`, through the bridge.
+    MultiBridge,
 }
 
 pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
@@ -68,11 +76,18 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
     ping.set_flush_policy(FlushPolicy::EveryRecord);
     ping.set_wait_strategy(WaitStrategy::Park);
     pong.set_wait_strategy(WaitStrategy::Park);
-    let fds = [
-        ("PING", ping_peer.as_fd_raw()),
-        ("PONG", pong_peer.as_fd_raw()),
-    ];
-    let c = child("echo", &["parked".into()], &fds, |_| {});
+    let c = if matches!(how, Rtt::Bridge | Rtt::MultiBridge) {
+        let fds = [
+            ("PING", ping_peer.as_fd_raw()),
+            ("PONG", pong_peer.as_fd_raw()),
+        ];
+        child("echo", &["parked".into()], &fds, |_| {})
+    } else {
+        child("echo", &["parked".into()], &[], |cmd| {
+            ping_peer.pass_to(cmd, "PING");
+            pong_peer.pass_to(cmd, "PONG");
+        })
+    };
     drop((ping_peer, pong_peer));
     let (v, ping, mut pong) = match how {
         Rtt::Sync => {
@@ -83,11 +98,11 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
             });
             (v, ping, pong)
         }
-        Rtt::Current => current().block_on(async move {
+        Rtt::Current | Rtt::Bridge => current().block_on(async move {
             let v = time_rounds_async(rounds, &mut ping, &mut pong).await;
             (v, ping, pong)
         }),
-        Rtt::Multi => multi().block_on(async move {
+        Rtt::Multi | Rtt::MultiBridge => multi().block_on(async move {
             tokio::spawn(async move {
                 let v = time_rounds_async(rounds, &mut ping, &mut pong).await;
                 (v, ping, pong)
@@ -135,7 +150,7 @@ pub(crate) fn async_stream(secs: f64, drain: bool) -> (f64, f64) {
     } else {
         "async-sink"
     };
-    let c = child(sink, &[], &[("CH", peer.as_fd_raw())], |_| {});
+    let c = child(sink, &[], &[], |cmd| peer.pass_to(cmd, "CH"));
     drop(peer);
     // As the blocking loop's record: 64 bytes of a length the compiler sees.
     let rec = [0x5Au8; REC];

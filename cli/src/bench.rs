@@ -1001,13 +1001,22 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
     if want("async") {
         use crate::asyncbench::{rtt, Rtt};
         // Alternating, so that a slow moment of the host falls on both sides of each ratio.
-        let (mut sync, mut cur, mut multi) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut sync, mut cur, mut multi, mut bridge, mut multi_bridge) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..2 {
             sync.extend(rtt(cfg.rounds / 2, Rtt::Sync));
             cur.extend(rtt(cfg.rounds / 2, Rtt::Current));
             multi.extend(rtt(cfg.rounds / 2, Rtt::Multi));
+            bridge.extend(rtt(cfg.rounds / 2, Rtt::Bridge));
+            multi_bridge.extend(rtt(cfg.rounds / 2, Rtt::MultiBridge));
         }
-        for v in [&mut sync, &mut cur, &mut multi] {
+        for v in [
+            &mut sync,
+            &mut cur,
+            &mut multi,
+            &mut bridge,
+            &mut multi_bridge,
+        ] {
             v.sort_unstable();
         }
         note("rtt_sync_park_p50_ns", pct(&sync, 0.5));
@@ -1015,6 +1024,8 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         note("rtt_async_current_p99_ns", pct(&cur, 0.99));
         note("rtt_async_multi_p50_ns", pct(&multi, 0.5));
         note("rtt_async_multi_p99_ns", pct(&multi, 0.99));
+        note("rtt_async_bridge_p50_ns", pct(&bridge, 0.5));
+        note("rtt_async_multi_bridge_p50_ns", pct(&multi_bridge, 0.5));
         note(
             "tokio_uds_rtt_p50_ns",
             pct(&crate::asyncbench::tokio_uds_rtt(cfg.rounds), 0.5),
@@ -1075,7 +1086,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 15] = [
+const RATIOS: [(&str, &str, &str, &str); 16] = [
     (
         "remote_small_vs_tcp_64k",
         "remote_small_rps",
@@ -1126,6 +1137,12 @@ const RATIOS: [(&str, &str, &str, &str); 15] = [
         "rtt_async_multi_p50_ns",
         "rtt_sync_park_p50_ns",
         "<= 1.5",
+    ),
+    (
+        "async_rtt_doorbell_vs_bridge",
+        "rtt_async_current_p50_ns",
+        "rtt_async_bridge_p50_ns",
+        "(lower is better)",
     ),
     (
         "async_rtt_current_vs_tokio_uds",

@@ -224,6 +224,8 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "rtt_sync_park_p50_ns",
         "rtt_async_current_p50_ns",
         "rtt_async_multi_p50_ns",
+        "rtt_async_bridge_p50_ns",
+        "rtt_async_multi_bridge_p50_ns",
         "tokio_uds_rtt_p50_ns",
         "sync_plain_rps",
         "async_rps",
@@ -241,7 +243,13 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         assert!(x > 0.0 && x.is_finite(), "{k} = {x}");
     }
     assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
-    assert_eq!(v["ratios"].as_object().unwrap().len(), 15);
+    assert_eq!(v["ratios"].as_object().unwrap().len(), 16);
+    assert!(
+        v["ratios"]["async_rtt_doorbell_vs_bridge"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     assert!(v["ratios"]["remote_small_vs_tcp_64k"].as_f64().unwrap() > 0.0);
     assert!(v["ratios"]["plain_vs_small"].as_f64().unwrap() > 0.0);
     assert!(v["ratios"]["async_vs_sync_plain"].as_f64().unwrap() > 0.0);

@@ -332,7 +332,7 @@ fn consumer_waiting_for_records_published_one_by_one_always_wakes() {
 
 /// Model 10: The async wait protocol alone: a task (in `block_on`) announces itself on a
 /// park word, re-checks, and registers with the bridge thread, which sleeps on the word and
-/// its own doorbell (the modelled `futex_waitv`); a notifier publishes and notifies with the
+/// its own nudge word (the modelled `futex_waitv`); a notifier publishes and notifies with the
 /// read-modify-write. The task is always woken.
 #[test]
 fn async_waiter_through_the_bridge_always_wakes() {
@@ -347,6 +347,23 @@ fn async_waiter_through_the_bridge_always_wakes() {
         notifier.join().unwrap();
         shmflow::loom_api::stop_bridge();
         bridge.join().unwrap();
+    });
+}
+
+/// Model 10b: The async wait protocol with the doorbell: a task announces itself on the park
+/// word with the doorbell bit, re-checks, and sleeps on the doorbell (the modelled doorbell and
+/// reactor); a notifier publishes, clears the bits with its read-modify-write and rings the
+/// bell. The task is always woken, and no bridge thread is involved.
+#[test]
+fn async_waiter_on_the_doorbell_always_wakes() {
+    model(|| {
+        let word = std::sync::Arc::new(shmflow::loom_api::ParkWord::with_doorbell());
+        let notifier = {
+            let word = word.clone();
+            thread::spawn(move || word.publish())
+        };
+        loom::future::block_on(word.wait());
+        notifier.join().unwrap();
     });
 }
 

@@ -378,11 +378,15 @@ impl ProducerBuilder {
     }
 
     /// Attaches as producer to the region behind `fd`, which is only borrowed: a duplicate is
-    /// made once it is known to be a shmflow channel.
+    /// made once it is known to be a shmflow channel. A bare descriptor carries none of the
+    /// region's doorbells: async waiters of both ends then sleep through the bridge thread
+    /// (hand the region with [`PeerHandle::pass_to`] to keep them).
     ///
     /// # Errors
     /// [`OpenError::NotARegion`] for a descriptor that is not a regular file or memfd,
-    /// [`OpenError::BadMagic`] for one that is not a shmflow channel, and as for
+    /// [`OpenError::BadMagic`] for one that is not a shmflow channel,
+    /// [`OpenError::InvalidConfig`] for a region whose other end attached with its doorbells
+    /// (one of its tasks may sleep on a doorbell this end could not ring), and as for
     /// [`ProducerBuilder::open`]. `fd` stays open and unchanged.
     pub fn from_fd(&self, fd: impl AsFd) -> Result<Producer, OpenError> {
         Producer::from_fd_with(fd.as_fd()).map(|p| self.apply(p))

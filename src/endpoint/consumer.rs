@@ -161,24 +161,30 @@ impl Consumer {
     #[cfg(not(loom))]
     pub(crate) fn from_fd_with(fd: BorrowedFd<'_>) -> Result<Consumer, OpenError> {
         let (own, name) = crate::region::handoff::dup_region(fd, RegionKind::Channel)?;
-        Consumer::attach(crate::region::object::open_fd(name, own, true)?)
+        Consumer::attach(crate::region::object::open_fd(name, own, true, None)?)
+    }
+
+    /// The consumer of the region of `handle`, in this process, with its doorbells.
+    #[cfg(not(loom))]
+    pub(crate) fn from_handle(
+        mut handle: crate::region::handoff::PeerHandle,
+    ) -> Result<Consumer, OpenError> {
+        let bells = handle.take_bells();
+        let fd = handle.into_fd();
+        let name = crate::region::handoff::fd_region_name(&fd);
+        Consumer::attach(crate::region::object::open_fd(name, fd, true, bells)?)
     }
 
     #[cfg(not(loom))]
     pub(crate) fn from_env_with(var: &str) -> Result<Consumer, OpenError> {
-        match crate::region::handoff::fd_from_env(var)? {
-            (raw, None) => {
-                let fd = crate::region::handoff::adopt_region(var, raw, RegionKind::Channel)?;
-                let name = crate::region::handoff::fd_region_name(&fd);
-                Consumer::attach(crate::region::object::open_fd(name, fd, true)?)
-            }
-            (_, Some(c)) => Err(crate::error::ConfigError::new(
-                &format!("${var}"),
-                "handle",
-                "a channel's handle: a gate's channel is for its producer",
-                format!("the handle of gate channel {c}"),
-            )
-            .into()),
+        use crate::region::handoff::{open_from_env, Handed};
+        match open_from_env(var, false)? {
+            Handed::Channel(shared) => Consumer::attach(shared),
+            // (Refused before anything was taken; kept for the match.)
+            Handed::GateChannel(s) => Err(crate::region::handoff::gate_handle_refused(
+                var,
+                s.gate.as_ref().map_or(0, |g| g.index),
+            )),
         }
     }
 
@@ -312,7 +318,7 @@ impl Consumer {
         // Release (inside push): our reads of the segment happen before the producer reuses it.
         self.ret.push(&self.shared.return_ring(), seg)?;
         let h = self.shared.header();
-        if park::notify(&h.producer_park) {
+        if park::notify(&h.producer_park, self.shared.producer_bell()) {
             self.counters.wakes.add(&h.consumer_counters.wakes, 1);
         }
         Ok(())
@@ -708,7 +714,7 @@ impl Consumer {
         if got.is_some() {
             self.prio_head += 1;
             // The producer may wait for room in the lane.
-            park::notify(&h.producer_park);
+            park::notify(&h.producer_park, self.shared.producer_bell());
         }
         Ok(got)
     }
@@ -840,7 +846,7 @@ impl Consumer {
             self.recycler.forget_all(h);
             // Release: our last reads of the region happen before the producer sees us gone.
             h.consumer.state.store(END_DETACHED, Ordering::Release);
-            park::notify(&h.producer_park);
+            park::notify(&h.producer_park, self.shared.producer_bell());
         }
     }
 
@@ -1088,7 +1094,7 @@ impl Drop for Consumer {
         let h = self.shared.header();
         // Release: our last reads of the region happen before the producer sees us gone.
         h.consumer.state.store(self.detach_as, Ordering::Release);
-        park::notify(&h.producer_park);
+        park::notify(&h.producer_park, self.shared.producer_bell());
     }
 }
 

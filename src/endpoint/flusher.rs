@@ -39,7 +39,12 @@ impl Flusher {
                 let stopped = || st.stop.load(StdOrdering::Acquire);
                 let wake_if_marked = |wakes: &mut Local| {
                     let marked = st.signal.take();
-                    if marked && crate::protocol::park::notify(shared.consumer_park()) {
+                    if marked
+                        && crate::protocol::park::notify(
+                            shared.consumer_park(),
+                            shared.consumer_bell(),
+                        )
+                    {
                         wakes.add(&shared.header().producer_counters.flusher_wakes, 1);
                     }
                     marked

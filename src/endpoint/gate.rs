@@ -178,6 +178,11 @@ impl Gate {
     /// Creates an anonymous (memfd) gate and attaches as its consumer; handle `c` gives
     /// channel `c` to a child process, which calls [`crate::Producer::from_env`].
     ///
+    /// The gate's park words get doorbells, on which awaiting tasks sleep in the tokio
+    /// reactor: two descriptors each, `2 × (channels + 1)` in this process, and four more per
+    /// child while it is spawned. Where the process has no descriptors to spare, the gate is
+    /// made without them and its awaiting tasks sleep through the bridge thread instead.
+    ///
     /// # Examples
     ///
     /// ```no_run

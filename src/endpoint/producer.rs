@@ -190,23 +190,15 @@ impl Producer {
     #[cfg(not(loom))]
     pub(crate) fn from_fd_with(fd: BorrowedFd<'_>) -> Result<Producer, OpenError> {
         let (own, name) = crate::region::handoff::dup_region(fd, RegionKind::Channel)?;
-        Producer::attach(crate::region::object::open_fd(name, own, true)?)
+        Producer::attach(crate::region::object::open_fd(name, own, true, None)?)
     }
 
     #[cfg(not(loom))]
     pub(crate) fn from_env_with(var: &str) -> Result<Producer, OpenError> {
-        match crate::region::handoff::fd_from_env(var)? {
-            (raw, None) => {
-                let fd = crate::region::handoff::adopt_region(var, raw, RegionKind::Channel)?;
-                let name = crate::region::handoff::fd_region_name(&fd);
-                Producer::attach(crate::region::object::open_fd(name, fd, true)?)
-            }
-            (raw, Some(c)) => {
-                let fd = crate::region::handoff::adopt_region(var, raw, RegionKind::Gate)?;
-                let name = crate::region::handoff::fd_region_name(&fd);
-                let chans = crate::region::object::gate_open_fd(name.clone(), fd, true)?;
-                Producer::attach_gate_channel(crate::region::object::pick_channel(chans, c, &name)?)
-            }
+        use crate::region::handoff::{open_from_env, Handed};
+        match open_from_env(var, true)? {
+            Handed::Channel(shared) => Producer::attach(shared),
+            Handed::GateChannel(shared) => Producer::attach_gate_channel(shared),
         }
     }
 
@@ -480,7 +472,7 @@ impl Producer {
 
     #[inline]
     fn notify_consumer(&mut self) {
-        if park::notify(self.shared.consumer_park()) {
+        if park::notify(self.shared.consumer_park(), self.shared.consumer_bell()) {
             self.count_wake();
         }
     }
@@ -657,7 +649,7 @@ impl Producer {
         }
         if self.store_commit_inner(true) {
             if self.light {
-                if park::notify_light(self.shared.consumer_park()) {
+                if park::notify_light(self.shared.consumer_park(), || self.shared.consumer_bell()) {
                     self.count_wake();
                 }
             } else {

@@ -352,6 +352,20 @@ async fn serve(
         stop.cancel();
         writer.lock().await.shutdown().await;
     }
+    // A channel the receiver ended can see a write fail (the receiver closed the connection)
+    // before its reason was read; the reader has read everything since: the receiver's reason
+    // is the failed channel's outcome.
+    for (id, ctl) in &ctls {
+        if let Some((code, message)) = ctl.lost.get() {
+            let ended = out.channels.iter_mut().find(|o| o.name == names[id]);
+            if let Some(o) = ended.filter(|o| o.result.is_err()) {
+                o.result = Err(LinkError::Remote {
+                    code: *code,
+                    message: message.clone(),
+                });
+            }
+        }
+    }
     out
 }
 

@@ -16,7 +16,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
@@ -556,7 +556,7 @@ mod tests {
     }
 
     /// The layout version `abi.golden` describes.
-    const GOLDEN_VERSION: u32 = 6;
+    const GOLDEN_VERSION: u32 = 7;
 
     #[test]
     #[ignore = "prints the layout for abi.golden"]

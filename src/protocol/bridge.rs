@@ -3,27 +3,31 @@
 //! waiter of this process announced itself on, with one `futex_waitv`, and wakes the task
 //! when its word changes.
 //!
-//! Why a thread that waits on the futex words, and not an eventfd per region: the notifiers
-//! stay exactly as they are. A notifier, in any process, sync or async, wakes a parked peer
-//! with `FUTEX_WAKE` on the park word, which wakes a thread in `FUTEX_WAIT` and the bridge in
-//! `futex_waitv` alike; it needs no descriptor of the waiter's, so regions opened by name (where
-//! no descriptor travels) and anonymous ones behave the same, the region format is unchanged,
-//! and the per-record path of the producer pays nothing for async consumers. The price is one
-//! thread per process, asleep unless a word changes, and one more wake-up per sleep (the
-//! bridge wakes the task's runtime thread).
+//! It serves the waits that cannot use a doorbell (a socket registered with the runtime's
+//! reactor, see `park`): regions opened by name, where no descriptor travels with the region
+//! and any process of the user may attach; anonymous regions opened from a bare descriptor,
+//! or whose peer has not attached yet; and tasks of executors other than tokio's. Why a thread that waits on the futex words for these, rather than handing a
+//! doorbell over a Unix socket: the notifiers stay exactly as they are. A notifier, in any
+//! process, sync or async, wakes a parked peer with `FUTEX_WAKE` on the park word, which wakes
+//! a thread in `FUTEX_WAIT` and the bridge in `futex_waitv` alike; it needs no descriptor of
+//! the waiter's, so a named region needs no rendezvous beside its name, a peer that restarts
+//! and reopens it needs none either, and the per-record path of the producer pays nothing for
+//! async consumers. The price is one thread per process, asleep unless a word changes, and one
+//! more wake-up per sleep (the bridge wakes the task's runtime thread), which the doorbell
+//! saves.
 //!
 //! The protocol, for a task T waiting on word P of the region, and the bridge B:
 //!
 //! ```text
 //! T: announce on P (as a thread would: park::wait_async); re-check; register (P, v) with B:
-//!    lock; push entry; unlock; fetch_add(doorbell, 1) (Release); wake(doorbell)
-//! B: g = load(doorbell) (Acquire); lock; for each entry: if load(P) != v, wake its task and
-//!    drop it; unlock; futex_waitv([doorbell = g, P1 = v1, …]); repeat
+//!    lock; push entry; unlock; fetch_add(nudge, 1) (Release); wake(nudge)
+//! B: g = load(nudge) (Acquire); lock; for each entry: if load(P) != v, wake its task and
+//!    drop it; unlock; futex_waitv([nudge = g, P1 = v1, …]); repeat
 //! ```
 //!
-//! SYNC POINT: T's push + Release increment of the doorbell ↔ B's Acquire load of it before it
+//! SYNC POINT: T's push + Release increment of the nudge word ↔ B's Acquire load of it before it
 //! takes the list. If B's load reads the increment, its list holds T's entry; if not, the
-//! doorbell differs from `g` when the kernel looks, or T's wake comes after B sleeps: either
+//! nudge word differs from `g` when the kernel looks, or T's wake comes after B sleeps: either
 //! way B takes the list again. And for the entry's word: B loads P after T's announcement
 //! (the mutex orders them); if the notifier's RMW that clears `PARKED` comes before B's look,
 //! B sees the change and wakes T; if after, the kernel sees P changed when B goes to sleep, or
@@ -34,7 +38,7 @@
 //! of the word's region meanwhile (a future leaked with `mem::forget` leaks the mapping too:
 //! [`Bridges::sleep`] is `unsafe` for this). B's `futex_waitv` may still hold the address of a word
 //! whose region was unmapped since: the kernel then fails the call or compares other memory
-//! (a spurious return, or a sleep until the doorbell or a timeout), and writes nothing.
+//! (a spurious return, or a sleep until a nudge or a timeout), and writes nothing.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -43,7 +47,7 @@ use std::time::Duration;
 
 use crate::sync::{lock, Arc, FutexWord, Mutex, Ordering};
 
-/// Words one bridge waits on at most (`futex_waitv` takes 128; one is the doorbell).
+/// Words one bridge waits on at most (`futex_waitv` takes 128; one is the bridge's nudge word).
 pub(crate) const WORDS_PER_BRIDGE: usize = 127;
 
 /// How often a bridge looks at its words where the kernel has no `futex_waitv` (before Linux
@@ -85,27 +89,27 @@ struct State {
     stop: bool,
 }
 
-/// One bridge thread's list and doorbell.
+/// One bridge thread's list and nudge word.
 pub(crate) struct Bridge {
     /// The bridge's own futex word, the first of every wait: bumped and woken by every change
     /// of the list.
-    doorbell: FutexWord,
+    nudge: FutexWord,
     state: Mutex<State>,
 }
 
 impl Bridge {
     fn new() -> Bridge {
         Bridge {
-            doorbell: FutexWord::default(),
+            nudge: FutexWord::default(),
             state: Mutex::new(State::default()),
         }
     }
 
-    /// Rings the doorbell: the bridge takes its list again. SYNC POINT: the Release increment
+    /// Nudges the bridge: it takes its list again. SYNC POINT: the Release increment
     /// ↔ the bridge's Acquire load at the top of its loop (see the module docs).
-    fn ring(&self) {
-        self.doorbell.atomic().fetch_add(1, Ordering::Release);
-        self.doorbell.wake();
+    fn nudge(&self) {
+        self.nudge.atomic().fetch_add(1, Ordering::Release);
+        self.nudge.wake();
     }
 
     fn register(&self, word: &FutexWord, expected: u32, nap: Duration, waker: Waker) -> u64 {
@@ -125,7 +129,7 @@ impl Bridge {
                 due: std::time::Instant::now() + nap,
             });
         }
-        self.ring();
+        self.nudge();
         id
     }
 
@@ -135,14 +139,14 @@ impl Bridge {
 
     /// Serves the list until the process ends (under loom: until [`Bridge::stop`]).
     pub(crate) fn serve(&self) {
-        // The doorbell first, then every word waited on.
+        // The nudge word first, then every word waited on.
         let mut list: Vec<(*const FutexWord, u32)> = Vec::new();
         #[cfg(not(loom))]
         let mut waitv = true;
         loop {
-            // SYNC POINT: Acquire, pairs with the Release increment in `ring`.
-            #[cfg(not(shmflow_broken = "bridge_late_doorbell"))]
-            let gen = self.doorbell.atomic().load(Ordering::Acquire);
+            // SYNC POINT: Acquire, pairs with the Release increment in `nudge`.
+            #[cfg(not(shmflow_broken = "bridge_late_nudge"))]
+            let gen = self.nudge.atomic().load(Ordering::Acquire);
             let mut wake = Vec::new();
             #[cfg(not(loom))]
             let mut timeout: Option<Duration> = None;
@@ -171,16 +175,16 @@ impl Bridge {
                     true
                 });
                 list.clear();
-                list.push((&self.doorbell, 0));
+                list.push((&self.nudge, 0));
                 list.extend(st.entries.iter().map(|e| (e.word, e.expected)));
             }
             for w in wake {
                 w.wake();
             }
-            // Broken on purpose (loom only): the doorbell read after the list was taken lets a
+            // Broken on purpose (loom only): the nudge word read after the list was taken lets a
             // registration made in between go unseen.
-            #[cfg(shmflow_broken = "bridge_late_doorbell")]
-            let gen = self.doorbell.atomic().load(Ordering::Acquire);
+            #[cfg(shmflow_broken = "bridge_late_nudge")]
+            let gen = self.nudge.atomic().load(Ordering::Acquire);
             list[0].1 = gen;
             #[cfg(not(loom))]
             {
@@ -188,14 +192,14 @@ impl Bridge {
                     waitv = crate::sync::futex_waitv(&list, timeout);
                 }
                 if !waitv {
-                    // No futex_waitv: sleep on the doorbell and look at the words every
+                    // No futex_waitv: sleep on the nudge word and look at the words every
                     // millisecond.
                     let nap = if list.len() == 1 {
                         timeout
                     } else {
                         Some(timeout.map_or(POLL_WITHOUT_WAITV, |t| t.min(POLL_WITHOUT_WAITV)))
                     };
-                    self.doorbell.wait(gen, nap);
+                    self.nudge.wait(gen, nap);
                 }
             }
             #[cfg(loom)]
@@ -207,7 +211,7 @@ impl Bridge {
     #[cfg(loom)]
     pub(crate) fn stop(&self) {
         lock(&self.state).stop = true;
-        self.ring();
+        self.nudge();
     }
 }
 
@@ -361,7 +365,7 @@ impl Drop for Sleep<'_> {
                 // bridge stops waiting on it at its next look.
                 st.entries.swap_remove(i);
                 drop(st);
-                bridge.ring();
+                bridge.nudge();
             }
         }
     }

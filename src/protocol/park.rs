@@ -9,7 +9,7 @@
 //! W: v = fetch_or(P, PARKED); [heavy barrier]; if condition() { fetch_and(P, !PARKED); done }
 //!    else { futex_wait(P, v | PARKED); fetch_and(P, !PARKED) }
 //! N (notify):       publish (Release); if fetch_and(P, !PARKED) & PARKED { futex_wake(P) }
-//! N (notify_light): publish (Release); [light barrier]; if load(P) != 0 { notify }
+//! N (notify_light): publish (Release); [light barrier]; if load(P) & (PARKED | NO_FENCE) != 0 { notify }
 //! ```
 //!
 //! **notify.** All writes to P are RMWs, so they are totally ordered and each reads the one
@@ -45,6 +45,24 @@
 //! bound rests on N's store reaching W within the millisecond (true of every machine we know),
 //! not on the protocol; at worst a record waits for the next 40 ms look.
 //!
+//! **The doorbell** (async waiters of anonymous regions). Each park word of a region created
+//! anonymously has a doorbell, a connected pair of Unix datagram sockets, which travels with
+//! the region's descriptor to the peer (`PeerHandle::pass_to`). Bit 2 (`DOORBELL`) goes with `PARKED` when the waiter
+//! sleeps on the doorbell in its async runtime's reactor instead of on the futex; N's RMW clears
+//! both and N rings the bell instead of waking the futex. Nothing else changes: the argument
+//! above is about which RMW reads which, and holds whichever way W sleeps. SYNC POINT: W's
+//! announcing RMW ↔ N's clearing RMW (as above), then N's ring (a datagram sent) ↔ the
+//! reactor's readiness, which the kernel orders: a ring before W registers stays queued, so
+//! W's registration finds the descriptor readable. A waiter uses the doorbell
+//! only if every process that may notify the word can ring it: bit 3 (`RINGABLE`, sticky) is
+//! set by a process that attached with the doorbells (and, for a gate, whose channels attach
+//! only through their handles, by its creator); bit 4 (`BELL_LESS`, sticky) by one that opened
+//! the region from a bare descriptor, which is refused where `RINGABLE` is already set (a
+//! waiter may sleep on the bell it could not ring). A waiter whose announcing RMW reads
+//! `BELL_LESS` sleeps through the bridge on the value it announced, which the bell-less
+//! notifier's RMW changes. Model 10b explores the doorbell wait, and a variant whose notifier
+//! ignores `DOORBELL` is shown caught.
+//!
 //! Why not "store; SeqCst fence; load" on both sides? It is correct in the C++ model, but loom
 //! 0.7 does not model SeqCst fences combined with RMWs faithfully and reports a lost wake-up
 //! that C++ forbids (we reproduced it with a four-line litmus test), and an `mfence` costs N
@@ -53,7 +71,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{CoreResult as Result, Error};
-use crate::sync::{FutexWord, Ordering};
+use crate::sync::{Bell, FutexWord, Ordering};
 
 /// How often a waiting side looks at its peer's lock: detection takes at most this long plus
 /// one wake-up.
@@ -155,39 +173,102 @@ impl Deadline {
 const PARKED: u32 = 1;
 /// `NO_FENCE` (sticky): the waiter cannot issue the heavy barrier; notify with the RMW.
 const NO_FENCE: u32 = 2;
+/// `DOORBELL`, only with `PARKED`: the waiter sleeps on the word's doorbell (a socket, in
+/// its async runtime's reactor), not on the futex: the notifier rings the bell.
+const DOORBELL: u32 = 4;
+/// `RINGABLE` (sticky): a process that notifies the word attached holding its doorbell (the
+/// region's creator holds them all): a waiter holding it too may sleep on it.
+const RINGABLE: u32 = 8;
+/// `BELL_LESS` (sticky): a process that may notify holds no doorbell for the word (it opened
+/// the region from a bare descriptor): waiters sleep on the futex.
+const BELL_LESS: u32 = 16;
 
-/// Wakes the peer parked on `word` if it announced itself. Returns true if a wake was issued.
-/// Call after the publication (a Release store) that the peer may be waiting for.
+/// Wakes the peer parked on `word` if it announced itself: rings `bell` (the word's doorbell,
+/// if this process holds it) for a waiter that sleeps on it, wakes the futex otherwise.
+/// Returns true if a wake was issued. Call after the publication (a Release store) that the
+/// peer may be waiting for.
 #[inline]
-pub(crate) fn notify(word: &FutexWord) -> bool {
+pub(crate) fn notify(word: &FutexWord, bell: Option<&Bell>) -> bool {
     let p = word.atomic();
     // AcqRel RMW: takes its place in P's total order after our publication (see above).
     #[cfg(not(shmflow_broken = "notify_load_first"))]
-    let was = p.fetch_and(!PARKED, Ordering::AcqRel);
+    let was = p.fetch_and(!(PARKED | DOORBELL), Ordering::AcqRel);
     // Broken on purpose (loom only): a plain load first lets the announcement slip by.
     #[cfg(shmflow_broken = "notify_load_first")]
-    let was = if p.load(Ordering::Relaxed) != 0 {
-        p.fetch_and(!PARKED, Ordering::AcqRel)
+    let was = if p.load(Ordering::Relaxed) & PARKED != 0 {
+        p.fetch_and(!(PARKED | DOORBELL), Ordering::AcqRel)
     } else {
         0
     };
     if was & PARKED != 0 {
-        word.wake();
+        wake(word, was, bell);
         return true;
     }
     false
 }
 
+/// Wakes a waiter that announced `was`: through the doorbell it sleeps on, or the futex.
+#[cold]
+fn wake(word: &FutexWord, was: u32, bell: Option<&Bell>) {
+    // Broken on purpose (loom only): the doorbell bit ignored, the futex woken instead.
+    #[cfg(shmflow_broken = "doorbell_unrung")]
+    let was = was & !DOORBELL;
+    match bell {
+        Some(b) if was & DOORBELL != 0 => b.ring(),
+        // A bell-less notifier that sees `DOORBELL` set its `BELL_LESS` after the waiter
+        // looked: the waiter's sleep ends at its nap (see the module docs).
+        _ => word.wake(),
+    }
+}
+
 /// As [`notify`], without a read-modify-write unless the peer sleeps (or cannot issue the
 /// heavy barrier): for a notifier whose process is registered for it (see the module docs).
+/// `bell` is looked up only then: the per-record path reads nothing but the word.
 #[inline(always)]
-pub(crate) fn notify_light(word: &FutexWord) -> bool {
+pub(crate) fn notify_light<'a>(word: &FutexWord, bell: impl FnOnce() -> Option<&'a Bell>) -> bool {
     crate::sync::notifier_fence();
     // Relaxed: ordered after the publication by the asymmetric barrier (SYNC POINT above).
-    if word.atomic().load(Ordering::Relaxed) != 0 {
-        return notify(word);
+    if word.atomic().load(Ordering::Relaxed) & (PARKED | NO_FENCE) != 0 {
+        return notify(word, bell());
     }
     false
+}
+
+/// Marks `word` as notified by a process that attached holding its doorbell: waiters that
+/// hold it too may sleep on it from now on.
+pub(crate) fn mark_ringable(word: &FutexWord) {
+    // An RMW, as every write to P (see the module docs).
+    word.atomic().fetch_or(RINGABLE, Ordering::AcqRel);
+}
+
+/// True if a process holding `word`'s doorbell attached (see [`mark_ringable`]).
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn ringable(word: &FutexWord) -> bool {
+    // Relaxed: a hint (a refusal without side effects); `mark_bell_less` decides.
+    word.atomic().load(Ordering::Relaxed) & RINGABLE != 0
+}
+
+/// Marks `word` as notified by a process that holds no doorbell for it (one that opened the
+/// region from a bare descriptor): its waiters sleep on the futex from now on. False if a
+/// process holding the doorbell attached before (a waiter may sleep on the bell, which this
+/// process could not ring): the caller must not attach.
+#[cfg_attr(loom, allow(dead_code))]
+pub(crate) fn mark_bell_less(word: &FutexWord) -> bool {
+    // RMWs, as every write to P (see the module docs): either a waiter's announcement comes
+    // after the one that sets the bit and sees `BELL_LESS`, or the compare reads the
+    // `RINGABLE` that the waiter saw, and the bit is not set (a refused attachment leaves the
+    // word as it was).
+    let p = word.atomic();
+    let mut v = p.load(Ordering::Relaxed);
+    loop {
+        if v & RINGABLE != 0 {
+            return false;
+        }
+        match p.compare_exchange_weak(v, v | BELL_LESS, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => return true,
+            Err(now) => v = now,
+        }
+    }
 }
 
 /// What the waiter last saw of its peer: decides how [`WaitStrategy::Block`] looks.
@@ -288,9 +369,15 @@ fn busy_poll<T>(
 /// Announces on `word` that the waiter sleeps (an RMW, so that it synchronizes with the
 /// notifier's RMW), with the heavy barrier if the notifier may use the light form: the value
 /// to sleep on, and how long to sleep at most before looking again.
-fn announce(word: &FutexWord, light: Notifier, timeout: Option<Duration>) -> (u32, Duration) {
+fn announce(
+    word: &FutexWord,
+    light: Notifier,
+    timeout: Option<Duration>,
+    doorbell: bool,
+) -> (u32, Duration) {
     let p = word.atomic();
-    let mut now = p.fetch_or(PARKED, Ordering::AcqRel) | PARKED;
+    let bits = if doorbell { PARKED | DOORBELL } else { PARKED };
+    let mut now = p.fetch_or(bits, Ordering::AcqRel) | bits;
     let mut nap = match timeout {
         Some(t) => t.min(CHECK_INTERVAL),
         None => CHECK_INTERVAL,
@@ -348,7 +435,7 @@ pub(crate) fn wait_for<T>(
             }
             return Err(deadline.expired_error());
         };
-        let (now, nap) = announce(word, light, timeout);
+        let (now, nap) = announce(word, light, timeout, false);
         #[cfg(not(shmflow_broken = "no_recheck"))]
         let ready = poll(Look::Quick);
         #[cfg(shmflow_broken = "no_recheck")]
@@ -373,6 +460,15 @@ pub(crate) fn wait_for<T>(
     }
 }
 
+/// What an async waiter sleeps on: its park word, and the word's doorbell if this process
+/// holds it.
+#[cfg(any(feature = "tokio", loom))]
+#[derive(Clone, Copy)]
+pub(crate) struct WaitOn<'a> {
+    pub(crate) word: &'a FutexWord,
+    pub(crate) bell: Option<&'a Bell>,
+}
+
 /// Clears `PARKED` when dropped: an async waiter's announcement is withdrawn however its wait
 /// ends (a value, an error, or the future dropped).
 #[cfg(any(feature = "tokio", loom))]
@@ -382,8 +478,19 @@ struct Announced<'a>(&'a FutexWord);
 impl Drop for Announced<'_> {
     fn drop(&mut self) {
         // An RMW, not a store: keeps every write to P in the notifier's release sequence.
-        self.0.atomic().fetch_and(!PARKED, Ordering::AcqRel);
+        self.0
+            .atomic()
+            .fetch_and(!(PARKED | DOORBELL), Ordering::AcqRel);
     }
+}
+
+/// True if the caller runs in a tokio runtime.
+#[cfg(any(feature = "tokio", loom))]
+fn in_tokio() -> bool {
+    #[cfg(not(loom))]
+    return tokio::runtime::Handle::try_current().is_ok();
+    #[cfg(loom)]
+    true
 }
 
 /// Lets the executor run other tasks, then resumes.
@@ -408,16 +515,21 @@ async fn yield_now() {
 
 /// The async form of [`wait_for`], with no deadline (a caller that wants one drops the
 /// future: nothing is lost, see below). The protocol is the same — announce, heavy barrier if
-/// the notifier may be light, re-check, sleep, withdraw — but the sleep is a
-/// [`Bridges::sleep`](crate::protocol::bridge::Bridges::sleep): the task waits in its executor
-/// and the bridge thread watches the word. Notifiers cannot tell the difference.
+/// the notifier may be light, re-check, sleep, withdraw — but the task sleeps in its executor:
+/// on the word's doorbell, registered with the runtime's reactor, where this process holds it
+/// and every notifier does (`RINGABLE` without `BELL_LESS`; the announcement then carries
+/// `DOORBELL`, and the notifier rings instead of waking the futex); otherwise in a
+/// [`Bridges::sleep`](crate::protocol::bridge::Bridges::sleep), where the bridge thread
+/// watches the word.
 ///
 /// The busy phase is the blocking one's, with a yield to the executor where a thread would
 /// yield its CPU: `Park` skips it, `Block` looks as `spin_phase` does (by `pace`), `BusyPoll(d)`
 /// polls between yields for `d`. `poll(Look::Now)` runs after each sleep, which
 /// lasts at most [`CHECK_INTERVAL`]: the peer's liveness is looked at as often as a thread's.
 ///
-/// Cancellation: dropping the future withdraws the announcement and the bridge entry; `poll`
+/// Cancellation: dropping the future withdraws the announcement (both bits), the reactor
+/// registration and the bridge entry; a ring that comes after is a spurious wake-up of the
+/// next wait, which looks again. `poll`
 /// must leave the caller's state consistent whenever it returns (it does: every poll closure
 /// is also a `try_` call).
 ///
@@ -426,7 +538,7 @@ async fn yield_now() {
 /// until the future completes or is dropped, or for good if it is leaked.
 #[cfg(any(feature = "tokio", loom))]
 pub(crate) async unsafe fn wait_async<T>(
-    word: &FutexWord,
+    on: WaitOn<'_>,
     region: &str,
     bridges: &crate::protocol::bridge::Bridges,
     strategy: WaitStrategy,
@@ -434,6 +546,7 @@ pub(crate) async unsafe fn wait_async<T>(
     pace: Pace,
     mut poll: impl FnMut(Look) -> Result<Option<T>>,
 ) -> Result<T> {
+    let WaitOn { word, bell } = on;
     // What `poll` gave: a value or an error ends the wait.
     macro_rules! done {
         ($r:expr) => {
@@ -444,7 +557,11 @@ pub(crate) async unsafe fn wait_async<T>(
             }
         };
     }
-    done!(poll(Look::Quick));
+    // `Block` looks again in its own time (as `wait_for`): a streaming writer is left alone
+    // for a gap first (see `spin_phase`).
+    if strategy != WaitStrategy::Block {
+        done!(poll(Look::Quick));
+    }
     #[cfg(not(loom))]
     match strategy {
         WaitStrategy::Park => {}
@@ -492,14 +609,32 @@ pub(crate) async unsafe fn wait_async<T>(
         }
     }
     loop {
-        let (now, nap) = announce(word, light, None);
+        // The doorbell if this process holds it, so does every notifier (`RINGABLE`, no
+        // `BELL_LESS`), and a tokio runtime runs this task (its reactor waits on the bell;
+        // another executor's task sleeps through the bridge, which needs only a waker).
+        let ring = bell.filter(|_| {
+            word.atomic().load(Ordering::Relaxed) & (RINGABLE | BELL_LESS) == RINGABLE && in_tokio()
+        });
+        let (now, nap) = announce(word, light, None, ring.is_some());
         let announced = Announced(word);
         #[cfg(not(shmflow_broken = "async_no_recheck"))]
         done!(poll(Look::Quick));
-        // SAFETY: the caller's contract is `sleep`'s.
-        unsafe { bridges.sleep(word, now, nap) }
-            .await
-            .map_err(|e| Error::io(region, "start the thread that wakes async waiters", e))?;
+        match ring {
+            // `BELL_LESS` came with the announcement: the futex, through the bridge (a
+            // bell-less notifier's RMW changes the word the bridge watches).
+            Some(b) if now & BELL_LESS == 0 => b.rung(nap).await.map_err(|e| {
+                Error::io(
+                    region,
+                    "wait for the doorbell in the tokio runtime's reactor (the runtime needs \
+                     its IO and time drivers: `enable_all` on its builder)",
+                    e,
+                )
+            })?,
+            // SAFETY: the caller's contract is `sleep`'s.
+            _ => unsafe { bridges.sleep(word, now, nap) }
+                .await
+                .map_err(|e| Error::io(region, "start the thread that wakes async waiters", e))?,
+        }
         drop(announced);
         done!(poll(Look::Now));
     }

@@ -5,6 +5,12 @@
 //! inherit it (the flag is cleared between fork and exec in that child only) and puts its
 //! number in an environment variable; the child calls `Consumer::from_env(var)` (or
 //! `Producer::from_env`). Drop the handle after spawning: the parent's copy is not needed.
+//!
+//! The region's doorbells travel with it: the socket pairs that async waiters of the channel
+//! sleep on (the consumer's word's and the producer's), inherited the same way. A region
+//! opened from a bare descriptor (`from_fd`, `into_fd`) has none in that process: its words
+//! are marked bell-less, and async waiters on them sleep on the futex (through the bridge
+//! thread) instead.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::process::Command;
@@ -12,7 +18,7 @@ use std::process::Command;
 use crate::error::{ConfigError, OpenError, RegionKind};
 
 type Result<T, E = OpenError> = std::result::Result<T, E>;
-use crate::region::view::Shared;
+use crate::region::view::{Bells, Shared};
 
 /// The other end of an anonymous region, to give to a child process.
 #[derive(Debug)]
@@ -21,28 +27,75 @@ pub struct PeerHandle {
     region: String,
     /// For a gate: the channel whose producer the child becomes.
     channel: Option<u32>,
+    /// The region's doorbells (this process's own, shared: the child inherits those of the
+    /// channel's consumer word and producer word).
+    bells: Option<std::sync::Arc<Bells>>,
 }
 
 impl PeerHandle {
     pub(crate) fn new(shared: &Shared) -> Result<PeerHandle> {
+        let bells = match (shared.consumer_bell(), shared.producer_bell()) {
+            (Some(_), Some(_)) => shared.bells().cloned(),
+            _ => None,
+        };
         Ok(PeerHandle {
             fd: crate::region::object::dup_fd(shared)?,
             region: shared.name.clone(),
             channel: shared.gate.as_ref().map(|g| g.index),
+            bells,
         })
     }
 
-    /// Makes the child spawned by `cmd` inherit the region's descriptor and find its number in
-    /// environment variable `var` (as `fd`, or `fd:channel` for a gate's channel).
+    /// The doorbells, for a peer in this process (which shares them).
+    pub(crate) fn take_bells(&mut self) -> Option<std::sync::Arc<Bells>> {
+        self.bells.take()
+    }
+
+    /// The four descriptors the child inherits: the wait and ring ends of the consumer
+    /// word's bell, then of the producer word's.
+    fn bell_fds(&self) -> Option<[RawFd; 4]> {
+        let bells = self.bells.as_ref()?;
+        let c = bells.consumer.as_ref()?.fds();
+        let p = bells.producer(self.channel.unwrap_or(0))?.fds();
+        Some([c[0], c[1], p[0], p[1]].map(|f| f.as_raw_fd()))
+    }
+
+    /// Makes the child spawned by `cmd` inherit the region's descriptor and its doorbells, and
+    /// find their numbers in environment variable `var` (as `fd`, or `fd:channel` for a
+    /// gate's channel, followed by `/a,b,c,d`: the two ends of the consumer word's doorbell,
+    /// then of the producer word's).
     pub fn pass_to(&self, cmd: &mut Command, var: &str) {
         let raw = self.fd.as_raw_fd();
-        match self.channel {
-            Some(c) => cmd.env(var, format!("{raw}:{c}")),
-            None => cmd.env(var, raw.to_string()),
+        let mut value = match self.channel {
+            Some(c) => format!("{raw}:{c}"),
+            None => raw.to_string(),
         };
-        // `raw` stays open in this process until the spawn: the handle must outlive it
-        // (documented on the type).
+        // The descriptors stay open in this process until the spawn: the handle must outlive
+        // it (documented on the type).
         crate::sys::fd::inherit_in_child(cmd, raw);
+        if let Some(fds) = self.bell_fds() {
+            // Copies of the child's own (owned by `cmd`, closed with it): a child may be
+            // handed several channels of one gate, whose doorbell for the gate's word is the
+            // same, and takes each number once.
+            let copies: std::io::Result<Vec<OwnedFd>> = fds
+                .iter()
+                .map(|&f| {
+                    // SAFETY: `f` is open: the handle's `Arc` keeps the doorbells for as long
+                    // as it lives, which is across this call.
+                    crate::sys::fd::dup(unsafe { BorrowedFd::borrow_raw(f) })
+                })
+                .collect();
+            // Out of descriptors: the child goes without doorbells (its waits, and its peer's,
+            // through the bridge).
+            if let Ok(copies) = copies {
+                let nums: Vec<String> = copies
+                    .into_iter()
+                    .map(|own| crate::sys::fd::inherit_owned_in_child(cmd, own).to_string())
+                    .collect();
+                value.push_str(&format!("/{}", nums.join(",")));
+            }
+        }
+        cmd.env(var, value);
     }
 
     /// The region's name, for messages.
@@ -55,7 +108,11 @@ impl PeerHandle {
         self.channel
     }
 
-    /// Gives up the handle's descriptor (to pass it some other way, e.g. over a Unix socket).
+    /// Gives up the handle's descriptor (to pass it some other way, e.g. over a Unix socket),
+    /// without the region's doorbells: the peer that opens it with `from_fd` makes both ends'
+    /// async waits go through the bridge thread, and it is refused once a peer attached with
+    /// the doorbells. A gate's channel can be attached only with its doorbells
+    /// ([`PeerHandle::pass_to`]).
     pub fn into_fd(self) -> OwnedFd {
         self.fd
     }
@@ -75,9 +132,17 @@ pub(crate) fn fd_region_name(fd: &OwnedFd) -> String {
     )
 }
 
-/// Takes ownership of the descriptor whose number is in `var`, and the gate channel if the
-/// handle was a gate's (`fd:channel`).
-pub(crate) fn fd_from_env(var: &str) -> Result<(RawFd, Option<u32>)> {
+/// What a handle's environment variable names: the region's descriptor, the gate channel if
+/// the handle was a gate's, and the doorbells' descriptors if they were passed.
+pub(crate) struct FromEnv {
+    pub(crate) region: RawFd,
+    pub(crate) channel: Option<u32>,
+    bells: Option<[RawFd; 4]>,
+}
+
+/// Reads the descriptor numbers in `var` (`fd[:channel][/a,b,c,d]`), checked open; nothing
+/// is taken yet.
+pub(crate) fn fd_from_env(var: &str) -> Result<FromEnv> {
     let region = format!("${var}");
     let value = std::env::var(var).map_err(|_| {
         ConfigError::new(
@@ -87,28 +152,41 @@ pub(crate) fn fd_from_env(var: &str) -> Result<(RawFd, Option<u32>)> {
             "nothing (not set, or not Unicode)",
         )
     })?;
-    let (fd_part, channel) = match value.trim().split_once(':') {
-        Some((f, c)) => (
-            f,
-            Some(c.parse::<u32>().map_err(|_| {
-                ConfigError::new(
-                    &region,
-                    "environment variable",
-                    "fd:channel with a channel number",
-                    format!("{value:?}"),
-                )
-            })?),
-        ),
-        None => (value.trim(), None),
-    };
-    let raw: i32 = fd_part.parse().map_err(|_| {
+    let bad = |expected: &str| {
         ConfigError::new(
             &region,
             "environment variable",
-            "a descriptor number",
+            expected,
             format!("{value:?}"),
         )
-    })?;
+    };
+    let (head, bells) = match value.trim().split_once('/') {
+        Some((h, b)) => {
+            let nums: Vec<&str> = b.split(',').collect();
+            let [a, b, c, d] = nums[..] else {
+                return Err(bad("fd[:channel]/a,b,c,d with four doorbell descriptors").into());
+            };
+            let num = |x: &str| {
+                x.parse::<RawFd>()
+                    .map_err(|_| bad("doorbell descriptor numbers"))
+            };
+            (h, Some([num(a)?, num(b)?, num(c)?, num(d)?]))
+        }
+        None => (value.trim(), None),
+    };
+    let (fd_part, channel) = match head.split_once(':') {
+        Some((f, c)) => (
+            f,
+            Some(
+                c.parse::<u32>()
+                    .ok()
+                    .filter(|&c| c < crate::protocol::abi::MAX_CHANNELS)
+                    .ok_or_else(|| bad("fd:channel with a channel number below 1024"))?,
+            ),
+        ),
+        None => (head, None),
+    };
+    let raw: i32 = fd_part.parse().map_err(|_| bad("a descriptor number"))?;
     if !crate::sys::fd::is_open(raw) {
         return Err(ConfigError::new(
             &region,
@@ -118,7 +196,107 @@ pub(crate) fn fd_from_env(var: &str) -> Result<(RawFd, Option<u32>)> {
         )
         .into());
     }
-    Ok((raw, channel))
+    Ok(FromEnv {
+        region: raw,
+        channel,
+        bells,
+    })
+}
+
+impl FromEnv {
+    /// Checks, without taking them, that the doorbells named in `var` are Unix datagram
+    /// sockets handed over to this process (close-on-exec clear), distinct from each other and
+    /// from the region's descriptor.
+    pub(crate) fn check_bells(&self, var: &str) -> Result<()> {
+        let Some(raws) = self.bells else {
+            return Ok(());
+        };
+        let region = format!("${var}");
+        for raw in raws {
+            let distinct = raws.iter().filter(|&&r| r == raw).count() == 1;
+            let ok = crate::sys::bell::is_bell(raw)
+                && crate::sys::fd::is_inherited(raw)
+                && raw != self.region
+                && distinct;
+            if !ok {
+                return Err(ConfigError::new(
+                    &region,
+                    "inherited doorbell",
+                    "four distinct Unix datagram sockets handed over by PeerHandle::pass_to",
+                    raw,
+                )
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the doorbells named in `var` (checked first); `None` if none were passed.
+    pub(crate) fn adopt_bells(&self, var: &str) -> Result<Option<std::sync::Arc<Bells>>> {
+        self.check_bells(var)?;
+        let Some(raws) = self.bells else {
+            return Ok(None);
+        };
+        let region = format!("${var}");
+        let take = |raw| -> Result<OwnedFd> {
+            // SAFETY: an inherited socket (checked above) that the parent passed for us to
+            // own; nothing else in this process refers to it. (If marking one close-on-exec
+            // fails, those taken before are closed with the error: they were ours.)
+            unsafe { crate::sys::fd::adopt(raw) }
+                .map_err(|e| OpenError::io(&region, "fcntl(F_SETFD)", e))
+        };
+        let [a, b, c, d] = raws;
+        let consumer = crate::sync::Bell::from_fds(take(a)?, take(b)?);
+        let producer = crate::sync::Bell::from_fds(take(c)?, take(d)?);
+        Ok(Some(std::sync::Arc::new(Bells::of_channel(
+            self.channel.unwrap_or(0),
+            consumer,
+            producer,
+        ))))
+    }
+}
+
+/// What a handle's variable opened: a channel of its own, or channel `c` of a gate.
+pub(crate) enum Handed {
+    Channel(std::sync::Arc<Shared>),
+    GateChannel(std::sync::Arc<Shared>),
+}
+
+/// The error of a consumer handed a gate channel's handle.
+pub(crate) fn gate_handle_refused(var: &str, c: u32) -> OpenError {
+    ConfigError::new(
+        &format!("${var}"),
+        "handle",
+        "a channel's handle: a gate's channel is for its producer",
+        format!("the handle of gate channel {c}"),
+    )
+    .into()
+}
+
+/// Opens the region named by the handle in `var` (see [`PeerHandle::pass_to`]), with its
+/// doorbells if they were passed. A gate's handle is refused unless `gate_ok` (it is for a
+/// producer), before anything is taken.
+pub(crate) fn open_from_env(var: &str, gate_ok: bool) -> Result<Handed> {
+    let env = fd_from_env(var)?;
+    if let (Some(c), false) = (env.channel, gate_ok) {
+        return Err(gate_handle_refused(var, c));
+    }
+    // Taken first (checked, close-on-exec set): whatever fails next, they leak into no child
+    // of ours.
+    let bells = env.adopt_bells(var)?;
+    let kind = match env.channel {
+        None => RegionKind::Channel,
+        Some(_) => RegionKind::Gate,
+    };
+    let fd = adopt_region(var, env.region, kind)?;
+    let name = fd_region_name(&fd);
+    Ok(match env.channel {
+        None => Handed::Channel(crate::region::object::open_fd(name, fd, true, bells)?),
+        Some(c) => {
+            let chans = crate::region::object::gate_open_fd(name.clone(), fd, true, bells)?;
+            Handed::GateChannel(crate::region::object::pick_channel(chans, c, &name)?)
+        }
+    })
 }
 
 /// Takes the inherited descriptor `raw` (named in `var`) once it is known to be a shmflow

@@ -22,7 +22,7 @@ use crate::protocol::abi::{GateGeometry, GateHeader, GATE_MAGIC};
 type Result<T, E = OpenError> = std::result::Result<T, E>;
 use crate::protocol::abi::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
 use crate::region::liveness::{lock_byte, EndLock};
-use crate::region::view::{Mapping, Placement, Shared};
+use crate::region::view::{Bells, Mapping, Placement, Shared};
 use crate::sync::{Arc, Ordering};
 
 pub(crate) fn c_name(name: &str) -> Result<CString> {
@@ -197,7 +197,14 @@ pub(crate) fn open_named(name: &str, writable: bool) -> Result<Arc<Shared>> {
 /// (zero for listings, which must never wait per object).
 pub(crate) fn open_named_grace(name: &str, writable: bool, grace: Duration) -> Result<Arc<Shared>> {
     let fd = shm_open_existing(name, writable)?;
-    let mut chans = open_mapped(name.to_owned(), fd, writable, grace, RegionKind::Channel)?;
+    let mut chans = open_mapped(
+        name.to_owned(),
+        fd,
+        writable,
+        grace,
+        RegionKind::Channel,
+        Some(Default::default()),
+    )?;
     Ok(chans.swap_remove(0))
 }
 
@@ -244,8 +251,23 @@ pub(crate) fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
 /// magic. A descriptor handed over (memfd) is always complete: no wait.
 pub(crate) const INIT_GRACE: Duration = Duration::from_millis(500);
 
-pub(crate) fn open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Arc<Shared>> {
-    let mut chans = open_mapped(name, fd, writable, Duration::ZERO, RegionKind::Channel)?;
+///
+/// `bells`: the doorbells handed with the descriptor, `None` for a bare descriptor (the region's
+/// park words are then marked bell-less: waiters of the peer sleep on the futex).
+pub(crate) fn open_fd(
+    name: String,
+    fd: OwnedFd,
+    writable: bool,
+    bells: Option<std::sync::Arc<Bells>>,
+) -> Result<Arc<Shared>> {
+    let mut chans = open_mapped(
+        name,
+        fd,
+        writable,
+        Duration::ZERO,
+        RegionKind::Channel,
+        bells,
+    )?;
     Ok(chans.swap_remove(0))
 }
 
@@ -462,12 +484,14 @@ fn views(
     map: memmap2::MmapRaw,
     fd: OwnedFd,
     unlink: Option<CString>,
+    bells: std::sync::Arc<Bells>,
 ) -> Vec<Arc<Shared>> {
     let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
     let mapping = std::sync::Arc::new(Mapping {
         _map: map,
         fd,
         unlink,
+        bells,
     });
     shape
         .placements()
@@ -486,9 +510,10 @@ fn create_mapped(
     fd: OwnedFd,
     shape: Shape,
     unlink: Option<CString>,
+    bells: std::sync::Arc<Bells>,
 ) -> Result<Vec<Arc<Shared>>> {
     let map = size_and_map(&name, &fd, shape.region_size(), unlink.as_ref())?;
-    let chans = views(&name, shape, map, fd, unlink);
+    let chans = views(&name, shape, map, fd, unlink, bells);
     let pid = std::process::id();
     match shape {
         Shape::Channel(_) => chans[0].init_header(pid),
@@ -512,7 +537,7 @@ pub(crate) fn create_named_shape(
     shape.validate(name)?;
     let (fd, cname, lock) = shm_create(name, lock_byte(None, end), end)?;
     Ok((
-        create_mapped(name.to_owned(), fd, shape, Some(cname))?,
+        create_mapped(name.to_owned(), fd, shape, Some(cname), Default::default())?,
         std::sync::Arc::new(lock),
     ))
 }
@@ -525,10 +550,23 @@ pub(crate) fn create_memfd_shape(
     shape.validate("memfd:shmflow")?;
     let (fd, name) = memfd_sealed(shape.region_size())?;
     let lock = EndLock::acquire(&fd, lock_byte(None, end), end, &name)?;
-    Ok((
-        create_mapped(name, fd, shape, None)?,
-        std::sync::Arc::new(lock),
-    ))
+    // Two descriptors per park word; where the process has none to spare (a gate of hundreds
+    // of channels under a low descriptor limit), the region goes without doorbells and its
+    // async waiters use the bridge thread.
+    let bells = Bells::fresh(shape.placements().len()).ok();
+    let rings = bells.is_some();
+    let bells = std::sync::Arc::new(bells.unwrap_or_default());
+    let chans = create_mapped(name, fd, shape, None, bells)?;
+    if let (Shape::Gate(_), true) = (shape, rings) {
+        // A gate's channels are attached only through their handles, which carry the
+        // doorbells (a bare descriptor is refused): its waiters may sleep on them at once. A
+        // channel's peer marks its words when it attaches with them.
+        for c in &chans {
+            crate::protocol::park::mark_ringable(c.consumer_park());
+            crate::protocol::park::mark_ringable(&c.header().producer_park);
+        }
+    }
+    Ok((chans, std::sync::Arc::new(lock)))
 }
 
 /// Maps and validates an existing object that must be a region of `kind`: magic, layout
@@ -539,6 +577,7 @@ fn open_mapped(
     writable: bool,
     grace: Duration,
     kind: RegionKind,
+    bells: Option<std::sync::Arc<Bells>>,
 ) -> Result<Vec<Arc<Shared>>> {
     let (size, magic, head) = identity(&name, fd.as_fd(), grace)?;
     if magic != magic_of(kind) {
@@ -555,7 +594,47 @@ fn open_mapped(
         size,
     )?;
     let map = map(&name, fd.as_fd(), expected as usize, writable)?;
-    Ok(views(&name, shape, map, fd, None))
+    let bare = bells.is_none();
+    let chans = views(&name, shape, map, fd, None, bells.unwrap_or_default());
+    if writable {
+        mark_notified_words(&name, &chans, bare)?;
+    }
+    Ok(chans)
+}
+
+/// Tells the peer's async waiters whether this process, which just opened the region from a
+/// descriptor, can ring the doorbells of the words it notifies: with its doorbells (`bare`
+/// false) they may sleep on them from now on; without, they sleep on the futex. A bare
+/// descriptor is refused where a process with the doorbells attached before.
+fn mark_notified_words(name: &str, chans: &[Arc<Shared>], bare: bool) -> Result<()> {
+    use crate::protocol::park::{mark_bell_less, mark_ringable, ringable};
+    let words = || {
+        chans
+            .iter()
+            .flat_map(|c| [c.consumer_park(), &c.header().producer_park])
+    };
+    if !bare {
+        // Only the words whose bells came with the descriptor (a gate's child holds those of
+        // its own channel).
+        for c in chans.iter().filter(|c| c.producer_bell().is_some()) {
+            mark_ringable(c.consumer_park());
+            mark_ringable(&c.header().producer_park);
+        }
+        return Ok(());
+    }
+    // Looked at first, so that a refused descriptor leaves the words as they were (but in a
+    // race with the peer's attachment).
+    if words().any(ringable) || !words().all(mark_bell_less) {
+        return Err(ConfigError::new(
+            name,
+            "descriptor",
+            "the region's handle with its doorbells (PeerHandle::pass_to): a peer that holds \
+             them attached before, and may sleep on them",
+            "a bare descriptor",
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// Creates a named gate and takes the consumer's liveness lock on it.
@@ -585,12 +664,25 @@ pub(crate) fn gate_open_named_grace(
     grace: Duration,
 ) -> Result<Vec<Arc<Shared>>> {
     let fd = shm_open_existing(name, writable)?;
-    open_mapped(name.to_owned(), fd, writable, grace, RegionKind::Gate)
+    open_mapped(
+        name.to_owned(),
+        fd,
+        writable,
+        grace,
+        RegionKind::Gate,
+        Some(Default::default()),
+    )
 }
 
 /// Opens a gate from an inherited descriptor (every channel).
-pub(crate) fn gate_open_fd(name: String, fd: OwnedFd, writable: bool) -> Result<Vec<Arc<Shared>>> {
-    open_mapped(name, fd, writable, Duration::ZERO, RegionKind::Gate)
+/// `bells` as for [`open_fd`].
+pub(crate) fn gate_open_fd(
+    name: String,
+    fd: OwnedFd,
+    writable: bool,
+    bells: Option<std::sync::Arc<Bells>>,
+) -> Result<Vec<Arc<Shared>>> {
+    open_mapped(name, fd, writable, Duration::ZERO, RegionKind::Gate, bells)
 }
 
 /// Picks channel `c` out of a gate's channels.

@@ -9,6 +9,8 @@ use std::ptr::NonNull;
 
 use crate::protocol::abi::{GateGeometry, GateHeader};
 use crate::protocol::abi::{Geometry, Header};
+#[cfg(not(loom))]
+use crate::sync::Bell;
 use crate::sync::{AtomicU64, ByteTracker, FutexWord};
 
 #[cfg(not(loom))]
@@ -19,6 +21,49 @@ pub(crate) struct Mapping {
     pub(crate) fd: OwnedFd,
     /// Set for the creator of a named region: the name to unlink on drop.
     pub(crate) unlink: Option<CString>,
+    /// The doorbells of the park words that this process holds (anonymous regions only;
+    /// shared with a peer opened in this process from a handle).
+    pub(crate) bells: std::sync::Arc<Bells>,
+}
+
+/// The doorbells of a region's park words held by this process: an anonymous region's creator
+/// holds them all, a child those of its channel (handed with the region by `PeerHandle`).
+#[cfg(not(loom))]
+#[derive(Default, Debug)]
+pub(crate) struct Bells {
+    /// The consumer's word: the channel's, or the gate's.
+    pub(crate) consumer: Option<Bell>,
+    /// Each channel's producer word, by channel index (0 for a channel of its own).
+    pub(crate) producers: Vec<Option<Bell>>,
+}
+
+#[cfg(not(loom))]
+impl Bells {
+    /// Fresh bells for a region of `channels` channels (1 for a channel of its own).
+    pub(crate) fn fresh(channels: usize) -> std::io::Result<Bells> {
+        Ok(Bells {
+            consumer: Some(Bell::new()?),
+            producers: (0..channels)
+                .map(|_| Bell::new().map(Some))
+                .collect::<std::io::Result<_>>()?,
+        })
+    }
+
+    /// The bells of channel `c` alone, handed over: its consumer's word's and its producer's.
+    /// `c` is below `MAX_CHANNELS` (checked where it is read).
+    pub(crate) fn of_channel(c: u32, consumer: Bell, producer: Bell) -> Bells {
+        let mut producers: Vec<Option<Bell>> = (0..c).map(|_| None).collect();
+        producers.push(Some(producer));
+        Bells {
+            consumer: Some(consumer),
+            producers,
+        }
+    }
+
+    /// Channel `c`'s producer word's bell, if held.
+    pub(crate) fn producer(&self, c: u32) -> Option<&Bell> {
+        self.producers.get(c as usize).and_then(Option::as_ref)
+    }
 }
 
 #[cfg(not(loom))]
@@ -405,6 +450,36 @@ impl Shared {
     #[cfg_attr(loom, allow(dead_code))]
     pub(crate) fn backing(&self) -> &Backing {
         &self.backing
+    }
+
+    /// The region's doorbells held by this process.
+    #[cfg(not(loom))]
+    pub(crate) fn bells(&self) -> Option<&std::sync::Arc<Bells>> {
+        match &self.backing {
+            Backing::Mapped(m) => Some(&m.bells),
+        }
+    }
+
+    /// The doorbell of the consumer's park word, if this process holds it.
+    #[inline]
+    pub(crate) fn consumer_bell(&self) -> Option<&crate::sync::Bell> {
+        #[cfg(not(loom))]
+        match &self.backing {
+            Backing::Mapped(m) => m.bells.consumer.as_ref(),
+        }
+        #[cfg(loom)]
+        None
+    }
+
+    /// The doorbell of this channel's producer park word, if this process holds it.
+    #[inline]
+    pub(crate) fn producer_bell(&self) -> Option<&crate::sync::Bell> {
+        #[cfg(not(loom))]
+        match &self.backing {
+            Backing::Mapped(m) => m.bells.producer(self.gate.as_ref().map_or(0, |g| g.index)),
+        }
+        #[cfg(loom)]
+        None
     }
 }
 

@@ -50,6 +50,41 @@ impl FutexWord {
     }
 }
 
+/// The doorbell (a datagram socket pair and the reactor's readiness), modelled: a count of
+/// queued rings and the waiting task's waker. `ring` adds to the counter, then takes the waker under the lock and wakes it;
+/// `rung` takes the counter under the lock, or leaves its waker there. A ring with no waiter
+/// is kept (the count), as the socket keeps its datagrams. Timeouts are ignored (see
+/// [`FutexWord::wait`]).
+#[derive(Default, Debug)]
+pub(crate) struct Bell {
+    count: AtomicU64,
+    waker: loom::sync::Mutex<Option<std::task::Waker>>,
+}
+
+impl Bell {
+    pub(crate) fn ring(&self) {
+        // Release: pairs with the Acquire swap in `rung` (the socket's queue).
+        self.count.fetch_add(1, super::Ordering::Release);
+        let waker = self.waker.lock().unwrap().take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    pub(crate) async fn rung(&self, _timeout: Duration) -> std::io::Result<()> {
+        std::future::poll_fn(|cx| {
+            let mut slot = self.waker.lock().unwrap();
+            // Acquire: pairs with the Release increment in `ring`.
+            if self.count.swap(0, super::Ordering::Acquire) > 0 {
+                return std::task::Poll::Ready(Ok(()));
+            }
+            *slot = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
 /// `futex_waitv`, modelled as [`FutexWord::wait`] on several words (timeouts ignored). Unlike
 /// the kernel, the model reads the words itself: every model keeps its words alive.
 pub(crate) fn futex_waitv(words: &[(*const FutexWord, u32)], _timeout: Option<Duration>) -> bool {

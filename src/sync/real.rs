@@ -33,6 +33,77 @@ impl FutexWord {
     }
 }
 
+/// A doorbell: a connected pair of Unix datagram sockets shared with the peer process
+/// (`sys::bell`). A notifier rings it for a waiter that announced it sleeps on it rather than
+/// on the futex word (an async task, asleep in its runtime's reactor).
+#[derive(Debug)]
+pub(crate) struct Bell {
+    /// The end a waiter watches.
+    wait: std::os::fd::OwnedFd,
+    /// The end notifiers ring.
+    ring: std::os::fd::OwnedFd,
+}
+
+impl Bell {
+    /// A fresh doorbell.
+    pub(crate) fn new() -> std::io::Result<Bell> {
+        let (wait, ring) = crate::sys::bell::create()?;
+        Ok(Bell { wait, ring })
+    }
+
+    /// A doorbell from the two ends handed over by the peer (checked by the caller).
+    pub(crate) fn from_fds(wait: std::os::fd::OwnedFd, ring: std::os::fd::OwnedFd) -> Bell {
+        Bell { wait, ring }
+    }
+
+    /// The two ends (wait, ring), to hand to a child.
+    pub(crate) fn fds(&self) -> [std::os::fd::BorrowedFd<'_>; 2] {
+        use std::os::fd::AsFd;
+        [self.wait.as_fd(), self.ring.as_fd()]
+    }
+
+    /// Rings: the waiter's reactor sees the wait end readable. Never blocks.
+    pub(crate) fn ring(&self) {
+        use std::os::fd::AsFd;
+        crate::sys::bell::ring(self.ring.as_fd());
+    }
+
+    /// Waits in the current tokio runtime's reactor until the bell rings (a ring since the
+    /// last wait counts) or `timeout` passes, and takes the rings. The runtime needs its IO
+    /// and time drivers (`enable_io`, `enable_time`; `#[tokio::main]` enables both).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn rung(&self, timeout: Duration) -> std::io::Result<()> {
+        use std::os::fd::{AsFd, AsRawFd, RawFd};
+        use tokio::io::unix::AsyncFd;
+        use tokio::io::Interest;
+        /// The wait end's number, registered for the length of one wait.
+        struct Raw(RawFd);
+        impl AsRawFd for Raw {
+            fn as_raw_fd(&self) -> RawFd {
+                self.0
+            }
+        }
+        // SAFETY: the descriptor is `self.wait`, open as long as `self`, which outlives the
+        // registration (dropped at the end of this call, which borrows `self`).
+        let reg = unsafe {
+            AsyncFd::register_with_interest(Raw(self.wait.as_raw_fd()), Interest::READABLE)
+        }?;
+        let wait = async {
+            loop {
+                let mut ready = reg.readable().await?;
+                if crate::sys::bell::drain(self.wait.as_fd()) {
+                    return Ok::<(), std::io::Error>(());
+                }
+                ready.clear_ready();
+            }
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(r) => r,
+            Err(_) => Ok(()),
+        }
+    }
+}
+
 /// Sleeps until one of `words` is woken or differs from its expected value (checked by the
 /// kernel atomically with going to sleep), or `timeout` passes; at most
 /// [`WAITV_MAX`](crate::sys::futex::WAITV_MAX) words. Spurious returns are allowed. False if

@@ -62,6 +62,23 @@ pub(crate) unsafe fn adopt(raw: RawFd) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Makes the child that `cmd` spawns inherit `fd`, which `cmd` now owns (it is closed when
+/// `cmd` is dropped): returns its number.
+pub(crate) fn inherit_owned_in_child(cmd: &mut Command, fd: OwnedFd) -> RawFd {
+    use std::os::fd::AsRawFd;
+    let raw = fd.as_raw_fd();
+    // SAFETY: as in `inherit_in_child`; the closure owns `fd`, so it stays open until `cmd`
+    // (which owns the closure) is dropped, after any spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            fcntl(&fd, FcntlArg::F_SETFD(FdFlag::empty()))
+                .map(|_| ())
+                .map_err(super::io)
+        });
+    }
+    raw
+}
+
 /// Makes the child that `cmd` spawns inherit `raw` (its close-on-exec flag is cleared between
 /// fork and exec, in that child only). `raw` must stay open in this process until the spawn.
 pub(crate) fn inherit_in_child(cmd: &mut Command, raw: RawFd) {

@@ -6,6 +6,7 @@
 // Under loom the regions live on the heap: most system calls go unused there.
 #![cfg_attr(loom, allow(dead_code))]
 
+pub(crate) mod bell;
 pub(crate) mod clock;
 pub(crate) mod fd;
 pub(crate) mod futex;

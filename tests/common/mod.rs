@@ -54,6 +54,18 @@ pub(crate) fn spawn_with_stdin(
     cmd.spawn().expect("spawning a child test process")
 }
 
+/// As [`spawn`], handing the child several regions, each in its own variable.
+pub(crate) fn spawn_with_handles(test: &str, role: &str, handles: &[(&str, &PeerHandle)]) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .stdin(Stdio::null());
+    for (var, h) in handles {
+        h.pass_to(&mut cmd, var);
+    }
+    cmd.spawn().expect("spawning a child test process")
+}
+
 /// As [`spawn`], with the child's output discarded: for a child that fails on purpose (its
 /// test harness would print a failure that is the point of the test).
 pub(crate) fn spawn_quiet(test: &str, role: &str, handle: Option<&PeerHandle>) -> Child {

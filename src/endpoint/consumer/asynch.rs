@@ -24,7 +24,10 @@ impl Consumer {
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.
         Box::pin(unsafe {
             park::wait_async(
-                shared.consumer_park(),
+                park::WaitOn {
+                    word: shared.consumer_park(),
+                    bell: shared.consumer_bell(),
+                },
                 &shared.name,
                 Bridges::global(),
                 wait,

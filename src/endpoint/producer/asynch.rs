@@ -27,7 +27,10 @@ impl Producer {
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.
         Box::pin(unsafe {
             park::wait_async(
-                &h.producer_park,
+                park::WaitOn {
+                    word: &h.producer_park,
+                    bell: shared.producer_bell(),
+                },
                 &shared.name,
                 Bridges::global(),
                 self.wait,
