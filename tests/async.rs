@@ -859,6 +859,68 @@ fn drain_async_reads_every_record_then_the_end() {
     assert!(calls < N, "{calls} calls for {N} records: no batching");
 }
 
+/// A `drain_async` that stopped where a streaming writer is leaves it alone for a gap before
+/// it looks again (its first poll yields even though records are there); dropped in that gap,
+/// it has taken nothing, and the next call reads every record in order.
+#[test]
+fn a_drain_async_dropped_while_it_leaves_the_writer_alone_loses_nothing() {
+    let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+    current_thread().block_on(async {
+        let mut seen = 0u64;
+        for i in 0..100u64 {
+            tx.send(&i.to_le_bytes()).unwrap();
+        }
+        let n = rx
+            .drain_async(usize::MAX, |r| {
+                assert_eq!(r.as_pod::<u64>(), Some(&seen));
+                seen += 1;
+                Ok::<_, shmflow::Error>(())
+            })
+            .await
+            .unwrap();
+        assert_eq!((n, seen), (100, 100));
+        for i in 100..200u64 {
+            tx.send(&i.to_le_bytes()).unwrap();
+        }
+        {
+            let mut gap = std::pin::pin!(rx.drain_async(
+                usize::MAX,
+                |_| -> Result<(), shmflow::Error> {
+                    panic!("a record was handed out before the gap")
+                }
+            ));
+            let first = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::future::Future::poll(gap.as_mut(), cx))
+            })
+            .await;
+            assert!(
+                first.is_pending(),
+                "the call after catching up looked at once: {first:?}"
+            );
+        }
+        while seen < 200 {
+            let n = bounded(
+                "drain_async",
+                rx.drain_async(usize::MAX, |r| {
+                    assert_eq!(r.as_pod::<u64>(), Some(&seen));
+                    seen += 1;
+                    Ok::<_, shmflow::Error>(())
+                }),
+            )
+            .await
+            .unwrap();
+            assert!(n > 0);
+        }
+        drop(tx);
+        assert_eq!(
+            rx.drain_async(usize::MAX, |_| Ok::<_, shmflow::Error>(()))
+                .await
+                .unwrap(),
+            0
+        );
+    });
+}
+
 /// A partition's async sends: round-robin over two channels, then an event to both, read by
 /// two tasks of a multi-thread runtime.
 #[test]

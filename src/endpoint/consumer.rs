@@ -116,6 +116,10 @@ pub struct Consumer {
     /// Async calls since the last look at the executor's budget.
     #[cfg(any(feature = "tokio", loom))]
     coop: u8,
+    /// The last `drain_async` caught up with the writer without having waited: the writer
+    /// streams, and the next call leaves it alone for a gap first (see `drain_async`).
+    #[cfg(any(feature = "tokio", loom))]
+    caught_up: bool,
 }
 
 /// What the slow path found next, before anything borrows the consumer.
@@ -244,6 +248,8 @@ impl Consumer {
             wait_mark: None,
             #[cfg(any(feature = "tokio", loom))]
             coop: 0,
+            #[cfg(any(feature = "tokio", loom))]
+            caught_up: false,
         })
     }
 

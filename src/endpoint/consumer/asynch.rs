@@ -118,7 +118,12 @@ impl Consumer {
     /// record available (at most `max`, at least one unless the stream ended) to `f`, and
     /// returns how many; `Ok(0)` is the end of the stream. The throughput-minded async reader's
     /// loop: records that are already there are handed out as by `drain`, with no future per
-    /// record. Dropping the future while it waits loses nothing.
+    /// record. After a call that stopped where a streaming writer is (it read at least a
+    /// kilobyte since it last waited), the next one first leaves the writer alone for the
+    /// wait's gap, as a blocking reader does after a batch (with the default
+    /// [`WaitStrategy::Block`]; the other strategies look at once): a reader that looked at once
+    /// would find the record or two committed since, call after call, and pull the cache line
+    /// the writer is filling each time. Dropping the future while it waits loses nothing.
     ///
     /// # Errors
     /// `f`'s error, or what `recv_async` would return (converted with `From<RecvError>`).
@@ -153,8 +158,20 @@ impl Consumer {
         F: FnMut(Record<'_>) -> Result<(), E>,
         E: From<RecvError>,
     {
+        if std::mem::take(&mut self.caught_up) {
+            // The last call caught up with a streaming writer: looking at once would pull the
+            // line it is filling and find the one or two records committed since, call after
+            // call, which slows both ends to the pace of that line moving between their
+            // caches. Leave the writer alone for the wait's gap first (`WaitStrategy::Block`,
+            // as a blocking reader does after a batch; the other strategies look at once), so
+            // that the next batch is a large one.
+            op::<_, RecvError>(self.readable(false).await)?;
+        }
         let n = self.drain(max, &mut f)?;
         if n > 0 || max == 0 {
+            // Fewer than `max`: it stopped where the writer is; a streaming one if the reader
+            // moved on by `STREAM_BYTES` since it last waited (as `recv_async` tells).
+            self.caught_up = n < max && self.pace() == park::Pace::Stream;
             return Ok(n);
         }
         // Nothing now: wait for one record (`None`: the end of the stream), then the rest.
