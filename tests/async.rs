@@ -921,6 +921,55 @@ fn a_drain_async_dropped_while_it_leaves_the_writer_alone_loses_nothing() {
     });
 }
 
+/// A task whose sends and receives never wait still gives its thread back: on a
+/// current-thread runtime, a task that counts its turns gets some while 40 000 records go
+/// into a pool that holds them all (the producer never waits) and come out again (the
+/// consumer never waits). Without the executor's budget it would get none until the end.
+#[test]
+fn tasks_that_never_wait_still_let_others_run() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const N: u64 = 40_000;
+    let g = Geometry {
+        segment_size: 64 * 1024,
+        segment_count: 64,
+    };
+    let (mut tx, mut rx) = shmflow::pair(g).unwrap();
+    current_thread().block_on(async {
+        let turns = std::sync::Arc::new(AtomicU64::new(0));
+        let counter = {
+            let turns = turns.clone();
+            tokio::spawn(async move {
+                loop {
+                    turns.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        let rec = [7u8; 64];
+        for _ in 0..N {
+            tx.send_async(&rec).await.unwrap();
+        }
+        let while_sending = turns.swap(0, Ordering::Relaxed);
+        tx.flush_async().await.unwrap();
+        for _ in 0..N {
+            assert_eq!(rx.recv_async().await.unwrap().unwrap().len(), Some(64));
+        }
+        let while_receiving = turns.load(Ordering::Relaxed);
+        counter.abort();
+        // 40 000 records of 64 bytes fill about 2.8 MiB: the producer spends its budget by
+        // the segment (a unit per 2 KiB), the consumer every 32nd record; tokio's budget is
+        // 128 units a turn.
+        assert!(
+            while_sending >= 5,
+            "{while_sending} turns for others while sending"
+        );
+        assert!(
+            while_receiving >= 5,
+            "{while_receiving} turns for others while receiving"
+        );
+    });
+}
+
 /// A partition's async sends: round-robin over two channels, then an event to both, read by
 /// two tasks of a multi-thread runtime.
 #[test]

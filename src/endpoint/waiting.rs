@@ -38,6 +38,30 @@ fn budget_look(calls: &mut u8, cx: &mut std::task::Context<'_>) -> std::task::Po
     std::task::Poll::Ready(())
 }
 
+/// Bytes of segment that cost one unit of the executor's budget: about 32 records of 64
+/// bytes, as [`CALLS_PER_BUDGET_LOOK`] calls do.
+const BYTES_PER_BUDGET_UNIT: usize = 2048;
+
+/// The budget of a sender that writes records into the segment in hand without looking at
+/// the executor (a look per record costs more than the write): spent when a record needs the
+/// next segment, one unit per [`BYTES_PER_BUDGET_UNIT`] of the segment it filled (at least
+/// one). `Pending` if the task has used its share (nothing is sent then).
+#[cold]
+#[inline(never)]
+pub(crate) fn segment_budget(
+    seg_size: usize,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<()> {
+    #[cfg(not(loom))]
+    for _ in 0..(seg_size / BYTES_PER_BUDGET_UNIT).max(1) {
+        let restore = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        restore.made_progress();
+    }
+    #[cfg(loom)]
+    let _ = (seg_size / BYTES_PER_BUDGET_UNIT, cx);
+    std::task::Poll::Ready(())
+}
+
 /// A boxed future for the slow path of a hand-written one (`Send`, as the ends are).
 pub(crate) type Slow<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 

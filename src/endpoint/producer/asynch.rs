@@ -6,7 +6,7 @@
 //! publishes nothing. The wait is backpressure, counted as the blocking calls count it.
 
 use super::*;
-use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
+use crate::endpoint::waiting::{segment_budget, spend_budget, start_slow, Slow};
 use crate::protocol::bridge::Bridges;
 
 impl Producer {
@@ -327,11 +327,15 @@ impl std::future::Future for SendAsync<'_> {
         let Some(p) = this.producer.take() else {
             panic!("`SendAsync` polled after it completed");
         };
-        if poll_budget(&mut p.coop, cx).is_pending() {
+        let bytes = this.bytes;
+        // A record that goes into the segment in hand costs no look at the executor's budget:
+        // the budget is spent by the segment (see `segment_budget`), when the record that
+        // needs the next one comes.
+        let in_hand = matches!(&p.cur, Some(c) if p.seg_size - c.wpos >= HEADER + bytes.len());
+        if !in_hand && segment_budget(p.seg_size, cx).is_pending() {
             this.producer = Some(p);
             return std::task::Poll::Pending;
         }
-        let bytes = this.bytes;
         // Within a segment, the `try_` form either sends or changes nothing (records that
         // span go through the slow path, which first waits for all their segments).
         if HEADER + bytes.len() <= p.seg_size {
