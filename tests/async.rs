@@ -820,6 +820,21 @@ fn async_waits_work_where_futex_waitv_is_refused() {
     expect_success(child, "futex_waitv refused");
 }
 
+/// One `drain_async` (bounded in time) of records that hold their index as a `u64`, checked
+/// in order from `seen`; how many it handed out.
+async fn drain_in_order(rx: &mut Consumer, seen: &mut u64) -> usize {
+    bounded(
+        "drain_async",
+        rx.drain_async(usize::MAX, |r| {
+            assert_eq!(r.as_pod::<u64>(), Some(&*seen));
+            *seen += 1;
+            Ok::<_, shmflow::Error>(())
+        }),
+    )
+    .await
+    .unwrap()
+}
+
 /// `drain_async` hands out everything there is, waits when there is nothing, and says 0 only
 /// at the end of the stream.
 #[test]
@@ -837,16 +852,7 @@ fn drain_async_reads_every_record_then_the_end() {
     let (seen, calls) = current_thread().block_on(async {
         let (mut seen, mut calls) = (0u64, 0u64);
         loop {
-            let n = bounded(
-                "drain_async",
-                rx.drain_async(usize::MAX, |r| {
-                    assert_eq!(r.as_pod::<u64>(), Some(&seen));
-                    seen += 1;
-                    Ok::<_, shmflow::Error>(())
-                }),
-            )
-            .await
-            .unwrap();
+            let n = drain_in_order(&mut rx, &mut seen).await;
             calls += 1;
             if n == 0 {
                 break;
@@ -870,14 +876,7 @@ fn a_drain_async_dropped_while_it_leaves_the_writer_alone_loses_nothing() {
         for i in 0..100u64 {
             tx.send(&i.to_le_bytes()).unwrap();
         }
-        let n = rx
-            .drain_async(usize::MAX, |r| {
-                assert_eq!(r.as_pod::<u64>(), Some(&seen));
-                seen += 1;
-                Ok::<_, shmflow::Error>(())
-            })
-            .await
-            .unwrap();
+        let n = drain_in_order(&mut rx, &mut seen).await;
         assert_eq!((n, seen), (100, 100));
         for i in 100..200u64 {
             tx.send(&i.to_le_bytes()).unwrap();
@@ -899,16 +898,7 @@ fn a_drain_async_dropped_while_it_leaves_the_writer_alone_loses_nothing() {
             );
         }
         while seen < 200 {
-            let n = bounded(
-                "drain_async",
-                rx.drain_async(usize::MAX, |r| {
-                    assert_eq!(r.as_pod::<u64>(), Some(&seen));
-                    seen += 1;
-                    Ok::<_, shmflow::Error>(())
-                }),
-            )
-            .await
-            .unwrap();
+            let n = drain_in_order(&mut rx, &mut seen).await;
             assert!(n > 0);
         }
         drop(tx);
