@@ -17,7 +17,7 @@ use crate::endpoint::producer::raw::Refused;
 use crate::endpoint::producer::Producer;
 use crate::error::{Error, TrySendError};
 use crate::net::error::{LinkError, ProtocolError, SetupError};
-use crate::net::link::{self, BoxStream, Held, Writer, CANCELLED};
+use crate::net::link::{self, BoxStream, ChannelEnd, Held, Writer};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended};
 
@@ -188,7 +188,7 @@ impl Client {
         let names: Vec<String> = imports.iter().map(|(n, _)| n.clone()).collect();
         let mut queues: Vec<Option<mpsc::Sender<In>>> = Vec::new();
         let mut cancelled = vec![false; names.len()];
-        let mut tasks: JoinSet<(u32, Result<Ended, LinkError>)> = JoinSet::new();
+        let mut tasks: JoinSet<(u32, ChannelEnd)> = JoinSet::new();
         let mut out = Vec::new();
         let mut failure = None;
         for (id, (name, mut p)) in imports.into_iter().enumerate() {
@@ -223,7 +223,9 @@ impl Client {
         while failure.is_none() && !tasks.is_empty() {
             tokio::select! {
                 Some(done) = tasks.join_next() => match done {
-                    Ok((id, result)) => {
+                    Ok((id, end)) => {
+                        // (No channel is cut before the connection ends.)
+                        let result = end.outcome(None);
                         // Ended here before its sender closed it (its consumer left or broke, or
                         // took no priority events): the sender was sent `Cancel` or `Error`, and
                         // what it sent before that is still on its way (dropped here).
@@ -294,14 +296,10 @@ impl Client {
         }
         drop(queues);
         while let Some(done) = tasks.join_next().await {
-            if let Ok((id, result)) = done {
-                let result = match (result, &failure) {
-                    (Err(LinkError::Local(m)), Some(e)) if m == CANCELLED => Err(e.clone()),
-                    (r, _) => r,
-                };
+            if let Ok((id, end)) = done {
                 out.push(ChannelOutcome {
                     name: names[id as usize].clone(),
-                    result,
+                    result: end.outcome(failure.as_ref()),
                 });
             }
         }
@@ -655,7 +653,7 @@ async fn receive_channel(
     mut rx: mpsc::Receiver<In>,
     w: Arc<Writer>,
     stop: CancellationToken,
-) -> Result<Ended, LinkError> {
+) -> ChannelEnd {
     let p = Held::new(p);
     let mut ch = Receiving {
         seg_size: p.geometry().segment_size as usize,
@@ -676,12 +674,13 @@ async fn receive_channel(
     // The reader hands over no more (it handed over the channel's end, or the connection
     // ended).
     let mut rx_done = false;
-    let failure: LinkError = loop {
+    // `None`: the connection ended under the channel.
+    let failure: Option<LinkError> = loop {
         if let Some(Waiting::Priority { kind, payload }) = ch.held.front() {
             // A priority event waits for room in the lane: take what comes meanwhile.
             let (kind, payload) = (*kind, payload.clone());
             let r = tokio::select! {
-                _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
+                _ = stop.cancelled() => break None,
                 r = ch.p.send_priority_event_async(kind, &payload) => match r {
                     Ok(()) => ch.release(),
                     Err(e) => Err(Stop::Consumer(e.into())),
@@ -695,12 +694,12 @@ async fn receive_channel(
                 },
             };
             if let Err(why) = r {
-                return ch.stop(why, &w).await;
+                return ChannelEnd::Done(ch.stop(why, &w).await);
             }
             // Everything held is written: announce, unless more is queued (as below).
             if ch.held.is_empty() && rx.is_empty() && !rx_done {
                 if let Err(e) = ch.announce(&w).await {
-                    break e;
+                    break Some(e);
                 }
             }
             continue;
@@ -715,34 +714,37 @@ async fn receive_channel(
             biased;
             m = rx.recv() => match m {
                 Some(m) => m,
-                None => break LinkError::Local(CANCELLED.into()),
+                None => break None,
             },
-            _ = stop.cancelled() => break LinkError::Local(CANCELLED.into()),
+            _ = stop.cancelled() => break None,
             r = ch.p.raw_wait_free(out), if short => {
                 match r {
                     Ok(()) => {
                         if let Err(e) = ch.announce(&w).await {
-                            break e;
+                            break Some(e);
                         }
                         continue;
                     }
-                    Err(e) => return ch.stop(Stop::Consumer(e), &w).await,
+                    Err(e) => return ChannelEnd::Done(ch.stop(Stop::Consumer(e), &w).await),
                 }
             }
         };
         let buffer = matches!(input, In::Buffer { .. });
         if let Err(why) = ch.take(input) {
-            return ch.stop(why, &w).await;
+            return ChannelEnd::Done(ch.stop(why, &w).await);
         }
         // More buffers already queued: write them first, announce once.
         if buffer && rx.is_empty() && ch.held.is_empty() {
             if let Err(e) = ch.announce(&w).await {
-                break e;
+                break Some(e);
             }
         }
     };
     ch.p.take().raw_lose();
-    Err(failure)
+    match failure {
+        Some(e) => ChannelEnd::Done(Err(e)),
+        None => ChannelEnd::Cut,
+    }
 }
 
 /// The local consumer left (`Closed`: the sender is sent `Cancel`, and its producer sees the

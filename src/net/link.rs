@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::net::error::LinkError;
 use crate::net::wire::{self, Codec, Msg};
+use crate::net::Ended;
 
 /// A connection: TCP, or TLS over TCP.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -138,9 +139,24 @@ pub(crate) async fn next(r: &mut Reader, dead_after: Duration) -> Result<Option<
     }
 }
 
-/// What a channel task returns when its connection is torn down under it (replaced by the
-/// connection's error in the report).
-pub(crate) const CANCELLED: &str = "connection closed";
+/// How a channel's task ended.
+pub(crate) enum ChannelEnd {
+    /// With an outcome of its own.
+    Done(Result<Ended, LinkError>),
+    /// Cut short because its connection ended: what ended the connection is its outcome.
+    Cut,
+}
+
+impl ChannelEnd {
+    /// The outcome to report, `connection` being what ended the connection, if anything.
+    pub(crate) fn outcome(self, connection: Option<&LinkError>) -> Result<Ended, LinkError> {
+        match self {
+            ChannelEnd::Done(r) => r,
+            // (A connection ends without an error only after every channel did.)
+            ChannelEnd::Cut => Err(connection.cloned().unwrap_or(LinkError::PeerClosed)),
+        }
+    }
+}
 
 /// Ends a connection that failed with `e`: sends `Error` for the whole connection, best
 /// effort, and ends the writing side — unless the peer cannot read it anyway (the connection

@@ -16,7 +16,7 @@ use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
 use crate::endpoint::consumer::Consumer;
 use crate::error::Error;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
-use crate::net::link::{self, BoxStream, Held, Writer, CANCELLED};
+use crate::net::link::{self, BoxStream, ChannelEnd, Held, Writer};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended, ServeReport};
 
@@ -223,12 +223,13 @@ async fn serve(
     link::heartbeats(writer.clone(), config.heartbeat, stop.clone());
     let mut ctls: HashMap<u32, Arc<Ctl>> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
-    let mut tasks: JoinSet<(u32, Result<Ended, LinkError>)> = JoinSet::new();
+    let mut tasks: JoinSet<(u32, ChannelEnd)> = JoinSet::new();
     let failure: Option<LinkError> = loop {
         tokio::select! {
             Some(done) = tasks.join_next() => {
                 let (id, result) = match done {
-                    Ok(r) => r,
+                    // (No channel is cut before the connection ends.)
+                    Ok((id, end)) => (id, end.outcome(None)),
                     Err(e) => break Some(LinkError::Local(e.to_string())),
                 };
                 // A channel that broke the protocol ends the connection.
@@ -334,14 +335,10 @@ async fn serve(
         stop.cancel();
         link::refuse(&writer, e).await;
         while let Some(done) = tasks.join_next().await {
-            if let Ok((id, result)) = done {
-                let result = match result {
-                    Err(LinkError::Local(m)) if m == CANCELLED => Err(e.clone()),
-                    r => r,
-                };
+            if let Ok((id, end)) = done {
                 out.channels.push(ChannelOutcome {
                     name: names[&id].clone(),
-                    result,
+                    result: end.outcome(Some(e)),
                 });
             }
         }
@@ -377,7 +374,7 @@ async fn send_channel(
     w: Arc<Writer>,
     stop: CancellationToken,
     initial: u32,
-) -> Result<Ended, LinkError> {
+) -> ChannelEnd {
     let mut c = Held::new(c);
     let mut figures = Figures {
         initial: initial as u64,
@@ -385,11 +382,12 @@ async fn send_channel(
     };
     let r = tokio::select! {
         r = forward(&mut c, id, &ctl, &w, &mut figures) => r,
-        _ = stop.cancelled() => Err(Fail::Link(LinkError::Local(CANCELLED.into()))),
+        _ = stop.cancelled() => Err(Fail::Cut),
     };
     let r = match r {
-        Ok(ended) => Ok(ended),
-        Err(Fail::Link(e)) => Err(e),
+        Ok(ended) => ChannelEnd::Done(Ok(ended)),
+        Err(Fail::Link(e)) => ChannelEnd::Done(Err(e)),
+        Err(Fail::Cut) => ChannelEnd::Cut,
         // The local end broke (a corrupt region): the receiver is told, the channel ends.
         Err(Fail::Local(e)) => {
             let _ = w
@@ -399,23 +397,23 @@ async fn send_channel(
                     message: e.to_string(),
                 })
                 .await;
-            Err(LinkError::Local(e.to_string()))
+            ChannelEnd::Done(Err(LinkError::Local(e.to_string())))
         }
     };
     if let Some((code, message)) = ctl.lost.get() {
         // The receiving end failed: the local producer sees its consumer dead.
         c.take().raw_lose();
-        return Err(LinkError::Remote {
+        return ChannelEnd::Done(Err(LinkError::Remote {
             code: *code,
             message: message.clone(),
-        });
+        }));
     }
     match &r {
         // The stream ended, or the remote consumer left: the local producer sees the
         // channel closed.
-        Ok(_) => drop(c.take()),
+        ChannelEnd::Done(Ok(_)) => drop(c.take()),
         // The remote side is lost: the local producer sees its consumer dead.
-        Err(_) => c.take().raw_lose(),
+        _ => c.take().raw_lose(),
     }
     r
 }
@@ -435,10 +433,12 @@ async fn wait_credit(ctl: &Ctl) {
     ctl.notify.notified().await;
 }
 
-/// Why forwarding stopped: the link, or the local end (told to the receiver first).
+/// Why forwarding stopped: the link, the local end (told to the receiver first), or the end
+/// of the connection.
 enum Fail {
     Link(LinkError),
     Local(Error),
+    Cut,
 }
 
 impl From<LinkError> for Fail {
