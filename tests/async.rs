@@ -960,6 +960,31 @@ fn tasks_that_never_wait_still_let_others_run() {
     });
 }
 
+/// Segments larger than a turn's budget can pay for at once (tokio gives 128 units a turn)
+/// still go out: `send_async` into 1 MiB segments completes.
+#[test]
+fn send_async_into_large_segments_completes() {
+    let g = Geometry {
+        segment_size: 1 << 20,
+        segment_count: 4,
+    };
+    let (mut tx, mut rx) = shmflow::pair(g).unwrap();
+    current_thread().block_on(async {
+        for i in 0..1000u64 {
+            bounded("send_async", tx.send_async(&i.to_le_bytes()))
+                .await
+                .unwrap();
+        }
+        drop(tx);
+        let mut seen = 0u64;
+        while let Some(r) = bounded("recv_async", rx.recv_async()).await.unwrap() {
+            assert_eq!(r.as_pod::<u64>(), Some(&seen));
+            seen += 1;
+        }
+        assert_eq!(seen, 1000);
+    });
+}
+
 /// A partition's async sends: round-robin over two channels, then an event to both, read by
 /// two tasks of a multi-thread runtime.
 #[test]

@@ -42,23 +42,30 @@ fn budget_look(calls: &mut u8, cx: &mut std::task::Context<'_>) -> std::task::Po
 /// bytes, as [`CALLS_PER_BUDGET_LOOK`] calls do.
 const BYTES_PER_BUDGET_UNIT: usize = 2048;
 
+/// The most units one segment costs: well under tokio's 128 a turn, so that a task with a
+/// fresh budget always gets through (a segment of 256 KiB or more would otherwise ask for
+/// more than a turn has, and never be taken).
+const MAX_UNITS_PER_SEGMENT: usize = 16;
+
 /// The budget of a sender that writes records into the segment in hand without looking at
-/// the executor (a look per record costs more than the write): spent when a record needs the
-/// next segment, one unit per [`BYTES_PER_BUDGET_UNIT`] of the segment it filled (at least
-/// one). `Pending` if the task has used its share (nothing is sent then).
+/// the executor (a look per record costs more than the write): spent when a record does not
+/// fit in the segment in hand (or none is in hand), one unit per [`BYTES_PER_BUDGET_UNIT`] of
+/// the segment size, at least one and at most [`MAX_UNITS_PER_SEGMENT`]. `Pending` if the
+/// task has used its share (nothing is sent then; tokio wakes the task).
 #[cold]
 #[inline(never)]
 pub(crate) fn segment_budget(
     seg_size: usize,
     cx: &mut std::task::Context<'_>,
 ) -> std::task::Poll<()> {
+    let units = (seg_size / BYTES_PER_BUDGET_UNIT).clamp(1, MAX_UNITS_PER_SEGMENT);
     #[cfg(not(loom))]
-    for _ in 0..(seg_size / BYTES_PER_BUDGET_UNIT).max(1) {
+    for _ in 0..units {
         let restore = std::task::ready!(tokio::task::coop::poll_proceed(cx));
         restore.made_progress();
     }
     #[cfg(loom)]
-    let _ = (seg_size / BYTES_PER_BUDGET_UNIT, cx);
+    let _ = (units, cx);
     std::task::Poll::Ready(())
 }
 

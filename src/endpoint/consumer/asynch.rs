@@ -119,7 +119,8 @@ impl Consumer {
     /// returns how many; `Ok(0)` is the end of the stream. The throughput-minded async reader's
     /// loop: records that are already there are handed out as by `drain`, with no future per
     /// record. After a call that stopped where a streaming writer is (it read at least a
-    /// kilobyte since it last waited), the next one first leaves the writer alone for the
+    /// kilobyte since it last waited, or moved to another segment, or never waited), the next
+    /// one first leaves the writer alone for the
     /// wait's gap, as a blocking reader does after a batch (with the default
     /// [`WaitStrategy::Block`]; the other strategies look at once): a reader that looked at once
     /// would find the record or two committed since, call after call, and pull the cache line

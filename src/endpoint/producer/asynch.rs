@@ -329,8 +329,8 @@ impl std::future::Future for SendAsync<'_> {
         };
         let bytes = this.bytes;
         // A record that goes into the segment in hand costs no look at the executor's budget:
-        // the budget is spent by the segment (see `segment_budget`), when the record that
-        // needs the next one comes.
+        // the budget is spent by the segment (see `segment_budget`), when a record does not
+        // fit in the one in hand.
         let in_hand = matches!(&p.cur, Some(c) if p.seg_size - c.wpos >= HEADER + bytes.len());
         if !in_hand && segment_budget(p.seg_size, cx).is_pending() {
             this.producer = Some(p);
