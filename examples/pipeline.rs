@@ -1,7 +1,7 @@
 //! Three processes linked by two shmflow channels: source → transform → sink.
 //!
 //! ```text
-//! cargo run --release --example pipeline -- [--records N] [--sink-rate R]
+//! cargo run --release --example pipeline -- [--records N] [--sink-rate R] [--named]
 //! ```
 //!
 //! The source sends N records `[seq u64][value u64][filler…]` (16 to 256 bytes); the transform
@@ -10,8 +10,11 @@
 //! caps the sink at R records/s: backpressure then slows the source to the same rate, which
 //! the source's own line shows.
 //!
-//! Each process re-executes this binary with a role; the channels are anonymous memfd regions
-//! handed to the child through an inherited descriptor (`PeerHandle::pass_to`).
+//! Each process re-executes this binary with a role. By default the channels are anonymous
+//! memfd regions handed to the child through an inherited descriptor (`PeerHandle::pass_to`):
+//! nothing outside the three processes can see them. With `--named` they are named regions
+//! (`/shmflow-pipeline-PID-a` and `-b`) that `shmflow list` shows and `shmflow stat NAME`
+//! watches live, while the pipeline runs; the source prints the names and the commands.
 
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -24,6 +27,20 @@ struct Args {
     role: String,
     records: u64,
     sink_rate: Option<f64>,
+    /// Named regions with this prefix instead of anonymous ones.
+    named: Option<String>,
+}
+
+const USAGE: &str = "usage: pipeline [--records N] [--sink-rate RECORDS_PER_SEC] [--named]
+
+  --records N          records the source sends (default 10000000)
+  --sink-rate R        cap the sink at R records/s: backpressure slows the source to it
+  --named              use named regions that `shmflow list` and `shmflow stat` can watch";
+
+/// Exits with the usage and code 2, as a command line that does not parse.
+fn usage_error(msg: &str) -> ! {
+    eprintln!("pipeline: {msg}\n\n{USAGE}");
+    std::process::exit(2)
 }
 
 fn parse_args() -> Args {
@@ -31,34 +48,85 @@ fn parse_args() -> Args {
         role: "source".into(),
         records: 10_000_000,
         sink_rate: None,
+        named: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
-        let mut val = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+        let mut val = || {
+            it.next()
+                .unwrap_or_else(|| usage_error(&format!("{arg} needs a value")))
+        };
         match arg.as_str() {
             "--role" => a.role = val(),
-            "--records" => a.records = val().parse().expect("--records N"),
-            "--sink-rate" => {
-                a.sink_rate = Some(val().parse().expect("--sink-rate RECORDS_PER_SEC"))
+            "--records" => {
+                a.records = val()
+                    .parse()
+                    .unwrap_or_else(|_| usage_error("--records takes a whole number"))
             }
+            "--sink-rate" => {
+                a.sink_rate = Some(
+                    val()
+                        .parse()
+                        .unwrap_or_else(|_| usage_error("--sink-rate takes records per second")),
+                )
+            }
+            "--named" => a.named = Some(format!("/shmflow-pipeline-{}", std::process::id())),
+            "--prefix" => a.named = Some(val()),
             "-h" | "--help" => {
-                println!("usage: pipeline [--records N] [--sink-rate RECORDS_PER_SEC]");
+                println!("{USAGE}");
                 std::process::exit(0);
             }
-            other => panic!("unknown argument {other}"),
+            other => usage_error(&format!("unknown argument {other}")),
         }
     }
     a
 }
 
-fn spawn_next(role: &str, args: &Args, handle: &PeerHandle) -> std::process::Child {
+/// How a stage hands its output channel to the next one.
+enum Link {
+    Handle(PeerHandle),
+    Named,
+}
+
+fn spawn_next(role: &str, args: &Args, link: &Link) -> std::process::Child {
     let mut cmd = Command::new(std::env::current_exe().expect("own path"));
     cmd.args(["--role", role, "--records", &args.records.to_string()]);
     if let Some(r) = args.sink_rate {
         cmd.args(["--sink-rate", &r.to_string()]);
     }
-    handle.pass_to(&mut cmd, FD_VAR);
+    match link {
+        Link::Handle(handle) => handle.pass_to(&mut cmd, FD_VAR),
+        Link::Named => {
+            cmd.args(["--prefix", args.named.as_deref().expect("named")]);
+        }
+    }
     cmd.spawn().expect("spawning the next stage")
+}
+
+/// A stage's output: a named region `PREFIX-which` with `--named`, else an anonymous one.
+fn output(args: &Args, which: &str) -> Result<(Producer, Link), String> {
+    let (mut tx, link) = match &args.named {
+        Some(prefix) => {
+            let name = format!("{prefix}-{which}");
+            let tx = Producer::create(&name, geometry()).map_err(|e| e.to_string())?;
+            (tx, Link::Named)
+        }
+        None => {
+            let (tx, handle) = Producer::create_anonymous(geometry()).map_err(|e| e.to_string())?;
+            (tx, Link::Handle(handle))
+        }
+    };
+    tx.set_flush_policy(FlushPolicy::Timeout(Duration::from_millis(1)));
+    Ok((tx, link))
+}
+
+/// A stage's input: the named region `PREFIX-which`, or the handed descriptor.
+fn input(args: &Args, which: &str) -> Result<Consumer, String> {
+    match &args.named {
+        Some(prefix) => Consumer::open(&format!("{prefix}-{which}")),
+        None => Consumer::from_env(FD_VAR),
+    }
+    .map_err(|e| e.to_string())
 }
 
 fn mix(x: u64) -> u64 {
@@ -84,10 +152,15 @@ fn geometry() -> Geometry {
 }
 
 fn source(args: &Args) -> Result<(), String> {
-    let (mut tx, handle) = Producer::create_anonymous(geometry()).map_err(|e| e.to_string())?;
-    tx.set_flush_policy(FlushPolicy::Timeout(Duration::from_millis(1)));
-    let mut transform = spawn_next("transform", args, &handle);
-    drop(handle);
+    let (mut tx, link) = output(args, "a")?;
+    if let Some(prefix) = &args.named {
+        println!(
+            "source: channels {prefix}-a (source -> transform) and {prefix}-b (transform -> \
+             sink); watch them with `shmflow stat {prefix}-a` or `shmflow list`"
+        );
+    }
+    let mut transform = spawn_next("transform", args, &link);
+    drop(link);
     let start = Instant::now();
     let sent = (|| {
         for seq in 0..args.records {
@@ -112,11 +185,10 @@ fn source(args: &Args) -> Result<(), String> {
 }
 
 fn transform(args: &Args) -> Result<(), String> {
-    let mut rx = Consumer::from_env(FD_VAR).map_err(|e| e.to_string())?;
-    let (mut tx, handle) = Producer::create_anonymous(geometry()).map_err(|e| e.to_string())?;
-    tx.set_flush_policy(FlushPolicy::Timeout(Duration::from_millis(1)));
-    let mut sink = spawn_next("sink", args, &handle);
-    drop(handle);
+    let mut rx = input(args, "a")?;
+    let (mut tx, link) = output(args, "b")?;
+    let mut sink = spawn_next("sink", args, &link);
+    drop(link);
     let res = forward(&mut rx, &mut tx);
     // A transform that gives up ends its output as failed: the sink is told, not left to
     // count missing records.
@@ -153,7 +225,7 @@ fn forward(rx: &mut Consumer, tx: &mut Producer) -> Result<(), String> {
 }
 
 fn sink(args: &Args) -> Result<(), String> {
-    let mut rx = Consumer::from_env(FD_VAR).map_err(|e| e.to_string())?;
+    let mut rx = input(args, "b")?;
     let start = Instant::now();
     let mut seq = 0u64;
     while let Some(r) = rx.recv().map_err(|e| e.to_string())? {

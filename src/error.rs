@@ -40,6 +40,18 @@ impl fmt::Display for End {
     }
 }
 
+/// An end found attached by a process that died without detaching
+/// ([`OpenError::Stale`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeadEnd {
+    /// Which end.
+    pub end: End,
+    /// The pid it recorded when it attached (0 if it died before recording one).
+    pub pid: u32,
+    /// For an end of a gate's channel: the channel's index.
+    pub channel: Option<u32>,
+}
+
 /// What kind of shmflow object a region is (named in [`OpenError::BadMagic`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RegionKind {
@@ -400,11 +412,25 @@ pub enum OpenError {
         /// The region's name.
         region: String,
     },
-    /// A shmflow region of that name exists but none of its ends is alive: left behind by a
-    /// crash. Remove it (`shmflow clean`) and create it again.
+    /// A dead end is in the way. Either `create` found a shmflow region of that name none of
+    /// whose ends is alive (left behind by a crash: `dead` is `None`), or an open found the
+    /// end it asked for attached by a process that died without detaching (`dead` names it).
+    /// A dead end is never taken over: its read or write position died with it. Remove the
+    /// region (`shmflow clean`, once no end is alive) and create it again.
     Stale {
         /// The region's name.
         region: String,
+        /// The end that an open found dead, if that is why.
+        dead: Option<DeadEnd>,
+    },
+    /// `create` found a channel of that name whose stream ended with records that no
+    /// consumer has read yet: it waits for its consumer. Open it as a consumer to read them,
+    /// or discard them (`shmflow clean --unread`) before creating it again.
+    AwaitsConsumer {
+        /// The region's name.
+        region: String,
+        /// Records published and not read (0 if the producer kept no metrics).
+        unread_records: u64,
     },
     /// `open` found no object of that name.
     NotFound {
@@ -505,7 +531,8 @@ impl OpenError {
     pub fn region(&self) -> &str {
         match self {
             OpenError::AlreadyExists { region }
-            | OpenError::Stale { region }
+            | OpenError::Stale { region, .. }
+            | OpenError::AwaitsConsumer { region, .. }
             | OpenError::NotFound { region }
             | OpenError::BadMagic { region, .. }
             | OpenError::VersionMismatch { region, .. }
@@ -531,10 +558,45 @@ impl fmt::Display for OpenError {
                 "region {region} already exists and one of its ends is alive; open it instead, \
                  or use another name"
             ),
-            OpenError::Stale { region } => write!(
+            OpenError::Stale { region, dead: None } => write!(
                 f,
                 "region {region} exists but no end of it is alive (left by a crashed process): \
                  remove it with `shmflow clean` or `rm /dev/shm{region}`, then create it again"
+            ),
+            OpenError::Stale {
+                region,
+                dead: Some(d),
+            } => {
+                write!(f, "region {region}: ")?;
+                if let Some(c) = d.channel {
+                    write!(f, "channel {c}'s ")?;
+                }
+                write!(
+                    f,
+                    "{} end was attached by pid {}, which died without detaching; a dead end \
+                     is never taken over. ",
+                    d.end, d.pid
+                )?;
+                match (d.end, d.channel) {
+                    (End::Producer, Some(_)) => f.write_str(
+                        "The gate reports the channel dead; this channel cannot carry records \
+                         again: create the gate again (`shmflow clean` removes it once no end \
+                         is alive)",
+                    ),
+                    _ => f.write_str(
+                        "A live peer end gets PeerDead; once no end is alive, remove the region \
+                         with `shmflow clean` and create the channel again",
+                    ),
+                }
+            }
+            OpenError::AwaitsConsumer {
+                region,
+                unread_records,
+            } => write!(
+                f,
+                "region {region} holds a stream that ended with {unread_records} record(s) no \
+                 consumer has read yet: open it as a consumer to read them, or discard them \
+                 with `shmflow clean --unread`, then create it again"
             ),
             OpenError::NotFound { region } => write!(
                 f,
@@ -1000,6 +1062,134 @@ op_error! {
         RecordTooLarge(RecordTooLargeError),
         RecordAborted(RecordAbortedError),
         Io(SysError),
+    }
+}
+
+/// Why [`Producer::close_timeout`](crate::Producer::close_timeout) (or `close_deadline`)
+/// could not confirm that the consumer read everything. The stream is ended in every case:
+/// the records already published stay where they are.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CloseError {
+    /// No consumer attached before the deadline. A named channel keeps its name, so a consumer
+    /// that opens it later still reads every record (`shmflow list` shows it as ended with
+    /// records unread); `shmflow clean --unread` removes it.
+    NotOpened {
+        /// The region's name.
+        region: String,
+        /// Segments published and not read.
+        unread_segments: u64,
+    },
+    /// The consumer is attached and alive but had not read everything by the deadline; it
+    /// goes on reading after this call returns.
+    Timeout {
+        /// The region's name.
+        region: String,
+        /// Segments published and not read yet.
+        unread_segments: u64,
+    },
+    /// The consumer detached before it read everything.
+    Closed {
+        /// The region's name.
+        region: String,
+        /// Segments published and never read.
+        unread_segments: u64,
+    },
+    /// The consumer died before it read everything (or was already seen dead).
+    PeerDead(Box<PeerDeadError>),
+    /// The consumer had already detached when `close` was called.
+    AlreadyClosed(Box<ClosedError>),
+    /// The region holds values a correct consumer does not write.
+    Corrupt(Box<CorruptError>),
+    /// A system call failed.
+    Io(Box<SysError>),
+}
+
+impl CloseError {
+    /// The region's name.
+    pub fn region(&self) -> &str {
+        match self {
+            CloseError::NotOpened { region, .. }
+            | CloseError::Timeout { region, .. }
+            | CloseError::Closed { region, .. } => region,
+            CloseError::PeerDead(e) => &e.region,
+            CloseError::AlreadyClosed(e) => &e.region,
+            CloseError::Corrupt(e) => &e.region,
+            CloseError::Io(e) => &e.region,
+        }
+    }
+
+    /// Maps the core's error of a wait for the consumer (`Timeout` is decided by the caller).
+    pub(crate) fn from_wait(e: Error) -> CloseError {
+        match e {
+            Error::PeerDead(b) => CloseError::PeerDead(b),
+            Error::Closed(b) => CloseError::AlreadyClosed(b),
+            Error::Corrupt(b) => CloseError::Corrupt(b),
+            Error::Io(b) => CloseError::Io(b),
+            other => CloseError::Io(Box::new(SysError {
+                region: String::new(),
+                op: "waiting for the consumer",
+                source: io::Error::other(other.to_string()),
+            })),
+        }
+    }
+}
+
+impl fmt::Display for CloseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseError::NotOpened {
+                region,
+                unread_segments,
+            } => write!(
+                f,
+                "region {region}: no consumer opened the channel before the deadline; the \
+                 stream is ended with {unread_segments} segment(s) unread, kept under the name \
+                 for a consumer that opens it later (`shmflow clean --unread` discards them)"
+            ),
+            CloseError::Timeout {
+                region,
+                unread_segments,
+            } => write!(
+                f,
+                "region {region}: the consumer had not read everything by the deadline \
+                 ({unread_segments} segment(s) to go); it is alive and goes on reading"
+            ),
+            CloseError::Closed {
+                region,
+                unread_segments,
+            } => write!(
+                f,
+                "region {region}: the consumer detached with {unread_segments} segment(s) \
+                 unread; those records were not read"
+            ),
+            CloseError::PeerDead(e) => e.fmt(f),
+            CloseError::AlreadyClosed(e) => e.fmt(f),
+            CloseError::Corrupt(e) => e.fmt(f),
+            CloseError::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for CloseError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CloseError::Io(e) => Some(&e.source),
+            _ => None,
+        }
+    }
+}
+
+impl From<CloseError> for Error {
+    fn from(e: CloseError) -> Error {
+        match e {
+            CloseError::NotOpened { .. } | CloseError::Timeout { .. } => Error::Timeout,
+            CloseError::Closed { region, .. } => Error::closed(&region),
+            CloseError::PeerDead(b) => Error::PeerDead(b),
+            CloseError::AlreadyClosed(b) => Error::Closed(b),
+            CloseError::Corrupt(b) => Error::Corrupt(b),
+            CloseError::Io(b) => Error::Io(b),
+        }
     }
 }
 

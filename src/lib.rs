@@ -138,17 +138,18 @@ pub use endpoint::metrics::{
 };
 #[cfg(not(loom))]
 pub use endpoint::monitor::{
-    list_gates, list_other_objects, list_regions, remove_if_stale, GateMonitor, Monitor, RegionInfo,
+    list_gates, list_other_objects, list_regions, remove_if_stale, remove_stale_and_unread,
+    GateMonitor, Monitor, RegionInfo,
 };
 pub use endpoint::partition::{KeyFn, Partition, Partitioner};
 pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};
 #[cfg(feature = "tokio")]
 pub use endpoint::{consumer::RecvAsync, producer::SendAsync};
 pub use error::{
-    ClosedError, ConfigError, CorruptError, End, Error, OpenError, PeerDeadError,
-    ProducerFailedError, RecordAbortedError, RecordTooLargeError, RecvError, RecvTimeoutError,
-    RegionKind, Result, SendError, SendTimeoutError, SysError, TryRecvError, TrySendError,
-    WriteError,
+    CloseError, ClosedError, ConfigError, CorruptError, DeadEnd, End, Error, OpenError,
+    PeerDeadError, ProducerFailedError, RecordAbortedError, RecordTooLargeError, RecvError,
+    RecvTimeoutError, RegionKind, Result, SendError, SendTimeoutError, SysError, TryRecvError,
+    TrySendError, WriteError,
 };
 pub use protocol::abi::{GateGeometry, Geometry, LAYOUT_VERSION};
 pub use protocol::park::{WaitStrategy, BLOCK_EAGER, BLOCK_GAP, BLOCK_SPIN};

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use shmflow::{
-    list_gates, list_other_objects, list_regions, remove_if_stale, End, EndState, GateMonitor,
-    GateSnapshot, Monitor, OpenError, Snapshot,
+    list_gates, list_other_objects, list_regions, remove_if_stale, remove_stale_and_unread, End,
+    EndState, GateMonitor, GateSnapshot, Monitor, OpenError, Snapshot,
 };
 
 /// Look at and manage shmflow's shared-memory regions in /dev/shm.
@@ -35,9 +35,16 @@ struct Cli {
 enum Cmd {
     /// The shmflow regions in /dev/shm with geometry and ends, then any other object there.
     List,
-    /// Remove every shmflow region whose ends are all dead (never one with a live end).
-    Clean,
-    /// Watch a region (channel or gate) live, read-only: it never attaches as an end.
+    /// Remove every shmflow region whose ends are all dead (never one with a live end). A
+    /// channel whose stream ended with records no consumer has read yet is kept for its
+    /// consumer unless --unread is given.
+    Clean {
+        /// Also remove ended channels whose records no consumer has read, discarding them.
+        #[arg(long)]
+        unread: bool,
+    },
+    /// Watch a region (channel or gate) live, read-only: it never attaches as an end. Stops
+    /// by itself (exit 0) once every end has come and gone, after printing the final state.
     Stat {
         /// The region's name, e.g. /orders.
         name: String,
@@ -109,7 +116,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.command {
         Cmd::List => list(),
-        Cmd::Clean => clean(),
+        Cmd::Clean { unread } => clean(unread),
         Cmd::Stat {
             name,
             json,
@@ -174,12 +181,17 @@ fn list() -> Result<(), String> {
     for r in &regions {
         let s = &r.snapshot;
         println!(
-            "{:<32} {:>10} {:>9} {:<18} {:<18}",
+            "{:<32} {:>10} {:>9} {:<18} {:<18}{}",
             r.name,
             r.geometry.segment_size,
             r.geometry.segment_count,
             end(s.producer_state, s.producer_pid, r.producer_alive),
-            end(s.consumer_state, s.consumer_pid, r.consumer_alive)
+            end(s.consumer_state, s.consumer_pid, r.consumer_alive),
+            if r.awaits_consumer() {
+                format!(" ended, {} unread", unread(r))
+            } else {
+                String::new()
+            }
         );
     }
     let gates = list_gates().map_err(|e| e.to_string())?;
@@ -230,26 +242,52 @@ fn describe(e: &OpenError) -> String {
     }
 }
 
-/// Removes every shmflow region whose ends are all dead; never one with a live end.
-fn clean() -> Result<(), String> {
+/// What an ended channel still holds for its consumer.
+fn unread(r: &shmflow::RegionInfo) -> String {
+    match r.unread_records() {
+        0 => format!(
+            "{} segment(s)",
+            r.snapshot
+                .segments_acquired
+                .saturating_sub(r.snapshot.segments_returned)
+        ),
+        n => format!("{n} record(s)"),
+    }
+}
+
+/// Removes every shmflow region whose ends are all dead; never one with a live end, and a
+/// channel waiting for its consumer only with `unread`.
+fn clean(unread_too: bool) -> Result<(), String> {
     let mut removed = 0;
     let channels = list_regions().map_err(|e| e.to_string())?;
     let gates = list_gates().map_err(|e| e.to_string())?;
+    for r in channels.iter().filter(|r| r.is_stale()) {
+        if r.awaits_consumer() && !unread_too {
+            println!(
+                "kept {} (ended, {} unread, waiting for its consumer; --unread discards them)",
+                r.name,
+                unread(r)
+            );
+        }
+    }
     let stale = channels
         .iter()
-        .filter(|r| r.is_stale())
+        .filter(|r| r.is_stale() && (unread_too || !r.awaits_consumer()))
         .map(|r| r.name.clone())
         .chain(gates.iter().filter(|g| g.1.is_stale()).map(|g| g.0.clone()));
     for name in stale {
-        {
-            match remove_if_stale(&name) {
-                Ok(true) => {
-                    println!("removed {name} (no live end)");
-                    removed += 1;
-                }
-                Ok(false) => println!("kept {name} (an end came alive)"),
-                Err(e) => eprintln!("shmflow: {e}"),
+        let res = if unread_too {
+            remove_stale_and_unread(&name)
+        } else {
+            remove_if_stale(&name)
+        };
+        match res {
+            Ok(true) => {
+                println!("removed {name} (no live end)");
+                removed += 1;
             }
+            Ok(false) => println!("kept {name} (an end came alive)"),
+            Err(e) => eprintln!("shmflow: {e}"),
         }
     }
     println!("{removed} stale region(s) removed");
@@ -269,26 +307,47 @@ fn stat(name: &str, json: bool, interval: Duration, count: u64) -> Result<(), St
     for _ in 0..count {
         std::thread::sleep(interval);
         let now = m.snapshot();
+        let alive = (m.end_alive(End::Producer), m.end_alive(End::Consumer));
         if json {
             println!("{}", json::snapshot(name, &prev, &now));
         } else {
             if tty {
                 print!("\x1b[2J\x1b[H");
             }
-            print_view(
-                name,
-                &prev,
-                &now,
-                (m.end_alive(End::Producer), m.end_alive(End::Consumer)),
-            );
+            print_view(name, &prev, &now, alive);
+        }
+        if channel_over(&now, alive) {
+            if !json {
+                println!("both ends have left: the figures above are final");
+            }
+            break;
         }
         prev = now;
     }
     Ok(())
 }
 
+/// Both ends came and went (detached, failed, lost or dead): nothing will change any more.
+fn channel_over(s: &Snapshot, alive: (bool, bool)) -> bool {
+    !alive.0 && !alive.1 && s.producer_state != EndState::Free && s.consumer_state != EndState::Free
+}
+
+/// `v` formatted, or "—" for an end that is not there.
+fn fig(here: bool, v: f64, width: usize, prec: usize) -> String {
+    if here {
+        format!("{v:>width$.prec$}")
+    } else {
+        format!("{:>width$}", "—")
+    }
+}
+
 fn print_view(name: &str, prev: &Snapshot, now: &Snapshot, alive: (bool, bool)) {
     let r = now.rates_since(prev);
+    // An end is there while it is attached and alive; figures of one that is not are "—".
+    let (p, c) = (
+        alive.0 && now.producer_state == EndState::Attached,
+        alive.1 && now.consumer_state == EndState::Attached,
+    );
     println!(
         "shmflow stat {name}   ({} × {} B segments, window {:.2} s)",
         now.segment_count, now.segment_size, r.window_s
@@ -298,23 +357,29 @@ fn print_view(name: &str, prev: &Snapshot, now: &Snapshot, alive: (bool, bool)) 
         end(now.producer_state, now.producer_pid, alive.0),
         end(now.consumer_state, now.consumer_pid, alive.1)
     );
-    println!("  backpressure level      {}", r.level.as_str());
     println!(
-        "  records/s   written {:>14.0}   read {:>14.0}",
-        r.records_written_per_s, r.records_read_per_s
+        "  backpressure level      {}",
+        if p { r.level.as_str() } else { "—" }
     );
     println!(
-        "  MB/s        written {:>14.2}   read {:>14.2}",
-        r.bytes_written_per_s / 1e6,
-        r.bytes_read_per_s / 1e6
+        "  records/s   written {}   read {}",
+        fig(p, r.records_written_per_s, 14, 0),
+        fig(c, r.records_read_per_s, 14, 0)
     );
     println!(
-        "  producer    backPressuredTimeMsPerSecond {:>7.1}   busyTimeMsPerSecond {:>7.1}",
-        r.back_pressured_time_ms_per_second, r.producer_busy_time_ms_per_second
+        "  MB/s        written {}   read {}",
+        fig(p, r.bytes_written_per_s / 1e6, 14, 2),
+        fig(c, r.bytes_read_per_s / 1e6, 14, 2)
     );
     println!(
-        "  consumer    idleTimeMsPerSecond          {:>7.1}   busyTimeMsPerSecond {:>7.1}",
-        r.idle_time_ms_per_second, r.consumer_busy_time_ms_per_second
+        "  producer    backPressuredTimeMsPerSecond {}   busyTimeMsPerSecond {}",
+        fig(p, r.back_pressured_time_ms_per_second, 7, 1),
+        fig(p, r.producer_busy_time_ms_per_second, 7, 1)
+    );
+    println!(
+        "  consumer    idleTimeMsPerSecond          {}   busyTimeMsPerSecond {}",
+        fig(c, r.idle_time_ms_per_second, 7, 1),
+        fig(c, r.consumer_busy_time_ms_per_second, 7, 1)
     );
     println!(
         "  outPoolUsage {:.2}   inPoolUsage {:.2}",
@@ -353,16 +418,21 @@ fn stat_gate(
         std::thread::sleep(interval);
         let now = g.snapshot();
         let alive: Vec<bool> = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
+        let consumer_alive = g.consumer_alive();
         if json {
-            println!(
-                "{}",
-                json::gate(name, &prev, &now, &alive, g.consumer_alive())
-            );
+            println!("{}", json::gate(name, &prev, &now, &alive, consumer_alive));
         } else {
             if tty {
                 print!("\x1b[2J\x1b[H");
             }
             print_gate(name, &prev, &now, &alive);
+        }
+        // The gate's consumer left and no channel has a live producer: nothing will change.
+        if !consumer_alive && now.consumer_state != EndState::Free && !alive.iter().any(|&a| a) {
+            if !json {
+                println!("the gate and every producer have left: the figures above are final");
+            }
+            break;
         }
         prev = now;
     }
@@ -394,18 +464,16 @@ fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool
     );
     for (c, (p, n)) in prev.channels.iter().zip(&now.channels).enumerate() {
         let r = n.snapshot.rates_since(&p.snapshot);
+        let a = alive.get(c).copied().unwrap_or(false);
+        let here = a && n.snapshot.producer_state == EndState::Attached;
         println!(
-            "  {:>3} {:<18} {:>12.0} {:>12.0} {:>9.1} {:>5} {:>7} {:>6} {:>6}",
+            "  {:>3} {:<18} {} {:>12.0} {} {:>5} {:>7} {:>6} {:>6}",
             c,
-            end(
-                n.snapshot.producer_state,
-                n.snapshot.producer_pid,
-                alive.get(c).copied().unwrap_or(false)
-            ),
-            r.records_written_per_s,
+            end(n.snapshot.producer_state, n.snapshot.producer_pid, a),
+            fig(here, r.records_written_per_s, 12, 0),
             r.records_read_per_s,
-            r.back_pressured_time_ms_per_second,
-            r.level.as_str(),
+            fig(here, r.back_pressured_time_ms_per_second, 9, 1),
+            if here { r.level.as_str() } else { "—" },
             n.backlog,
             n.floating_held,
             format!("{}/{}", n.exclusive_in_use, now.exclusive),

@@ -1101,6 +1101,13 @@ impl Drop for Consumer {
         // Release: our last reads of the region happen before the producer sees us gone.
         h.consumer.state.store(self.detach_as, Ordering::Release);
         park::notify(&h.producer_park, self.shared.producer_bell());
+        // The only reader leaves: a named channel's name goes (see `region::name`).
+        #[cfg(not(loom))]
+        crate::region::name::settle(
+            &self.shared,
+            End::Consumer,
+            crate::region::name::Left::Nothing,
+        );
     }
 }
 

@@ -112,11 +112,35 @@ pub struct RegionInfo {
 }
 
 impl RegionInfo {
-    /// No end is alive: left behind by crashed processes (or by ends that detached without the
-    /// creator unlinking it, which only a crash causes).
+    /// No end is alive: left behind by crashed processes, or a stream that ended and waits
+    /// for its first consumer ([`RegionInfo::awaits_consumer`]).
     pub fn is_stale(&self) -> bool {
         !self.producer_alive && !self.consumer_alive
     }
+
+    /// The producer has ended (or died) after publishing, and no consumer has attached yet:
+    /// the region keeps its name so that a consumer that opens it later reads everything.
+    /// [`remove_if_stale`] leaves such a region alone; [`remove_stale_and_unread`] removes it.
+    pub fn awaits_consumer(&self) -> bool {
+        awaits_consumer(&self.snapshot, self.producer_alive)
+    }
+
+    /// Records published and not read (as far as the counters tell: records are counted when
+    /// the producer keeps metrics, the default).
+    pub fn unread_records(&self) -> u64 {
+        self.snapshot
+            .records_written
+            .saturating_sub(self.snapshot.records_read)
+    }
+}
+
+/// See [`RegionInfo::awaits_consumer`].
+fn awaits_consumer(s: &Snapshot, producer_alive: bool) -> bool {
+    use crate::endpoint::metrics::EndState;
+    s.consumer_state == EndState::Free
+        && !producer_alive
+        && s.producer_state != EndState::Free
+        && s.segments_acquired > 0
 }
 
 /// Removes the named region (a channel or a gate) if it is shmflow's and no end of it is
@@ -127,16 +151,36 @@ impl RegionInfo {
 /// # Errors
 /// [`OpenError::NotFound`], or [`OpenError::NotARegion`] / [`OpenError::BadMagic`] for what is
 /// not a shmflow region (never removed); [`OpenError::Io`] if the unlink fails.
+///
+/// A channel whose stream ended and waits for its first consumer
+/// ([`RegionInfo::awaits_consumer`]) is kept too: its records were accepted by `send` and
+/// nobody has read them. [`remove_stale_and_unread`] removes it.
 pub fn remove_if_stale(name: &str) -> Result<bool, OpenError> {
-    let alive = match GateMonitor::open_now(name) {
+    remove_unless_alive(name, false)
+}
+
+/// As [`remove_if_stale`], and also removes a channel whose stream ended and waits for its
+/// first consumer, discarding its unread records (`shmflow clean --unread`).
+///
+/// # Errors
+/// As [`remove_if_stale`].
+pub fn remove_stale_and_unread(name: &str) -> Result<bool, OpenError> {
+    remove_unless_alive(name, true)
+}
+
+fn remove_unless_alive(name: &str, unread_too: bool) -> Result<bool, OpenError> {
+    let keep = match GateMonitor::open_now(name) {
         Ok(g) => g.consumer_alive() || (0..g.channels()).any(|c| g.producer_alive(c)),
         Err(OpenError::BadMagic { .. }) => {
             let m = Monitor::open_now(name)?;
-            m.end_alive(End::Producer) || m.end_alive(End::Consumer)
+            let producer = m.end_alive(End::Producer);
+            producer
+                || m.end_alive(End::Consumer)
+                || (!unread_too && awaits_consumer(&m.snapshot(), producer))
         }
         Err(e) => return Err(e),
     };
-    if alive {
+    if keep {
         return Ok(false);
     }
     let c = crate::region::object::c_name(name)?;

@@ -25,9 +25,10 @@ use crate::endpoint::metrics::Waiting;
 #[cfg(not(loom))]
 use crate::error::RegionKind;
 use crate::error::{
-    op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError, WriteError,
+    op, CloseError, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError,
+    WriteError,
 };
-use crate::protocol::abi::{Geometry, END_DETACHED, END_FAILED, END_LOST};
+use crate::protocol::abi::{Geometry, END_ATTACHED, END_DETACHED, END_FAILED, END_FREE, END_LOST};
 use crate::protocol::counters::Local;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
@@ -1245,6 +1246,129 @@ impl Producer {
         self.close_inner(false);
     }
 
+    /// Ends the stream as [`close`](Producer::close) does, then waits up to `timeout` until the
+    /// consumer has read everything published: the one way for a producer to know that every
+    /// record it sent arrived. See [`close_deadline`](Producer::close_deadline).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"last words")?;
+    /// let reader = std::thread::spawn(move || {
+    ///     while let Some(r) = rx.recv()? {
+    ///         assert_eq!(r.as_bytes(), Some(&b"last words"[..]));
+    ///     }
+    ///     Ok::<_, shmflow::RecvError>(())
+    /// });
+    /// tx.close_timeout(Duration::from_secs(10))?; // returns once the record was read
+    /// reader.join().unwrap()?;
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`close_deadline`](Producer::close_deadline).
+    pub fn close_timeout(self, timeout: Duration) -> Result<(), CloseError> {
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 32));
+        self.close_deadline(deadline)
+    }
+
+    /// Ends the stream as [`close`](Producer::close) does, then waits until `deadline` for
+    /// the consumer to read everything published, that is, to hand back every segment it was
+    /// given, or to detach after reading every record (counted when both ends keep metrics,
+    /// the default). It sleeps on the producer's futex word, woken as segments come back.
+    ///
+    /// Whatever it returns, the stream is ended, and what was published stays readable: a
+    /// named channel that no consumer opened keeps its name for one that opens it later.
+    ///
+    /// # Errors
+    /// - [`CloseError::NotOpened`]: no consumer attached before the deadline;
+    /// - [`CloseError::Timeout`]: the consumer is attached and alive but not done;
+    /// - [`CloseError::Closed`]: the consumer detached with records unread;
+    /// - [`CloseError::PeerDead`]: the consumer died before reading everything;
+    /// - [`CloseError::AlreadyClosed`]: the consumer had detached before this call;
+    /// - [`CloseError::Corrupt`], [`CloseError::Io`].
+    pub fn close_deadline(mut self, deadline: Instant) -> Result<(), CloseError> {
+        if self.gone {
+            return Err(CloseError::from_wait(self.gone_error()));
+        }
+        // A consumer already seen dead is reported at once.
+        self.check_peer(Look::Quick)
+            .map_err(CloseError::from_wait)?;
+        self.close_inner(false);
+        let shared = self.shared.clone();
+        let h = shared.header();
+        let region = shared.name.clone();
+        let acquired = self.counters.acquired.0;
+        let written = self.metrics.then_some(self.counters.records.0);
+        // Segments handed over and not handed back. Acquire: pairs with the consumer's
+        // Release push of each segment it returns (its counter is stored after the push).
+        let unread = || {
+            acquired.saturating_sub(
+                h.consumer_counters
+                    .segments_returned
+                    .load(Ordering::Acquire),
+            )
+        };
+        let waited = park::wait_for(
+            &h.producer_park,
+            WaitStrategy::Park,
+            Deadline::at(deadline),
+            park::Notifier::Rmw,
+            park::Pace::Sparse,
+            |look| {
+                let left = unread();
+                if left == 0 {
+                    return Ok(Some(Ok(())));
+                }
+                // Acquire: pairs with the consumer's Release store of its state; its counters
+                // were stored before it.
+                match h.consumer.state.load(Ordering::Acquire) {
+                    END_FREE => Ok(None),
+                    END_ATTACHED => {
+                        self.check_peer(look)?;
+                        Ok(None)
+                    }
+                    END_LOST => Err(self.gone_error()),
+                    _ => {
+                        // Detached: it may have read every record and left the last segment
+                        // in hand (a reader that knew how many records to expect).
+                        let read = h.consumer_counters.records.load(Ordering::Acquire);
+                        Ok(Some(match written {
+                            Some(w) if w > 0 && read >= w => Ok(()),
+                            _ => Err(CloseError::Closed {
+                                region: region.clone(),
+                                unread_segments: left,
+                            }),
+                        }))
+                    }
+                }
+            },
+        );
+        match waited {
+            Ok(outcome) => outcome,
+            Err(Error::Timeout) => {
+                let unread_segments = unread();
+                // Acquire: as above.
+                Err(match h.consumer.state.load(Ordering::Acquire) {
+                    END_FREE => CloseError::NotOpened {
+                        region,
+                        unread_segments,
+                    },
+                    _ => CloseError::Timeout {
+                        region,
+                        unread_segments,
+                    },
+                })
+            }
+            Err(e) => Err(CloseError::from_wait(e)),
+        }
+    }
+
     /// Ends the stream as failed: the consumer reads every record committed so far, then gets
     /// [`RecvError::ProducerFailed`](crate::RecvError::ProducerFailed) (a gate:
     /// [`GateMessage::ChannelFailed`](crate::GateMessage::ChannelFailed)) instead of a clean
@@ -1284,6 +1408,22 @@ impl Producer {
         // everything sealed above is visible to a consumer that sees DETACHED or FAILED.
         h.producer.state.store(state, Ordering::Release);
         self.notify_consumer();
+        self.settle_name();
+    }
+
+    /// A named channel's name stays for a consumer that has not come yet if anything was
+    /// published, and is removed otherwise (see `region::name`).
+    pub(crate) fn settle_name(&self) {
+        #[cfg(not(loom))]
+        {
+            use crate::region::name::{settle, Left};
+            let left = if self.data.pushed() > 0 || self.prio_tail > 0 {
+                Left::Published
+            } else {
+                Left::Nothing
+            };
+            settle(&self.shared, End::Producer, left);
+        }
     }
 
     /// True if the consumer has detached.

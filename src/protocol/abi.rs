@@ -16,7 +16,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
@@ -173,7 +173,10 @@ pub(crate) struct Header {
     pub segment_count: AtomicU32,
     pub total_size: AtomicU64,
     pub creator_pid: AtomicU32,
-    pub _reserved: AtomicU32,
+    /// 0 until one process takes the duty of unlinking a named channel's name (layout
+    /// version 8): the name can be removed by either end (see `region::name`), and a CAS
+    /// from 0 to 1 makes sure it is removed once — never a newer region that reused it.
+    pub name_claim: AtomicU32,
     pub producer: Padded<EndSlot>,
     pub consumer: Padded<EndSlot>,
     pub prod: Padded<ProducerCursors>,
@@ -517,7 +520,7 @@ mod tests {
         fields!(v, PrioSlot, kind_len: AtomicU64, words: [AtomicU64; PRIO_PAYLOAD / 8]);
         fields!(v, Header, magic: AtomicU64, version: AtomicU32, header_size: AtomicU32,
             segment_size: AtomicU32, segment_count: AtomicU32, total_size: AtomicU64,
-            creator_pid: AtomicU32, _reserved: AtomicU32, producer: Padded<EndSlot>,
+            creator_pid: AtomicU32, name_claim: AtomicU32, producer: Padded<EndSlot>,
             consumer: Padded<EndSlot>, prod: Padded<ProducerCursors>,
             cons: Padded<ConsumerCursors>, producer_park: Padded<FutexWord>,
             consumer_park: Padded<FutexWord>, producer_counters: Padded<ProducerCounters>,
@@ -556,7 +559,7 @@ mod tests {
     }
 
     /// The layout version `abi.golden` describes.
-    const GOLDEN_VERSION: u32 = 7;
+    const GOLDEN_VERSION: u32 = 8;
 
     #[test]
     #[ignore = "prints the layout for abi.golden"]

@@ -172,9 +172,49 @@ pub(crate) fn span_after(kind: u32, in_span: bool) -> bool {
     }
 }
 
+/// The records that whole frames in `bytes` (a chunk of a segment, starting at a frame
+/// boundary) complete, and the payload bytes of record frames: `(records, payload)`. Stops at
+/// a SEAL, a zero word or a frame that runs past the chunk (a statistic: the frames were
+/// checked by the caller).
+#[cfg_attr(not(feature = "net"), allow(dead_code))]
+pub(crate) fn count_records(bytes: &[u8]) -> (u64, u64) {
+    let (mut records, mut payload, mut at) = (0u64, 0u64, 0usize);
+    while let Some(h) = bytes.get(at..at + HEADER) {
+        let (len, kind) = decode(u64::from_le_bytes(h.try_into().expect("8 bytes")));
+        match kind {
+            WHOLE | LAST => {
+                records += 1;
+                payload += len as u64;
+            }
+            FIRST | MIDDLE => payload += len as u64,
+            EVENT | ABORT => {}
+            _ => break,
+        }
+        at = next_frame(at, len as usize);
+    }
+    (records, payload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn count_records_counts_record_ends_and_payload() {
+        let mut b = Vec::new();
+        for (len, kind) in [(3u32, WHOLE), (0, EVENT), (10, FIRST)] {
+            b.extend_from_slice(&encode(len, kind).to_le_bytes());
+            b.resize(next_frame(b.len() - HEADER, len as usize), 0);
+        }
+        assert_eq!(count_records(&b), (1, 13));
+        let mut last = encode(5, LAST).to_le_bytes().to_vec();
+        last.resize(16, 0);
+        last.extend_from_slice(&encode(0, SEAL).to_le_bytes());
+        last.extend_from_slice(&encode(9, WHOLE).to_le_bytes());
+        assert_eq!(count_records(&last), (1, 5));
+        assert_eq!(count_records(&[]), (0, 0));
+        assert_eq!(count_records(&[0; 16]), (0, 0));
+    }
 
     #[test]
     fn header_round_trip_and_alignment() {

@@ -50,6 +50,12 @@ impl RingTx {
         }
     }
 
+    /// Values pushed so far (the private tail).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn pushed(&self) -> u64 {
+        self.tail
+    }
+
     pub(crate) fn push(&mut self, ring: &RingRef<'_>, value: u32) -> Result<()> {
         let cap = ring.slots.len() as u64;
         if self.tail - self.head_cache >= cap {

@@ -8,5 +8,7 @@ pub(crate) mod handoff;
 pub(crate) mod heap;
 pub(crate) mod liveness;
 #[cfg(not(loom))]
+pub(crate) mod name;
+#[cfg(not(loom))]
 pub(crate) mod object;
 pub(crate) mod view;

@@ -22,6 +22,7 @@ use crate::protocol::abi::{GateGeometry, GateHeader, GATE_MAGIC};
 type Result<T, E = OpenError> = std::result::Result<T, E>;
 use crate::protocol::abi::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
 use crate::region::liveness::{lock_byte, EndLock};
+use crate::region::view::NameDuty;
 use crate::region::view::{Bells, Mapping, Placement, Shared};
 use crate::sync::{Arc, Ordering};
 
@@ -153,8 +154,26 @@ pub(crate) fn exists_error(name: &str) -> OpenError {
     if let Some((shared, bytes)) = found {
         let alive = |b| crate::region::liveness::end_locked(shared.fd(), b).unwrap_or(true);
         if !bytes.into_iter().any(alive) {
+            if shared.gate.is_none() {
+                use crate::protocol::abi::END_FREE;
+                let h = shared.header();
+                // Relaxed: a look at a region nobody alive writes.
+                if h.consumer.state.load(Ordering::Relaxed) == END_FREE
+                    && h.producer.state.load(Ordering::Relaxed) != END_FREE
+                    && h.producer_counters
+                        .segments_acquired
+                        .load(Ordering::Relaxed)
+                        > 0
+                {
+                    return OpenError::AwaitsConsumer {
+                        region: name.to_owned(),
+                        unread_records: h.producer_counters.records.load(Ordering::Relaxed),
+                    };
+                }
+            }
             return OpenError::Stale {
                 region: name.to_owned(),
+                dead: None,
             };
         }
     }
@@ -197,6 +216,12 @@ pub(crate) fn open_named(name: &str, writable: bool) -> Result<Arc<Shared>> {
 /// (zero for listings, which must never wait per object).
 pub(crate) fn open_named_grace(name: &str, writable: bool, grace: Duration) -> Result<Arc<Shared>> {
     let fd = shm_open_existing(name, writable)?;
+    // An end that opens a named channel may have to remove its name (a read-only view never).
+    let duty = if writable {
+        NameDuty::Opener(c_name(name)?)
+    } else {
+        NameDuty::None
+    };
     let mut chans = open_mapped(
         name.to_owned(),
         fd,
@@ -204,6 +229,7 @@ pub(crate) fn open_named_grace(name: &str, writable: bool, grace: Duration) -> R
         grace,
         RegionKind::Channel,
         Some(Default::default()),
+        duty,
     )?;
     Ok(chans.swap_remove(0))
 }
@@ -267,6 +293,7 @@ pub(crate) fn open_fd(
         Duration::ZERO,
         RegionKind::Channel,
         bells,
+        NameDuty::None,
     )?;
     Ok(chans.swap_remove(0))
 }
@@ -483,14 +510,15 @@ fn views(
     shape: Shape,
     map: memmap2::MmapRaw,
     fd: OwnedFd,
-    unlink: Option<CString>,
+    duty: NameDuty,
     bells: std::sync::Arc<Bells>,
 ) -> Vec<Arc<Shared>> {
     let base = NonNull::new(map.as_mut_ptr()).expect("mmap never returns null");
     let mapping = std::sync::Arc::new(Mapping {
         _map: map,
         fd,
-        unlink,
+        name: duty,
+        name_settled: Default::default(),
         bells,
     });
     shape
@@ -513,7 +541,11 @@ fn create_mapped(
     bells: std::sync::Arc<Bells>,
 ) -> Result<Vec<Arc<Shared>>> {
     let map = size_and_map(&name, &fd, shape.region_size(), unlink.as_ref())?;
-    let chans = views(&name, shape, map, fd, unlink, bells);
+    let duty = match unlink {
+        Some(n) => NameDuty::Creator(n),
+        None => NameDuty::None,
+    };
+    let chans = views(&name, shape, map, fd, duty, bells);
     let pid = std::process::id();
     match shape {
         Shape::Channel(_) => chans[0].init_header(pid),
@@ -578,6 +610,7 @@ fn open_mapped(
     grace: Duration,
     kind: RegionKind,
     bells: Option<std::sync::Arc<Bells>>,
+    duty: NameDuty,
 ) -> Result<Vec<Arc<Shared>>> {
     let (size, magic, head) = identity(&name, fd.as_fd(), grace)?;
     if magic != magic_of(kind) {
@@ -595,7 +628,7 @@ fn open_mapped(
     )?;
     let map = map(&name, fd.as_fd(), expected as usize, writable)?;
     let bare = bells.is_none();
-    let chans = views(&name, shape, map, fd, None, bells.unwrap_or_default());
+    let chans = views(&name, shape, map, fd, duty, bells.unwrap_or_default());
     if writable {
         mark_notified_words(&name, &chans, bare)?;
     }
@@ -671,6 +704,7 @@ pub(crate) fn gate_open_named_grace(
         grace,
         RegionKind::Gate,
         Some(Default::default()),
+        NameDuty::None,
     )
 }
 
@@ -682,7 +716,15 @@ pub(crate) fn gate_open_fd(
     writable: bool,
     bells: Option<std::sync::Arc<Bells>>,
 ) -> Result<Vec<Arc<Shared>>> {
-    open_mapped(name, fd, writable, Duration::ZERO, RegionKind::Gate, bells)
+    open_mapped(
+        name,
+        fd,
+        writable,
+        Duration::ZERO,
+        RegionKind::Gate,
+        bells,
+        NameDuty::None,
+    )
 }
 
 /// Picks channel `c` out of a gate's channels.

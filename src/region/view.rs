@@ -2,8 +2,6 @@
 //! holds the bytes (a shared mapping in production, the heap under loom).
 
 #[cfg(not(loom))]
-use std::ffi::CString;
-#[cfg(not(loom))]
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 
@@ -13,14 +11,30 @@ use crate::protocol::abi::{Geometry, Header};
 use crate::sync::Bell;
 use crate::sync::{AtomicU64, ByteTracker, FutexWord};
 
+/// This process's part in removing a region's name (see `region::name`).
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) enum NameDuty {
+    /// An anonymous region, a read-only view, or a gate opened by a producer: nothing to do.
+    None,
+    /// This process created the region under this name.
+    Creator(std::ffi::CString),
+    /// This process opened the named channel as an end.
+    Opener(std::ffi::CString),
+}
+
 #[cfg(not(loom))]
 /// The mapping and the descriptor behind a region.
 pub(crate) struct Mapping {
     /// Held for its `Drop`, which unmaps (after our `Drop` has unlinked the name).
     pub(crate) _map: memmap2::MmapRaw,
     pub(crate) fd: OwnedFd,
-    /// Set for the creator of a named region: the name to unlink on drop.
-    pub(crate) unlink: Option<CString>,
+    /// The region's POSIX name and this process's part in removing it (see
+    /// `region::name`).
+    pub(crate) name: NameDuty,
+    /// Set once an end of this process has settled the name's fate (removed it, or left it
+    /// for a later consumer): the creator's fallback unlink in `Drop` is then skipped.
+    pub(crate) name_settled: std::sync::atomic::AtomicBool,
     /// The doorbells of the park words that this process holds (anonymous regions only;
     /// shared with a peer opened in this process from a handle).
     pub(crate) bells: std::sync::Arc<Bells>,
@@ -75,10 +89,14 @@ impl Mapping {
 
 #[cfg(not(loom))]
 impl Drop for Mapping {
+    /// The creator's fallback: a gate's name, or a channel whose end never attached (or never
+    /// settled the name), goes with the creator's mapping.
     fn drop(&mut self) {
-        if let Some(name) = &self.unlink {
-            // Failure (already removed by `shmflow clean` or by hand) leaves nothing to do.
-            let _ = crate::sys::shm::unlink(name);
+        if let NameDuty::Creator(name) = &self.name {
+            if !self.name_settled.load(std::sync::atomic::Ordering::Relaxed) {
+                // Failure (already removed by `shmflow clean` or by hand) leaves nothing to do.
+                let _ = crate::sys::shm::unlink(name);
+            }
         }
     }
 }
@@ -597,7 +615,19 @@ pub(crate) fn attach_end(
             .map_err(|e| with_pid(e, shared))?,
         ),
     });
-    attach(shared, end)?;
+    match attach(shared, end) {
+        // We hold the end's liveness lock, so the process that marked it attached is gone:
+        // a dead end, never taken for a live one (nor taken over: its position died with it).
+        #[cfg(not(loom))]
+        Err(crate::error::OpenError::AlreadyAttached { region, end, pid }) => {
+            return Err(crate::error::OpenError::Stale {
+                region,
+                dead: Some(crate::error::DeadEnd { end, pid, channel }),
+            })
+        }
+        Err(e) => return Err(e),
+        Ok(()) => {}
+    }
     Ok(lock.map(|l| crate::region::liveness::Liveness::new(l, end, channel)))
 }
 

@@ -8,12 +8,13 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::sys::socket::{
-    getsockname, getsockopt, recv, send, socketpair, sockopt, AddressFamily, MsgFlags, SockFlag,
+    getsockname, getsockopt, send, socketpair, sockopt, AddressFamily, MsgFlags, SockFlag,
     SockType, SockaddrLike, SockaddrStorage,
 };
 
 /// How many rings one wait reads at most (a peer that floods the socket costs the waiter a
 /// bounded amount of work per wake-up).
+#[cfg(feature = "tokio")]
 const DRAIN_MAX: usize = 64;
 
 /// A fresh doorbell: (the end a waiter watches, the end notifiers ring), close-on-exec and
@@ -40,8 +41,10 @@ pub(crate) fn ring(fd: BorrowedFd<'_>) {
 }
 
 /// Takes the rings waiting on the wait end (at most [`DRAIN_MAX`]), never blocking: true if
-/// there was one.
+/// there was one. Only async waiters read their doorbells.
+#[cfg(feature = "tokio")]
 pub(crate) fn drain(fd: BorrowedFd<'_>) -> bool {
+    use nix::sys::socket::recv;
     let mut buf = [0u8; 8];
     let mut got = false;
     for _ in 0..DRAIN_MAX {

@@ -19,6 +19,10 @@ pub(crate) struct Chunk {
     /// A spanning record is open after the chunk (taken on at `raw_done`: a chunk polled
     /// and not forwarded is walked again).
     in_span: bool,
+    /// Records the chunk completes (whole frames and last parts), and their payload bytes
+    /// in it: what `shmflow stat` shows as read by the bridge, as a reader would count them.
+    records: u64,
+    payload: u64,
 }
 
 /// What [`Consumer::raw_poll`] found.
@@ -71,6 +75,7 @@ impl Consumer {
             let mut at = c.rd;
             let mut ends = false;
             let mut in_span = self.in_span;
+            let (mut records, mut payload) = (0u64, 0u64);
             while at + HEADER <= seg_size {
                 // Acquire: pairs with the producer's Release store of the first header of
                 // what it publishes (as in `poll_frame`).
@@ -83,6 +88,14 @@ impl Consumer {
                     Err(v) => return Err(self.corrupt(v.field, v.expected, v.found)),
                 };
                 in_span = frame::span_after(f.kind, in_span);
+                match f.kind {
+                    frame::WHOLE | frame::LAST => {
+                        records += 1;
+                        payload += f.len as u64;
+                    }
+                    frame::FIRST | frame::MIDDLE => payload += f.len as u64,
+                    _ => {}
+                }
                 if f.kind == frame::SEAL {
                     at += HEADER;
                     ends = true;
@@ -111,6 +124,8 @@ impl Consumer {
                 end: at,
                 ends_segment: ends,
                 in_span,
+                records,
+                payload,
             }));
         }
     }
@@ -125,8 +140,11 @@ impl Consumer {
     pub(crate) fn raw_done(&mut self, chunk: Chunk) -> Result<()> {
         let h = self.shared.header();
         self.counters
+            .records
+            .add(&h.consumer_counters.records, chunk.records);
+        self.counters
             .bytes
-            .add(&h.consumer_counters.bytes, (chunk.end - chunk.at) as u64);
+            .add(&h.consumer_counters.bytes, chunk.payload);
         if let Some(c) = &mut self.cur {
             c.rd = chunk.end;
         }

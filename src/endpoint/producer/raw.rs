@@ -82,9 +82,11 @@ impl Producer {
         // (`poll_frame`, `fast_whole`): every byte written above is visible to it.
         slot.store(first, Ordering::Release);
         let h = self.shared.header();
+        let (records, payload) = frame::count_records(bytes);
         self.counters
-            .bytes
-            .add(&h.producer_counters.bytes, bytes.len() as u64);
+            .records
+            .add(&h.producer_counters.records, records);
+        self.counters.bytes.add(&h.producer_counters.bytes, payload);
         if ends_segment {
             self.cur = None;
             self.counters
@@ -153,6 +155,7 @@ impl Producer {
             // that sees LOST.
             h.producer.state.store(END_LOST, Ordering::Release);
             self.notify_consumer();
+            self.settle_name();
         }
     }
 }

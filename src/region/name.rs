@@ -1,0 +1,88 @@
+//! Who removes a named channel's name, and when: the name lives as long as a record that a
+//! send accepted can still be read through it, as a POSIX message queue keeps its messages.
+//!
+//! - **The consumer** removes the name when its end detaches, whoever created it: it is the
+//!   only reader the channel will ever have (an end attaches once), so nothing more can be
+//!   read through the name.
+//! - **The producer** removes the name when its end detaches if the consumer has detached or
+//!   died too, or if no consumer ever attached and the stream holds nothing. If no consumer
+//!   has attached yet and the stream holds something published (records, events), the name
+//!   **stays**: `shmflow list` shows the region as "ended, N unread", and the consumer that
+//!   opens it later reads everything, then end of stream, and removes the name as it
+//!   detaches. If the consumer is attached and alive, the name is left to it.
+//! - A gate's name goes with its consumer (the gate), as does a channel whose end never
+//!   attached (the creator's fallback in `Mapping`'s `Drop`).
+//! - A crashed process removes nothing: the name stays until the surviving end detaches, or
+//!   `shmflow clean` removes it once no end is alive.
+//!
+//! Two ends can both want to remove the name (a consumer and a producer detaching at the same
+//! time). The header's `name_claim` word decides: only the end whose CAS takes it from 0 to 1
+//! unlinks, so a name that a newer region has taken since is never removed by an old end.
+//!
+//! No ordering between the two ends' decisions is needed: whatever the producer reads of the
+//! consumer's state, a consumer that attached removes the name when it detaches.
+
+use std::sync::atomic::Ordering as StdOrdering;
+
+use crate::error::End;
+use crate::protocol::abi::{END_ATTACHED, END_FREE};
+use crate::region::view::{Backing, NameDuty, Shared};
+use crate::sync::Ordering;
+
+/// What a detaching producer leaves behind, for [`settle`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// Nothing was ever published (no segment handed over, no priority event).
+    Nothing,
+    /// Something was published: a consumer that opens the name later reads it.
+    Published,
+}
+
+/// Called by an end of a named channel right after it stored its final state (producer:
+/// after its Release store of DETACHED or FAILED; consumer: likewise), once per end. Removes
+/// the name or leaves it, following the rules above.
+pub(crate) fn settle(shared: &Shared, me: End, left: Left) {
+    let Backing::Mapped(m) = shared.backing();
+    let name = match &m.name {
+        NameDuty::None => return,
+        NameDuty::Creator(n) | NameDuty::Opener(n) => n,
+    };
+    if shared.gate.is_some() {
+        return;
+    }
+    m.name_settled.store(true, StdOrdering::Relaxed);
+    let h = shared.header();
+    let remove = match me {
+        End::Consumer => true,
+        End::Producer => {
+            // Acquire: pairs with the consumer's Release stores of its state (attach, detach).
+            match h.consumer.state.load(Ordering::Acquire) {
+                END_FREE => left == Left::Nothing,
+                END_ATTACHED => !consumer_alive(shared),
+                // Detached, lost or failed: it removed the name already, or will not.
+                _ => true,
+            }
+        }
+    };
+    if !remove {
+        return;
+    }
+    // Relaxed: the claim orders nothing but itself; one RMW wins in the word's total order.
+    if h.name_claim
+        .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+    {
+        // Failure (already removed by `shmflow clean` or by hand) leaves nothing to do.
+        let _ = crate::sys::shm::unlink(name);
+    }
+}
+
+/// True while a live process holds the consumer's liveness lock (an error counts as alive:
+/// the name is then left, never removed under a live reader).
+fn consumer_alive(shared: &Shared) -> bool {
+    crate::region::liveness::end_locked(
+        shared.fd(),
+        crate::region::liveness::lock_byte(None, End::Consumer),
+    )
+    .unwrap_or(true)
+}
