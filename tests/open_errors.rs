@@ -133,10 +133,19 @@ fn each_end_attaches_once() {
         })
     ));
     drop(c);
+    // The only reader left: the name went with it.
     assert!(matches!(
         Consumer::open(&name),
+        Err(Error::NotFound { .. })
+    ));
+    // A producer that detached from a consumer's region cannot attach again.
+    let name = unique_name("attach2");
+    let _c = Consumer::create(&name, Geometry::default()).unwrap();
+    drop(Producer::open(&name).unwrap());
+    assert!(matches!(
+        Producer::open(&name),
         Err(Error::EndDetached {
-            end: End::Consumer,
+            end: End::Producer,
             ..
         })
     ));
@@ -158,17 +167,35 @@ fn broader_permissions_are_refused() {
 }
 
 #[test]
-fn the_creator_unlinks_the_name_when_done() {
+fn the_name_stays_while_its_reader_drains_and_goes_with_it() {
     let name = unique_name("unlink");
-    let p = Producer::create(&name, Geometry::default()).unwrap();
+    let mut p = Producer::create(&name, Geometry::default()).unwrap();
     let mut c = Consumer::open(&name).unwrap();
+    p.send(b"last").unwrap();
     drop(p);
+    // The consumer is still reading: the name is there, its end taken by a live reader.
+    assert!(
+        matches!(Consumer::open(&name), Err(Error::AlreadyAttached { .. })),
+        "the name stays while the consumer drains"
+    );
+    assert_eq!(c.recv().unwrap().unwrap().as_bytes(), Some(&b"last"[..]));
+    assert!(c.recv().unwrap().is_none());
+    drop(c);
     assert!(
         matches!(Consumer::open(&name), Err(Error::NotFound { .. })),
-        "name removed with the creator's end"
+        "name removed with the consumer's end"
     );
-    // The peer's mapping outlives the name.
-    assert!(c.recv().unwrap().is_none());
+}
+
+#[test]
+fn a_consumer_creator_removes_the_name_when_it_leaves() {
+    let name = unique_name("unlinkc");
+    let c = Consumer::create(&name, Geometry::default()).unwrap();
+    let mut p = Producer::open(&name).unwrap();
+    drop(c);
+    assert!(matches!(Consumer::open(&name), Err(Error::NotFound { .. })));
+    let sent = p.send(b"x").and_then(|()| p.flush());
+    assert!(matches!(sent, Err(shmflow::SendError::Closed(_))), "{sent:?}");
 }
 
 #[test]

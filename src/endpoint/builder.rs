@@ -20,8 +20,9 @@ const OPEN_OR_CREATE_FOR: Duration = Duration::from_secs(2);
 /// Opens `name`, or creates it if it does not exist, whichever side gets there first: a
 /// creator that loses the race to another creator opens what the winner made. A region left by
 /// dead processes is never removed here (that is `shmflow clean`'s decision): opening it
-/// reports the end as taken (`AlreadyAttached`, `EndDetached`), or the other end attaches and
-/// its first call reports `PeerDead`.
+/// reports an end attached by a dead process as [`OpenError::Stale`] (naming it), an end that
+/// detached as `EndDetached`, or the other end attaches and its first call reports
+/// `PeerDead`.
 fn open_or_create<T>(
     open: impl Fn() -> Result<T, OpenError>,
     create: impl Fn() -> Result<T, OpenError>,
@@ -58,7 +59,8 @@ impl Producer {
     }
 
     /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
-    /// producer. The name is unlinked when this producer is dropped.
+    /// producer. The name stays for a consumer that has not opened it yet if the producer
+    /// ends with records published (see [`ProducerBuilder::create`]).
     ///
     /// # Examples
     ///
@@ -189,7 +191,7 @@ impl Consumer {
     }
 
     /// Creates a named region (`/name`, mode 0600, fails if it exists) and attaches as its
-    /// consumer. The name is unlinked when this consumer is dropped.
+    /// consumer. The name is removed when this consumer is dropped.
     ///
     /// # Examples
     ///
@@ -341,10 +343,14 @@ impl ProducerBuilder {
     }
 
     /// Creates the named region (`/name`, mode 0600; fails if it exists) and attaches as its
-    /// producer. The name is unlinked when the producer is dropped.
+    /// producer. When the producer ends, the name is removed unless no consumer has opened
+    /// it yet and something was published: then it stays until a consumer has opened it and
+    /// detached, so that every record sent is read (see [`Producer::close_timeout`] to wait
+    /// for that).
     ///
     /// # Errors
-    /// [`OpenError::AlreadyExists`] (or [`OpenError::Stale`] if nobody alive uses it),
+    /// [`OpenError::AlreadyExists`] (or [`OpenError::Stale`] if nobody alive uses it, or
+    /// [`OpenError::AwaitsConsumer`] if it holds an ended stream nobody has read yet),
     /// [`OpenError::InvalidConfig`] for a bad name or geometry, [`OpenError::Io`].
     pub fn create(&self, name: &str) -> Result<Producer, OpenError> {
         Producer::create_with(name, self.geometry).map(|p| self.apply(p))
@@ -353,14 +359,16 @@ impl ProducerBuilder {
     /// Opens a named region made by the consumer and attaches as its producer.
     ///
     /// # Errors
-    /// [`OpenError::NotFound`], [`OpenError::AlreadyAttached`], and the checks of an open
-    /// (owner, mode, magic, version, size: see [`OpenError`]).
+    /// [`OpenError::NotFound`], [`OpenError::AlreadyAttached`] (a live process holds the
+    /// end), [`OpenError::Stale`] (a dead one does), [`OpenError::EndDetached`], and the checks
+    /// of an open (owner, mode, magic, version, size: see [`OpenError`]).
     pub fn open(&self, name: &str) -> Result<Producer, OpenError> {
         Producer::open_with(name).map(|p| self.apply(p))
     }
 
     /// Opens the named region if it exists, else creates it: the two ends can start in any
-    /// order. Whichever end creates the region removes its name when it is dropped.
+    /// order. The name goes once the consumer has detached (or, if none ever attached, with
+    /// a producer that published nothing).
     ///
     /// # Errors
     /// As [`ProducerBuilder::open`] and [`ProducerBuilder::create`].
@@ -489,7 +497,7 @@ impl ConsumerBuilder {
     }
 
     /// Creates the named region (`/name`, mode 0600; fails if it exists) and attaches as its
-    /// consumer. The name is unlinked when the consumer is dropped.
+    /// consumer. The name is removed when the consumer is dropped.
     ///
     /// # Errors
     /// As [`ProducerBuilder::create`].
@@ -497,7 +505,9 @@ impl ConsumerBuilder {
         Consumer::create_with(name, self.geometry).map(|c| self.apply(c))
     }
 
-    /// Opens a named region made by the producer and attaches as its consumer.
+    /// Opens a named region made by the producer and attaches as its consumer: also one whose
+    /// producer has already ended, whose records it then reads before end of stream. The
+    /// name is removed when the consumer is dropped.
     ///
     /// # Errors
     /// As [`ProducerBuilder::open`].

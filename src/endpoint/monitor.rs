@@ -64,6 +64,7 @@ impl Monitor {
     ///
     /// let name = format!("/shmflow-doc-snap-{}", std::process::id());
     /// let mut tx = Producer::create(&name, Geometry::default())?;
+    /// let _rx = shmflow::Consumer::open(&name)?; // its leaving removes the name
     /// let m = Monitor::open(&name)?;
     /// let before = m.snapshot();
     /// tx.send(b"x")?;
