@@ -13,6 +13,9 @@
 //! feeder is held back: its backpressured time shows it), then at full speed, and checks
 //! that every record arrived once, in order, intact. Exits non-zero otherwise.
 
+#[path = "support/args.rs"]
+mod args;
+
 use std::time::{Duration, Instant};
 
 use shmflow::{Consumer, Producer, WaitStrategy};
@@ -110,17 +113,15 @@ async fn client(
     Ok(())
 }
 
+const USAGE: &str = "usage: async_service [--records N]
+
+  --records N   records the feeding process sends (default 200000); exits non-zero on any
+                missing or garbled record";
+
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str, default: u64| -> u64 {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let records = arg("--records", 200_000);
-    if args.iter().any(|a| a == "--feed") {
+    let args = args::parse(USAGE, &["--records"], &["--feed"], 0);
+    let records = args.num("--records", 200_000u64);
+    if args.has("--feed") {
         return feed(records).map_err(|e| e.to_string().into());
     }
 

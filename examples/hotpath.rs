@@ -13,14 +13,24 @@
 //! setting at its default, `send`, and `recv` record by record. `async`: as `plain`, with
 //! `send_async` and `recv_async` awaited on a current-thread tokio runtime.
 
+#[path = "support/args.rs"]
+mod args;
+
 use shmflow::{FlushPolicy, Geometry};
 
+const USAGE: &str = "usage: hotpath [RECORDS] [tuned|plain|async]
+
+  RECORDS   records per run (default 1000000)
+  MODE      tuned (default): Explicit flushes, claim, drain; plain: send and recv with every
+            setting at its default; async: as plain, awaited (needs the tokio feature)";
+
 fn main() {
-    let n: u64 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
-    let mode = std::env::args().nth(2).unwrap_or_default();
+    let a = args::parse(USAGE, &[], &[], 2);
+    let n: u64 = a.pos(0, 1_000_000);
+    let mode = a.pos_str(1).unwrap_or("tuned").to_owned();
+    if !["tuned", "plain", "async"].contains(&mode.as_str()) {
+        a.fail(&format!("unknown mode {mode:?}"));
+    }
     let plain = mode == "plain";
     let (mut p, mut c) = shmflow::pair(Geometry::default()).unwrap();
     #[cfg(feature = "tokio")]

@@ -6,6 +6,9 @@
 //! cargo run --release --example metrics_overhead [-- ROUNDS]
 //! ```
 
+#[path = "support/args.rs"]
+mod args;
+
 use std::time::Instant;
 
 use shmflow::{FlushPolicy, Geometry};
@@ -40,11 +43,12 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+const USAGE: &str = "usage: metrics_overhead [ROUNDS]
+
+  ROUNDS    alternating runs with the per-record counters on and off (default 11)";
+
 fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(11);
+    let rounds: usize = args::parse(USAGE, &[], &[], 1).pos(0, 11);
     let (mut on, mut off) = (Vec::new(), Vec::new());
     run(true); // warm-up
     for _ in 0..rounds {

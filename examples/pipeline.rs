@@ -16,6 +16,9 @@
 //! (`/shmflow-pipeline-PID-a` and `-b`) that `shmflow list` shows and `shmflow stat NAME`
 //! watches live, while the pipeline runs; the source prints the names and the commands.
 
+#[path = "support/args.rs"]
+mod args;
+
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -37,49 +40,24 @@ const USAGE: &str = "usage: pipeline [--records N] [--sink-rate RECORDS_PER_SEC]
   --sink-rate R        cap the sink at R records/s: backpressure slows the source to it
   --named              use named regions that `shmflow list` and `shmflow stat` can watch";
 
-/// Exits with the usage and code 2, as a command line that does not parse.
-fn usage_error(msg: &str) -> ! {
-    eprintln!("pipeline: {msg}\n\n{USAGE}");
-    std::process::exit(2)
-}
-
 fn parse_args() -> Args {
-    let mut a = Args {
-        role: "source".into(),
-        records: 10_000_000,
-        sink_rate: None,
-        named: None,
+    let a = args::parse(
+        USAGE,
+        &["--role", "--records", "--sink-rate", "--prefix"],
+        &["--named"],
+        0,
+    );
+    let named = match a.get("--prefix") {
+        Some(p) => Some(p.to_owned()),
+        None if a.has("--named") => Some(format!("/shmflow-pipeline-{}", std::process::id())),
+        None => None,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut val = || {
-            it.next()
-                .unwrap_or_else(|| usage_error(&format!("{arg} needs a value")))
-        };
-        match arg.as_str() {
-            "--role" => a.role = val(),
-            "--records" => {
-                a.records = val()
-                    .parse()
-                    .unwrap_or_else(|_| usage_error("--records takes a whole number"))
-            }
-            "--sink-rate" => {
-                a.sink_rate = Some(
-                    val()
-                        .parse()
-                        .unwrap_or_else(|_| usage_error("--sink-rate takes records per second")),
-                )
-            }
-            "--named" => a.named = Some(format!("/shmflow-pipeline-{}", std::process::id())),
-            "--prefix" => a.named = Some(val()),
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => usage_error(&format!("unknown argument {other}")),
-        }
+    Args {
+        role: a.get("--role").unwrap_or("source").to_owned(),
+        records: a.num("--records", 10_000_000),
+        sink_rate: a.get("--sink-rate").map(|_| a.num("--sink-rate", 0.0)),
+        named,
     }
-    a
 }
 
 /// How a stage hands its output channel to the next one.

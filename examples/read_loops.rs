@@ -6,6 +6,9 @@
 //! cargo run --release --example read_loops [ROUNDS]
 //! ```
 
+#[path = "support/args.rs"]
+mod args;
+
 use std::time::{Duration, Instant};
 
 use shmflow::{Consumer, FlushPolicy, Geometry, Result, WaitStrategy};
@@ -56,11 +59,12 @@ fn by_recv_unwrap(c: &mut Consumer) -> Result<u64> {
 
 type Reader = fn(&mut Consumer) -> Result<u64>;
 
+const USAGE: &str = "usage: read_loops [ROUNDS]
+
+  ROUNDS    alternating runs of three ways to read a stream (default 11)";
+
 fn main() {
-    let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(11);
+    let rounds: usize = args::parse(USAGE, &[], &[], 1).pos(0, 11);
     let readers: [(&str, Reader); 3] = [
         ("drain", by_drain),
         ("while let Some(r) = recv()?", by_recv_question_mark),

@@ -37,6 +37,9 @@
 //! exits non-zero by itself, that `/dev/shm` holds nothing of the run but the killed stage's
 //! own gate, and that `shmflow clean` (`remove_if_stale`) removes it; it exits 0 if all holds.
 
+#[path = "support/args.rs"]
+mod args;
+
 use std::collections::HashMap;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -65,26 +68,53 @@ struct Opts {
     remote: Option<u16>,
 }
 
+const USAGE: &str = "usage: wordcount [--lines N] [--slow-counter K [--slow-ns N]] [--skew] [--remote]
+                 [--kill-stage ROLE:INDEX] [--prefix /NAME]
+
+  --lines N              lines per source (default 200000)
+  --slow-counter K       counter K does busy work per word: backpressure reaches the sources
+  --slow-ns N            the slowed counter's work per word in ns (default 3000)
+  --skew                 one hot word takes half the words (its counter's gate borrows floating segments)
+  --remote               tokenizers and counters talk over TCP on loopback (needs the net feature)
+  --kill-stage ROLE:I    SIGKILL stage ROLE:I (source, tokenizer, counter, sink) mid-run and check
+                         that every other stage stops non-zero and only its gate is left
+  --prefix /NAME         prefix of the gates' names (default /shmflow-wc-PID)";
+
 fn main() {
+    let parsed = args::parse(
+        USAGE,
+        &[
+            "--lines",
+            "--slow-counter",
+            "--slow-ns",
+            "--prefix",
+            "--kill-stage",
+            "--port",
+            "--role",
+            "--index",
+        ],
+        &["--skew", "--remote"],
+        0,
+    );
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let get = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
+    let get = |name: &str| parsed.get(name).map(str::to_owned);
     let opts = Opts {
-        lines: get("--lines").map_or(200_000, |v| v.parse().expect("--lines N")),
-        slow_counter: get("--slow-counter").map(|v| v.parse().expect("--slow-counter K")),
-        slow_ns: get("--slow-ns").map_or(3000, |v| v.parse().expect("--slow-ns N")),
-        skew: args.iter().any(|a| a == "--skew"),
+        lines: parsed.num("--lines", 200_000),
+        slow_counter: parsed
+            .get("--slow-counter")
+            .map(|_| parsed.num("--slow-counter", 0)),
+        slow_ns: parsed.num("--slow-ns", 3000),
+        skew: parsed.has("--skew"),
         prefix: get("--prefix").unwrap_or_else(|| format!("/shmflow-wc-{}", std::process::id())),
         kill_stage: get("--kill-stage").map(|v| {
-            let (r, i) = v.split_once(':').expect("--kill-stage ROLE:INDEX");
-            (r.to_owned(), i.parse().expect("--kill-stage ROLE:INDEX"))
+            let parsed_stage = v
+                .split_once(':')
+                .and_then(|(r, i)| Some((r.to_owned(), i.parse().ok()?)));
+            parsed_stage.unwrap_or_else(|| parsed.fail("--kill-stage takes ROLE:INDEX"))
         }),
-        remote: match get("--port") {
-            Some(p) => Some(p.parse().expect("--port N")),
-            None if args.iter().any(|a| a == "--remote") => Some(free_port()),
+        remote: match parsed.get("--port") {
+            Some(_) => Some(parsed.num("--port", 0)),
+            None if parsed.has("--remote") => Some(free_port()),
             None => None,
         },
     };
@@ -92,7 +122,7 @@ fn main() {
         None if opts.kill_stage.is_some() => kill_and_check(&opts, &args),
         None => orchestrate(&opts, &args),
         Some(role) => {
-            let index: usize = get("--index").map_or(0, |v| v.parse().expect("--index"));
+            let index: usize = parsed.num("--index", 0);
             match role {
                 "source" => source(&opts, index),
                 "tokenizer" => tokenizer(&opts, index),

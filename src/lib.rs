@@ -185,7 +185,8 @@ pub fn pair(geometry: Geometry) -> Result<(Producer, Consumer), OpenError> {
 #[doc(hidden)]
 pub mod loom_api;
 
-/// The README's quick start, compiled and run as a doctest.
-#[cfg(doctest)]
+/// The README's examples, compiled and run as doctests (its async example needs the `tokio`
+/// feature, so they run with it: `cargo test --all-features`).
+#[cfg(all(doctest, feature = "tokio"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -35,7 +35,10 @@ fn wait_ready(c: &mut Child) -> BufReader<std::process::ChildStdout> {
     let mut line = String::new();
     while !line.contains("ready") {
         line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the child exited early");
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child exited early"
+        );
     }
     out
 }
@@ -123,7 +126,10 @@ fn a_writer_that_exits_before_its_reader_opens_loses_nothing() {
         let mut c = Consumer::open(&name).unwrap();
         assert_eq!(read_all(&mut c).unwrap(), RECORDS);
         drop(c);
-        assert!(!name_exists(&name), "the reader removes the name as it leaves");
+        assert!(
+            !name_exists(&name),
+            "the reader removes the name as it leaves"
+        );
     }
 }
 
@@ -137,11 +143,11 @@ fn a_writer_that_dies_before_its_reader_opens_leaves_its_records_then_peer_dead(
     let mut w = child(T, "producer", &name);
     assert!(w.wait().unwrap().success());
     let mut c = Consumer::open(&name).unwrap();
-    let mut n = 0;
+    let mut n = 0u64;
     let end = loop {
         match c.recv() {
             Ok(Some(r)) => {
-                assert_eq!(r.as_bytes(), Some(&(n as u64).to_le_bytes()[..]));
+                assert_eq!(r.as_bytes(), Some(&n.to_le_bytes()[..]));
                 n += 1;
             }
             other => break other.map(|r| r.is_some()),
@@ -153,7 +159,10 @@ fn a_writer_that_dies_before_its_reader_opens_leaves_its_records_then_peer_dead(
         "then the death is told: {end:?}"
     );
     drop(c);
-    assert!(!name_exists(&name), "the reader removes the name as it leaves");
+    assert!(
+        !name_exists(&name),
+        "the reader removes the name as it leaves"
+    );
 }
 
 #[test]
@@ -167,7 +176,10 @@ fn a_writer_that_closes_and_waits_returns_once_everything_was_read() {
     let _out = wait_ready(&mut w);
     // The writer is waiting in close: let it wait a little before the reader comes.
     std::thread::sleep(Duration::from_millis(200));
-    assert!(w.try_wait().unwrap().is_none(), "close returned before anything was read");
+    assert!(
+        w.try_wait().unwrap().is_none(),
+        "close returned before anything was read"
+    );
     let mut c = Consumer::open(&name).unwrap();
     assert_eq!(read_all(&mut c).unwrap(), RECORDS);
     assert!(
@@ -191,7 +203,13 @@ fn a_writer_whose_reader_never_comes_is_told_and_the_name_is_left_for_clean() {
     assert!(name_exists(&name));
     let e = Producer::create(&name, Geometry::default()).err().unwrap();
     assert!(
-        matches!(e, OpenError::AwaitsConsumer { unread_records: RECORDS, .. }),
+        matches!(
+            e,
+            OpenError::AwaitsConsumer {
+                unread_records: RECORDS,
+                ..
+            }
+        ),
         "{e}"
     );
     assert!(e.to_string().contains("shmflow clean --unread"), "{e}");
@@ -273,7 +291,13 @@ fn close_waits_for_a_reader_in_this_process_and_for_one_that_read_every_record()
     p.send(b"unread").unwrap();
     let e = p.close_timeout(Duration::from_millis(50)).unwrap_err();
     assert!(
-        matches!(e, CloseError::Timeout { unread_segments: 1, .. }),
+        matches!(
+            e,
+            CloseError::Timeout {
+                unread_segments: 1,
+                ..
+            }
+        ),
         "{e}"
     );
     assert_eq!(c.recv().unwrap().unwrap().as_bytes(), Some(&b"unread"[..]));

@@ -2,6 +2,8 @@
 //! events arrive intact and in order; credit stops one channel without stopping the others;
 //! a gate mixes local and remote channels.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use shmflow::net::{Client, Config, Ended, Server};
@@ -487,4 +489,47 @@ async fn records_sent_after_a_waiting_priority_event_stay_behind_it() {
     let order = |k| seen.iter().filter(move |x| x.0 == k).map(|x| x.1);
     assert!(order('e').eq(0..12), "{seen:?}");
     assert!(order('r').eq(0..12), "{seen:?}");
+}
+
+/// The bridges count what crosses them as a reader and a writer would: records and payload
+/// bytes (so `shmflow stat` shows real record rates for a bridge's end).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bridges_count_records_and_payload_bytes() {
+    let (a, b) = (
+        common::unique_name("net-count-a"),
+        common::unique_name("net-count-b"),
+    );
+    let tx_a = Producer::create(&a, geometry()).unwrap();
+    let rx_a = shmflow::Consumer::open(&a).unwrap();
+    let tx_b = Producer::create(&b, geometry()).unwrap();
+    let mut rx_b = shmflow::Consumer::open(&b).unwrap();
+    let (mon_a, mon_b) = (
+        shmflow::Monitor::open(&a).unwrap(),
+        shmflow::Monitor::open(&b).unwrap(),
+    );
+    let n = 500;
+    let payload: u64 = (0..n).map(|i| record(i).len() as u64).sum();
+    let writer = std::thread::spawn(move || write_all(tx_a, n));
+    let reader = std::thread::spawn(move || {
+        let mut i = 0u64;
+        while let Some(r) = rx_b.recv().unwrap() {
+            assert_eq!(r.to_vec().unwrap(), record(i));
+            i += 1;
+        }
+        i
+    });
+    let (_report, outcomes) = bridge(rx_a, tx_b).await;
+    writer.join().unwrap();
+    assert_eq!(reader.join().unwrap(), n, "{outcomes:?}");
+    let (sa, sb) = (mon_a.snapshot(), mon_b.snapshot());
+    assert_eq!(
+        (sa.records_read, sa.bytes_read),
+        (n, payload),
+        "sending bridge"
+    );
+    assert_eq!(
+        (sb.records_written, sb.bytes_written),
+        (n, payload),
+        "receiving bridge"
+    );
 }

@@ -134,10 +134,7 @@ fn each_end_attaches_once() {
     ));
     drop(c);
     // The only reader left: the name went with it.
-    assert!(matches!(
-        Consumer::open(&name),
-        Err(Error::NotFound { .. })
-    ));
+    assert!(matches!(Consumer::open(&name), Err(Error::NotFound { .. })));
     // A producer that detached from a consumer's region cannot attach again.
     let name = unique_name("attach2");
     let _c = Consumer::create(&name, Geometry::default()).unwrap();
@@ -195,7 +192,10 @@ fn a_consumer_creator_removes_the_name_when_it_leaves() {
     drop(c);
     assert!(matches!(Consumer::open(&name), Err(Error::NotFound { .. })));
     let sent = p.send(b"x").and_then(|()| p.flush());
-    assert!(matches!(sent, Err(shmflow::SendError::Closed(_))), "{sent:?}");
+    assert!(
+        matches!(sent, Err(shmflow::SendError::Closed(_))),
+        "{sent:?}"
+    );
 }
 
 #[test]

@@ -125,13 +125,13 @@ impl Raw {
     }
 
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off + 8 <= self.len && off % 8 == 0);
+        assert!(off + 8 <= self.len && off.is_multiple_of(8));
         // SAFETY: in bounds, aligned, and only ever accessed atomically by both processes.
         unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off + 4 <= self.len && off % 4 == 0);
+        assert!(off + 4 <= self.len && off.is_multiple_of(4));
         // SAFETY: as for `u64_at`.
         unsafe { &*(self.ptr.add(off) as *const AtomicU32) }
     }
@@ -944,7 +944,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         r.push((k, v));
     };
     // `--only GROUP` runs one group, for profiling.
-    let want = |g: &str| only.map_or(true, |o| o == g);
+    let want = |g: &str| only.is_none_or(|o| o == g);
     if want("spin") {
         let v = rtt_shmflow(cfg, SPIN, false);
         note("rtt_spin_p50_ns", pct(&v, 0.5));

@@ -79,7 +79,7 @@ impl Pacer {
     /// Called after each record; returns false when the experiment is over.
     fn tick(&mut self, plan: &Plan, pick: impl Fn(usize) -> Option<f64>) -> bool {
         self.count += 1;
-        if self.count % 64 != 0 {
+        if !self.count.is_multiple_of(64) {
             return true;
         }
         let now = monotonic_now_ns();

@@ -126,7 +126,7 @@ pub(crate) fn main(cmd: RemoteCmd) -> Result<(), String> {
 async fn serve(listen: SocketAddr, exports: &[String], common: &Common) -> Result<(), String> {
     let mut server = shmflow::net::Server::bind(listen, common.config()?)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(setup_error)?;
     for spec in exports {
         let (name, region) = split(spec)?;
         let consumer = Consumer::builder()
@@ -151,7 +151,7 @@ async fn serve(listen: SocketAddr, exports: &[String], common: &Common) -> Resul
 async fn connect(addr: SocketAddr, imports: &[String], common: &Common) -> Result<(), String> {
     let mut client = Client::connect(addr, common.config()?)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(setup_error)?;
     for spec in imports {
         let (name, target) = split(spec)?;
         let producer = match target.rsplit_once(':') {
@@ -170,6 +170,17 @@ async fn connect(addr: SocketAddr, imports: &[String], common: &Common) -> Resul
         imports.len()
     );
     outcomes(&client.run().await)
+}
+
+/// A setup error in the command's terms: the flags, not the library's calls.
+fn setup_error(e: shmflow::net::SetupError) -> String {
+    match e {
+        shmflow::net::SetupError::PlaintextRefused { addr } => format!(
+            "{addr} is not a loopback address: beyond loopback remote channels need mutual TLS \
+             (--cert, --key and --ca), or --insecure-plaintext to allow plaintext on purpose"
+        ),
+        other => other.to_string(),
+    }
 }
 
 fn outcomes(channels: &[shmflow::net::ChannelOutcome]) -> Result<(), String> {

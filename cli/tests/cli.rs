@@ -480,3 +480,74 @@ fn clean_removes_a_region_no_live_end_uses_and_keeps_a_live_one() {
     assert!(std::fs::metadata(format!("/dev/shm{stale}")).is_err());
     assert!(std::fs::metadata(format!("/dev/shm{live}")).is_ok());
 }
+
+#[test]
+fn stat_stops_with_the_final_state_once_both_ends_have_left() {
+    let name = unique_name("cli-ends");
+    let mut p = Producer::create(&name, Geometry::default()).unwrap();
+    let mut c = Consumer::open(&name).unwrap();
+    p.send(b"one").unwrap();
+    assert!(c.recv().unwrap().is_some());
+    let mut stat = Command::new(env!("CARGO_BIN_EXE_shmflow"))
+        .args(["stat", &name, "--interval-ms", "100"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(p);
+    drop(c);
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = stat.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(20) {
+            stat.kill().unwrap();
+            panic!("stat went on after both ends left");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stat.stdout.take().unwrap(), &mut text).unwrap();
+    assert!(status.success(), "{text}");
+    let last = text.rsplit("shmflow stat").next().unwrap();
+    assert!(last.contains("both ends have left"), "{text}");
+    assert!(
+        last.contains("producer detached") && last.contains("consumer detached"),
+        "{last}"
+    );
+    assert!(
+        last.contains("records/s   written              —   read              —"),
+        "no figures for ends that are not there: {last}"
+    );
+    assert!(last.contains("1 records written, 1 read"), "{last}");
+}
+
+#[test]
+fn list_shows_an_ended_stream_nobody_read_and_clean_keeps_it_unless_asked() {
+    let name = unique_name("cli-unread");
+    let mut p = Producer::create(&name, Geometry::default()).unwrap();
+    for i in 0..3u64 {
+        p.send(&i.to_le_bytes()).unwrap();
+    }
+    drop(p);
+    let out = shmflow(&["list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&name))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("ended, 3 record(s) unread"), "{line}");
+    let out = shmflow(&["clean"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains(&format!("kept {name} (ended, 3 record(s) unread")),
+        "{text}"
+    );
+    assert!(std::fs::metadata(format!("/dev/shm{name}")).is_ok());
+    let out = shmflow(&["clean", "--unread"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("removed {name}")), "{text}");
+    assert!(std::fs::metadata(format!("/dev/shm{name}")).is_err());
+}

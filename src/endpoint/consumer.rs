@@ -1233,7 +1233,24 @@ impl Record<'_> {
         bytemuck::try_from_bytes(self.as_bytes()?).ok()
     }
 
-    /// The length, known up front for a record within one segment.
+    /// The length of a record within one segment; `None` for a spanning record (longer than
+    /// a segment minus its 8-byte header: [`Producer::max_unspanned_len`](crate::Producer::max_unspanned_len)),
+    /// whose length the producer may not have known up front. Read it part by part or with
+    /// [`Record::to_vec`] to learn it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"four")?;
+    /// tx.send(&vec![7u8; 100_000])?; // larger than a 32 KiB segment: it spans
+    /// drop(tx);
+    /// assert_eq!(rx.recv()?.unwrap().len(), Some(4));
+    /// let mut big = rx.recv()?.unwrap();
+    /// assert_eq!((big.len(), big.as_bytes()), (None, None));
+    /// assert_eq!(big.to_vec()?.len(), 100_000);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     pub fn len(&self) -> Option<usize> {
         (!self.spanning).then_some(self.len as usize)
     }
