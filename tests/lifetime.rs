@@ -319,6 +319,14 @@ fn attached_child() -> ! {
     std::process::exit(3)
 }
 
+/// Runs `test` again as a child that attaches as `role` to `name`, then SIGKILLs it once it
+/// has attached: its pid.
+fn attach_and_kill(test: &str, role: &str, name: &str) -> u32 {
+    let mut c = child(test, role, name);
+    let _out = wait_ready(&mut c);
+    kill(c)
+}
+
 fn assert_stale(e: OpenError, end: End, pid: u32, channel: Option<u32>) {
     match &e {
         OpenError::Stale { dead: Some(d), .. } => {
@@ -341,9 +349,7 @@ fn an_end_left_by_a_killed_consumer_is_stale_at_open_not_attached() {
     }
     let name = unique_name("dead-consumer");
     let _p = Producer::create(&name, Geometry::default()).unwrap();
-    let mut c = child(T, "consumer", &name);
-    let _out = wait_ready(&mut c);
-    let pid = kill(c);
+    let pid = attach_and_kill(T, "consumer", &name);
     assert_stale(Consumer::open(&name).unwrap_err(), End::Consumer, pid, None);
     let again = Consumer::builder().open_or_create(&name).unwrap_err();
     assert_stale(again, End::Consumer, pid, None);
@@ -357,9 +363,7 @@ fn an_end_left_by_a_killed_producer_is_stale_at_open_not_attached() {
     }
     let name = unique_name("dead-producer");
     let _c = Consumer::create(&name, Geometry::default()).unwrap();
-    let mut p = child(T, "producer", &name);
-    let _out = wait_ready(&mut p);
-    let pid = kill(p);
+    let pid = attach_and_kill(T, "producer", &name);
     assert_stale(Producer::open(&name).unwrap_err(), End::Producer, pid, None);
     let again = Producer::builder().open_or_create(&name).unwrap_err();
     assert_stale(again, End::Producer, pid, None);
@@ -373,9 +377,7 @@ fn a_gate_channel_left_by_a_killed_producer_is_stale_at_open_not_attached() {
     }
     let name = unique_name("dead-channel");
     let _g = Gate::create(&name, GateGeometry::new(3)).unwrap();
-    let mut p = child(T, "channel1", &name);
-    let _out = wait_ready(&mut p);
-    let pid = kill(p);
+    let pid = attach_and_kill(T, "channel1", &name);
     assert_stale(
         Producer::open_channel(&name, 1).unwrap_err(),
         End::Producer,
