@@ -481,21 +481,16 @@ fn clean_removes_a_region_no_live_end_uses_and_keeps_a_live_one() {
     assert!(std::fs::metadata(format!("/dev/shm{live}")).is_ok());
 }
 
-#[test]
-fn stat_stops_with_the_final_state_once_both_ends_have_left() {
-    let name = unique_name("cli-ends");
-    let mut p = Producer::create(&name, Geometry::default()).unwrap();
-    let mut c = Consumer::open(&name).unwrap();
-    p.send(b"one").unwrap();
-    assert!(c.recv().unwrap().is_some());
+/// Runs `shmflow stat NAME` every 100 ms while `leave` makes every end go, and returns what
+/// it printed once it stopped by itself (fails if it does not within 20 s).
+fn stat_until_it_stops(name: &str, leave: impl FnOnce()) -> String {
     let mut stat = Command::new(env!("CARGO_BIN_EXE_shmflow"))
-        .args(["stat", &name, "--interval-ms", "100"])
+        .args(["stat", name, "--interval-ms", "100"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    drop(p);
-    drop(c);
+    leave();
     let start = std::time::Instant::now();
     let status = loop {
         if let Some(s) = stat.try_wait().unwrap() {
@@ -503,13 +498,44 @@ fn stat_stops_with_the_final_state_once_both_ends_have_left() {
         }
         if start.elapsed() > std::time::Duration::from_secs(20) {
             stat.kill().unwrap();
-            panic!("stat went on after both ends left");
+            panic!("stat went on after every end left");
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     let mut text = String::new();
     std::io::Read::read_to_string(&mut stat.stdout.take().unwrap(), &mut text).unwrap();
     assert!(status.success(), "{text}");
+    text
+}
+
+#[test]
+fn stat_stops_once_a_gate_and_its_producers_have_left() {
+    let name = unique_name("cli-gate-ends");
+    let gate = shmflow::Gate::create(&name, shmflow::GateGeometry::new(2)).unwrap();
+    let mut p = Producer::open_channel(&name, 0).unwrap();
+    p.send(b"one").unwrap();
+    let text = stat_until_it_stops(&name, move || {
+        drop(p);
+        drop(gate);
+    });
+    let last = text.rsplit("shmflow stat").next().unwrap();
+    assert!(
+        last.contains("the gate and every producer have left"),
+        "{text}"
+    );
+}
+
+#[test]
+fn stat_stops_with_the_final_state_once_both_ends_have_left() {
+    let name = unique_name("cli-ends");
+    let mut p = Producer::create(&name, Geometry::default()).unwrap();
+    let mut c = Consumer::open(&name).unwrap();
+    p.send(b"one").unwrap();
+    assert!(c.recv().unwrap().is_some());
+    let text = stat_until_it_stops(&name, move || {
+        drop(p);
+        drop(c);
+    });
     let last = text.rsplit("shmflow stat").next().unwrap();
     assert!(last.contains("both ends have left"), "{text}");
     assert!(
