@@ -86,9 +86,10 @@ enum Cmd {
 
 #[derive(Subcommand, Debug)]
 enum DemoCmd {
-    /// Flink's backpressure experiment between two processes: the producer at 60 % of full
-    /// speed, the consumer slowed to 30 % and released twice; a CSV and an SVG plot of both
-    /// rates.
+    /// Flink's backpressure experiment between two processes: after a calibration phase, the
+    /// producer at 60 % with the consumer keeping up, the consumer slowed to 30 %, both at
+    /// 100 %, the consumer at 30 % again, both at 100 %; a CSV and an SVG of throughput,
+    /// backpressure and pool usage.
     Backpressure {
         /// Seconds per phase.
         #[arg(long, default_value_t = 3.0)]
@@ -109,6 +110,10 @@ enum DemoCmd {
         /// `shmflow::net` bridge, the consumer's channel fed by another, credit-based.
         #[arg(long)]
         remote: bool,
+        /// The phases after calibration, as PRODUCER:CONSUMER target percentages of the
+        /// calibrated rate (100: flat out), separated by commas.
+        #[arg(long, default_value = demo::DEFAULT_PHASES)]
+        phases: String,
     },
 }
 
@@ -138,6 +143,7 @@ fn main() -> ExitCode {
                     record_size,
                     out,
                     remote,
+                    phases,
                 },
         } => demo::main(&demo::DemoArgs {
             phase_secs,
@@ -146,6 +152,7 @@ fn main() -> ExitCode {
             record_size,
             out,
             remote,
+            phases,
         }),
         Cmd::Remote { cmd } => remote::main(cmd),
         Cmd::BenchRole { args } => bench::role(&args),
