@@ -12,6 +12,7 @@ mod json;
 mod openloop;
 mod remote;
 mod remotebench;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,6 +58,14 @@ enum Cmd {
         /// Samples to take [default: unbounded, or 1 with --json].
         #[arg(long)]
         count: Option<u64>,
+    },
+    /// A live view of every channel and gate on the machine, sorted by backpressure: levels in
+    /// colour, pool usage as bars, rates with sparklines, credit and backlog of remote links;
+    /// Enter opens a gate's channels, / filters, q quits. Read-only, like stat.
+    Top {
+        /// Milliseconds between refreshes.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
     },
     /// Measure shmflow against the hardware floor and the OS, between two processes.
     Bench(bench::BenchArgs),
@@ -133,6 +142,7 @@ fn main() -> ExitCode {
             Duration::from_millis(interval_ms.unwrap_or(if json { 200 } else { 1000 })),
             count.unwrap_or(if json { 1 } else { u64::MAX }),
         ),
+        Cmd::Top { interval_ms } => top::main(Duration::from_millis(interval_ms.max(50))),
         Cmd::Bench(args) => bench::main(&args),
         Cmd::Demo {
             demo:
