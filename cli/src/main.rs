@@ -8,6 +8,7 @@
 mod asyncbench;
 mod bench;
 mod demo;
+mod export;
 mod json;
 mod openloop;
 mod remote;
@@ -66,6 +67,14 @@ enum Cmd {
         /// Milliseconds between refreshes.
         #[arg(long, default_value_t = 1000)]
         interval_ms: u64,
+    },
+    /// Serve every channel's and gate's metrics to Prometheus at http://LISTEN/metrics, with
+    /// Flink's names (backPressuredTimeMsPerSecond, outPoolUsage, numRecordsOut, ...) and
+    /// labels region, channel and end. Read-only, like stat.
+    Export {
+        /// Address to listen on (port 0: any free port; the address is printed).
+        #[arg(long, default_value = "127.0.0.1:9187")]
+        listen: std::net::SocketAddr,
     },
     /// Measure shmflow against the hardware floor and the OS, between two processes.
     Bench(bench::BenchArgs),
@@ -143,6 +152,7 @@ fn main() -> ExitCode {
             count.unwrap_or(if json { 1 } else { u64::MAX }),
         ),
         Cmd::Top { interval_ms } => top::main(Duration::from_millis(interval_ms.max(50))),
+        Cmd::Export { listen } => export::main(listen),
         Cmd::Bench(args) => bench::main(&args),
         Cmd::Demo {
             demo:

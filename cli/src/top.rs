@@ -80,6 +80,11 @@ impl Top {
         channels: Vec<(String, Snapshot)>,
         gates: Vec<(String, GateSnapshot)>,
     ) {
+        // The selection follows its row as the rows are sorted again.
+        let selected = self
+            .table
+            .selected()
+            .and_then(|i| self.visible().get(i).map(|r| r.name.clone()));
         let mut rows = Vec::new();
         for (name, now) in channels {
             let prev = self.prev.get(&name).copied().unwrap_or(now);
@@ -149,8 +154,11 @@ impl Top {
         }
         sort(&mut rows);
         self.rows = rows;
-        if self.table.selected().is_none() && !self.visible().is_empty() {
-            self.table.select(Some(0));
+        let at = selected.and_then(|n| self.visible().iter().position(|r| r.name == n));
+        match at {
+            Some(i) => self.table.select(Some(i)),
+            None if !self.visible().is_empty() => self.table.select(Some(0)),
+            None => self.table.select(None),
         }
     }
 
@@ -540,6 +548,23 @@ mod tests {
         );
         let names: Vec<&str> = top.visible().iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["/busy", "/calm", "/gone"]);
+        // The selection follows its row when the order changes.
+        let mut moved = Top::default();
+        for (t, calm_bp) in [(1, 0), (2, 10), (3, 990)] {
+            moved.update(
+                vec![
+                    ("/calm".into(), snap(t, t * 100, t * 100, calm_bp, Attached)),
+                    ("/busy".into(), snap(t, t * 100, t * 100, t * 100, Attached)),
+                ],
+                vec![],
+            );
+            if t == 2 {
+                assert_eq!(moved.visible()[1].name, "/calm");
+                moved.key(crossterm::event::KeyCode::Down);
+            }
+        }
+        assert_eq!(moved.visible()[0].name, "/calm");
+        assert_eq!(moved.table.selected(), Some(0), "still on /calm");
         let s = screen(&mut top);
         let busy = s.lines().find(|l| l.contains("/busy")).unwrap();
         assert!(busy.contains("HIGH") && busy.contains("800"), "{busy}");

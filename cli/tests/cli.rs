@@ -577,3 +577,117 @@ fn list_shows_an_ended_stream_nobody_read_and_clean_keeps_it_unless_asked() {
     assert!(text.contains(&format!("removed {name}")), "{text}");
     assert!(std::fs::metadata(format!("/dev/shm{name}")).is_err());
 }
+
+/// One `GET /metrics` over a plain TCP connection: the body.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "{head}"
+    );
+    assert!(head.contains("openmetrics-text"), "{head}");
+    body.to_owned()
+}
+
+/// The value of `metric{region="name"...}` in a scrape.
+fn metric(body: &str, metric: &str, region: &str) -> f64 {
+    let prefix = format!("{metric}{{region=\"{region}\"");
+    body.lines()
+        .find(|l| l.starts_with(&prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in:\n{body}"))
+}
+
+#[test]
+fn export_serves_flink_named_metrics_that_agree_with_stat_during_a_running_pipeline() {
+    use std::io::BufRead;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let name = unique_name("cli-export");
+    let gate = unique_name("cli-export-gate");
+    let mut p = Producer::create(&name, Geometry::default()).unwrap();
+    let mut c = Consumer::open(&name).unwrap();
+    let _g = shmflow::Gate::create(&gate, shmflow::GateGeometry::new(2)).unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let (s1, s2) = (stop.clone(), stop.clone());
+    let writer = std::thread::spawn(move || {
+        let mut i = 0u64;
+        while !s1.load(Ordering::Relaxed) {
+            p.send_pod(&i).unwrap();
+            i += 1;
+            if i.is_multiple_of(1000) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    });
+    let reader = std::thread::spawn(move || {
+        while !s2.load(Ordering::Relaxed) {
+            let _ = c.recv_timeout(std::time::Duration::from_millis(10));
+        }
+    });
+    let mut export = Command::new(env!("CARGO_BIN_EXE_shmflow"))
+        .args(["export", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(export.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("serving http://")
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let first = scrape(&addr);
+    let out = shmflow(&["stat", &name, "--json", "--interval-ms", "50"]);
+    let stat: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let second = scrape(&addr);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    reader.join().unwrap();
+    export.kill().unwrap();
+    export.wait().unwrap();
+    for (m, field) in [
+        ("shmflow_numRecordsOut_total", "records_written"),
+        ("shmflow_numRecordsIn_total", "records_read"),
+        ("shmflow_numBytesOut_total", "bytes_written"),
+    ] {
+        let (a, b) = (metric(&first, m, &name), metric(&second, m, &name));
+        let s = stat[field].as_f64().unwrap();
+        assert!(a <= s && s <= b, "{m}: {a} <= stat's {field} {s} <= {b}");
+        assert!(b > a, "{m} grows while the pipeline runs: {a} then {b}");
+    }
+    for m in [
+        "shmflow_backPressuredTimeMsPerSecond",
+        "shmflow_idleTimeMsPerSecond",
+        "shmflow_busyTimeMsPerSecond",
+    ] {
+        let v = metric(&second, m, &name);
+        assert!((0.0..=1000.5).contains(&v), "{m} = {v}");
+    }
+    for m in ["shmflow_outPoolUsage", "shmflow_inPoolUsage"] {
+        let v = metric(&second, m, &name);
+        assert!((0.0..=1.0).contains(&v), "{m} = {v}");
+    }
+    assert!(second.contains(&format!(
+        "shmflow_endAttached{{region=\"{name}\",channel=\"\",end=\"producer\"}} 1"
+    )));
+    assert_eq!(
+        metric(&second, "shmflow_inputFloatingBuffersUsage", &gate),
+        0.0
+    );
+    assert!(second.contains(&format!(
+        "shmflow_backlog{{region=\"{gate}\",channel=\"1\"}}"
+    )));
+}

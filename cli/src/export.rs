@@ -1,0 +1,306 @@
+//! `shmflow export`: every channel and gate on the machine as Prometheus metrics, served at
+//! `/metrics` in the OpenMetrics text format (`prometheus-client`). It only reads, like `stat`.
+//!
+//! Names are Flink's where Flink has one (`backPressuredTimeMsPerSecond`, `idleTimeMsPerSecond`,
+//! `busyTimeMsPerSecond`, `outPoolUsage`, `inPoolUsage`, `numRecordsOut`, `numRecordsIn`,
+//! `numBytesOut`, `numBytesIn`, `inputExclusiveBuffersUsage`, `inputFloatingBuffersUsage`),
+//! prefixed `shmflow_` (counters end in `_total`). Labels: `region` (the name), `channel` (a
+//! gate's channel index, empty for a channel of its own) and, on `endAttached`, `end`
+//! (`producer` or `consumer`).
+//! Rates (the `…PerSecond` gauges) cover the time since the previous scrape; counters are
+//! totals, for Prometheus's own `rate()`.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use shmflow::{EndState, GateSnapshot, Snapshot};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Labels {
+    region: String,
+    channel: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndLabels {
+    region: String,
+    channel: String,
+    end: String,
+}
+
+type F64Gauge = Family<Labels, Gauge<f64, AtomicU64>>;
+
+/// The metric families of one scrape.
+#[derive(Default)]
+struct Families {
+    back_pressured: F64Gauge,
+    idle: F64Gauge,
+    busy: F64Gauge,
+    producer_busy: F64Gauge,
+    out_pool: F64Gauge,
+    in_pool: F64Gauge,
+    level: F64Gauge,
+    attached: Family<EndLabels, Gauge<f64, AtomicU64>>,
+    records_out: Family<Labels, Counter>,
+    records_in: Family<Labels, Counter>,
+    bytes_out: Family<Labels, Counter>,
+    bytes_in: Family<Labels, Counter>,
+    link_credit: F64Gauge,
+    link_backlog: F64Gauge,
+    gate_exclusive: F64Gauge,
+    gate_floating: F64Gauge,
+    floating_held: F64Gauge,
+    backlog: F64Gauge,
+}
+
+impl Families {
+    fn register(self, r: &mut Registry) {
+        r.register(
+            "backPressuredTimeMsPerSecond",
+            "Milliseconds per second the producer was blocked waiting for a free segment",
+            self.back_pressured,
+        );
+        r.register(
+            "idleTimeMsPerSecond",
+            "Milliseconds per second the consumer waited for data",
+            self.idle,
+        );
+        r.register(
+            "busyTimeMsPerSecond",
+            "Milliseconds per second the consumer was neither idle nor waiting",
+            self.busy,
+        );
+        r.register(
+            "producerBusyTimeMsPerSecond",
+            "Milliseconds per second the producer was not backpressured",
+            self.producer_busy,
+        );
+        r.register(
+            "outPoolUsage",
+            "Segments not free, from the producer's side, over the pool (0 to 1)",
+            self.out_pool,
+        );
+        r.register(
+            "inPoolUsage",
+            "Segments queued for or held by the consumer, over the pool (0 to 1)",
+            self.in_pool,
+        );
+        r.register(
+            "backpressureLevel",
+            "Flink's level from the backpressured time: 0 OK (< 0.1), 1 LOW (<= 0.5), 2 HIGH",
+            self.level,
+        );
+        r.register(
+            "endAttached",
+            "1 while the end is attached and its process alive, else 0",
+            self.attached,
+        );
+        r.register(
+            "numRecordsOut",
+            "Records the producer wrote",
+            self.records_out,
+        );
+        r.register("numRecordsIn", "Records the consumer read", self.records_in);
+        r.register(
+            "numBytesOut",
+            "Payload bytes the producer wrote",
+            self.bytes_out,
+        );
+        r.register(
+            "numBytesIn",
+            "Payload bytes the consumer read",
+            self.bytes_in,
+        );
+        r.register(
+            "linkCredit",
+            "A network bridge's credit in segments (unspent by the sender, or announced by the receiver)",
+            self.link_credit,
+        );
+        r.register(
+            "linkBacklog",
+            "A network bridge's backlog in segments",
+            self.link_backlog,
+        );
+        r.register(
+            "inputExclusiveBuffersUsage",
+            "A gate's exclusive segments in use over all of them",
+            self.gate_exclusive,
+        );
+        r.register(
+            "inputFloatingBuffersUsage",
+            "A gate's floating segments lent to channels over all of them",
+            self.gate_floating,
+        );
+        r.register(
+            "floatingBuffersHeld",
+            "Floating segments a gate's channel holds",
+            self.floating_held,
+        );
+        r.register(
+            "backlog",
+            "Segments a gate channel's producer asked for and was not granted",
+            self.backlog,
+        );
+    }
+
+    fn channel(
+        &self,
+        region: &str,
+        channel: &str,
+        prev: &Snapshot,
+        now: &Snapshot,
+        alive: (bool, bool),
+    ) {
+        let l = Labels {
+            region: region.to_owned(),
+            channel: channel.to_owned(),
+        };
+        let r = now.rates_since(prev);
+        let set = |f: &F64Gauge, v: f64| {
+            f.get_or_create(&l).set(v);
+        };
+        set(&self.back_pressured, r.back_pressured_time_ms_per_second);
+        set(&self.idle, r.idle_time_ms_per_second);
+        set(&self.busy, r.consumer_busy_time_ms_per_second);
+        set(&self.producer_busy, r.producer_busy_time_ms_per_second);
+        set(&self.out_pool, r.out_pool_usage);
+        set(&self.in_pool, r.in_pool_usage);
+        set(&self.level, r.level as u8 as f64);
+        if let Some(link) = now.link {
+            set(&self.link_credit, link.credit as f64);
+            set(&self.link_backlog, link.backlog as f64);
+        }
+        self.records_out
+            .get_or_create(&l)
+            .inc_by(now.records_written);
+        self.records_in.get_or_create(&l).inc_by(now.records_read);
+        self.bytes_out.get_or_create(&l).inc_by(now.bytes_written);
+        self.bytes_in.get_or_create(&l).inc_by(now.bytes_read);
+        for (end, state, alive) in [
+            ("producer", now.producer_state, alive.0),
+            ("consumer", now.consumer_state, alive.1),
+        ] {
+            let el = EndLabels {
+                region: region.to_owned(),
+                channel: channel.to_owned(),
+                end: end.to_owned(),
+            };
+            let up = state == EndState::Attached && alive;
+            self.attached
+                .get_or_create(&el)
+                .set(if up { 1.0 } else { 0.0 });
+        }
+    }
+
+    fn gate(
+        &self,
+        region: &str,
+        prev: &GateSnapshot,
+        now: &GateSnapshot,
+        alive: &[bool],
+        consumer_alive: bool,
+    ) {
+        let l = Labels {
+            region: region.to_owned(),
+            channel: String::new(),
+        };
+        self.gate_exclusive
+            .get_or_create(&l)
+            .set(now.input_exclusive_buffers_usage());
+        self.gate_floating
+            .get_or_create(&l)
+            .set(now.input_floating_buffers_usage());
+        for (c, (p, n)) in prev.channels.iter().zip(&now.channels).enumerate() {
+            let channel = c.to_string();
+            let alive = (alive.get(c).copied().unwrap_or(false), consumer_alive);
+            self.channel(region, &channel, &p.snapshot, &n.snapshot, alive);
+            let l = Labels {
+                region: region.to_owned(),
+                channel,
+            };
+            self.floating_held
+                .get_or_create(&l)
+                .set(n.floating_held as f64);
+            self.backlog.get_or_create(&l).set(n.backlog as f64);
+        }
+    }
+}
+
+/// What the previous scrape saw, for the rates.
+#[derive(Default)]
+pub(crate) struct Exporter {
+    prev: Mutex<(HashMap<String, Snapshot>, HashMap<String, GateSnapshot>)>,
+}
+
+impl Exporter {
+    /// Every region and gate on the machine, encoded.
+    pub(crate) fn scrape(&self) -> Result<String, String> {
+        let f = Families::default();
+        let mut prev = self.prev.lock().map_err(|_| "a scrape panicked")?;
+        let mut seen = (HashMap::new(), HashMap::new());
+        for r in shmflow::list_regions().map_err(|e| e.to_string())? {
+            let before = prev.0.get(&r.name).copied().unwrap_or(r.snapshot);
+            f.channel(
+                &r.name,
+                "",
+                &before,
+                &r.snapshot,
+                (r.producer_alive, r.consumer_alive),
+            );
+            seen.0.insert(r.name, r.snapshot);
+        }
+        for (name, g) in shmflow::list_gates().map_err(|e| e.to_string())? {
+            let now = g.snapshot();
+            let before = prev.1.get(&name).cloned().unwrap_or_else(|| now.clone());
+            let alive: Vec<bool> = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
+            f.gate(&name, &before, &now, &alive, g.consumer_alive());
+            seen.1.insert(name, now);
+        }
+        *prev = seen;
+        drop(prev);
+        let mut registry = Registry::with_prefix("shmflow");
+        f.register(&mut registry);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .map_err(|e| e.to_string())?;
+        Ok(out)
+    }
+}
+
+/// Serves `/metrics` on `listen` until killed.
+pub(crate) fn main(listen: std::net::SocketAddr) -> Result<(), String> {
+    let server =
+        tiny_http::Server::http(listen).map_err(|e| format!("listening on {listen}: {e}"))?;
+    let addr = server
+        .server_addr()
+        .to_ip()
+        .map_or_else(|| listen.to_string(), |a| a.to_string());
+    println!("serving http://{addr}/metrics");
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let exporter = Exporter::default();
+    for request in server.incoming_requests() {
+        let response = match request.url() {
+            "/metrics" => match exporter.scrape() {
+                Ok(body) => tiny_http::Response::from_string(body).with_header(
+                    "Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8"
+                        .parse::<tiny_http::Header>()
+                        .expect("a valid header"),
+                ),
+                Err(e) => tiny_http::Response::from_string(format!("scrape failed: {e}\n"))
+                    .with_status_code(500),
+            },
+            _ => tiny_http::Response::from_string("shmflow export: see /metrics\n")
+                .with_status_code(404),
+        };
+        // A client that went away is not the exporter's failure.
+        let _ = request.respond(response);
+    }
+    Ok(())
+}
