@@ -400,12 +400,21 @@ fn plot(all: &[Outcome], plan: &Plan, path: &str, cpu: &str) -> Result<(), Strin
     let (title, body) = root.split_vertically(40);
     title
         .titled(
-            &format!("shmflow open-loop latency by percentile ({cpu})"),
-            ("sans-serif", 18),
+            &format!(
+                "Open-loop latency by percentile, {cpu}: shmflow against a Unix socket and a pipe"
+            ),
+            ("sans-serif", 22),
         )
         .map_err(|e| e.to_string())?;
     let panels = body.split_evenly((rows, cols));
-    let colors = [RED, BLUE, GREEN, BLACK];
+    // The palette of the backpressure demo's picture: shmflow's two modes in its blue and
+    // orange, the OS baselines in grey and black.
+    let colors = [
+        RGBColor(20, 60, 160),
+        RGBColor(235, 120, 95),
+        RGBColor(120, 150, 120),
+        RGBColor(40, 40, 40),
+    ];
     let xmax = 1e6f64; // up to p99.9999
     for (pi, panel) in panels.iter().enumerate() {
         let (len, rate) = (plan.lengths[pi / cols], plan.rates[pi % cols]);
@@ -425,8 +434,9 @@ fn plot(all: &[Outcome], plan: &Plan, path: &str, cpu: &str) -> Result<(), Strin
             .clamp(0.01, 1.0)
             / 2.0;
         let mut chart = ChartBuilder::on(panel)
-            .caption(format!("{len} B at {rate}/s"), ("sans-serif", 14))
+            .caption(format!("{len} B records at {rate}/s"), ("sans-serif", 15))
             .margin(8)
+            .margin_right(36)
             .x_label_area_size(28)
             .y_label_area_size(48)
             .build_cartesian_2d((1f64..xmax).log_scale(), (ymin..ymax).log_scale())
@@ -434,7 +444,9 @@ fn plot(all: &[Outcome], plan: &Plan, path: &str, cpu: &str) -> Result<(), Strin
         chart
             .configure_mesh()
             .x_desc("percentile")
-            .y_desc("µs")
+            .y_desc("latency from the scheduled send, µs")
+            .light_line_style(RGBColor(238, 238, 238))
+            .bold_line_style(RGBColor(205, 205, 205))
             .x_label_formatter(&|x| {
                 // x = 1 / (1 - p): 10 is 90 %, 100 is 99 %, 1000 is 99.9 % …
                 let nines = x.log10().round() as i32;
@@ -475,12 +487,14 @@ fn plot(all: &[Outcome], plan: &Plan, path: &str, cpu: &str) -> Result<(), Strin
                 .draw_series(LineSeries::new(pts, color.stroke_width(2)))
                 .map_err(|e| e.to_string())?
                 .label(label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
         }
         chart
             .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
+            .background_style(WHITE.mix(0.92))
+            .border_style(RGBColor(180, 180, 180))
             .position(SeriesLabelPosition::LowerRight)
             .label_font(("sans-serif", 11))
             .draw()

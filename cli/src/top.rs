@@ -570,6 +570,21 @@ mod tests {
         assert!(busy.contains("HIGH") && busy.contains("800"), "{busy}");
         assert!(busy.contains("████████░░ 0.75"), "out pool bar: {busy}");
         assert!(busy.contains("5000"), "{busy}");
+        let mut linked = Top::default();
+        let mut bridged = snap(1, 0, 0, 0, Attached);
+        bridged.link = Some(shmflow::LinkSnapshot {
+            sending: true,
+            credit: 3,
+            backlog: 1,
+            in_flight_bytes: 0,
+            wire_bytes: 0,
+        });
+        linked.update(vec![("/bridged".into(), bridged)], vec![]);
+        let ls = screen(&mut linked);
+        assert!(
+            ls.contains("out c3 b1"),
+            "a sending bridge's credit and backlog: {ls}"
+        );
         let gone = s.lines().find(|l| l.contains("/gone")).unwrap();
         assert!(
             gone.contains('—'),
