@@ -510,21 +510,16 @@ impl Producer {
             return false;
         };
         let seg_size = self.seg_size;
-        if terminate && c.wpos + HEADER <= seg_size {
+        let end = (terminate && c.wpos + HEADER <= seg_size).then(|| {
             // SAFETY: `base` is the segment's start (cached at take); `wpos` is a frame
-            // boundary (8-aligned) and `wpos + 8 <= segment_size` (checked above). Relaxed:
-            // ordered before the Release store below.
-            unsafe { self.shared.word_in(c.base, c.seg, c.wpos) }.store(0, Ordering::Relaxed);
-        }
+            // boundary (8-aligned) and `wpos + 8 <= segment_size` (checked above).
+            unsafe { self.shared.word_in(c.base, c.seg, c.wpos) }
+        });
         assert!(at + HEADER <= seg_size);
         // SAFETY: `at` is the 8-aligned start of a frame written in this segment, inside it
         // (asserted).
         let slot = unsafe { self.shared.word_in(c.base, c.seg, at) };
-        // Release: every frame written so far is visible to whoever loads this with Acquire.
-        #[cfg(not(shmflow_broken = "commit_relaxed"))]
-        slot.store(word, Ordering::Release);
-        #[cfg(shmflow_broken = "commit_relaxed")]
-        slot.store(word, Ordering::Relaxed);
+        frame::commit(slot, word, end);
         true
     }
 

@@ -172,6 +172,31 @@ pub(crate) fn span_after(kind: u32, in_span: bool) -> bool {
     }
 }
 
+/// **The commit**, the one place that publishes frames (the producer's own and those a
+/// receiving network bridge writes): `end`, the word just past the last frame written, gets a
+/// 0 (the new end of the list; `None` when a SEAL or the segment's end ends it), then `first`,
+/// the header slot of the first frame not yet published, gets its header `word` with Release.
+///
+/// SYNC POINT: this Release store pairs with the consumer's Acquire load of the same header
+/// (`poll_frame`, `fast_whole`, `raw_poll`): every byte of every frame written before it, and
+/// the 0 after them, is visible to a consumer that loads the header.
+#[inline(always)]
+pub(crate) fn commit(
+    first: &crate::sync::AtomicU64,
+    word: u64,
+    end: Option<&crate::sync::AtomicU64>,
+) {
+    use crate::sync::Ordering;
+    if let Some(end) = end {
+        // Relaxed: ordered before the Release store below.
+        end.store(0, Ordering::Relaxed);
+    }
+    #[cfg(not(shmflow_broken = "commit_relaxed"))]
+    first.store(word, Ordering::Release);
+    #[cfg(shmflow_broken = "commit_relaxed")]
+    first.store(word, Ordering::Relaxed);
+}
+
 /// The records that whole frames in `bytes` (a chunk of a segment, starting at a frame
 /// boundary) complete, and the payload bytes of record frames: `(records, payload)`. Stops at
 /// a SEAL, a zero word or a frame that runs past the chunk (a statistic: the frames were

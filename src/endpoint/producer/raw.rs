@@ -68,19 +68,17 @@ impl Producer {
         // Every byte but the first header word: nothing the consumer can reach before the
         // Release store below.
         self.write_bytes(at + HEADER, &bytes[HEADER..]);
-        if !ends_segment && end + HEADER <= self.seg_size {
+        let after = (!ends_segment && end + HEADER <= self.seg_size).then(|| {
             // SAFETY: `end` is 8-aligned (a frame boundary: the caller checked the frames)
             // and `end + 8 <= segment_size` (checked here); the segment is in our hand.
-            // Relaxed: ordered before the Release store below.
-            unsafe { self.shared.word_in(c.base, c.seg, end) }.store(0, Ordering::Relaxed);
-        }
+            unsafe { self.shared.word_in(c.base, c.seg, end) }
+        });
         let first = u64::from_le_bytes(bytes[..HEADER].try_into().expect("8 bytes"));
         // SAFETY: `at` is 8-aligned and `at + 8 <= end <= segment_size` (checked above); the
         // segment is in our hand.
         let slot = unsafe { self.shared.word_in(c.base, c.seg, at) };
-        // SYNC POINT: Release, paired with the consumer's Acquire load of this header
-        // (`poll_frame`, `fast_whole`): every byte written above is visible to it.
-        slot.store(first, Ordering::Release);
+        // The same commit as the producer's own (see `frame::commit`).
+        frame::commit(slot, first, after);
         let h = self.shared.header();
         let (records, payload) = frame::count_records(bytes);
         self.counters
