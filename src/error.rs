@@ -1073,7 +1073,7 @@ op_error! {
 pub enum CloseError {
     /// No consumer attached before the deadline. A named channel keeps its name, so a consumer
     /// that opens it later still reads every record (`shmflow list` shows it as ended with
-    /// records unread); `shmflow clean --unread` removes it.
+    /// records unread; `shmflow clean --unread NAME` removes it).
     NotOpened {
         /// The region's name.
         region: String,
@@ -1097,7 +1097,7 @@ pub enum CloseError {
     },
     /// The consumer died before it read everything (or was already seen dead).
     PeerDead(Box<PeerDeadError>),
-    /// The consumer had already detached when `close` was called.
+    /// A call before `close` had already found the consumer gone (it returned `Closed`).
     AlreadyClosed(Box<ClosedError>),
     /// The region holds values a correct consumer does not write.
     Corrupt(Box<CorruptError>),
@@ -1144,8 +1144,9 @@ impl fmt::Display for CloseError {
             } => write!(
                 f,
                 "region {region}: no consumer opened the channel before the deadline; the \
-                 stream is ended with {unread_segments} segment(s) unread, kept under the name \
-                 for a consumer that opens it later (`shmflow clean --unread` discards them)"
+                 stream is ended with {unread_segments} segment(s) or event(s) unread (a named \
+                 channel keeps them under its name for a consumer that opens it later; \
+                 `shmflow clean --unread NAME` discards them)"
             ),
             CloseError::Timeout {
                 region,

@@ -135,10 +135,11 @@ fn each_end_attaches_once() {
     drop(c);
     // The only reader left: the name went with it.
     assert!(matches!(Consumer::open(&name), Err(Error::NotFound { .. })));
-    // A producer that detached from a consumer's region cannot attach again.
+    // A producer that ended cannot attach again (its stream waits for its consumer).
     let name = unique_name("attach2");
-    let _c = Consumer::create(&name, Geometry::default()).unwrap();
-    drop(Producer::open(&name).unwrap());
+    let mut p = Producer::create(&name, Geometry::default()).unwrap();
+    p.send(b"for the consumer").unwrap();
+    drop(p);
     assert!(matches!(
         Producer::open(&name),
         Err(Error::EndDetached {
@@ -146,6 +147,8 @@ fn each_end_attaches_once() {
             ..
         })
     ));
+    let mut c = Consumer::open(&name).unwrap();
+    assert!(c.recv().unwrap().is_some() && c.recv().unwrap().is_none());
 }
 
 #[test]
@@ -164,24 +167,19 @@ fn broader_permissions_are_refused() {
 }
 
 #[test]
-fn the_name_stays_while_its_reader_drains_and_goes_with_it() {
+fn a_producer_that_ends_after_its_reader_came_removes_the_name() {
     let name = unique_name("unlink");
     let mut p = Producer::create(&name, Geometry::default()).unwrap();
     let mut c = Consumer::open(&name).unwrap();
     p.send(b"last").unwrap();
     drop(p);
-    // The consumer is still reading: the name is there, its end taken by a live reader.
-    assert!(
-        matches!(Consumer::open(&name), Err(Error::AlreadyAttached { .. })),
-        "the name stays while the consumer drains"
-    );
-    assert_eq!(c.recv().unwrap().unwrap().as_bytes(), Some(&b"last"[..]));
-    assert!(c.recv().unwrap().is_none());
-    drop(c);
     assert!(
         matches!(Consumer::open(&name), Err(Error::NotFound { .. })),
-        "name removed with the consumer's end"
+        "name removed with the producer's end: its reader has the region"
     );
+    // The reader's mapping outlives the name.
+    assert_eq!(c.recv().unwrap().unwrap().as_bytes(), Some(&b"last"[..]));
+    assert!(c.recv().unwrap().is_none());
 }
 
 #[test]

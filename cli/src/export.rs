@@ -7,8 +7,9 @@
 //! prefixed `shmflow_` (counters end in `_total`). Labels: `region` (the name), `channel` (a
 //! gate's channel index, empty for a channel of its own) and, on `endAttached`, `end`
 //! (`producer` or `consumer`).
-//! Rates (the `…PerSecond` gauges) cover the time since the previous scrape; counters are
-//! totals, for Prometheus's own `rate()`.
+//! Rates (the `…PerSecond` gauges) cover the time since the previous scrape (a region seen
+//! for the first time has none yet) and are left out for an end that is not attached and
+//! alive; counters are totals, for Prometheus's own `rate()`.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -153,7 +154,7 @@ impl Families {
         &self,
         region: &str,
         channel: &str,
-        prev: &Snapshot,
+        prev: Option<&Snapshot>,
         now: &Snapshot,
         alive: (bool, bool),
     ) {
@@ -161,17 +162,28 @@ impl Families {
             region: region.to_owned(),
             channel: channel.to_owned(),
         };
-        let r = now.rates_since(prev);
         let set = |f: &F64Gauge, v: f64| {
             f.get_or_create(&l).set(v);
         };
-        set(&self.back_pressured, r.back_pressured_time_ms_per_second);
-        set(&self.idle, r.idle_time_ms_per_second);
-        set(&self.busy, r.consumer_busy_time_ms_per_second);
-        set(&self.producer_busy, r.producer_busy_time_ms_per_second);
-        set(&self.out_pool, r.out_pool_usage);
-        set(&self.in_pool, r.in_pool_usage);
-        set(&self.level, r.level as u8 as f64);
+        set(&self.out_pool, now.out_pool_usage());
+        set(&self.in_pool, now.in_pool_usage());
+        // Time figures need a window (none the first time a region is seen) and an end that
+        // is there: attached and alive (a producer killed while blocked keeps an endless wait
+        // in the region).
+        if let Some(r) = prev
+            .filter(|p| now.at_ns > p.at_ns)
+            .map(|p| now.rates_since(p))
+        {
+            if alive.0 && now.producer_state == EndState::Attached {
+                set(&self.back_pressured, r.back_pressured_time_ms_per_second);
+                set(&self.producer_busy, r.producer_busy_time_ms_per_second);
+                set(&self.level, r.level as u8 as f64);
+            }
+            if alive.1 && now.consumer_state == EndState::Attached {
+                set(&self.idle, r.idle_time_ms_per_second);
+                set(&self.busy, r.consumer_busy_time_ms_per_second);
+            }
+        }
         if let Some(link) = now.link {
             set(&self.link_credit, link.credit as f64);
             set(&self.link_backlog, link.backlog as f64);
@@ -201,7 +213,7 @@ impl Families {
     fn gate(
         &self,
         region: &str,
-        prev: &GateSnapshot,
+        prev: Option<&GateSnapshot>,
         now: &GateSnapshot,
         alive: &[bool],
         consumer_alive: bool,
@@ -216,10 +228,11 @@ impl Families {
         self.gate_floating
             .get_or_create(&l)
             .set(now.input_floating_buffers_usage());
-        for (c, (p, n)) in prev.channels.iter().zip(&now.channels).enumerate() {
+        for (c, n) in now.channels.iter().enumerate() {
             let channel = c.to_string();
             let alive = (alive.get(c).copied().unwrap_or(false), consumer_alive);
-            self.channel(region, &channel, &p.snapshot, &n.snapshot, alive);
+            let p = prev.and_then(|p| p.channels.get(c)).map(|p| &p.snapshot);
+            self.channel(region, &channel, p, &n.snapshot, alive);
             let l = Labels {
                 region: region.to_owned(),
                 channel,
@@ -245,11 +258,10 @@ impl Exporter {
         let mut prev = self.prev.lock().map_err(|_| "a scrape panicked")?;
         let mut seen = (HashMap::new(), HashMap::new());
         for r in shmflow::list_regions().map_err(|e| e.to_string())? {
-            let before = prev.0.get(&r.name).copied().unwrap_or(r.snapshot);
             f.channel(
                 &r.name,
                 "",
-                &before,
+                prev.0.get(&r.name),
                 &r.snapshot,
                 (r.producer_alive, r.consumer_alive),
             );
@@ -257,9 +269,8 @@ impl Exporter {
         }
         for (name, g) in shmflow::list_gates().map_err(|e| e.to_string())? {
             let now = g.snapshot();
-            let before = prev.1.get(&name).cloned().unwrap_or_else(|| now.clone());
             let alive: Vec<bool> = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
-            f.gate(&name, &before, &now, &alive, g.consumer_alive());
+            f.gate(&name, prev.1.get(&name), &now, &alive, g.consumer_alive());
             seen.1.insert(name, now);
         }
         *prev = seen;

@@ -44,6 +44,8 @@ enum Cmd {
         /// Also remove ended channels whose records no consumer has read, discarding them.
         #[arg(long)]
         unread: bool,
+        /// Only these regions (e.g. /orders); every region in /dev/shm if none is named.
+        names: Vec<String>,
     },
     /// Watch a region (channel or gate) live, read-only: it never attaches as an end. Stops
     /// by itself (exit 0) once every end has come and gone, after printing the final state.
@@ -139,7 +141,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.command {
         Cmd::List => list(),
-        Cmd::Clean { unread } => clean(unread),
+        Cmd::Clean { unread, names } => clean(unread, &names),
         Cmd::Stat {
             name,
             json,
@@ -214,10 +216,10 @@ fn list() -> Result<(), String> {
             r.geometry.segment_count,
             end(s.producer_state, s.producer_pid, r.producer_alive),
             end(s.consumer_state, s.consumer_pid, r.consumer_alive),
-            if r.awaits_consumer() {
-                format!(" ended, {} unread", unread(r))
-            } else {
-                String::new()
+            match (r.awaits_consumer(), s.producer_state) {
+                (true, EndState::Attached) => format!(" producer died, {} unread", unread(r)),
+                (true, _) => format!(" ended, {} unread", unread(r)),
+                _ => String::new(),
             }
         );
     }
@@ -284,10 +286,18 @@ fn unread(r: &shmflow::RegionInfo) -> String {
 
 /// Removes every shmflow region whose ends are all dead; never one with a live end, and a
 /// channel waiting for its consumer only with `unread`.
-fn clean(unread_too: bool) -> Result<(), String> {
+fn clean(unread_too: bool, names: &[String]) -> Result<(), String> {
     let mut removed = 0;
-    let channels = list_regions().map_err(|e| e.to_string())?;
-    let gates = list_gates().map_err(|e| e.to_string())?;
+    let wanted = |n: &str| names.is_empty() || names.iter().any(|w| w == n);
+    let mut channels = list_regions().map_err(|e| e.to_string())?;
+    channels.retain(|r| wanted(&r.name));
+    let mut gates = list_gates().map_err(|e| e.to_string())?;
+    gates.retain(|g| wanted(&g.0));
+    for n in names {
+        if !channels.iter().any(|r| &r.name == n) && !gates.iter().any(|g| &g.0 == n) {
+            eprintln!("shmflow: {n}: not a shmflow region in /dev/shm (see `shmflow list`)");
+        }
+    }
     for r in channels.iter().filter(|r| r.is_stale()) {
         if r.awaits_consumer() && !unread_too {
             println!(

@@ -58,14 +58,19 @@ pub(crate) struct Top {
     pub(crate) table: TableState,
 }
 
-fn ends(s: &Snapshot) -> String {
-    format!("{} / {}", short(s.producer_state), short(s.consumer_state))
+fn ends(s: &Snapshot, alive: Alive) -> String {
+    format!(
+        "{} / {}",
+        short(s.producer_state, alive.0),
+        short(s.consumer_state, alive.1)
+    )
 }
 
-fn short(e: shmflow::EndState) -> &'static str {
+fn short(e: shmflow::EndState, alive: bool) -> &'static str {
     match e {
         shmflow::EndState::Free => "-",
-        shmflow::EndState::Attached => "up",
+        shmflow::EndState::Attached if alive => "up",
+        shmflow::EndState::Attached => "dead",
         shmflow::EndState::Detached => "left",
         shmflow::EndState::Failed => "failed",
         shmflow::EndState::Lost => "lost",
@@ -77,8 +82,8 @@ impl Top {
     /// Takes in one round of snapshots: channels by name, gates by name.
     pub(crate) fn update(
         &mut self,
-        channels: Vec<(String, Snapshot)>,
-        gates: Vec<(String, GateSnapshot)>,
+        channels: Vec<(String, Snapshot, Alive)>,
+        gates: Vec<(String, GateSnapshot, Vec<bool>)>,
     ) {
         // The selection follows its row as the rows are sorted again.
         let selected = self
@@ -86,14 +91,22 @@ impl Top {
             .selected()
             .and_then(|i| self.visible().get(i).map(|r| r.name.clone()));
         let mut rows = Vec::new();
-        for (name, now) in channels {
+        // What is gone from /dev/shm is forgotten.
+        self.prev.retain(|n, _| channels.iter().any(|c| &c.0 == n));
+        self.prev_gates
+            .retain(|n, _| gates.iter().any(|g| &g.0 == n));
+        self.history.retain(|k, _| {
+            channels.iter().any(|c| &c.0 == k)
+                || gates.iter().any(|g| k.starts_with(&format!("{}:", g.0)))
+        });
+        for (name, now, alive) in channels {
             let prev = self.prev.get(&name).copied().unwrap_or(now);
-            let row = self.channel_row(&name, "channel".into(), &prev, &now);
+            let row = self.channel_row(&name, "channel".into(), &prev, &now, alive);
             self.prev.insert(name, now);
             rows.push(row);
         }
         self.gate_rows.clear();
-        for (name, now) in gates {
+        for (name, now, alive) in gates {
             let prev = self
                 .prev_gates
                 .get(&name)
@@ -101,11 +114,13 @@ impl Top {
                 .unwrap_or_else(|| now.clone());
             let mut chans = Vec::new();
             for (c, (p, n)) in prev.channels.iter().zip(&now.channels).enumerate() {
+                let up = (alive.get(c).copied().unwrap_or(false), true);
                 let mut row = self.channel_row(
                     &format!("{name}:{c}"),
                     format!("ch {c}"),
                     &p.snapshot,
                     &n.snapshot,
+                    up,
                 );
                 row.floating_held = Some((n.floating_held, n.backlog));
                 chans.push(row);
@@ -142,10 +157,13 @@ impl Top {
                     "{}/{} up / {}",
                     now.channels
                         .iter()
-                        .filter(|c| c.snapshot.producer_state == shmflow::EndState::Attached)
+                        .zip(&alive)
+                        .filter(
+                            |(c, &a)| a && c.snapshot.producer_state == shmflow::EndState::Attached
+                        )
                         .count(),
                     now.channels.len(),
-                    short(now.consumer_state)
+                    short(now.consumer_state, true)
                 ),
             });
             sort(&mut chans);
@@ -171,9 +189,18 @@ impl Top {
         h.iter().copied().collect()
     }
 
-    fn channel_row(&mut self, key: &str, kind: String, prev: &Snapshot, now: &Snapshot) -> RowData {
+    fn channel_row(
+        &mut self,
+        key: &str,
+        kind: String,
+        prev: &Snapshot,
+        now: &Snapshot,
+        alive: Alive,
+    ) -> RowData {
         let r = now.rates_since(prev);
-        let producer_here = now.producer_state == shmflow::EndState::Attached;
+        // A producer that died keeps its state (and an endless wait) in the region: only a
+        // live one is there.
+        let producer_here = alive.0 && now.producer_state == shmflow::EndState::Attached;
         // A region seen for the first time has no rate yet.
         let history = if now.at_ns > prev.at_ns {
             self.push_history(key, r.records_read_per_s)
@@ -195,7 +222,7 @@ impl Top {
             mb_per_s: r.bytes_read_per_s / 1e6,
             history,
             link: now.link.map(|l| (l.sending, l.credit, l.backlog)),
-            ends: ends(now),
+            ends: ends(now, alive),
         }
     }
 
@@ -436,19 +463,28 @@ fn row(r: &RowData) -> Row<'static> {
 }
 
 /// Every channel's and every gate's snapshot, by name.
-type Round = (Vec<(String, Snapshot)>, Vec<(String, GateSnapshot)>);
+type Round = (
+    Vec<(String, Snapshot, Alive)>,
+    Vec<(String, GateSnapshot, Vec<bool>)>,
+);
+
+/// Whether a live process holds each end's liveness lock: (producer, consumer).
+pub(crate) type Alive = (bool, bool);
 
 /// One round of snapshots of every region and gate on the machine.
 fn take() -> Result<Round, String> {
     let channels = shmflow::list_regions()
         .map_err(|e| e.to_string())?
         .into_iter()
-        .map(|r| (r.name, r.snapshot))
+        .map(|r| (r.name, r.snapshot, (r.producer_alive, r.consumer_alive)))
         .collect();
     let gates = shmflow::list_gates()
         .map_err(|e| e.to_string())?
         .into_iter()
-        .map(|(n, g)| (n, g.snapshot()))
+        .map(|(n, g)| {
+            let alive = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
+            (n, g.snapshot(), alive)
+        })
         .collect();
     Ok((channels, gates))
 }
@@ -488,6 +524,8 @@ mod tests {
     use super::*;
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
+
+    const UP: Alive = (true, true);
 
     fn snap(
         at_s: u64,
@@ -532,17 +570,17 @@ mod tests {
         let mut top = Top::default();
         top.update(
             vec![
-                ("/calm".into(), snap(1, 0, 0, 0, Attached)),
-                ("/busy".into(), snap(1, 0, 0, 0, Attached)),
-                ("/gone".into(), snap(1, 0, 0, 0, Detached)),
+                ("/calm".into(), snap(1, 0, 0, 0, Attached), UP),
+                ("/busy".into(), snap(1, 0, 0, 0, Attached), UP),
+                ("/gone".into(), snap(1, 0, 0, 0, Detached), UP),
             ],
             vec![],
         );
         top.update(
             vec![
-                ("/calm".into(), snap(2, 1000, 1000, 20, Attached)),
-                ("/busy".into(), snap(2, 5000, 5000, 800, Attached)),
-                ("/gone".into(), snap(2, 0, 0, 0, Detached)),
+                ("/calm".into(), snap(2, 1000, 1000, 20, Attached), UP),
+                ("/busy".into(), snap(2, 5000, 5000, 800, Attached), UP),
+                ("/gone".into(), snap(2, 0, 0, 0, Detached), UP),
             ],
             vec![],
         );
@@ -553,8 +591,16 @@ mod tests {
         for (t, calm_bp) in [(1, 0), (2, 10), (3, 990)] {
             moved.update(
                 vec![
-                    ("/calm".into(), snap(t, t * 100, t * 100, calm_bp, Attached)),
-                    ("/busy".into(), snap(t, t * 100, t * 100, t * 100, Attached)),
+                    (
+                        "/calm".into(),
+                        snap(t, t * 100, t * 100, calm_bp, Attached),
+                        UP,
+                    ),
+                    (
+                        "/busy".into(),
+                        snap(t, t * 100, t * 100, t * 100, Attached),
+                        UP,
+                    ),
                 ],
                 vec![],
             );
@@ -579,11 +625,24 @@ mod tests {
             in_flight_bytes: 0,
             wire_bytes: 0,
         });
-        linked.update(vec![("/bridged".into(), bridged)], vec![]);
+        linked.update(vec![("/bridged".into(), bridged, UP)], vec![]);
         let ls = screen(&mut linked);
         assert!(
             ls.contains("out c3 b1"),
             "a sending bridge's credit and backlog: {ls}"
+        );
+        // A producer killed while blocked: still ATTACHED, its wait never ends, but dead.
+        let mut dead = Top::default();
+        for at in [1, 2] {
+            let mut killed = snap(at, 10, 10, 0, Attached);
+            killed.backpressured_ns = at * 1_000_000_000;
+            dead.update(vec![("/killed".into(), killed, (false, true))], vec![]);
+        }
+        let ds = screen(&mut dead);
+        let killed = ds.lines().find(|l| l.contains("/killed")).unwrap();
+        assert!(
+            !killed.contains("HIGH") && killed.contains("dead / up"),
+            "{killed}"
         );
         let gone = s.lines().find(|l| l.contains("/gone")).unwrap();
         assert!(
@@ -617,15 +676,17 @@ mod tests {
             vec![(
                 "/other".into(),
                 snap(1, 0, 0, 0, shmflow::EndState::Attached),
+                UP,
             )],
-            vec![("/g".into(), gate(1, 0))],
+            vec![("/g".into(), gate(1, 0), vec![true, true])],
         );
         top.update(
             vec![(
                 "/other".into(),
                 snap(2, 0, 0, 0, shmflow::EndState::Attached),
+                UP,
             )],
-            vec![("/g".into(), gate(2, 900))],
+            vec![("/g".into(), gate(2, 900), vec![true, true])],
         );
         assert_eq!(
             top.visible()[0].name,

@@ -484,12 +484,17 @@ fn clean_removes_a_region_no_live_end_uses_and_keeps_a_live_one() {
 /// Runs `shmflow stat NAME` every 100 ms while `leave` makes every end go, and returns what
 /// it printed once it stopped by itself (fails if it does not within 20 s).
 fn stat_until_it_stops(name: &str, leave: impl FnOnce()) -> String {
+    use std::io::BufRead;
     let mut stat = Command::new(env!("CARGO_BIN_EXE_shmflow"))
         .args(["stat", name, "--interval-ms", "100"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The ends leave only once stat has opened the region and shown it.
+    let mut out = std::io::BufReader::new(stat.stdout.take().unwrap());
+    let mut text = String::new();
+    out.read_line(&mut text).unwrap();
+    assert!(text.contains("shmflow stat"), "{text}");
     leave();
     let start = std::time::Instant::now();
     let status = loop {
@@ -502,8 +507,7 @@ fn stat_until_it_stops(name: &str, leave: impl FnOnce()) -> String {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut stat.stdout.take().unwrap(), &mut text).unwrap();
+    std::io::Read::read_to_string(&mut out, &mut text).unwrap();
     assert!(status.success(), "{text}");
     text
 }
@@ -564,7 +568,8 @@ fn list_shows_an_ended_stream_nobody_read_and_clean_keeps_it_unless_asked() {
         .find(|l| l.starts_with(&name))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("ended, 3 record(s) unread"), "{line}");
-    let out = shmflow(&["clean"]);
+    // Only this test's region: other tests' (and the user's) are left alone.
+    let out = shmflow(&["clean", &name]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     assert!(
@@ -572,7 +577,7 @@ fn list_shows_an_ended_stream_nobody_read_and_clean_keeps_it_unless_asked() {
         "{text}"
     );
     assert!(std::fs::metadata(format!("/dev/shm{name}")).is_ok());
-    let out = shmflow(&["clean", "--unread"]);
+    let out = shmflow(&["clean", "--unread", &name]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!("removed {name}")), "{text}");
     assert!(std::fs::metadata(format!("/dev/shm{name}")).is_err());

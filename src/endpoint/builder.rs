@@ -367,8 +367,8 @@ impl ProducerBuilder {
     }
 
     /// Opens the named region if it exists, else creates it: the two ends can start in any
-    /// order. The name goes once the consumer has detached (or, if none ever attached, with
-    /// a producer that published nothing).
+    /// order. The name goes when either end detaches, except that a producer that ends after
+    /// publishing, before any consumer came, leaves it for that consumer.
     ///
     /// # Errors
     /// As [`ProducerBuilder::open`] and [`ProducerBuilder::create`].

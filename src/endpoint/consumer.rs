@@ -217,6 +217,7 @@ impl Consumer {
         let ret_tail = h.cons.ret_tail.load(Ordering::Acquire);
         let ret_head = h.prod.ret_head.load(Ordering::Acquire);
         if data_head != 0 || ret_tail != n || ret_head > n {
+            crate::region::view::give_up_attach(&shared, End::Consumer);
             return Err(OpenError::corrupt(
                 &shared.name,
                 "consumer cursors at attach",

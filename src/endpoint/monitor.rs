@@ -110,6 +110,8 @@ pub struct RegionInfo {
     pub producer_alive: bool,
     /// A live process holds the consumer's liveness lock.
     pub consumer_alive: bool,
+    /// See [`RegionInfo::awaits_consumer`].
+    awaits: bool,
 }
 
 impl RegionInfo {
@@ -123,7 +125,7 @@ impl RegionInfo {
     /// the region keeps its name so that a consumer that opens it later reads everything.
     /// [`remove_if_stale`] leaves such a region alone; [`remove_stale_and_unread`] removes it.
     pub fn awaits_consumer(&self) -> bool {
-        awaits_consumer(&self.snapshot, self.producer_alive)
+        self.awaits
     }
 
     /// Records published and not read (as far as the counters tell: records are counted when
@@ -135,13 +137,22 @@ impl RegionInfo {
     }
 }
 
-/// See [`RegionInfo::awaits_consumer`].
-fn awaits_consumer(s: &Snapshot, producer_alive: bool) -> bool {
-    use crate::endpoint::metrics::EndState;
-    s.consumer_state == EndState::Free
-        && !producer_alive
-        && s.producer_state != EndState::Free
-        && s.segments_acquired > 0
+impl Monitor {
+    /// See [`RegionInfo::awaits_consumer`]: published segments or priority events, a producer
+    /// that is not alive, and no consumer ever.
+    fn awaits_consumer(&self, s: &Snapshot, producer_alive: bool) -> bool {
+        use crate::endpoint::metrics::EndState;
+        // Relaxed: a look at a counter only the producer writes, for a listing.
+        let events = self
+            .shared
+            .header()
+            .prio_tail
+            .load(crate::sync::Ordering::Relaxed);
+        s.consumer_state == EndState::Free
+            && !producer_alive
+            && s.producer_state != EndState::Free
+            && (s.segments_acquired > 0 || events > 0)
+    }
 }
 
 /// Removes the named region (a channel or a gate) if it is shmflow's and no end of it is
@@ -177,7 +188,7 @@ fn remove_unless_alive(name: &str, unread_too: bool) -> Result<bool, OpenError> 
             let producer = m.end_alive(End::Producer);
             producer
                 || m.end_alive(End::Consumer)
-                || (!unread_too && awaits_consumer(&m.snapshot(), producer))
+                || (!unread_too && m.awaits_consumer(&m.snapshot(), producer))
         }
         Err(e) => return Err(e),
     };
@@ -198,11 +209,13 @@ pub fn list_regions() -> Result<Vec<RegionInfo>> {
     let mut out = Vec::new();
     for name in shm_names()? {
         if let Ok(m) = Monitor::open_now(&name) {
+            let (snapshot, producer_alive) = (m.snapshot(), m.end_alive(End::Producer));
             out.push(RegionInfo {
                 geometry: m.geometry(),
-                snapshot: m.snapshot(),
-                producer_alive: m.end_alive(End::Producer),
+                snapshot,
+                producer_alive,
                 consumer_alive: m.end_alive(End::Consumer),
+                awaits: m.awaits_consumer(&snapshot, producer_alive),
                 name,
             });
         }

@@ -235,6 +235,7 @@ impl Producer {
         let n = shared.n() as u64;
         if data_tail != 0 || ret_head != 0 || ret_tail > n || data_head != 0 {
             // A fresh region only: a producer cannot take over a half-used stream.
+            crate::region::view::give_up_attach(&shared, End::Producer);
             return Err(OpenError::corrupt(
                 &shared.name,
                 "producer cursors at attach",
@@ -1274,8 +1275,9 @@ impl Producer {
 
     /// Ends the stream as [`close`](Producer::close) does, then waits until `deadline` for
     /// the consumer to read everything published, that is, to hand back every segment it was
-    /// given, or to detach after reading every record (counted when both ends keep metrics,
-    /// the default). It sleeps on the producer's futex word, woken as segments come back.
+    /// given and take every priority event, or to detach after reading every record (counted
+    /// when both ends keep metrics, the default). Returning a gate's floating segment wakes
+    /// nobody: for a gate channel the wait may look again only every 40 ms. It sleeps on the producer's futex word, woken as segments come back.
     ///
     /// Whatever it returns, the stream is ended, and what was published stays readable: a
     /// named channel that no consumer opened keeps its name for one that opens it later.
@@ -1285,7 +1287,8 @@ impl Producer {
     /// - [`CloseError::Timeout`]: the consumer is attached and alive but not done;
     /// - [`CloseError::Closed`]: the consumer detached with records unread;
     /// - [`CloseError::PeerDead`]: the consumer died before reading everything;
-    /// - [`CloseError::AlreadyClosed`]: the consumer had detached before this call;
+    /// - [`CloseError::AlreadyClosed`]: a call before this one had already found the consumer
+    ///   gone (it returned `Closed`);
     /// - [`CloseError::Corrupt`], [`CloseError::Io`].
     pub fn close_deadline(mut self, deadline: Instant) -> Result<(), CloseError> {
         if self.gone {
@@ -1300,14 +1303,20 @@ impl Producer {
         let region = shared.name.clone();
         let acquired = self.counters.acquired.0;
         let written = self.metrics.then_some(self.counters.records.0);
-        // Segments handed over and not handed back. Acquire: pairs with the consumer's
-        // Release push of each segment it returns (its counter is stored after the push).
+        let prio_sent = self.prio_tail;
+        // Segments handed over and not handed back, plus priority events not taken. The
+        // counter is a statistic the consumer stores (Relaxed) as it releases each segment;
+        // nothing is read through it, so no ordering is needed beyond seeing it eventually
+        // (a lagging value only makes this wait longer).
         let unread = || {
-            acquired.saturating_sub(
+            let segments = acquired.saturating_sub(
                 h.consumer_counters
                     .segments_returned
-                    .load(Ordering::Acquire),
-            )
+                    .load(Ordering::Relaxed),
+            );
+            // Acquire: pairs with the consumer's Release store of its lane cursor.
+            let events = prio_sent.saturating_sub(h.cons.prio_head.load(Ordering::Acquire));
+            segments + events
         };
         let waited = park::wait_for(
             &h.producer_park,
@@ -1330,11 +1339,15 @@ impl Producer {
                     }
                     END_LOST => Err(self.gone_error()),
                     _ => {
-                        // Detached: it may have read every record and left the last segment
-                        // in hand (a reader that knew how many records to expect).
-                        let read = h.consumer_counters.records.load(Ordering::Acquire);
+                        // Detached (its counters were stored before its state): it may have
+                        // returned the last segment just before, or read every record and
+                        // left the last segment in hand (a reader that knew how many
+                        // records to expect).
+                        let left = unread();
+                        let read = h.consumer_counters.records.load(Ordering::Relaxed);
                         Ok(Some(match written {
-                            Some(w) if w > 0 && read >= w => Ok(()),
+                            _ if left == 0 => Ok(()),
+                            Some(w) if w > 0 && read >= w && prio_sent == 0 => Ok(()),
                             _ => Err(CloseError::Closed {
                                 region: region.clone(),
                                 unread_segments: left,

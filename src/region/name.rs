@@ -4,20 +4,23 @@
 //! - **The consumer** removes the name when its end detaches, whoever created it: it is the
 //!   only reader the channel will ever have (an end attaches once), so nothing more can be
 //!   read through the name.
-//! - **The producer** removes the name when its end detaches if the consumer has detached or
-//!   died too, or if no consumer ever attached and the stream holds nothing. If no consumer
-//!   has attached yet and the stream holds something published (records, events), the name
-//!   **stays**: `shmflow list` shows the region as "ended, N unread", and the consumer that
+//! - **The producer** removes the name when its end detaches, unless no consumer has attached
+//!   yet and the stream holds something published (records, events): then the name
+//!   **stays**, `shmflow list` shows the region as "ended, N unread", and the consumer that
 //!   opens it later reads everything, then end of stream, and removes the name as it
-//!   detaches. If the consumer is attached and alive, the name is left to it.
+//!   detaches. (A consumer that is attached has the region mapped: it reads everything
+//!   whatever becomes of the name.)
 //! - A gate's name goes with its consumer (the gate), as does a channel whose end never
 //!   attached (the creator's fallback in `Mapping`'s `Drop`).
 //! - A crashed process removes nothing: the name stays until the surviving end detaches, or
-//!   `shmflow clean` removes it once no end is alive.
+//!   `shmflow clean` removes it once no end is alive (`--unread` if a producer died after
+//!   publishing before any consumer came: its records can still be read).
 //!
 //! Two ends can both want to remove the name (a consumer and a producer detaching at the same
 //! time). The header's `name_claim` word decides: only the end whose CAS takes it from 0 to 1
-//! unlinks, so a name that a newer region has taken since is never removed by an old end.
+//! unlinks. (Unlinking is by name: one removed behind the ends' back, by `rm` or by
+//! `shmflow clean` racing an end that is attaching, and created again, can still be removed by
+//! an old end; see the threat model.)
 //!
 //! No ordering between the two ends' decisions is needed: whatever the producer reads of the
 //! consumer's state, a consumer that attached removes the name when it detaches.
@@ -25,7 +28,7 @@
 use std::sync::atomic::Ordering as StdOrdering;
 
 use crate::error::End;
-use crate::protocol::abi::{END_ATTACHED, END_FREE};
+use crate::protocol::abi::END_FREE;
 use crate::region::view::{Backing, NameDuty, Shared};
 use crate::sync::Ordering;
 
@@ -58,8 +61,9 @@ pub(crate) fn settle(shared: &Shared, me: End, left: Left) {
             // Acquire: pairs with the consumer's Release stores of its state (attach, detach).
             match h.consumer.state.load(Ordering::Acquire) {
                 END_FREE => left == Left::Nothing,
-                END_ATTACHED => !consumer_alive(shared),
-                // Detached, lost or failed: it removed the name already, or will not.
+                // Attached (it has the region mapped: it reads everything whatever the name
+                // does; it may hold no name to remove, if it attached by descriptor),
+                // detached, lost or dead.
                 _ => true,
             }
         }
@@ -75,14 +79,4 @@ pub(crate) fn settle(shared: &Shared, me: End, left: Left) {
         // Failure (already removed by `shmflow clean` or by hand) leaves nothing to do.
         let _ = crate::sys::shm::unlink(name);
     }
-}
-
-/// True while a live process holds the consumer's liveness lock (an error counts as alive:
-/// the name is then left, never removed under a live reader).
-fn consumer_alive(shared: &Shared) -> bool {
-    crate::region::liveness::end_locked(
-        shared.fd(),
-        crate::region::liveness::lock_byte(None, End::Consumer),
-    )
-    .unwrap_or(true)
 }

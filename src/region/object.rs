@@ -160,10 +160,12 @@ pub(crate) fn exists_error(name: &str) -> OpenError {
                 // Relaxed: a look at a region nobody alive writes.
                 if h.consumer.state.load(Ordering::Relaxed) == END_FREE
                     && h.producer.state.load(Ordering::Relaxed) != END_FREE
-                    && h.producer_counters
+                    && (h
+                        .producer_counters
                         .segments_acquired
                         .load(Ordering::Relaxed)
                         > 0
+                        || h.prio_tail.load(Ordering::Relaxed) > 0)
                 {
                     return OpenError::AwaitsConsumer {
                         region: name.to_owned(),

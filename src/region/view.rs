@@ -567,6 +567,17 @@ pub(crate) fn attach(
     }
 }
 
+/// An end that attached and then found the region unusable (its cursors are not those of a
+/// fresh end) gives the end up as detached, so that it is never left ATTACHED with no live
+/// lock behind it (which the next opener would take for a dead process).
+pub(crate) fn give_up_attach(shared: &Shared, end: crate::error::End) {
+    // Release: pairs with the peer's Acquire loads of our state.
+    shared.header().end(end).state.store(
+        crate::protocol::abi::END_DETACHED,
+        crate::sync::Ordering::Release,
+    );
+}
+
 /// Fills in the pid of the end that holds a liveness lock we could not take.
 #[cfg(not(loom))]
 pub(crate) fn with_pid(e: crate::error::OpenError, shared: &Shared) -> crate::error::OpenError {
