@@ -408,8 +408,11 @@ async fn a_consumer_that_takes_no_priority_events_stops_its_channel_alone() {
         .unwrap();
     let outcomes = running.await.unwrap();
     let report = serving.await.unwrap();
-    let a = of("a", &outcomes);
-    assert!(a.contains("priority"), "{outcomes:?}");
+    let a = outcomes.iter().find(|c| c.name == "a").unwrap();
+    assert!(
+        matches!(a.result, Err(shmflow::net::LinkError::PriorityEventsUnread)),
+        "{outcomes:?}"
+    );
     assert_eq!(of("b", &outcomes), "Ok(Clean)", "{outcomes:?}");
     // The sender is told why.
     assert!(of("a", &report.channels).contains("priority"), "{report:?}");

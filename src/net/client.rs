@@ -119,7 +119,11 @@ impl Client {
                             silent_for: config.dead_after,
                         }))
                     }
-                    Ok(Err(e)) => return Err(SetupError::Handshake(LinkError::Tls(e.to_string()))),
+                    Ok(Err(e)) => {
+                        return Err(SetupError::Handshake(LinkError::Tls(std::sync::Arc::new(
+                            e,
+                        ))))
+                    }
                     Ok(Ok(s)) => Box::new(s),
                 }
             }
@@ -198,7 +202,7 @@ impl Client {
                 Err(e) => {
                     out.push(ChannelOutcome {
                         name,
-                        result: Err(LinkError::Local(e.to_string())),
+                        result: Err(LinkError::local(e)),
                     });
                     queues.push(None);
                     continue;
@@ -238,7 +242,7 @@ impl Client {
                         }
                         out.push(ChannelOutcome { name: names[id as usize].clone(), result });
                     }
-                    Err(e) => failure = Some(LinkError::Local(e.to_string())),
+                    Err(e) => failure = Some(LinkError::Task(e.to_string())),
                 },
                 m = link::next(&mut reader, config.dead_after) => {
                     let msg = match m {
@@ -252,7 +256,7 @@ impl Client {
                     let (channel, input) = match msg {
                         Msg::Heartbeat => continue,
                         Msg::Error { channel: wire::CONNECTION, code, message } => {
-                            failure = Some(LinkError::Remote { code, message });
+                            failure = Some(LinkError::remote(code, message));
                             break;
                         }
                         Msg::Buffer { channel, backlog, offset, frames } => {
@@ -325,7 +329,7 @@ impl Credit {
 
 /// Announces the free segments the sender has no credit for yet.
 async fn announce(p: &mut Producer, c: &mut Credit, id: u32, w: &Writer) -> Result<(), LinkError> {
-    let free = p.raw_free().map_err(|e| LinkError::Local(e.to_string()))?;
+    let free = p.raw_free().map_err(LinkError::local)?;
     let out = c.outstanding();
     if free > out {
         let add = (free - out).min(u32::MAX as u64);
@@ -603,7 +607,7 @@ impl Receiving {
             }
             Stop::Sender(Last::Error { code, message }) => {
                 p.fail();
-                Err(LinkError::Remote { code, message })
+                Err(LinkError::remote(code, message))
             }
             Stop::Consumer(e) => consumer_gone(p, self.id, w, e).await,
             Stop::Broken(e) => {
@@ -619,7 +623,7 @@ impl Receiving {
                         message: PRIORITY_UNREAD.into(),
                     })
                     .await;
-                Err(LinkError::Local(PRIORITY_UNREAD.into()))
+                Err(LinkError::PriorityEventsUnread)
             }
         }
     }
@@ -639,8 +643,7 @@ fn misplaced(channel: u32, found: usize, expected: usize) -> Stop {
 }
 
 /// Why a channel whose consumer takes no priority events is ended (see `PRIORITY_WAITING`).
-const PRIORITY_UNREAD: &str = "the consumer takes no priority events: more than 256 were \
-     waiting for room in its lane, and the channel was ended so that they do not pile up";
+use crate::net::error::PRIORITY_UNREAD;
 
 /// One imported channel: writes what arrives into the producer's segments and gives credit
 /// as they come back free. It never waits for its consumer with a message in hand: a priority
@@ -764,7 +767,7 @@ async fn consumer_gone(p: Producer, id: u32, w: &Writer, e: Error) -> Result<End
                     message: other.to_string(),
                 })
                 .await;
-            Err(LinkError::Local(other.to_string()))
+            Err(LinkError::local(other))
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The peer sent something that is not the shmflow wire protocol, or broke its rules. The
@@ -102,17 +103,56 @@ impl fmt::Display for ProtocolError {
 
 impl std::error::Error for ProtocolError {}
 
-/// What ended a connection, or a remote channel before its stream ended.
+/// What the peer said when it gave up ([`LinkError::Remote`]): the wire protocol's error
+/// codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RemoteCode {
+    /// No channel of that name is exported there (or it was requested already).
+    UnknownChannel,
+    /// The two ends' segment sizes differ.
+    SegmentSize,
+    /// This side broke the protocol, as the peer sees it.
+    Protocol,
+    /// The peer's local end of the channel failed (a shared-memory error there).
+    LocalFailure,
+    /// A code this version does not know.
+    Other(u32),
+}
+
+impl RemoteCode {
+    /// The code as the wire carries it.
+    pub(crate) fn from_wire(code: u32) -> RemoteCode {
+        use crate::net::wire::code;
+        match code {
+            code::UNKNOWN_CHANNEL => RemoteCode::UnknownChannel,
+            code::GEOMETRY => RemoteCode::SegmentSize,
+            code::PROTOCOL => RemoteCode::Protocol,
+            code::LOCAL => RemoteCode::LocalFailure,
+            other => RemoteCode::Other(other),
+        }
+    }
+}
+
+impl fmt::Display for RemoteCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RemoteCode::UnknownChannel => f.write_str("unknown channel"),
+            RemoteCode::SegmentSize => f.write_str("segment sizes differ"),
+            RemoteCode::Protocol => f.write_str("protocol broken"),
+            RemoteCode::LocalFailure => f.write_str("its local end failed"),
+            RemoteCode::Other(c) => write!(f, "code {c}"),
+        }
+    }
+}
+
+/// What ended a connection, or a remote channel before its stream ended. It is `Clone` (one
+/// connection's failure ends each of its channels), so its sources are shared (`Arc`).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum LinkError {
     /// Reading or writing the connection failed (reset by the peer, broken pipe, …).
-    Io {
-        /// The kind of the system error.
-        kind: io::ErrorKind,
-        /// The system's message.
-        message: String,
-    },
+    Io(Arc<io::Error>),
     /// The peer closed the connection while the channel was open (it exited or crashed).
     PeerClosed,
     /// Nothing arrived from the peer for this long, not even a heartbeat: it is dead, stopped
@@ -131,25 +171,44 @@ pub enum LinkError {
     Protocol(ProtocolError),
     /// The peer reported an error and gave up.
     Remote {
-        /// The peer's error code (1 unknown channel, 2 segment sizes differ, 3 protocol,
-        /// 4 local failure).
-        code: u32,
+        /// What kind of error.
+        code: RemoteCode,
         /// The peer's message.
         message: String,
     },
-    /// The local end of the channel failed (its shared-memory peer left, died, or broke
-    /// the shared-memory protocol).
-    Local(String),
+    /// The local end of the channel failed: its shared-memory peer left, died, or broke the
+    /// shared-memory protocol.
+    Local(Arc<crate::Error>),
+    /// The local consumer of a receiving channel takes no priority events: more than a lane's
+    /// worth waited for it, so the channel was ended (and the sender told).
+    PriorityEventsUnread,
+    /// The two ends' segment sizes differ (segments cross as they are).
+    SegmentSize {
+        /// This side's segment size.
+        ours: u32,
+        /// The peer's.
+        theirs: u32,
+    },
+    /// A task of the bridge ended without a result (it panicked: a bug in shmflow).
+    Task(String),
     /// The TLS handshake failed (a certificate not signed by the expected authority, a
     /// peer without a certificate, or a name mismatch).
-    Tls(String),
+    Tls(Arc<io::Error>),
 }
 
 impl LinkError {
     pub(crate) fn io(e: io::Error) -> LinkError {
-        LinkError::Io {
-            kind: e.kind(),
-            message: e.to_string(),
+        LinkError::Io(Arc::new(e))
+    }
+
+    pub(crate) fn local(e: impl Into<crate::Error>) -> LinkError {
+        LinkError::Local(Arc::new(e.into()))
+    }
+
+    pub(crate) fn remote(code: u32, message: String) -> LinkError {
+        LinkError::Remote {
+            code: RemoteCode::from_wire(code),
+            message,
         }
     }
 }
@@ -169,7 +228,7 @@ impl From<ProtocolError> for LinkError {
 impl fmt::Display for LinkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LinkError::Io { message, .. } => write!(f, "connection failed: {message}"),
+            LinkError::Io(e) => write!(f, "connection failed: {e}"),
             LinkError::PeerClosed => f.write_str(
                 "the peer closed the connection while the channel was open (it exited or crashed)",
             ),
@@ -184,15 +243,37 @@ impl fmt::Display for LinkError {
             ),
             LinkError::Protocol(e) => write!(f, "the peer broke the wire protocol: {e}"),
             LinkError::Remote { code, message } => {
-                write!(f, "the peer reported error {code}: {message}")
+                write!(f, "the peer gave up ({code}): {message}")
             }
-            LinkError::Local(m) => write!(f, "the local end of the channel failed: {m}"),
-            LinkError::Tls(m) => write!(f, "TLS handshake failed: {m}"),
+            LinkError::Local(e) => write!(f, "the local end of the channel failed: {e}"),
+            LinkError::PriorityEventsUnread => f.write_str(PRIORITY_UNREAD),
+            LinkError::SegmentSize { ours, theirs } => write!(
+                f,
+                "the peer's segments are {theirs} bytes, ours {ours}: both ends of a remote \
+                 channel need the same segment size"
+            ),
+            LinkError::Task(m) => write!(f, "a task of the bridge failed (a bug): {m}"),
+            LinkError::Tls(e) => write!(f, "TLS handshake failed: {e}"),
         }
     }
 }
 
-impl std::error::Error for LinkError {}
+impl std::error::Error for LinkError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LinkError::Io(e) | LinkError::Tls(e) => Some(&**e),
+            LinkError::Local(e) => Some(&**e),
+            LinkError::Protocol(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// What a receiving channel whose consumer takes no priority events tells, here and to the
+/// sender.
+pub(crate) const PRIORITY_UNREAD: &str = "the consumer takes no priority events: more than \
+    256 were waiting for room in its lane, and the channel was ended so that they do not pile \
+    up";
 
 // Cheap enough to be a codec's error type.
 impl From<LinkError> for io::Error {
@@ -255,5 +336,50 @@ impl std::error::Error for SetupError {
             SetupError::Handshake(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn link_errors_carry_their_sources_and_name_remote_codes() {
+        let io = LinkError::io(io::Error::new(io::ErrorKind::ConnectionReset, "reset"));
+        let src = io.source().expect("the io::Error");
+        assert_eq!(
+            src.downcast_ref::<io::Error>().map(io::Error::kind),
+            Some(io::ErrorKind::ConnectionReset)
+        );
+        let local = LinkError::local(crate::Error::closed("/r"));
+        assert!(local
+            .source()
+            .and_then(|s| s.downcast_ref::<crate::Error>())
+            .is_some_and(|e| matches!(e, crate::Error::Closed(_))));
+        assert!(LinkError::Protocol(ProtocolError::Kind { found: 9 })
+            .source()
+            .is_some());
+        for (wire, code) in [
+            (
+                crate::net::wire::code::UNKNOWN_CHANNEL,
+                RemoteCode::UnknownChannel,
+            ),
+            (crate::net::wire::code::GEOMETRY, RemoteCode::SegmentSize),
+            (crate::net::wire::code::PROTOCOL, RemoteCode::Protocol),
+            (crate::net::wire::code::LOCAL, RemoteCode::LocalFailure),
+            (77, RemoteCode::Other(77)),
+        ] {
+            assert!(matches!(
+                LinkError::remote(wire, String::new()),
+                LinkError::Remote { code: c, .. } if c == code
+            ));
+        }
+        assert!(LinkError::SegmentSize {
+            ours: 4096,
+            theirs: 8192
+        }
+        .to_string()
+        .contains("same segment size"));
     }
 }

@@ -164,7 +164,7 @@ impl ChannelEnd {
 pub(crate) async fn refuse(w: &Writer, e: &LinkError) {
     if matches!(
         e,
-        LinkError::Io { .. }
+        LinkError::Io(_)
             | LinkError::PeerClosed
             | LinkError::PeerSilent { .. }
             | LinkError::PeerNotReading { .. }

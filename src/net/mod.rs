@@ -46,7 +46,7 @@ mod tls;
 pub(crate) mod wire;
 
 pub use client::Client;
-pub use error::{LinkError, ProtocolError, SetupError};
+pub use error::{LinkError, ProtocolError, RemoteCode, SetupError};
 pub use server::Server;
 pub use tls::Tls;
 

@@ -127,7 +127,7 @@ impl Server {
                             report.refused.push((Some(c.peer), e));
                         }
                     }
-                    Err(e) => report.refused.push((None, LinkError::Local(e.to_string()))),
+                    Err(e) => report.refused.push((None, LinkError::Task(e.to_string()))),
                 },
                 // Every export was taken and every connection ended: nothing more can come
                 // (each taken channel reports its outcome, so this is only a safeguard).
@@ -189,7 +189,7 @@ async fn accept(stream: TcpStream, config: &Config) -> Result<BoxStream, LinkErr
                 Err(_) => Err(LinkError::PeerSilent {
                     silent_for: config.dead_after,
                 }),
-                Ok(Err(e)) => Err(LinkError::Tls(e.to_string())),
+                Ok(Err(e)) => Err(LinkError::Tls(std::sync::Arc::new(e))),
                 Ok(Ok(s)) => Ok(Box::new(s)),
             }
         }
@@ -230,7 +230,7 @@ async fn serve(
                 let (id, result) = match done {
                     // (No channel is cut before the connection ends.)
                     Ok((id, end)) => (id, end.outcome(None)),
-                    Err(e) => break Some(LinkError::Local(e.to_string())),
+                    Err(e) => break Some(LinkError::Task(e.to_string())),
                 };
                 // A channel that broke the protocol ends the connection.
                 if let Err(e @ LinkError::Protocol(_)) = &result {
@@ -278,9 +278,10 @@ async fn serve(
                             names.insert(channel, name.clone());
                             out.channels.push(ChannelOutcome {
                                 name,
-                                result: Err(LinkError::Local(format!(
-                                    "the receiver's segments are {segment_size} bytes, ours {ours}"
-                                ))),
+                                result: Err(LinkError::SegmentSize {
+                                    ours,
+                                    theirs: segment_size,
+                                }),
                             });
                             consumer.raw_lose();
                             if let Err(e) = writer.send(&e).await {
@@ -324,7 +325,7 @@ async fn serve(
                         ctls[&channel].cancel();
                     }
                     Msg::Error { channel: wire::CONNECTION, code, message } => {
-                        break Some(LinkError::Remote { code, message });
+                        break Some(LinkError::remote(code, message));
                     }
                     other => break Some(other.wrong_direction("receiver").into()),
                 }
@@ -356,10 +357,7 @@ async fn serve(
         if let Some((code, message)) = ctl.lost.get() {
             let ended = out.channels.iter_mut().find(|o| o.name == names[id]);
             if let Some(o) = ended.filter(|o| o.result.is_err()) {
-                o.result = Err(LinkError::Remote {
-                    code: *code,
-                    message: message.clone(),
-                });
+                o.result = Err(LinkError::remote(*code, message.clone()));
             }
         }
     }
@@ -397,16 +395,13 @@ async fn send_channel(
                     message: e.to_string(),
                 })
                 .await;
-            ChannelEnd::Done(Err(LinkError::Local(e.to_string())))
+            ChannelEnd::Done(Err(LinkError::local(e)))
         }
     };
     if let Some((code, message)) = ctl.lost.get() {
         // The receiving end failed: the local producer sees its consumer dead.
         c.take().raw_lose();
-        return ChannelEnd::Done(Err(LinkError::Remote {
-            code: *code,
-            message: message.clone(),
-        }));
+        return ChannelEnd::Done(Err(LinkError::remote(*code, message.clone())));
     }
     match &r {
         // The stream ended, or the remote consumer left: the local producer sees the
