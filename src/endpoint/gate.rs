@@ -99,7 +99,8 @@ enum State {
     Done,
 }
 
-/// What the scan decided, before anything borrows a channel.
+/// What the scan decided, before anything borrows a channel (`None` from the scan: nothing
+/// to do now).
 enum Pick {
     Read(usize),
     Ended(usize),
@@ -348,7 +349,7 @@ impl Gate {
     }
 
     /// Looks at every channel once, starting with the one whose turn it is.
-    fn scan(&mut self) -> Pick {
+    fn scan(&mut self) -> Option<Pick> {
         let m = self.chans.len();
         let start = if self.burst < QUANTUM {
             self.rr
@@ -369,29 +370,29 @@ impl Gate {
                         self.rr = c;
                         self.burst = 0;
                     }
-                    return Pick::Read(c);
+                    return Some(Pick::Read(c));
                 }
-                Ok(Ready::Ended) => return Pick::Ended(c),
+                Ok(Ready::Ended) => return Some(Pick::Ended(c)),
                 Ok(Ready::Empty) => {
-                    if matches!(self.state[c], State::Dying(_)) {
-                        let State::Dying(e) = std::mem::replace(&mut self.state[c], State::Done)
-                        else {
-                            unreachable!()
-                        };
-                        return Pick::Dead(c, e);
+                    // A dead producer's channel, drained: its death is reported once.
+                    if let State::Dying(_) = self.state[c] {
+                        if let State::Dying(e) = std::mem::replace(&mut self.state[c], State::Done)
+                        {
+                            return Some(Pick::Dead(c, e));
+                        }
                     }
                 }
-                Err(e) => return Pick::Failed(c, e),
+                Err(e) => return Some(Pick::Failed(c, e)),
             }
         }
         if all_done {
-            Pick::AllDone
+            Some(Pick::AllDone)
         } else {
             if self.rr == start {
                 // The channel whose turn it was had nothing: the next one's turn.
                 self.burst = QUANTUM;
             }
-            Pick::Read(usize::MAX)
+            None
         }
     }
 
@@ -417,9 +418,8 @@ impl Gate {
             // Busy with some channels: still notice a dead one within about the interval.
             self.check_producers();
         }
-        match self.scan() {
-            Pick::Read(usize::MAX) => {}
-            p => return Ok(p),
+        if let Some(p) = self.scan() {
+            return Ok(p);
         }
         let shared = self.shared.clone();
         let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
@@ -451,10 +451,7 @@ impl Gate {
         {
             self.check_producers();
         }
-        match self.scan() {
-            Pick::Read(usize::MAX) => Ok(None),
-            p => Ok(Some(p)),
-        }
+        Ok(self.scan())
     }
 
     fn recv_inner(&mut self, deadline: Deadline) -> Result<Option<GateMessage<'_>>> {

@@ -1,5 +1,6 @@
 //! Snapshots of a channel's counters, rates per second and the backpressure level.
 
+use crate::protocol::abi::{LINK_RECEIVING, LINK_SENDING};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Nanoseconds on the monotonic clock (the clock of [`Snapshot::at_ns`]), comparable between
@@ -238,13 +239,14 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
         producer_pid: h.producer.pid.load(Ordering::Relaxed),
         consumer_pid: h.consumer.pid.load(Ordering::Relaxed),
         link: match r(&h.link.role) {
-            role @ (1 | 2) => Some(LinkSnapshot {
-                sending: role == 1,
+            role @ (LINK_SENDING | LINK_RECEIVING) => Some(LinkSnapshot {
+                sending: role == LINK_SENDING,
                 credit: r(&h.link.credit),
                 backlog: r(&h.link.backlog),
                 in_flight_bytes: r(&h.link.in_flight_bytes),
                 wire_bytes: r(&h.link.wire_bytes),
             }),
+            // 0 (no bridge), or a value no shmflow writes.
             _ => None,
         },
     }

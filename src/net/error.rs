@@ -120,20 +120,6 @@ pub enum RemoteCode {
     Other(u32),
 }
 
-impl RemoteCode {
-    /// The code as the wire carries it.
-    pub(crate) fn from_wire(code: u32) -> RemoteCode {
-        use crate::net::wire::code;
-        match code {
-            code::UNKNOWN_CHANNEL => RemoteCode::UnknownChannel,
-            code::GEOMETRY => RemoteCode::SegmentSize,
-            code::PROTOCOL => RemoteCode::Protocol,
-            code::LOCAL => RemoteCode::LocalFailure,
-            other => RemoteCode::Other(other),
-        }
-    }
-}
-
 impl fmt::Display for RemoteCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -178,7 +164,7 @@ pub enum LinkError {
     },
     /// The local end of the channel failed: its shared-memory peer left, died, or broke the
     /// shared-memory protocol.
-    Local(Arc<crate::Error>),
+    Local(Arc<crate::error::Error>),
     /// The local consumer of a receiving channel takes no priority events: more than a lane's
     /// worth waited for it, so the channel was ended (and the sender told).
     PriorityEventsUnread,
@@ -201,15 +187,8 @@ impl LinkError {
         LinkError::Io(Arc::new(e))
     }
 
-    pub(crate) fn local(e: impl Into<crate::Error>) -> LinkError {
+    pub(crate) fn local(e: impl Into<crate::error::Error>) -> LinkError {
         LinkError::Local(Arc::new(e.into()))
-    }
-
-    pub(crate) fn remote(code: u32, message: String) -> LinkError {
-        LinkError::Remote {
-            code: RemoteCode::from_wire(code),
-            message,
-        }
     }
 }
 
@@ -352,29 +331,14 @@ mod tests {
             src.downcast_ref::<io::Error>().map(io::Error::kind),
             Some(io::ErrorKind::ConnectionReset)
         );
-        let local = LinkError::local(crate::Error::closed("/r"));
+        let local = LinkError::local(crate::error::Error::closed("/r"));
         assert!(local
             .source()
-            .and_then(|s| s.downcast_ref::<crate::Error>())
-            .is_some_and(|e| matches!(e, crate::Error::Closed(_))));
+            .and_then(|s| s.downcast_ref::<crate::error::Error>())
+            .is_some_and(|e| matches!(e, crate::error::Error::Closed(_))));
         assert!(LinkError::Protocol(ProtocolError::Kind { found: 9 })
             .source()
             .is_some());
-        for (wire, code) in [
-            (
-                crate::net::wire::code::UNKNOWN_CHANNEL,
-                RemoteCode::UnknownChannel,
-            ),
-            (crate::net::wire::code::GEOMETRY, RemoteCode::SegmentSize),
-            (crate::net::wire::code::PROTOCOL, RemoteCode::Protocol),
-            (crate::net::wire::code::LOCAL, RemoteCode::LocalFailure),
-            (77, RemoteCode::Other(77)),
-        ] {
-            assert!(matches!(
-                LinkError::remote(wire, String::new()),
-                LinkError::Remote { code: c, .. } if c == code
-            ));
-        }
         assert!(LinkError::SegmentSize {
             ours: 4096,
             theirs: 8192

@@ -28,7 +28,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use crate::net::error::{LinkError, ProtocolError};
+use crate::net::error::{LinkError, ProtocolError, RemoteCode};
 use crate::protocol::abi::PRIO_PAYLOAD;
 use crate::protocol::frame::{self, HEADER};
 
@@ -75,6 +75,29 @@ pub(crate) mod code {
     pub(crate) const PROTOCOL: u32 = 3;
     /// The local end failed (a shared-memory error).
     pub(crate) const LOCAL: u32 = 4;
+}
+
+impl RemoteCode {
+    /// The code as the wire carries it.
+    pub(crate) fn from_wire(c: u32) -> RemoteCode {
+        match c {
+            code::UNKNOWN_CHANNEL => RemoteCode::UnknownChannel,
+            code::GEOMETRY => RemoteCode::SegmentSize,
+            code::PROTOCOL => RemoteCode::Protocol,
+            code::LOCAL => RemoteCode::LocalFailure,
+            other => RemoteCode::Other(other),
+        }
+    }
+}
+
+impl LinkError {
+    /// The peer's `Error` message, its code named.
+    pub(crate) fn remote(code: u32, message: String) -> LinkError {
+        LinkError::Remote {
+            code: RemoteCode::from_wire(code),
+            message,
+        }
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -520,6 +543,22 @@ pub(crate) fn check_frames(
 mod tests {
     use super::*;
     use tokio_util::codec::Decoder;
+
+    #[test]
+    fn the_peers_error_codes_are_named() {
+        for (wire, name) in [
+            (code::UNKNOWN_CHANNEL, RemoteCode::UnknownChannel),
+            (code::GEOMETRY, RemoteCode::SegmentSize),
+            (code::PROTOCOL, RemoteCode::Protocol),
+            (code::LOCAL, RemoteCode::LocalFailure),
+            (77, RemoteCode::Other(77)),
+        ] {
+            assert!(matches!(
+                LinkError::remote(wire, String::new()),
+                LinkError::Remote { code, .. } if code == name
+            ));
+        }
+    }
 
     fn round_trip(m: Msg) {
         let mut b = BytesMut::new();

@@ -130,13 +130,17 @@ pub(crate) struct ConsumerCounters {
     pub segments_taken: AtomicU64,
 }
 
+/// `LinkFigures::role`: the consumer end is a sending bridge.
+pub(crate) const LINK_SENDING: u64 = 1;
+/// `LinkFigures::role`: the producer end is a receiving bridge.
+pub(crate) const LINK_RECEIVING: u64 = 2;
+
 /// Figures of a network bridge attached as one end of the channel (feature `net`), for
 /// `shmflow stat`; all zero otherwise. Written Relaxed by the bridge, never read back.
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct LinkFigures {
-    /// 0: no bridge; 1: the consumer end is a sending bridge; 2: the producer end is a
-    /// receiving bridge.
+    /// 0 (no bridge is an end of the channel), `LINK_SENDING` or `LINK_RECEIVING`.
     pub role: AtomicU64,
     /// Segments of credit: unspent by the sender (1), announced and unspent (2).
     pub credit: AtomicU64,

@@ -232,7 +232,8 @@ impl Consumer {
     pub(crate) fn raw_figures(&self, credit: u64, backlog: u64, in_flight: u64, wire: u64) {
         let l = &self.shared.header().link;
         // Relaxed: figures for `shmflow stat`, never read back.
-        l.role.store(1, Ordering::Relaxed);
+        l.role
+            .store(crate::protocol::abi::LINK_SENDING, Ordering::Relaxed);
         l.credit.store(credit, Ordering::Relaxed);
         l.backlog.store(backlog, Ordering::Relaxed);
         l.in_flight_bytes.store(in_flight, Ordering::Relaxed);

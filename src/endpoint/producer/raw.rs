@@ -133,7 +133,8 @@ impl Producer {
     pub(crate) fn raw_figures(&self, credit: u64, backlog: u64, wire: u64) {
         let l = &self.shared.header().link;
         // Relaxed: figures for `shmflow stat`, never read back.
-        l.role.store(2, Ordering::Relaxed);
+        l.role
+            .store(crate::protocol::abi::LINK_RECEIVING, Ordering::Relaxed);
         l.credit.store(credit, Ordering::Relaxed);
         l.backlog.store(backlog, Ordering::Relaxed);
         l.wire_bytes.store(wire, Ordering::Relaxed);
