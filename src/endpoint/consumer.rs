@@ -23,8 +23,8 @@ use crate::error::{
 };
 #[cfg(not(loom))]
 use crate::protocol::abi::Geometry;
-use crate::protocol::abi::{END_DETACHED, END_FAILED, END_LOST};
 use crate::protocol::counters::Local;
+use crate::protocol::ends::EndState;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Recycler;
@@ -112,7 +112,7 @@ pub struct Consumer {
     span: Span,
     /// The state this end leaves in when dropped: `DETACHED`, or `LOST` for a network bridge
     /// that lost its remote peer.
-    detach_as: u32,
+    detach_as: crate::protocol::ends::Leave,
     /// Async calls since the last look at the executor's budget.
     #[cfg(any(feature = "tokio", loom))]
     coop: u8,
@@ -242,7 +242,7 @@ impl Consumer {
             prio_head: 0,
             prio_buf: [0; crate::protocol::abi::PRIO_PAYLOAD],
             watch_prio: false,
-            detach_as: END_DETACHED,
+            detach_as: crate::protocol::ends::Leave::Clean,
             span: Span::default(),
             seg_size: shared_seg_size,
             fast_max: usize::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(usize::MAX),
@@ -279,9 +279,11 @@ impl Consumer {
     }
 
     fn producer_detached(&self) -> bool {
-        // Acquire: pairs with the producer's Release when it detaches, after its last seal.
-        let state = self.shared.header().producer.state.load(Ordering::Acquire);
-        state == END_DETACHED || state == END_FAILED || state == END_LOST
+        // Acquire (in `state`): pairs with the producer's `leave`, after its last seal.
+        matches!(
+            self.shared.header().producer.state(),
+            EndState::Detached | EndState::Failed | EndState::Lost
+        )
     }
 
     /// `Some(ProducerFailed)` if the producer ended the stream as failed (it was dropped while
@@ -289,11 +291,11 @@ impl Consumer {
     /// its remote peer.
     pub(crate) fn producer_failed(&self) -> Option<Error> {
         let p = &self.shared.header().producer;
-        // Acquire: as in `producer_detached`.
+        // Relaxed: for the message.
         let pid = || p.pid.load(Ordering::Relaxed);
-        match p.state.load(Ordering::Acquire) {
-            END_FAILED => Some(Error::producer_failed(&self.shared.name, pid())),
-            END_LOST => Some(Error::peer_lost(&self.shared.name, End::Producer, pid())),
+        match p.state() {
+            EndState::Failed => Some(Error::producer_failed(&self.shared.name, pid())),
+            EndState::Lost => Some(Error::peer_lost(&self.shared.name, End::Producer, pid())),
             _ => None,
         }
     }
@@ -851,8 +853,8 @@ impl Consumer {
             self.recycler.reclaim_all(h);
         } else {
             self.recycler.forget_all(h);
-            // Release: our last reads of the region happen before the producer sees us gone.
-            h.consumer.state.store(END_DETACHED, Ordering::Release);
+            // Our last reads of the region happen before the producer sees us gone.
+            h.consumer.leave(crate::protocol::ends::Leave::Clean);
             park::notify(&h.producer_park, self.shared.producer_bell());
         }
     }
@@ -1099,8 +1101,8 @@ impl Drop for Consumer {
         }
         self.publish_counts();
         let h = self.shared.header();
-        // Release: our last reads of the region happen before the producer sees us gone.
-        h.consumer.state.store(self.detach_as, Ordering::Release);
+        // Our last reads of the region happen before the producer sees us gone.
+        h.consumer.leave(self.detach_as);
         park::notify(&h.producer_park, self.shared.producer_bell());
         // The only reader leaves: a named channel's name goes (see `region::name`).
         #[cfg(not(loom))]

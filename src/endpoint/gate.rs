@@ -640,10 +640,8 @@ impl Drop for Gate {
         }
         // Each channel's consumer marks its own header detached when it drops.
         let g = self.shared.gate.as_ref().expect("gate").gate_header();
-        // Release: our last reads happen before anyone sees us gone.
-        g.consumer
-            .state
-            .store(crate::protocol::abi::END_DETACHED, Ordering::Release);
+        // Our last reads happen before anyone sees us gone.
+        g.consumer.leave(crate::protocol::ends::Leave::Clean);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Snapshots of a channel's counters, rates per second and the backpressure level.
 
 use crate::protocol::abi::{LINK_RECEIVING, LINK_SENDING};
+pub use crate::protocol::ends::EndState;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Nanoseconds on the monotonic clock (the clock of [`Snapshot::at_ns`]), comparable between
@@ -249,66 +250,6 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
             // 0 (no bridge), or a value no shmflow writes.
             _ => None,
         },
-    }
-}
-
-/// An end's attach state as the region records it: `Free` → `Attached` → `Detached`, never
-/// back. A value no shmflow writes is shown as it is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum EndState {
-    /// Never attached.
-    #[default]
-    Free,
-    /// Attached (alive, unless its liveness lock says otherwise).
-    Attached,
-    /// Attached once and detached.
-    Detached,
-    /// Detached while its thread unwound from a panic (a producer: its stream ended as
-    /// failed).
-    Failed,
-    /// Detached by a network bridge that lost its remote peer (the peer on the other machine
-    /// died, went silent, or its connection broke).
-    Lost,
-    /// A value no shmflow writes (a corrupt or foreign region).
-    Invalid(u32),
-}
-
-impl EndState {
-    pub(crate) fn from_raw(v: u32) -> EndState {
-        match v {
-            crate::protocol::abi::END_FREE => EndState::Free,
-            crate::protocol::abi::END_ATTACHED => EndState::Attached,
-            crate::protocol::abi::END_DETACHED => EndState::Detached,
-            crate::protocol::abi::END_FAILED => EndState::Failed,
-            crate::protocol::abi::END_LOST => EndState::Lost,
-            other => EndState::Invalid(other),
-        }
-    }
-
-    /// The number stored in the region (0 free, 1 attached, 2 detached), as `shmflow stat
-    /// --json` prints it.
-    pub fn code(self) -> u32 {
-        match self {
-            EndState::Free => crate::protocol::abi::END_FREE,
-            EndState::Attached => crate::protocol::abi::END_ATTACHED,
-            EndState::Detached => crate::protocol::abi::END_DETACHED,
-            EndState::Failed => crate::protocol::abi::END_FAILED,
-            EndState::Lost => crate::protocol::abi::END_LOST,
-            EndState::Invalid(v) => v,
-        }
-    }
-}
-
-impl std::fmt::Display for EndState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            EndState::Free => f.write_str("free"),
-            EndState::Attached => f.write_str("attached"),
-            EndState::Detached => f.write_str("detached"),
-            EndState::Failed => f.write_str("failed"),
-            EndState::Lost => f.write_str("lost (remote peer)"),
-            EndState::Invalid(v) => write!(f, "invalid state {v}"),
-        }
     }
 }
 

@@ -28,8 +28,9 @@ use crate::error::{
     op, CloseError, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError,
     WriteError,
 };
-use crate::protocol::abi::{Geometry, END_ATTACHED, END_DETACHED, END_FAILED, END_FREE, END_LOST};
+use crate::protocol::abi::Geometry;
 use crate::protocol::counters::Local;
+use crate::protocol::ends::EndState;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Supply;
@@ -312,9 +313,11 @@ impl Producer {
     }
 
     fn consumer_detached(&self) -> bool {
-        // Acquire: pairs with the consumer's Release when it detaches.
-        let state = self.shared.header().consumer.state.load(Ordering::Acquire);
-        state == END_DETACHED || state == END_LOST
+        // Acquire (in `state`): pairs with the consumer's `leave`.
+        matches!(
+            self.shared.header().consumer.state(),
+            EndState::Detached | EndState::Lost
+        )
     }
 
     /// `Closed` (or `PeerDead` if the consumer was a network bridge that lost its remote
@@ -328,8 +331,7 @@ impl Producer {
     /// Why the consumer is gone.
     fn gone_error(&self) -> Error {
         let c = &self.shared.header().consumer;
-        // Acquire: as in `consumer_detached`.
-        if c.state.load(Ordering::Acquire) == END_LOST {
+        if c.state() == EndState::Lost {
             let pid = c.pid.load(Ordering::Relaxed);
             return Error::peer_lost(&self.shared.name, crate::error::End::Consumer, pid);
         }
@@ -1329,15 +1331,15 @@ impl Producer {
                 if left == 0 {
                     return Ok(Some(Ok(())));
                 }
-                // Acquire: pairs with the consumer's Release store of its state; its counters
-                // were stored before it.
-                match h.consumer.state.load(Ordering::Acquire) {
-                    END_FREE => Ok(None),
-                    END_ATTACHED => {
+                // Acquire (in `state`): pairs with the consumer's `leave`; its counters were
+                // stored before it.
+                match h.consumer.state() {
+                    EndState::Free => Ok(None),
+                    EndState::Attached => {
                         self.check_peer(look)?;
                         Ok(None)
                     }
-                    END_LOST => Err(self.gone_error()),
+                    EndState::Lost => Err(self.gone_error()),
                     _ => {
                         // Detached (its counters were stored before its state): it may have
                         // returned the last segment just before, or read every record and
@@ -1361,9 +1363,8 @@ impl Producer {
             Ok(outcome) => outcome,
             Err(Error::Timeout) => {
                 let unread_segments = unread();
-                // Acquire: as above.
-                Err(match h.consumer.state.load(Ordering::Acquire) {
-                    END_FREE => CloseError::NotOpened {
+                Err(match h.consumer.state() {
+                    EndState::Free => CloseError::NotOpened {
                         region,
                         unread_segments,
                     },
@@ -1411,10 +1412,13 @@ impl Producer {
         // record is reported to the consumer as RecordAborted.
         self.seal();
         let h = self.shared.header();
-        let state = if failed { END_FAILED } else { END_DETACHED };
-        // SYNC POINT: Release, paired with the consumer's Acquire in `producer_detached`:
-        // everything sealed above is visible to a consumer that sees DETACHED or FAILED.
-        h.producer.state.store(state, Ordering::Release);
+        // Everything sealed above is visible to a consumer that sees the end gone (see
+        // `EndSlot::leave`).
+        h.producer.leave(if failed {
+            crate::protocol::ends::Leave::Failed
+        } else {
+            crate::protocol::ends::Leave::Clean
+        });
         self.notify_consumer();
         self.settle_name();
     }

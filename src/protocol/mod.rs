@@ -1,5 +1,5 @@
 //! The protocol layer: the shared-memory ABI (every `repr(C)` structure of a region), record
-//! framing, the SPSC ring, park/wake, the priority lane, the counters and the floating-segment
+//! framing, the ends' attach states, the SPSC ring, park/wake, the priority lane, the counters and the floating-segment
 //! pool. No OS dependency: atomics and the futex word come from `crate::sync`, which the loom
 //! models swap for loom's.
 
@@ -7,6 +7,7 @@ pub(crate) mod abi;
 #[cfg(any(feature = "tokio", loom))]
 pub(crate) mod bridge;
 pub(crate) mod counters;
+pub(crate) mod ends;
 pub(crate) mod flush_signal;
 pub(crate) mod frame;
 pub(crate) mod lane;

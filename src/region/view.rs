@@ -534,34 +534,24 @@ pub(crate) fn attach(
     shared: &Shared,
     end: crate::error::End,
 ) -> Result<(), crate::error::OpenError> {
+    use crate::protocol::abi::{END_ATTACHED, END_DETACHED, END_FAILED, END_LOST};
     let st = shared.header().end(end);
-    // AcqRel: the winner sees the previous state; a racing second attacher sees ATTACHED.
-    match st.state.compare_exchange(
-        crate::protocol::abi::END_FREE,
-        crate::protocol::abi::END_ATTACHED,
-        crate::sync::Ordering::AcqRel,
-        crate::sync::Ordering::Acquire,
-    ) {
-        Ok(_) => {
-            st.pid
-                .store(std::process::id(), crate::sync::Ordering::Relaxed);
-            Ok(())
-        }
-        Err(crate::protocol::abi::END_ATTACHED) => Err(crate::error::OpenError::AlreadyAttached {
+    match st.attach(std::process::id()) {
+        Ok(()) => Ok(()),
+        Err(END_ATTACHED) => Err(crate::error::OpenError::AlreadyAttached {
             region: shared.name.clone(),
             end,
+            // Relaxed: for the message.
             pid: st.pid.load(crate::sync::Ordering::Relaxed),
         }),
-        Err(crate::protocol::abi::END_DETACHED | crate::protocol::abi::END_FAILED) => {
-            Err(crate::error::OpenError::EndDetached {
-                region: shared.name.clone(),
-                end,
-            })
-        }
+        Err(END_DETACHED | END_FAILED | END_LOST) => Err(crate::error::OpenError::EndDetached {
+            region: shared.name.clone(),
+            end,
+        }),
         Err(other) => Err(crate::error::OpenError::corrupt(
             &shared.name,
             "end attach state",
-            "0, 1, 2 or 3".into(),
+            "0 to 4".into(),
             other as u64,
         )),
     }
@@ -571,11 +561,10 @@ pub(crate) fn attach(
 /// fresh end) gives the end up as detached, so that it is never left ATTACHED with no live
 /// lock behind it (which the next opener would take for a dead process).
 pub(crate) fn give_up_attach(shared: &Shared, end: crate::error::End) {
-    // Release: pairs with the peer's Acquire loads of our state.
-    shared.header().end(end).state.store(
-        crate::protocol::abi::END_DETACHED,
-        crate::sync::Ordering::Release,
-    );
+    shared
+        .header()
+        .end(end)
+        .leave(crate::protocol::ends::Leave::Clean);
 }
 
 /// Fills in the pid of the end that holds a liveness lock we could not take.

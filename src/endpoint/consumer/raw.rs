@@ -243,7 +243,7 @@ impl Consumer {
     /// The bridge lost its remote peer: detach as `LOST`, so that the producer's calls
     /// report the consumer dead.
     pub(crate) fn raw_lose(mut self) {
-        self.detach_as = END_LOST;
+        self.detach_as = crate::protocol::ends::Leave::Lost;
         drop(self);
     }
 }

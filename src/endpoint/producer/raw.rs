@@ -149,10 +149,9 @@ impl Producer {
             self.flusher = None;
             self.cur = None;
             let h = self.shared.header();
-            // SYNC POINT: Release, paired with the consumer's Acquire in
-            // `producer_detached`: every chunk published above is visible to a consumer
-            // that sees LOST.
-            h.producer.state.store(END_LOST, Ordering::Release);
+            // Every chunk published above is visible to a consumer that sees LOST (see
+            // `EndSlot::leave`).
+            h.producer.leave(crate::protocol::ends::Leave::Lost);
             self.notify_consumer();
             self.settle_name();
         }
