@@ -128,7 +128,7 @@ mod sync;
 mod sys;
 
 #[cfg(not(loom))]
-pub use endpoint::builder::{ConsumerBuilder, ProducerBuilder};
+pub use endpoint::builder::{ConsumerBuilder, GateBuilder, ProducerBuilder};
 pub use endpoint::consumer::{Consumer, Message, Record, DEFAULT_MAX_RECORD_LEN};
 pub use endpoint::event::{Event, MAX_EVENT_PAYLOAD};
 pub use endpoint::gate::{Gate, GateMessage, QUANTUM};

@@ -551,3 +551,131 @@ impl ConsumerBuilder {
         Consumer::from_env_with(var).map(|c| self.apply(c))
     }
 }
+
+impl crate::endpoint::gate::Gate {
+    /// Settings and the ways to make a gate (see [`GateBuilder`]); [`Gate::create`] and
+    /// [`Gate::create_anonymous`] are shorthands for the builder with default settings.
+    ///
+    /// [`Gate::create`]: crate::Gate::create
+    /// [`Gate::create_anonymous`]: crate::Gate::create_anonymous
+    pub fn builder() -> GateBuilder {
+        GateBuilder::default()
+    }
+}
+
+/// The settings of a gate, and the ways to make one, in the manner of [`ConsumerBuilder`].
+///
+/// # Examples
+///
+/// ```
+/// use shmflow::{Gate, GateMessage, Producer, WaitStrategy};
+///
+/// let name = format!("/shmflow-doc-gate-builder-{}", std::process::id());
+/// let mut gate = Gate::builder()
+///     .channels(2)
+///     .exclusive(2)
+///     .floating(4)
+///     .segment_size(4096)
+///     .wait_strategy(WaitStrategy::Park)
+///     .max_record_len(1 << 20)
+///     .create(&name)?;
+/// let mut p = Producer::open_channel(&name, 1)?;
+/// p.send(b"from channel 1")?;
+/// drop(p);
+/// match gate.recv()? {
+///     Some(GateMessage::Record { channel, record }) => {
+///         assert_eq!((channel, record.as_bytes()), (1, Some(&b"from channel 1"[..])))
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), shmflow::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until a gate is made with it"]
+pub struct GateBuilder {
+    geometry: crate::protocol::abi::GateGeometry,
+    wait: WaitStrategy,
+    max_record_len: u64,
+}
+
+impl Default for GateBuilder {
+    /// One channel, Flink's defaults for the rest (see [`GateGeometry::new`](crate::GateGeometry::new)).
+    fn default() -> Self {
+        GateBuilder {
+            geometry: crate::protocol::abi::GateGeometry::new(1),
+            wait: WaitStrategy::default(),
+            max_record_len: DEFAULT_MAX_RECORD_LEN,
+        }
+    }
+}
+
+impl GateBuilder {
+    /// The whole shape at once.
+    pub fn geometry(mut self, geometry: crate::protocol::abi::GateGeometry) -> Self {
+        self.geometry = geometry;
+        self
+    }
+
+    /// Channels, one producer each (1 ..= 1024).
+    pub fn channels(mut self, channels: u32) -> Self {
+        self.geometry.channels = channels;
+        self
+    }
+
+    /// Segments each channel owns (Flink's `buffers-per-channel`, default 2).
+    pub fn exclusive(mut self, exclusive: u32) -> Self {
+        self.geometry.exclusive = exclusive;
+        self
+    }
+
+    /// Segments the gate lends to channels with a backlog (Flink's
+    /// `floating-buffers-per-gate`, default 8).
+    pub fn floating(mut self, floating: u32) -> Self {
+        self.geometry.floating = floating;
+        self
+    }
+
+    /// Bytes per segment (as for a channel).
+    pub fn segment_size(mut self, segment_size: u32) -> Self {
+        self.geometry.segment_size = segment_size;
+        self
+    }
+
+    /// How blocking calls wait (see [`WaitStrategy`]).
+    pub fn wait_strategy(mut self, wait: WaitStrategy) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The longest record accepted on any channel (see [`Consumer::set_max_record_len`]).
+    pub fn max_record_len(mut self, max: u64) -> Self {
+        self.max_record_len = max;
+        self
+    }
+
+    fn apply(&self, mut g: crate::endpoint::gate::Gate) -> crate::endpoint::gate::Gate {
+        g.set_wait_strategy(self.wait);
+        g.set_max_record_len(self.max_record_len);
+        g
+    }
+
+    /// Creates the named gate (`/name`, mode 0600; fails if it exists) and attaches as its
+    /// consumer; producer `c` joins with [`Producer::open_channel`].
+    ///
+    /// # Errors
+    /// As [`Gate::create`](crate::Gate::create).
+    pub fn create(&self, name: &str) -> Result<crate::endpoint::gate::Gate, OpenError> {
+        crate::endpoint::gate::Gate::create(name, self.geometry).map(|g| self.apply(g))
+    }
+
+    /// Creates an anonymous gate: handle `c` gives channel `c` to a child process.
+    ///
+    /// # Errors
+    /// As [`Gate::create_anonymous`](crate::Gate::create_anonymous).
+    pub fn create_anonymous(
+        &self,
+    ) -> Result<(crate::endpoint::gate::Gate, Vec<PeerHandle>), OpenError> {
+        let (g, handles) = crate::endpoint::gate::Gate::create_anonymous(self.geometry)?;
+        Ok((self.apply(g), handles))
+    }
+}

@@ -234,11 +234,16 @@ impl Gate {
             )?);
         }
         let g = shared.gate.as_ref().expect("gate channels").gate_header();
-        g.consumer.pid.store(std::process::id(), Ordering::Relaxed);
-        // Release: as for a channel's attach state.
-        g.consumer
-            .state
-            .store(crate::protocol::abi::END_ATTACHED, Ordering::Release);
+        // The gate's own attach state (its channels' are attached above): a fresh gate's
+        // creator finds it free.
+        if let Err(found) = g.consumer.attach(std::process::id()) {
+            return Err(crate::error::OpenError::corrupt(
+                &shared.name,
+                "gate consumer attach state",
+                "0 (free) in a gate this process just made".into(),
+                found as u64,
+            ));
+        }
         Ok(Gate {
             state: consumers.iter().map(|_| State::Open).collect(),
             chans: consumers,
