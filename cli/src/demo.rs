@@ -664,28 +664,21 @@ fn plot(
             BLACK.stroke_width(2),
         )
     });
-    c.draw_series(LineSeries::new(
+    line(
+        &mut c,
         rows.iter().map(|r| (r.t, pct(r.produced))),
-        producer_color.stroke_width(7),
-    ))?
-    .label("producer: records sent")
-    .legend(move |(x, y)| {
-        PathElement::new(vec![(x, y), (x + 24, y)], producer_color.stroke_width(7))
-    });
-    c.draw_series(LineSeries::new(
+        producer_color,
+        7,
+        "producer: records sent",
+    )?;
+    line(
+        &mut c,
         rows.iter().map(|r| (r.t, pct(r.consumed))),
-        consumer_color.stroke_width(2),
-    ))?
-    .label("consumer: records read")
-    .legend(move |(x, y)| {
-        PathElement::new(vec![(x, y), (x + 24, y)], consumer_color.stroke_width(2))
-    });
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
-        .background_style(WHITE.mix(0.92))
-        .border_style(RGBColor(180, 180, 180))
-        .label_font(("sans-serif", 14))
-        .draw()?;
+        consumer_color,
+        2,
+        "consumer: records read",
+    )?;
+    legend(&mut c, SeriesLabelPosition::LowerLeft)?;
 
     // Backpressured time, over Flink's bands.
     let mut c = ChartBuilder::on(&mid)
@@ -731,23 +724,14 @@ fn plot(
                 )),
         )
     }))?;
-    c.draw_series(LineSeries::new(
+    line(
+        &mut c,
         rows.iter().map(|r| (r.t, r.back_pressured_ms.min(1000.0))),
-        RGBColor(150, 20, 20).stroke_width(2),
-    ))?
-    .label("producer: backPressuredTimeMsPerSecond")
-    .legend(|(x, y)| {
-        PathElement::new(
-            vec![(x, y), (x + 24, y)],
-            RGBColor(150, 20, 20).stroke_width(2),
-        )
-    });
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.92))
-        .border_style(RGBColor(180, 180, 180))
-        .label_font(("sans-serif", 14))
-        .draw()?;
+        RGBColor(150, 20, 20),
+        2,
+        "producer: backPressuredTimeMsPerSecond",
+    )?;
+    legend(&mut c, SeriesLabelPosition::UpperLeft)?;
 
     // The pools.
     let mut c = ChartBuilder::on(&bottom)
@@ -772,29 +756,64 @@ fn plot(
         .light_line_style(TRANSPARENT)
         .bold_line_style(RGBColor(210, 210, 210))
         .draw()?;
-    c.draw_series(LineSeries::new(
+    line(
+        &mut c,
         rows.iter().map(|r| (r.t, r.out_pool)),
-        producer_color.stroke_width(7),
-    ))?
-    .label("outPoolUsage (producer: segments not free)")
-    .legend(move |(x, y)| {
-        PathElement::new(vec![(x, y), (x + 24, y)], producer_color.stroke_width(7))
-    });
-    c.draw_series(LineSeries::new(
+        producer_color,
+        7,
+        "outPoolUsage (producer: segments not free)",
+    )?;
+    line(
+        &mut c,
         rows.iter().map(|r| (r.t, r.in_pool)),
-        consumer_color.stroke_width(2),
-    ))?
-    .label("inPoolUsage (consumer: segments queued or held)")
-    .legend(move |(x, y)| {
-        PathElement::new(vec![(x, y), (x + 24, y)], consumer_color.stroke_width(2))
-    });
+        consumer_color,
+        2,
+        "inPoolUsage (consumer: segments queued or held)",
+    )?;
+    legend(&mut c, SeriesLabelPosition::UpperLeft)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The chart of one panel: time on x, a linear y.
+type Panel<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::SVGBackend<'b>,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// A labelled line of `width` pixels in `color`.
+fn line(
+    c: &mut Panel<'_, '_>,
+    points: impl IntoIterator<Item = (f64, f64)>,
+    color: plotters::style::RGBColor,
+    width: u32,
+    label: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    c.draw_series(LineSeries::new(points, color.stroke_width(width)))?
+        .label(label)
+        .legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(width))
+        });
+    Ok(())
+}
+
+/// The panel's legend, in the picture's one style.
+fn legend<'a, 'b: 'a>(
+    c: &mut Panel<'a, 'b>,
+    position: plotters::chart::SeriesLabelPosition,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
     c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(position)
         .background_style(WHITE.mix(0.92))
         .border_style(RGBColor(180, 180, 180))
         .label_font(("sans-serif", 14))
         .draw()?;
-    root.present()?;
     Ok(())
 }
 
