@@ -3,8 +3,9 @@
 //!
 //! Rules, in one place:
 //! - A named region is created with `shm_open(O_CREAT | O_EXCL, 0600)`; an existing name is
-//!   [`Error::AlreadyExists`]. The side that created it unlinks the name when its end is
-//!   dropped; the peer's mapping stays valid, but nobody new can open the name after that.
+//!   [`Error::AlreadyExists`]. Who removes the name, and when, is `region::name`'s rule (a
+//!   gate's name goes with the gate); a peer's mapping stays valid after the name is gone, but
+//!   nobody new can open it.
 //! - Opening checks the owner (must be this effective user) and the mode (no group or other
 //!   bits), then the magic, layout version, geometry and size before anything else is read.
 //! - An anonymous region is a sealed `memfd` (it cannot shrink or grow under a peer).
