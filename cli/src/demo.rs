@@ -570,13 +570,6 @@ fn plot(
     let (mid, bottom) = rest.split_vertically(240);
     let t_max = plan.phases.len() as f64 * plan.phase_ns as f64 / 1e9;
     let phase_s = plan.phase_ns as f64 / 1e9;
-    let shade = |i: usize| {
-        if i.is_multiple_of(2) {
-            RGBColor(232, 237, 245).filled()
-        } else {
-            WHITE.filled()
-        }
-    };
     let producer_color = RGBColor(235, 120, 95);
     let consumer_color = RGBColor(20, 60, 160);
     let whole = |v: &f64| format!("{v:.0}");
@@ -587,12 +580,7 @@ fn plot(
         .margin_right(24)
         .y_label_area_size(64)
         .build_cartesian_2d(0f64..t_max, 0f64..3f64)?;
-    c.draw_series((0..plan.phases.len()).map(|i| {
-        Rectangle::new(
-            [(i as f64 * phase_s, 0.0), ((i + 1) as f64 * phase_s, 3.0)],
-            shade(i),
-        )
-    }))?;
+    shade_phases(&mut c, plan, 3.0)?;
     let center = plotters::style::text_anchor::Pos::new(
         plotters::style::text_anchor::HPos::Center,
         plotters::style::text_anchor::VPos::Center,
@@ -634,12 +622,7 @@ fn plot(
         .x_label_area_size(10)
         .y_label_area_size(64)
         .build_cartesian_2d(0f64..t_max, 0f64..y_max)?;
-    c.draw_series((0..plan.phases.len()).map(|i| {
-        Rectangle::new(
-            [(i as f64 * phase_s, 0.0), ((i + 1) as f64 * phase_s, y_max)],
-            shade(i),
-        )
-    }))?;
+    shade_phases(&mut c, plan, y_max)?;
     c.configure_mesh()
         .disable_x_mesh()
         .y_desc("throughput, % of calibrated rate")
@@ -741,12 +724,7 @@ fn plot(
         .x_label_area_size(40)
         .y_label_area_size(64)
         .build_cartesian_2d(0f64..t_max, 0f64..1.05f64)?;
-    c.draw_series((0..plan.phases.len()).map(|i| {
-        Rectangle::new(
-            [(i as f64 * phase_s, 0.0), ((i + 1) as f64 * phase_s, 1.05)],
-            shade(i),
-        )
-    }))?;
+    shade_phases(&mut c, plan, 1.05)?;
     c.configure_mesh()
         .disable_x_mesh()
         .x_desc("time (s)")
@@ -784,6 +762,28 @@ type Panel<'a, 'b> = plotters::chart::ChartContext<
         plotters::coord::types::RangedCoordf64,
     >,
 >;
+
+/// Every other phase shaded, from 0 to `top` on the panel's y axis.
+fn shade_phases(
+    c: &mut Panel<'_, '_>,
+    plan: &Plan,
+    top: f64,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let phase_s = plan.phase_ns as f64 / 1e9;
+    c.draw_series((0..plan.phases.len()).map(|i| {
+        let fill = if i.is_multiple_of(2) {
+            RGBColor(232, 237, 245).filled()
+        } else {
+            WHITE.filled()
+        };
+        Rectangle::new(
+            [(i as f64 * phase_s, 0.0), ((i + 1) as f64 * phase_s, top)],
+            fill,
+        )
+    }))?;
+    Ok(())
+}
 
 /// A labelled line of `width` pixels in `color`.
 fn line(
