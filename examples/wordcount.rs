@@ -44,10 +44,9 @@ use std::collections::HashMap;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use shmflow::{
-    BackpressureLevel, Gate, GateGeometry, GateMessage, GateMonitor, GateSnapshot, Partition,
-    Partitioner, Producer,
-};
+use shmflow::metrics::{BackpressureLevel, GateSnapshot};
+use shmflow::monitor::GateMonitor;
+use shmflow::{Gate, GateGeometry, GateMessage, Partition, Partitioner, Producer};
 
 const SOURCES: usize = 2;
 const TOKENIZERS: usize = 3;
@@ -276,7 +275,8 @@ fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
                 GateMessage::ChannelFailed { channel, error } => {
                     return Err(format!("source {channel} failed: {error}"))
                 }
-                GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
+                // The end of a partition, events, and kinds of message a later version may add.
+                _ => {}
             }
         }
         Ok(())
@@ -332,7 +332,8 @@ fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(
             GateMessage::ChannelFailed { channel, error } => {
                 return Err(format!("tokenizer {channel} failed: {error}"))
             }
-            GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
+            // The end of a partition, events, and kinds of message a later version may add.
+            _ => {}
         }
     }
     let mut rec = Vec::new();
@@ -366,7 +367,8 @@ fn sink(opts: &Opts) -> Result<(), String> {
             GateMessage::ChannelFailed { channel, error } => {
                 return Err(format!("counter {channel} failed: {error}"))
             }
-            GateMessage::EndOfPartition { .. } | GateMessage::Event { .. } => {}
+            // The end of a partition, events, and kinds of message a later version may add.
+            _ => {}
         }
     }
     let want = expected(opts);
@@ -500,7 +502,7 @@ fn kill_and_check(opts: &Opts, args: &[String]) -> Result<(), String> {
         ));
     }
     for name in &left {
-        match shmflow::remove_if_stale(name) {
+        match shmflow::monitor::remove_if_stale(name) {
             Ok(true) => {}
             other => problems.push(format!("clean did not remove {name}: {other:?}")),
         }
@@ -601,7 +603,7 @@ fn orchestrate(opts: &Opts, args: &[String]) -> Result<(), String> {
             }
             let (m, prev) = monitors[i].as_mut().expect("opened");
             let now = m.snapshot();
-            if now.consumer_state == shmflow::EndState::Detached {
+            if now.consumer_state == shmflow::metrics::EndState::Detached {
                 continue; // that stage is done
             }
             lines.push((stage.clone(), prev.clone(), now.clone()));

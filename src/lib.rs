@@ -88,11 +88,12 @@
 //! fail with [`SendError::Closed`].
 //!
 //! **Metrics.** Each side keeps counters in the region header, readable live by another
-//! process without disturbing the channel ([`Monitor`], `shmflow stat`): [`Producer::metrics`]
-//! and [`Consumer::metrics`] give a [`Snapshot`]; [`Snapshot::rates_since`] gives Flink's
+//! process without disturbing the channel ([`monitor::Monitor`], `shmflow stat`): [`Producer::metrics`]
+//! and [`Consumer::metrics`] give a [`metrics::Snapshot`]; [`metrics::Snapshot::rates_since`] gives Flink's
 //! `backPressuredTimeMsPerSecond`, `idleTimeMsPerSecond`, `busyTimeMsPerSecond`, pool usages
-//! and the backpressure level ([`BackpressureLevel`]: OK < 0.10 ≤ LOW ≤ 0.50 < HIGH). A gate's
-//! figures are a [`GateSnapshot`].
+//! and the backpressure level ([`metrics::BackpressureLevel`]: OK < 0.10 ≤ LOW ≤ 0.50 < HIGH). A gate's
+//! figures are a [`metrics::GateSnapshot`]. The fixed figures of waiting and fairness are in
+//! [`tuning`].
 //!
 //! **Untrusted peers.** Everything read from shared memory is validated before use; a peer
 //! that writes garbage gives a `Corrupt` error, never a panic or an access outside the region.
@@ -131,16 +132,7 @@ mod sys;
 pub use endpoint::builder::{ConsumerBuilder, GateBuilder, ProducerBuilder};
 pub use endpoint::consumer::{Consumer, Message, Record, DEFAULT_MAX_RECORD_LEN};
 pub use endpoint::event::{Event, MAX_EVENT_PAYLOAD};
-pub use endpoint::gate::{Gate, GateMessage, QUANTUM};
-pub use endpoint::gate_stats::{ChannelStats, GateSnapshot};
-pub use endpoint::metrics::{
-    monotonic_now_ns, BackpressureLevel, EndState, LinkSnapshot, Rates, Snapshot,
-};
-#[cfg(not(loom))]
-pub use endpoint::monitor::{
-    list_gates, list_other_objects, list_regions, remove_if_stale, remove_stale_and_unread,
-    GateMonitor, Monitor, RegionInfo,
-};
+pub use endpoint::gate::{Gate, GateMessage};
 pub use endpoint::partition::{KeyFn, Partition, Partitioner};
 pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};
 #[cfg(feature = "tokio")]
@@ -152,9 +144,46 @@ pub use error::{
     TrySendError, WriteError,
 };
 pub use protocol::abi::{GateGeometry, Geometry, LAYOUT_VERSION};
-pub use protocol::park::{WaitStrategy, BLOCK_EAGER, BLOCK_GAP, BLOCK_SPIN};
+pub use protocol::park::WaitStrategy;
 #[cfg(not(loom))]
 pub use region::handoff::PeerHandle;
+
+/// Flink's metrics of a channel's ends and of a gate: what [`Producer::metrics`],
+/// [`Consumer::metrics`], [`Gate::metrics`] and a [`monitor::Monitor`] give.
+///
+/// A [`Snapshot`](metrics::Snapshot) is the raw counters of one end at one moment;
+/// [`Snapshot::rates_since`](metrics::Snapshot::rates_since) turns two of them into Flink's
+/// per-second figures ([`Rates`](metrics::Rates)) and the backpressure level. The structs are
+/// `#[non_exhaustive]`: new figures can be added without breaking a caller (build one with
+/// `Default::default()` and set its fields, in tests).
+pub mod metrics {
+    pub use crate::endpoint::gate_stats::{ChannelStats, GateSnapshot};
+    pub use crate::endpoint::metrics::{
+        monotonic_now_ns, BackpressureLevel, EndState, LinkSnapshot, Rates, Snapshot,
+    };
+}
+
+/// Looking at channels and gates from outside, without disturbing them: [`Monitor`](monitor::Monitor)
+/// and [`GateMonitor`](monitor::GateMonitor) read an object's metrics live (as `shmflow stat`
+/// does); [`list_regions`](monitor::list_regions) and [`list_gates`](monitor::list_gates) find
+/// them (as `shmflow list`); [`remove_if_stale`](monitor::remove_if_stale) and
+/// [`remove_stale_and_unread`](monitor::remove_stale_and_unread) remove what dead processes
+/// left behind (as `shmflow clean`).
+#[cfg(not(loom))]
+pub mod monitor {
+    pub use crate::endpoint::monitor::{
+        list_gates, list_other_objects, list_regions, remove_if_stale, remove_stale_and_unread,
+        GateMonitor, Monitor, RegionInfo,
+    };
+}
+
+/// The fixed figures that shape waiting and fairness, for callers that tune around them: how
+/// long [`WaitStrategy::Block`] looks before it parks, and how many records a [`Gate`] takes
+/// from one channel before it moves to the next.
+pub mod tuning {
+    pub use crate::endpoint::gate::QUANTUM;
+    pub use crate::protocol::park::{BLOCK_EAGER, BLOCK_GAP, BLOCK_SPIN};
+}
 
 /// Both ends of a fresh anonymous channel in this process: for threads, tests and benches.
 /// The region is a sealed memfd that disappears with the last end.

@@ -127,12 +127,10 @@ pub struct GateRegion {
 impl GateRegion {
     /// A fresh gate.
     pub fn new(channels: u32, exclusive: u32, floating: u32) -> GateRegion {
-        let gg = crate::protocol::abi::GateGeometry {
-            channels,
-            exclusive,
-            floating,
-            segment_size: 64,
-        };
+        let gg = crate::protocol::abi::GateGeometry::new(channels)
+            .with_exclusive(exclusive)
+            .with_floating(floating)
+            .with_segment_size(64);
         // As for `Region::new`: tiny segments, below the product's minimum, on purpose.
         assert!(channels >= 1 && exclusive >= 1 && exclusive + floating >= 2);
         let hg = std::sync::Arc::new(crate::region::heap::HeapGate::new(gg));

@@ -200,6 +200,7 @@ fn async_to_async_with_every_kind_of_message() {
                     e.kind,
                     String::from_utf8_lossy(e.payload)
                 )),
+                other => panic!("unexpected message {other:?}"),
             }
         }
         writer.await.unwrap();
@@ -1001,6 +1002,7 @@ fn a_partition_sends_from_a_task() {
                     match m {
                         Message::Record(r) => got.push(r.to_vec_async().await.unwrap()),
                         Message::Event(e) => got.push(format!("event {}", e.kind).into_bytes()),
+                        other => panic!("unexpected message {other:?}"),
                     }
                 }
                 got

@@ -59,7 +59,7 @@ fn a_consumer_that_only_polls_learns_of_a_killed_producer_and_it_stays_dead() {
         Some(&handle),
     );
     drop(handle);
-    wait_attached(|| c.metrics().producer_state == shmflow::EndState::Attached);
+    wait_attached(|| c.metrics().producer_state == shmflow::metrics::EndState::Attached);
     // The record committed before the death is delivered first.
     let start = Instant::now();
     loop {
@@ -126,7 +126,7 @@ fn a_producer_that_only_polls_learns_of_a_killed_consumer_and_it_stays_dead() {
         Some(&handle),
     );
     drop(handle);
-    wait_attached(|| p.metrics().consumer_state == shmflow::EndState::Attached);
+    wait_attached(|| p.metrics().consumer_state == shmflow::metrics::EndState::Attached);
     // Fill the pool: the consumer never reads, so the producer is out of segments.
     let rec = [1u8; 3000];
     while p.try_send(&rec).is_ok() {}
@@ -211,7 +211,10 @@ fn a_producer_dropped_while_panicking_ends_the_stream_as_failed() {
     }
     // Distinct from a clean end, and it stays so.
     assert!(matches!(c.try_recv(), Err(TryRecvError::ProducerFailed(_))));
-    assert_eq!(c.metrics().producer_state, shmflow::EndState::Failed);
+    assert_eq!(
+        c.metrics().producer_state,
+        shmflow::metrics::EndState::Failed
+    );
     assert!(!child.wait().unwrap().success(), "the child panicked");
 }
 

@@ -10,7 +10,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::unique_name;
-use shmflow::{Consumer, Gate, GateGeometry, Geometry, Monitor, OpenError, Producer};
+use shmflow::monitor::Monitor;
+use shmflow::{Consumer, Gate, GateGeometry, Geometry, OpenError, Producer};
 
 /// Runs `f` on a thread and fails the test if it has not returned within `bound`: an entry
 /// point that blocks on what it opens would hang here instead of failing.
@@ -96,7 +97,10 @@ fn names_that_are_not_regions_are_refused_at_once_by_every_entry_point() {
                     Producer::open_channel(&n, 0).err(),
                 ),
                 ("Monitor::open", Monitor::open(&n).err()),
-                ("GateMonitor::open", shmflow::GateMonitor::open(&n).err()),
+                (
+                    "GateMonitor::open",
+                    shmflow::monitor::GateMonitor::open(&n).err(),
+                ),
             ]
         });
         for (what, e) in opens {
@@ -123,14 +127,18 @@ fn names_that_are_not_regions_are_refused_at_once_by_every_entry_point() {
         }
         let n = name.clone();
         let removed = bounded("remove_if_stale", bound, move || {
-            shmflow::remove_if_stale(&n)
+            shmflow::monitor::remove_if_stale(&n)
         });
         assert!(
             matches!(removed, Err(OpenError::NotARegion { .. })),
             "remove_if_stale on a {kind}: {removed:?}"
         );
-        bounded("list_regions", bound, || shmflow::list_regions().unwrap());
-        bounded("list_gates", bound, || shmflow::list_gates().unwrap());
+        bounded("list_regions", bound, || {
+            shmflow::monitor::list_regions().unwrap()
+        });
+        bounded("list_gates", bound, || {
+            shmflow::monitor::list_gates().unwrap()
+        });
         assert!(
             std::fs::symlink_metadata(path(&name)).is_ok(),
             "the {kind} is left alone"
@@ -264,7 +272,7 @@ fn objects_being_created_are_listed_as_such_at_once() {
     let fifo = unique_name("foreign-listed-fifo");
     make("fifo", &fifo);
     let others = bounded("list_other_objects", Duration::from_secs(10), || {
-        shmflow::list_other_objects().unwrap()
+        shmflow::monitor::list_other_objects().unwrap()
     });
     let find = |n: &str| others.iter().find(|(name, _)| name == n).map(|(_, e)| e);
     assert!(
@@ -275,7 +283,7 @@ fn objects_being_created_are_listed_as_such_at_once() {
     assert!(matches!(find(&fifo), Some(OpenError::NotARegion { .. })));
     // Listing regions does not wait for the empty one's creator either.
     let regions = bounded("list_regions", Duration::from_secs(10), || {
-        shmflow::list_regions().unwrap()
+        shmflow::monitor::list_regions().unwrap()
     });
     assert!(regions.iter().all(|r| r.name != empty));
     drop(f);

@@ -37,12 +37,10 @@ fn a_killed_producer_is_reported_dead_and_the_gate_serves_the_rest() {
     let trials = env_u64("SHMFLOW_GATE_KILL_TRIALS", 5);
     let mut rng = Rng::new(0x6A7E);
     for trial in 0..trials {
-        let gg = GateGeometry {
-            channels: 3,
-            exclusive: 2,
-            floating: FLOATING,
-            segment_size: 8192,
-        };
+        let gg = GateGeometry::new(3)
+            .with_exclusive(2)
+            .with_floating(FLOATING)
+            .with_segment_size(8192);
         let (mut gate, handles) = Gate::create_anonymous(gg).unwrap();
         let mut kids: Vec<_> = handles
             .iter()
@@ -99,6 +97,7 @@ fn a_killed_producer_is_reported_dead_and_the_gate_serves_the_rest() {
                 GateMessage::ChannelFailed { channel, .. } => {
                     panic!("channel {channel}: no producer panics here")
                 }
+                other => panic!("unexpected message {other:?}"),
             }
         }
         assert!(ended[0] && ended[2] && dead, "trial {trial}");
@@ -173,13 +172,13 @@ fn a_gate_whose_consumer_crashed_is_stale_and_can_be_cleaned() {
         Err(shmflow::OpenError::AlreadyExists { .. })
     ));
     assert!(
-        !shmflow::remove_if_stale(&name).unwrap(),
+        !shmflow::monitor::remove_if_stale(&name).unwrap(),
         "a live producer keeps it"
     );
     drop(p);
     let e = Gate::create(&name, GateGeometry::new(2)).err().unwrap();
     assert!(matches!(e, shmflow::OpenError::Stale { .. }), "{e}");
     assert!(e.to_string().contains("shmflow clean"), "{e}");
-    assert!(shmflow::remove_if_stale(&name).unwrap());
+    assert!(shmflow::monitor::remove_if_stale(&name).unwrap());
     let _g = Gate::create(&name, GateGeometry::new(2)).unwrap();
 }

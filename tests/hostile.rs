@@ -115,7 +115,7 @@ fn reader_survives_a_scribbled_region() {
             &[("NAME", name.clone())],
             None,
         );
-        wait_attached(|| c.metrics().producer_state == shmflow::EndState::Attached);
+        wait_attached(|| c.metrics().producer_state == shmflow::metrics::EndState::Attached);
         let stop = Arc::new(AtomicBool::new(false));
         let scrib = scribbler(&name, seed, stop.clone());
         let start = Instant::now();
@@ -178,7 +178,7 @@ fn writer_survives_a_scribbled_region() {
             &[("NAME", name.clone())],
             None,
         );
-        wait_attached(|| p.metrics().consumer_state == shmflow::EndState::Attached);
+        wait_attached(|| p.metrics().consumer_state == shmflow::metrics::EndState::Attached);
         let stop = Arc::new(AtomicBool::new(false));
         let scrib = scribbler(&name, seed ^ 0xFF, stop.clone());
         let mut rng = Rng::new(seed);
@@ -213,7 +213,7 @@ fn writer_survives_a_scribbled_region() {
         drop(p);
         peer_exit_ok(child.wait_with_output().unwrap().status);
         // A scribbled header can say anything about who removes the name: remove it here.
-        let _ = shmflow::remove_stale_and_unread(&name);
+        let _ = shmflow::monitor::remove_stale_and_unread(&name);
         println!("seed {seed}: {writes} scribbles, writer saw {seen:?}");
     }
 }
@@ -258,12 +258,10 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
     }
     for seed in seeds() {
         let name = unique_name(&format!("hostile-g{seed}"));
-        let gg = shmflow::GateGeometry {
-            channels: 3,
-            exclusive: 2,
-            floating: 2,
-            segment_size: 4096,
-        };
+        let gg = shmflow::GateGeometry::new(3)
+            .with_exclusive(2)
+            .with_floating(2)
+            .with_segment_size(4096);
         let mut gate = shmflow::Gate::create(&name, gg).unwrap();
         gate.set_max_record_len(MAX_RECORD);
         let kids: Vec<_> = (0..3)
@@ -280,7 +278,7 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
             gate.metrics()
                 .channels
                 .iter()
-                .all(|c| c.snapshot.producer_state == shmflow::EndState::Attached)
+                .all(|c| c.snapshot.producer_state == shmflow::metrics::EndState::Attached)
         });
         let stop = Arc::new(AtomicBool::new(false));
         let scrib = scribbler(&name, seed ^ 0x6A7E, stop.clone());
@@ -305,6 +303,7 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
                 Ok(Some(shmflow::GateMessage::EndOfPartition { .. })) => "end",
                 Ok(Some(shmflow::GateMessage::ChannelDead { .. })) => "dead",
                 Ok(Some(shmflow::GateMessage::ChannelFailed { .. })) => "failed",
+                Ok(Some(other)) => panic!("unexpected message {other:?}"),
                 Ok(None) => "all-ended",
                 Err(e) => outcome(e),
             };

@@ -309,6 +309,31 @@ fn drain_hands_over_what_is_there() {
     assert_eq!(n, 100);
     assert_eq!(seen, (0..100).collect::<Vec<_>>());
     assert_eq!(c.drain(10, |_| Ok::<_, shmflow::RecvError>(())).unwrap(), 0);
+    assert!(!c.is_ended(), "empty, but the producer is still there");
+    p.send(b"last").unwrap();
+    drop(p);
+    assert!(c.is_closed() && !c.is_ended(), "a record is left");
+    assert_eq!(c.drain(1, |_| Ok::<_, shmflow::RecvError>(())).unwrap(), 1);
+    assert!(
+        !c.is_ended(),
+        "drain stopped at its max, before looking further"
+    );
+    assert_eq!(c.drain(10, |_| Ok::<_, shmflow::RecvError>(())).unwrap(), 0);
+    assert!(c.is_ended());
+    assert!(c.recv().unwrap().is_none());
+    assert!(c.is_ended());
+}
+
+#[test]
+fn a_failed_stream_never_reads_as_ended() {
+    let (p, mut c) = pair(4);
+    p.fail();
+    let r = c.drain(10, |_| Ok::<_, shmflow::RecvError>(()));
+    assert!(
+        matches!(r, Err(shmflow::RecvError::ProducerFailed(_))),
+        "{r:?}"
+    );
+    assert!(c.is_closed() && !c.is_ended());
 }
 
 #[test]

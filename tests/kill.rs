@@ -123,7 +123,7 @@ fn producer_killed_at_random_consumer_gets_a_clean_prefix_then_peer_dead() {
         );
         drop(handle);
         // A peer that never attached cannot be declared dead: kill only after it attached.
-        wait_attached(|| c.metrics().producer_state == shmflow::EndState::Attached);
+        wait_attached(|| c.metrics().producer_state == shmflow::metrics::EndState::Attached);
         let delay = Duration::from_micros(rng.below(30_000));
         let killer = std::thread::spawn(move || {
             std::thread::sleep(delay);
@@ -164,7 +164,7 @@ fn consumer_killed_at_random_producer_gets_peer_dead() {
             Some(&handle),
         );
         drop(handle);
-        wait_attached(|| p.metrics().consumer_state == shmflow::EndState::Attached);
+        wait_attached(|| p.metrics().consumer_state == shmflow::metrics::EndState::Attached);
         let delay = Duration::from_micros(rng.below(30_000));
         let killer = std::thread::spawn(move || {
             std::thread::sleep(delay);

@@ -5,7 +5,8 @@
 mod common;
 
 use common::unique_name;
-use shmflow::{Consumer, FlushPolicy, Gate, GateGeometry, GateMonitor, Geometry, Producer};
+use shmflow::monitor::GateMonitor;
+use shmflow::{Consumer, FlushPolicy, Gate, GateGeometry, Geometry, Producer};
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
@@ -20,12 +21,10 @@ fn mappings() -> usize {
 
 fn cycle(prefix: &str, i: u32) {
     let name = format!("{prefix}-{i}");
-    let g = GateGeometry {
-        channels: 3,
-        exclusive: 2,
-        floating: 2,
-        segment_size: 4096,
-    };
+    let g = GateGeometry::new(3)
+        .with_exclusive(2)
+        .with_floating(2)
+        .with_segment_size(4096);
     let mut gate = Gate::create(&name, g).unwrap();
     let mut ps: Vec<Producer> = (0..3)
         .map(|c| Producer::open_channel(&name, c).unwrap())

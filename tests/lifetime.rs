@@ -10,9 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
+use shmflow::monitor::{list_regions, remove_if_stale, remove_stale_and_unread};
 use shmflow::{
-    list_regions, remove_if_stale, remove_stale_and_unread, CloseError, Consumer, End, Gate,
-    GateGeometry, Geometry, OpenError, Producer, RecvError,
+    CloseError, Consumer, End, Gate, GateGeometry, Geometry, OpenError, Producer, RecvError,
 };
 
 const RECORDS: u64 = 10;

@@ -6,7 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use shmflow::{BackpressureLevel, Consumer, FlushPolicy, Geometry, Monitor, Producer, Snapshot};
+use shmflow::metrics::{BackpressureLevel, Snapshot};
+use shmflow::monitor::Monitor;
+use shmflow::{Consumer, FlushPolicy, Geometry, Producer};
 
 #[test]
 fn counters_are_exact_for_a_deterministic_run() {
@@ -60,7 +62,10 @@ fn counters_are_exact_for_a_deterministic_run() {
     assert_eq!((s.segments_not_free, s.segments_at_consumer), (0, 0));
     assert_eq!(
         (s.producer_state, s.consumer_state),
-        (shmflow::EndState::Detached, shmflow::EndState::Attached)
+        (
+            shmflow::metrics::EndState::Detached,
+            shmflow::metrics::EndState::Attached
+        )
     );
 }
 
@@ -107,22 +112,14 @@ fn levels_and_rates_follow_flinks_definitions() {
         BackpressureLevel::from_ratio(0.5001),
         BackpressureLevel::High
     );
-    let a = Snapshot {
-        at_ns: 1_000_000_000,
-        segment_count: 8,
-        ..Default::default()
-    };
-    let b = Snapshot {
-        at_ns: 3_000_000_000,
-        segment_count: 8,
-        records_written: 2000,
-        records_read: 1000,
-        backpressured_ns: 1_200_000_000,
-        idle_ns: 200_000_000,
-        segments_not_free: 6,
-        segments_at_consumer: 4,
-        ..Default::default()
-    };
+    // Snapshots are `#[non_exhaustive]`: built from the default, field by field.
+    let mut a = Snapshot::default();
+    (a.at_ns, a.segment_count) = (1_000_000_000, 8);
+    let mut b = Snapshot::default();
+    (b.at_ns, b.segment_count) = (3_000_000_000, 8);
+    (b.records_written, b.records_read) = (2000, 1000);
+    (b.backpressured_ns, b.idle_ns) = (1_200_000_000, 200_000_000);
+    (b.segments_not_free, b.segments_at_consumer) = (6, 4);
     let r = b.rates_since(&a);
     assert_eq!(
         (r.records_written_per_s, r.records_read_per_s),
@@ -166,7 +163,10 @@ fn the_monitor_is_read_only_and_never_attaches() {
     let s = m.snapshot();
     assert_eq!(
         (s.producer_state, s.consumer_state),
-        (shmflow::EndState::Attached, shmflow::EndState::Free),
+        (
+            shmflow::metrics::EndState::Attached,
+            shmflow::metrics::EndState::Free
+        ),
         "the monitor is not an end"
     );
     let child = spawn(
@@ -185,5 +185,8 @@ fn the_monitor_is_read_only_and_never_attaches() {
     );
     // The consumer end is still free.
     let _c = Consumer::open(&name).unwrap();
-    assert_eq!(m.snapshot().consumer_state, shmflow::EndState::Attached);
+    assert_eq!(
+        m.snapshot().consumer_state,
+        shmflow::metrics::EndState::Attached
+    );
 }

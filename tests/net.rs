@@ -106,6 +106,7 @@ async fn records_events_and_spanning_records_arrive_in_order() {
                     assert_eq!(e.payload, &(events * 100u64).to_le_bytes());
                     events += 1;
                 }
+                other => panic!("unexpected message {other:?}"),
             }
         }
         (i, events)
@@ -473,6 +474,7 @@ async fn records_sent_after_a_waiting_priority_event_stay_behind_it() {
                     seen.push(('e', u64::from_le_bytes(e.payload.try_into().unwrap())));
                 }
                 Message::Record(r) => seen.push(('r', *r.as_pod::<u64>().unwrap())),
+                other => panic!("unexpected message {other:?}"),
             }
         }
         seen
@@ -507,8 +509,8 @@ async fn the_bridges_count_records_and_payload_bytes() {
     let tx_b = Producer::create(&b, geometry()).unwrap();
     let mut rx_b = shmflow::Consumer::open(&b).unwrap();
     let (mon_a, mon_b) = (
-        shmflow::Monitor::open(&a).unwrap(),
-        shmflow::Monitor::open(&b).unwrap(),
+        shmflow::monitor::Monitor::open(&a).unwrap(),
+        shmflow::monitor::Monitor::open(&b).unwrap(),
     );
     let n = 500;
     let payload: u64 = (0..n).map(|i| record(i).len() as u64).sum();

@@ -702,12 +702,10 @@ fn a_gate_reads_a_local_and_a_remote_channel() {
     let name = common::unique_name("netgate");
     let mut gate = Gate::create(
         &name,
-        GateGeometry {
-            channels: 2,
-            exclusive: 2,
-            floating: 4,
-            segment_size: 4096,
-        },
+        GateGeometry::new(2)
+            .with_exclusive(2)
+            .with_floating(4)
+            .with_segment_size(4096),
     )
     .unwrap();
     let local = Producer::open_channel(&name, 0).unwrap();

@@ -167,12 +167,10 @@ fn receiver(mode: &str) {
             let name = format!("/shmflow-netem-{}", std::process::id());
             let mut g = Gate::create(
                 &name,
-                GateGeometry {
-                    channels: 1,
-                    exclusive: 2,
-                    floating,
-                    segment_size: SEG,
-                },
+                GateGeometry::new(1)
+                    .with_exclusive(2)
+                    .with_floating(floating)
+                    .with_segment_size(SEG),
             )
             .unwrap();
             let p = Producer::open_channel(&name, 0).unwrap();

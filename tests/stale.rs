@@ -7,9 +7,8 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 use common::*;
-use shmflow::{
-    list_regions, remove_if_stale, Consumer, End, Geometry, Monitor, OpenError as Error, Producer,
-};
+use shmflow::monitor::{list_regions, remove_if_stale, Monitor};
+use shmflow::{Consumer, End, Geometry, OpenError as Error, Producer};
 
 #[test]
 fn a_crashed_creator_leaves_a_stale_region_that_can_be_cleaned() {
@@ -66,7 +65,7 @@ fn a_crashed_creator_leaves_a_stale_region_that_can_be_cleaned() {
         .find(|r| r.name == name)
         .expect("listed");
     assert!(
-        listed.is_stale() && listed.snapshot.producer_state == shmflow::EndState::Attached,
+        listed.is_stale() && listed.snapshot.producer_state == shmflow::metrics::EndState::Attached,
         "attached but dead"
     );
     assert!(remove_if_stale(&name).unwrap());
@@ -84,7 +83,10 @@ fn a_dead_consumer_is_seen_as_dead_not_as_attached() {
     }
     // Dropped cleanly: detached, lock released.
     assert!(!m.end_alive(End::Consumer));
-    assert_eq!(m.snapshot().consumer_state, shmflow::EndState::Detached);
+    assert_eq!(
+        m.snapshot().consumer_state,
+        shmflow::metrics::EndState::Detached
+    );
     drop(p);
 }
 

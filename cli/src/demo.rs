@@ -24,7 +24,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shmflow::{monotonic_now_ns, Consumer, Geometry, Monitor, Producer, Snapshot};
+use shmflow::metrics::{monotonic_now_ns, Snapshot};
+use shmflow::monitor::Monitor;
+use shmflow::{Consumer, Geometry, Producer};
 
 /// Settings of `shmflow demo backpressure` (see `shmflow demo backpressure --help`).
 #[derive(Debug)]
@@ -444,7 +446,7 @@ struct Row {
     back_pressured_ms: f64,
     out_pool: f64,
     in_pool: f64,
-    level: shmflow::BackpressureLevel,
+    level: shmflow::metrics::BackpressureLevel,
 }
 
 fn report(
@@ -531,7 +533,7 @@ fn report(
             100.0 * m(&|r| r.produced) / full,
             100.0 * m(&|r| r.consumed) / full,
             bp,
-            shmflow::BackpressureLevel::from_ratio(bp / 1000.0).as_str()
+            shmflow::metrics::BackpressureLevel::from_ratio(bp / 1000.0).as_str()
         );
     }
     let svg_path = out.join("backpressure.svg");

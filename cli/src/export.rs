@@ -20,7 +20,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use shmflow::{EndState, GateSnapshot, Snapshot};
+use shmflow::metrics::{EndState, GateSnapshot, Snapshot};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Labels {
@@ -257,7 +257,7 @@ impl Exporter {
         let f = Families::default();
         let mut prev = self.prev.lock().map_err(|_| "a scrape panicked")?;
         let mut seen = (HashMap::new(), HashMap::new());
-        for r in shmflow::list_regions().map_err(|e| e.to_string())? {
+        for r in shmflow::monitor::list_regions().map_err(|e| e.to_string())? {
             f.channel(
                 &r.name,
                 "",
@@ -267,7 +267,7 @@ impl Exporter {
             );
             seen.0.insert(r.name, r.snapshot);
         }
-        for (name, g) in shmflow::list_gates().map_err(|e| e.to_string())? {
+        for (name, g) in shmflow::monitor::list_gates().map_err(|e| e.to_string())? {
             let now = g.snapshot();
             let alive: Vec<bool> = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
             f.gate(&name, prev.1.get(&name), &now, &alive, g.consumer_alive());

@@ -2,7 +2,7 @@
 //! numbers with three decimals (`null` where a window was empty), names and levels strings.
 
 use serde_json::{json, Map, Value};
-use shmflow::{GateSnapshot, Snapshot};
+use shmflow::metrics::{GateSnapshot, Snapshot};
 
 fn num(v: f64) -> Value {
     if v.is_finite() {

@@ -20,10 +20,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use shmflow::{
-    list_gates, list_other_objects, list_regions, remove_if_stale, remove_stale_and_unread, End,
-    EndState, GateMonitor, GateSnapshot, Monitor, OpenError, Snapshot,
+use shmflow::metrics::{EndState, GateSnapshot, Snapshot};
+use shmflow::monitor::{
+    list_gates, list_other_objects, list_regions, remove_if_stale, remove_stale_and_unread,
+    GateMonitor, Monitor,
 };
+use shmflow::{End, OpenError};
 
 /// Look at and manage shmflow's shared-memory regions in /dev/shm.
 #[derive(Parser, Debug)]
@@ -272,7 +274,7 @@ fn describe(e: &OpenError) -> String {
 }
 
 /// What an ended channel still holds for its consumer.
-fn unread(r: &shmflow::RegionInfo) -> String {
+fn unread(r: &shmflow::monitor::RegionInfo) -> String {
     match r.unread_records() {
         0 => format!(
             "{} segment(s)",

@@ -14,7 +14,7 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
-use shmflow::{BackpressureLevel, GateSnapshot, Snapshot};
+use shmflow::metrics::{BackpressureLevel, GateSnapshot, Snapshot};
 
 /// Samples of records/s kept for a sparkline.
 const HISTORY: usize = 24;
@@ -66,15 +66,15 @@ fn ends(s: &Snapshot, alive: Alive) -> String {
     )
 }
 
-fn short(e: shmflow::EndState, alive: bool) -> &'static str {
+fn short(e: shmflow::metrics::EndState, alive: bool) -> &'static str {
     match e {
-        shmflow::EndState::Free => "-",
-        shmflow::EndState::Attached if alive => "up",
-        shmflow::EndState::Attached => "dead",
-        shmflow::EndState::Detached => "left",
-        shmflow::EndState::Failed => "failed",
-        shmflow::EndState::Lost => "lost",
-        shmflow::EndState::Invalid(_) => "?",
+        shmflow::metrics::EndState::Free => "-",
+        shmflow::metrics::EndState::Attached if alive => "up",
+        shmflow::metrics::EndState::Attached => "dead",
+        shmflow::metrics::EndState::Detached => "left",
+        shmflow::metrics::EndState::Failed => "failed",
+        shmflow::metrics::EndState::Lost => "lost",
+        shmflow::metrics::EndState::Invalid(_) => "?",
     }
 }
 
@@ -158,9 +158,8 @@ impl Top {
                     now.channels
                         .iter()
                         .zip(&alive)
-                        .filter(
-                            |(c, &a)| a && c.snapshot.producer_state == shmflow::EndState::Attached
-                        )
+                        .filter(|(c, &a)| a
+                            && c.snapshot.producer_state == shmflow::metrics::EndState::Attached)
                         .count(),
                     now.channels.len(),
                     short(now.consumer_state, true)
@@ -200,7 +199,7 @@ impl Top {
         let r = now.rates_since(prev);
         // A producer that died keeps its state (and an endless wait) in the region: only a
         // live one is there.
-        let producer_here = alive.0 && now.producer_state == shmflow::EndState::Attached;
+        let producer_here = alive.0 && now.producer_state == shmflow::metrics::EndState::Attached;
         // A region seen for the first time has no rate yet.
         let history = if now.at_ns > prev.at_ns {
             self.push_history(key, r.records_read_per_s)
@@ -473,12 +472,12 @@ pub(crate) type Alive = (bool, bool);
 
 /// One round of snapshots of every region and gate on the machine.
 fn take() -> Result<Round, String> {
-    let channels = shmflow::list_regions()
+    let channels = shmflow::monitor::list_regions()
         .map_err(|e| e.to_string())?
         .into_iter()
         .map(|r| (r.name, r.snapshot, (r.producer_alive, r.consumer_alive)))
         .collect();
-    let gates = shmflow::list_gates()
+    let gates = shmflow::monitor::list_gates()
         .map_err(|e| e.to_string())?
         .into_iter()
         .map(|(n, g)| {
@@ -532,22 +531,21 @@ mod tests {
         written: u64,
         read: u64,
         bp_ms: u64,
-        producer: shmflow::EndState,
+        producer: shmflow::metrics::EndState,
     ) -> Snapshot {
-        Snapshot {
-            at_ns: at_s * 1_000_000_000,
-            segment_count: 16,
-            segment_size: 32768,
-            records_written: written,
-            records_read: read,
-            bytes_read: read * 64,
-            backpressured_ns: bp_ms * 1_000_000,
-            segments_not_free: 12,
-            segments_at_consumer: 8,
-            producer_state: producer,
-            consumer_state: shmflow::EndState::Attached,
-            ..Default::default()
-        }
+        let mut s = Snapshot::default();
+        s.at_ns = at_s * 1_000_000_000;
+        s.segment_count = 16;
+        s.segment_size = 32768;
+        s.records_written = written;
+        s.records_read = read;
+        s.bytes_read = read * 64;
+        s.backpressured_ns = bp_ms * 1_000_000;
+        s.segments_not_free = 12;
+        s.segments_at_consumer = 8;
+        s.producer_state = producer;
+        s.consumer_state = shmflow::metrics::EndState::Attached;
+        s
     }
 
     fn screen(top: &mut Top) -> String {
@@ -566,7 +564,7 @@ mod tests {
 
     #[test]
     fn rows_are_sorted_by_backpressure_with_levels_bars_and_sparklines() {
-        use shmflow::EndState::{Attached, Detached};
+        use shmflow::metrics::EndState::{Attached, Detached};
         let mut top = Top::default();
         top.update(
             vec![
@@ -618,13 +616,9 @@ mod tests {
         assert!(busy.contains("5000"), "{busy}");
         let mut linked = Top::default();
         let mut bridged = snap(1, 0, 0, 0, Attached);
-        bridged.link = Some(shmflow::LinkSnapshot {
-            sending: true,
-            credit: 3,
-            backlog: 1,
-            in_flight_bytes: 0,
-            wire_bytes: 0,
-        });
+        let mut link = shmflow::metrics::LinkSnapshot::default();
+        (link.sending, link.credit, link.backlog) = (true, 3, 1);
+        bridged.link = Some(link);
         linked.update(vec![("/bridged".into(), bridged, UP)], vec![]);
         let ls = screen(&mut linked);
         assert!(
@@ -655,27 +649,26 @@ mod tests {
     #[test]
     fn a_gate_opens_to_its_channels_and_the_filter_narrows_the_rows() {
         use crossterm::event::KeyCode as K;
-        use shmflow::ChannelStats;
-        let ch = |at, w, bp, held| ChannelStats {
-            snapshot: snap(at, w, w, bp, shmflow::EndState::Attached),
-            backlog: 3,
-            floating_held: held,
-            exclusive_in_use: 0,
+        use shmflow::metrics::ChannelStats;
+        let ch = |at, w, bp, held| {
+            let mut c = ChannelStats::default();
+            c.snapshot = snap(at, w, w, bp, shmflow::metrics::EndState::Attached);
+            (c.backlog, c.floating_held) = (3, held);
+            c
         };
-        let gate = |at, hot_bp| GateSnapshot {
-            at_ns: at * 1_000_000_000,
-            exclusive: 2,
-            floating: 8,
-            floating_free: 0,
-            idle_ns: 0,
-            consumer_state: shmflow::EndState::Attached,
-            channels: vec![ch(at, at * 10, 0, 0), ch(at, at * 100, hot_bp, 8)],
+        let gate = |at, hot_bp| {
+            let mut g = GateSnapshot::default();
+            g.at_ns = at * 1_000_000_000;
+            (g.exclusive, g.floating) = (2, 8);
+            g.consumer_state = shmflow::metrics::EndState::Attached;
+            g.channels = vec![ch(at, at * 10, 0, 0), ch(at, at * 100, hot_bp, 8)];
+            g
         };
         let mut top = Top::default();
         top.update(
             vec![(
                 "/other".into(),
-                snap(1, 0, 0, 0, shmflow::EndState::Attached),
+                snap(1, 0, 0, 0, shmflow::metrics::EndState::Attached),
                 UP,
             )],
             vec![("/g".into(), gate(1, 0), vec![true, true])],
@@ -683,7 +676,7 @@ mod tests {
         top.update(
             vec![(
                 "/other".into(),
-                snap(2, 0, 0, 0, shmflow::EndState::Attached),
+                snap(2, 0, 0, 0, shmflow::metrics::EndState::Attached),
                 UP,
             )],
             vec![("/g".into(), gate(2, 900), vec![true, true])],

@@ -337,12 +337,10 @@ fn bench_open_loop_reports_every_case_as_a_table_json_and_a_plot() {
 fn stat_and_list_show_gates_and_flag_skew() {
     use shmflow::{Gate, GateGeometry};
     let name = unique_name("cli-gate");
-    let gg = GateGeometry {
-        channels: 3,
-        exclusive: 2,
-        floating: 4,
-        segment_size: 4096,
-    };
+    let gg = GateGeometry::new(3)
+        .with_exclusive(2)
+        .with_floating(4)
+        .with_segment_size(4096);
     let mut gate = Gate::create(&name, gg).unwrap();
     let mut hot = Producer::open_channel(&name, 0).unwrap();
     let _cold: Vec<Producer> = (1..3)
@@ -394,7 +392,7 @@ fn stat_and_list_show_gates_and_flag_skew() {
     );
     // A gate is not a channel, and the other way round, by name.
     assert!(matches!(
-        shmflow::Monitor::open(&name),
+        shmflow::monitor::Monitor::open(&name),
         Err(shmflow::OpenError::BadMagic { .. })
     ));
 }

@@ -24,14 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::{apply_patches, read_parts};
 use libfuzzer_sys::fuzz_target;
-use shmflow::{FlushPolicy, Gate, GateGeometry, GateMessage, GateMonitor, Producer};
+use shmflow::{FlushPolicy, Gate, GateGeometry, GateMessage, Producer};
+use shmflow::monitor::GateMonitor;
 
-const G: GateGeometry = GateGeometry {
-    channels: 3,
-    exclusive: 2,
-    floating: 2,
-    segment_size: 4096,
-};
+const G: GateGeometry = GateGeometry::new(3).with_exclusive(2).with_floating(2).with_segment_size(4096);
 
 static RUN: AtomicU64 = AtomicU64::new(0);
 

@@ -62,6 +62,7 @@ fn exercise(p: Option<&mut Producer>, c: Option<&mut Consumer>, seed: u8) {
                 Ok(Some(shmflow::Message::Event(e))) => {
                     let _ = e.payload.iter().map(|&b| u64::from(b)).sum::<u64>();
                 }
+                Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(_) => {}
             }

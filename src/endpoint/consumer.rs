@@ -83,6 +83,9 @@ pub struct Consumer {
     cur: Option<ReadSeg>,
     /// Between a FIRST frame and its LAST (or ABORT).
     in_span: bool,
+    /// The end of the stream was reached: every record was read and the producer detached
+    /// cleanly (set where `next_slow` reports it; it never goes back).
+    ended: bool,
     /// A spanning record was dropped unread: skip its remaining parts first.
     skipping: bool,
     wait: WaitStrategy,
@@ -233,6 +236,7 @@ impl Consumer {
             cur: None,
             in_span: false,
             skipping: false,
+            ended: false,
             wait: WaitStrategy::default(),
             max_record_len: DEFAULT_MAX_RECORD_LEN,
             counters: Counters::default(),
@@ -665,7 +669,10 @@ impl Consumer {
             let Some(f) = got? else {
                 return match self.producer_failed() {
                     Some(e) => Err(e),
-                    None => Ok(Next::End),
+                    None => {
+                        self.ended = true;
+                        Ok(Next::End)
+                    }
                 };
             };
             if f.kind == frame::PRIORITY_PENDING {
@@ -939,6 +946,8 @@ impl Consumer {
 
     /// Hands every record that is available now (at most `max`) to `f`, without waiting;
     /// returns how many. Stops early at end of stream or when `f` fails, with `f`'s error.
+    /// A count of 0 means nothing was there yet or the stream has ended:
+    /// [`is_ended`](Consumer::is_ended) tells them apart.
     /// Each record is built in place for `f`, never moved through a `Result`, so its speed
     /// does not depend on how the caller's loop compiles.
     ///
@@ -1018,6 +1027,30 @@ impl Consumer {
     /// True once the producer has detached (records may still be waiting to be read).
     pub fn is_closed(&self) -> bool {
         self.producer_detached()
+    }
+
+    /// True once this consumer has reached the end of the stream: it has read every record
+    /// and the producer has detached cleanly, as `recv` returning `Ok(None)` or
+    /// [`drain`](Consumer::drain) stopping there says. Unlike [`is_closed`](Consumer::is_closed),
+    /// it is never true while records remain; a producer that failed or died ends the stream
+    /// with an error instead, and this stays false.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"one")?;
+    /// tx.flush()?;
+    /// assert_eq!(rx.drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 1);
+    /// assert_eq!(rx.drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 0);
+    /// assert!(!rx.is_ended()); // nothing yet: the producer is still there
+    /// drop(tx);
+    /// assert_eq!(rx.drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 0);
+    /// assert!(rx.is_ended()); // the end of the stream
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    pub fn is_ended(&self) -> bool {
+        self.ended
     }
 
     /// Tells the loom byte tracker that `len` bytes at `at` of the segment in hand are read.
@@ -1496,6 +1529,7 @@ impl std::fmt::Debug for Consumer {
 }
 
 /// What a consumer receives with [`crate::Consumer::recv_message`].
+#[non_exhaustive]
 pub enum Message<'a> {
     /// A record.
     Record(Record<'a>),

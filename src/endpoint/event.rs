@@ -35,6 +35,7 @@ pub const MAX_EVENT_PAYLOAD: usize = PRIO_PAYLOAD;
 /// only after everything committed before it (see
 /// [`GateMessage::EndOfPartition`](crate::GateMessage::EndOfPartition)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Event<'a> {
     /// What the producer passed as the kind.
     pub kind: u32,

@@ -35,6 +35,7 @@ use crate::sys::clock::monotonic_ns;
 pub const QUANTUM: u32 = 8;
 
 /// What a gate hands out.
+#[non_exhaustive]
 pub enum GateMessage<'a> {
     /// A record from `channel`.
     Record {

@@ -8,6 +8,7 @@ use crate::sync::{Arc, Ordering};
 
 /// One channel of a gate.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ChannelStats {
     /// The channel's counters, as for a single channel (its pool is its exclusive segments
     /// plus the floating ones it holds).
@@ -23,6 +24,7 @@ pub struct ChannelStats {
 
 /// A gate at one instant.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GateSnapshot {
     /// Monotonic-clock nanoseconds when this was taken.
     pub at_ns: u64,

@@ -15,6 +15,7 @@ pub(crate) use crate::sys::clock::monotonic_ns;
 /// The counters of one channel at one instant, read from its region header without
 /// disturbing the channel (plain loads of lines the two sides write).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// Monotonic-clock nanoseconds when this was taken.
     pub at_ns: u64,
@@ -65,7 +66,8 @@ pub struct Snapshot {
 }
 
 /// What a network bridge attached to a channel reports (`shmflow stat`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LinkSnapshot {
     /// The consumer end is a sending bridge (`true`), or the producer end is a receiving one.
     pub sending: bool,
@@ -118,6 +120,7 @@ impl BackpressureLevel {
 
 /// Rates between two snapshots, with Flink's names and meanings.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Rates {
     /// Length of the window, seconds.
     pub window_s: f64,

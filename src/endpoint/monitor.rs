@@ -99,6 +99,7 @@ impl Monitor {
 
 /// What `shmflow list` shows for one region.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RegionInfo {
     /// `/name`.
     pub name: String,

@@ -17,6 +17,7 @@ use crate::protocol::park::WaitStrategy;
 pub type KeyFn = Box<dyn FnMut(&[u8]) -> u64 + Send>;
 
 /// How a [`Partition`] picks the channel of a record.
+#[non_exhaustive]
 pub enum Partitioner {
     /// Channel 0, 1, …, N-1, 0, … (Flink's `rebalance`).
     RoundRobin,

@@ -50,6 +50,7 @@ pub use asynch::SendAsync;
 
 /// When committed records become visible to the consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum FlushPolicy {
     /// Only on [`Producer::flush`], or when a segment is full and sealed. Fewest shared-memory
     /// stores: the throughput setting, for a reader that reads whole segments.

@@ -354,6 +354,7 @@ const _: () = assert!(std::mem::size_of::<GateHeader>() <= HEADER_SIZE);
 
 /// The shape of a gate: how many channels, how many segments each owns, how many float.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GateGeometry {
     /// Channels (one producer each), 1 ..= 1024.
     pub channels: u32,
@@ -367,13 +368,36 @@ pub struct GateGeometry {
 
 impl GateGeometry {
     /// `channels` channels with the defaults: 2 exclusive each, 8 floating, 32 KiB segments.
-    pub fn new(channels: u32) -> GateGeometry {
+    ///
+    /// ```
+    /// let g = shmflow::GateGeometry::new(3).with_floating(4).with_segment_size(4096);
+    /// assert_eq!((g.channels, g.exclusive, g.floating, g.segment_size), (3, 2, 4, 4096));
+    /// ```
+    pub const fn new(channels: u32) -> GateGeometry {
         GateGeometry {
             channels,
             exclusive: DEFAULT_EXCLUSIVE,
             floating: DEFAULT_FLOATING,
             segment_size: crate::protocol::abi::DEFAULT_SEGMENT_SIZE,
         }
+    }
+
+    /// The same, with `n` segments owned by each channel.
+    pub const fn with_exclusive(mut self, n: u32) -> GateGeometry {
+        self.exclusive = n;
+        self
+    }
+
+    /// The same, with `n` floating segments.
+    pub const fn with_floating(mut self, n: u32) -> GateGeometry {
+        self.floating = n;
+        self
+    }
+
+    /// The same, with segments of `bytes` bytes.
+    pub const fn with_segment_size(mut self, bytes: u32) -> GateGeometry {
+        self.segment_size = bytes;
+        self
     }
 
     /// Checks the limits; `region` names where the values came from.

@@ -94,10 +94,11 @@ pub const BLOCK_GAP: Duration = Duration::from_micros(5);
 
 /// How a blocking call waits before it parks on the futex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum WaitStrategy {
-    /// The default. Look continuously for [`BLOCK_EAGER`](crate::BLOCK_EAGER) (2 µs), then
-    /// every [`BLOCK_GAP`](crate::BLOCK_GAP) (5 µs), yielding the CPU first and pausing for
-    /// the rest, for up to [`BLOCK_SPIN`](crate::BLOCK_SPIN) (50 µs); then park. A reader
+    /// The default. Look continuously for [`BLOCK_EAGER`](crate::tuning::BLOCK_EAGER) (2 µs), then
+    /// every [`BLOCK_GAP`](crate::tuning::BLOCK_GAP) (5 µs), yielding the CPU first and pausing for
+    /// the rest, for up to [`BLOCK_SPIN`](crate::tuning::BLOCK_SPIN) (50 µs); then park. A reader
     /// that has just read a large batch (the writer is streaming) skips the continuous
     /// looks: a record is then seen at most a gap after it is published, and the writer is
     /// left alone between looks, filling whole cache lines while the reader waits instead of

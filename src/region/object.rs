@@ -483,12 +483,10 @@ impl Shape {
             RegionKind::Gate => {
                 // SAFETY: as above, for `GateHeader`.
                 let g = unsafe { &*(head.as_ptr() as *const GateHeader) };
-                let gg = GateGeometry {
-                    channels: g.channels.load(Ordering::Relaxed),
-                    exclusive: g.exclusive.load(Ordering::Relaxed),
-                    floating: g.floating.load(Ordering::Relaxed),
-                    segment_size: g.segment_size.load(Ordering::Relaxed),
-                };
+                let gg = GateGeometry::new(g.channels.load(Ordering::Relaxed))
+                    .with_exclusive(g.exclusive.load(Ordering::Relaxed))
+                    .with_floating(g.floating.load(Ordering::Relaxed))
+                    .with_segment_size(g.segment_size.load(Ordering::Relaxed));
                 (
                     Shape::Gate(gg),
                     g.version.load(Ordering::Relaxed),
