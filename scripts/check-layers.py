@@ -144,7 +144,7 @@ def main():
             if target == mod or (len(target) < len(mod) and mod[: len(target)] == target):
                 continue  # itself, or one of its own parents (its own layer)
             to_layer = layer_of(target)
-            if mod[0] == "protocol" and target[0] == "sys":
+            if mod and target and mod[0] == "protocol" and target[0] == "sys":
                 errors.append(
                     f"{path}:{line}: the protocol layer has no OS dependency (loom checks it): "
                     f"`{m.group(0)}` refers to sys; go through `crate::sync`"

@@ -9,7 +9,6 @@
 //! Loops are bounded: one call moves past at most `N + 1` segments before it reports "nothing
 //! yet", so a peer that floods empty segments cannot trap the reader.
 
-use std::io;
 #[cfg(not(loom))]
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -41,6 +40,11 @@ mod asynch;
 pub(crate) mod raw;
 #[cfg(feature = "tokio")]
 pub use asynch::RecvAsync;
+mod gate_hooks;
+pub(crate) use gate_hooks::Ready;
+mod record;
+pub use record::{Message, Record};
+use record::{RecordKind, Span};
 
 /// Default limit on a record's total length for the reader (spanning records are otherwise
 /// unbounded): 4 GiB.
@@ -131,17 +135,6 @@ enum Next {
     Event { at: usize, len: usize },
     Priority,
     End,
-}
-
-/// What a gate sees when it looks at one of its channels without reading.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Ready {
-    /// A message (or an error to report) is there.
-    Message,
-    /// Nothing yet.
-    Empty,
-    /// The producer detached and everything it committed has been read.
-    Ended,
 }
 
 impl Consumer {
@@ -333,27 +326,6 @@ impl Consumer {
         let h = self.shared.header();
         if park::notify(&h.producer_park, self.shared.producer_bell()) {
             self.counters.wakes.add(&h.consumer_counters.wakes, 1);
-        }
-        Ok(())
-    }
-
-    /// Gates: the channel's lending state (`None` for a channel of its own).
-    pub(crate) fn lending(&mut self) -> Option<&mut crate::protocol::pool::Lending> {
-        self.recycler.lending()
-    }
-
-    /// Gates: segments this channel's producer asked for and was not given.
-    pub(crate) fn backlog(&mut self) -> u64 {
-        let h = self.shared.header();
-        self.recycler.lending().map_or(0, |l| l.backlog(h))
-    }
-
-    /// Gates: hands a floating segment to this channel's producer (through its return ring).
-    pub(crate) fn grant(&mut self, seg: u32) -> Result<()> {
-        self.give(seg)?;
-        let h = self.shared.header();
-        if let Some(l) = self.recycler.lending() {
-            l.grant(h, seg);
         }
         Ok(())
     }
@@ -805,67 +777,6 @@ impl Consumer {
         op(self.message_inner(Deadline::at(deadline)))
     }
 
-    /// Gates: the next message without waiting, with the core's error.
-    pub(crate) fn message_now(&mut self) -> Result<Option<Message<'_>>> {
-        self.message_inner(Deadline::Now)
-    }
-
-    /// Gates: is there something to read on this channel, without reading it?
-    /// `Message` means a `try_recv_message` now returns a message, the end, or an error —
-    /// never `WouldBlock`.
-    pub(crate) fn ready(&mut self) -> Result<Ready> {
-        if self.prio_pending() {
-            return Ok(Ready::Message);
-        }
-        if self.skipping {
-            match self.skip_rest(Deadline::Now) {
-                // A producer that died in the middle of the record being skipped: the gate
-                // learns of the death through its own look and reports `ChannelDead`.
-                Err(Error::WouldBlock) | Err(Error::PeerDead(_)) => return Ok(Ready::Empty),
-                other => other?,
-            }
-        }
-        if self.poll_frame()?.is_some() {
-            return Ok(Ready::Message);
-        }
-        if self.producer_detached() {
-            // Everything sealed before the detach is visible now: look once more.
-            return Ok(if self.poll_frame()?.is_some() {
-                Ready::Message
-            } else {
-                Ready::Ended
-            });
-        }
-        Ok(Ready::Empty)
-    }
-
-    /// Gates: `Err(PeerDead)` if this channel's producer died (a syscall).
-    pub(crate) fn check_producer(&mut self) -> Result<()> {
-        match &mut self.liveness {
-            Some(l) => l.check(self.shared.header(), &self.shared.name, Look::Now),
-            None => Ok(()),
-        }
-    }
-
-    /// Gates: the channel is closed; forget the segment in hand. `reclaim` (the producer is
-    /// gone): every floating segment the channel holds goes back to the gate. Otherwise the
-    /// producer may still write them: they are left out, and this end detaches so that the
-    /// producer's next call fails.
-    pub(crate) fn abandon(&mut self, reclaim: bool) {
-        self.cur = None;
-        self.in_span = false;
-        self.skipping = false;
-        let h = self.shared.header();
-        if reclaim {
-            self.recycler.reclaim_all(h);
-        } else {
-            self.recycler.forget_all(h);
-            // Our last reads of the region happen before the producer sees us gone.
-            h.consumer.leave(crate::protocol::ends::Leave::Clean);
-            park::notify(&h.producer_park, self.shared.producer_bell());
-        }
-    }
-
     fn too_large(&self, len: u64) -> Error {
         Error::too_large(&self.shared.name, "a record", len, self.max_record_len)
     }
@@ -1147,366 +1058,11 @@ impl Drop for Consumer {
     }
 }
 
-/// What the slow path hands out, before it is turned into a [`Record`].
-enum RecordKind {
-    Single { len: usize, ptr: *const u8 },
-    Span(Span),
-}
-
-/// Where the consumer is in the spanning record it handed out (kept in the consumer, not in
-/// the [`Record`], so that a record stays three words).
-#[derive(Clone, Copy, Debug, Default)]
-struct Span {
-    /// A part (or the rest of one, after a short `io::Read`) to hand out before reading on.
-    next: Option<(usize, usize)>,
-    /// The last part was handed out (or the record was aborted).
-    ended: bool,
-    /// Bytes of the record so far.
-    total: u64,
-}
-
-/// One received record, borrowing the consumer (and, for records in one segment, the shared
-/// memory they sit in: no copy).
-///
-/// A record that spans segments arrives part by part: `next_part`, `to_vec`,
-/// `read_all_into` and `io::Read` wait for parts the producer has not committed yet, as long
-/// as it takes (a peer that dies ends the wait with [`RecvError::PeerDead`]);
-/// `try_next_part`, `next_part_timeout` and `to_vec_timeout` bound that wait.
-pub struct Record<'a> {
-    consumer: &'a mut Consumer,
-    /// A record within one segment: its bytes in place (`as_bytes` then needs nothing from
-    /// the consumer, which keeps the reader's loop tight however the caller's code compiles).
-    /// Null for a spanning record, whose state is the consumer's `span`.
-    ptr: *const u8,
-    len: u32,
-    spanning: bool,
-}
-
 // SAFETY: `ptr` points into the segment the borrowed consumer holds, in the mapping that the
 // consumer's `Arc<Shared>` keeps alive; the record is only read through `&self`/`&mut self`,
 // and the consumer it borrows mutably is `Send`. Moving the record (with that borrow) to
 // another thread is moving the consumer, as a task that awaits while holding one does.
 unsafe impl Send for Record<'_> {}
-
-impl std::fmt::Debug for Record<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Record")
-            .field("region", &self.consumer.shared.name)
-            .field("len", &self.len())
-            .field("spanning", &self.spanning)
-            .finish()
-    }
-}
-
-impl<'a> Record<'a> {
-    #[inline(always)]
-    fn single(consumer: &'a mut Consumer, ptr: *const u8, len: usize) -> Record<'a> {
-        // A frame's length is a u32 (frame.rs), so `len` fits.
-        Record {
-            consumer,
-            ptr,
-            len: len as u32,
-            spanning: false,
-        }
-    }
-
-    fn new(consumer: &'a mut Consumer, kind: RecordKind) -> Record<'a> {
-        match kind {
-            RecordKind::Single { ptr, len } => Record::single(consumer, ptr, len),
-            RecordKind::Span(span) => {
-                consumer.span = span;
-                Record {
-                    consumer,
-                    ptr: std::ptr::null(),
-                    len: 0,
-                    spanning: true,
-                }
-            }
-        }
-    }
-
-    /// Offset of a single record's bytes in the segment in hand.
-    fn at(&self) -> usize {
-        let base = self
-            .consumer
-            .cur
-            .as_ref()
-            .expect("a record's segment is in hand")
-            .base;
-        self.ptr as usize - base as usize
-    }
-}
-
-impl Record<'_> {
-    /// The bytes, in place, for a record within one segment; `None` for a spanning record
-    /// (use [`Record::next_part`], [`Record::to_vec`] or `io::Read`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
-    /// tx.send(b"in place")?;
-    /// tx.flush()?;
-    /// let r = rx.recv()?.unwrap();
-    /// assert_eq!(r.as_bytes(), Some(&b"in place"[..])); // a view into shared memory
-    /// # Ok::<(), shmflow::Error>(())
-    /// ```
-    #[inline]
-    pub fn as_bytes(&self) -> Option<&[u8]> {
-        if self.spanning {
-            return None;
-        }
-        #[cfg(loom)]
-        self.consumer.track(self.at(), self.len as usize);
-        // SAFETY: `ptr` is `len` committed bytes of the segment in hand, which is not
-        // returned while this record borrows the consumer (see `view`).
-        Some(unsafe { std::slice::from_raw_parts(self.ptr, self.len as usize) })
-    }
-
-    /// A `Pod` value viewed in place, if the record is in one segment and its size and
-    /// alignment fit `T` (payloads are 8-byte aligned).
-    pub fn as_pod<T: bytemuck::Pod>(&self) -> Option<&T> {
-        bytemuck::try_from_bytes(self.as_bytes()?).ok()
-    }
-
-    /// The length of a record within one segment; `None` for a spanning record (longer than
-    /// a segment minus its 8-byte header: [`Producer::max_unspanned_len`](crate::Producer::max_unspanned_len)),
-    /// whose length the producer may not have known up front. Read it part by part or with
-    /// [`Record::to_vec`] to learn it.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
-    /// tx.send(b"four")?;
-    /// tx.send(&vec![7u8; 100_000])?; // larger than a 32 KiB segment: it spans
-    /// drop(tx);
-    /// assert_eq!(rx.recv()?.unwrap().len(), Some(4));
-    /// let mut big = rx.recv()?.unwrap();
-    /// assert_eq!((big.len(), big.as_bytes()), (None, None));
-    /// assert_eq!(big.to_vec()?.len(), 100_000);
-    /// # Ok::<(), shmflow::Error>(())
-    /// ```
-    pub fn len(&self) -> Option<usize> {
-        (!self.spanning).then_some(self.len as usize)
-    }
-
-    /// True for an empty record in one segment.
-    pub fn is_empty(&self) -> bool {
-        self.len() == Some(0)
-    }
-
-    /// True if the record spans segments.
-    pub fn is_spanning(&self) -> bool {
-        self.spanning
-    }
-
-    /// The next part's place. Waiting for a part that is not committed yet ends at
-    /// `deadline` with `WouldBlock`/`Timeout` and leaves the record as it was, so the call
-    /// can be repeated.
-    fn next_part_at(&mut self, deadline: Deadline) -> Result<Option<(usize, usize)>> {
-        if !self.spanning {
-            let part = (self.at(), self.len as usize);
-            // Yield once: mark as consumed by turning it into an ended span.
-            self.consumer.span = Span {
-                next: None,
-                ended: true,
-                total: part.1 as u64,
-            };
-            self.spanning = true;
-            return Ok(Some(part));
-        }
-        let c = &mut *self.consumer;
-        if let Some(p) = c.span.next.take() {
-            return Ok(Some(p));
-        }
-        if c.span.ended {
-            return Ok(None);
-        }
-        let Some(f) = c.wait_frame(deadline)? else {
-            // The producer detached in the middle of the record.
-            c.in_span = false;
-            c.span.ended = true;
-            return Err(Error::aborted(&c.shared.name));
-        };
-        c.advance(f);
-        match f.kind {
-            frame::MIDDLE => {}
-            frame::LAST => {
-                c.in_span = false;
-                c.span.ended = true;
-            }
-            _ => {
-                debug_assert_eq!(f.kind, frame::ABORT);
-                c.in_span = false;
-                c.span.ended = true;
-                return Err(Error::aborted(&c.shared.name));
-            }
-        }
-        c.span.total += f.len as u64;
-        if c.span.total > c.max_record_len {
-            return Err(c.too_large(c.span.total));
-        }
-        if c.span.ended {
-            let t = c.span.total;
-            c.count_record(t);
-        }
-        Ok(Some((f.at + HEADER, f.len)))
-    }
-
-    /// The next part of the record, in place (no copy); `None` after the last. A record in one
-    /// segment has one part. For a spanning record each call may wait for the producer, and
-    /// moving to the next part gives the previous segment back (which is why a part borrows
-    /// the record mutably: parts of records larger than the pool cannot all be held at once).
-    ///
-    /// # Errors
-    /// [`RecvError::RecordAborted`] if the producer abandoned the record, and the failures of
-    /// [`Consumer::recv`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use shmflow::Geometry;
-    ///
-    /// // A record larger than a segment arrives in parts, each read in place.
-    /// let (mut tx, mut rx) = shmflow::pair(Geometry { segment_size: 4096, segment_count: 4 })?;
-    /// let big = vec![5u8; 10_000];
-    /// let t = std::thread::spawn(move || tx.send(&big));
-    /// let mut r = rx.recv()?.unwrap();
-    /// assert!(r.is_spanning());
-    /// let mut total = 0;
-    /// while let Some(part) = r.next_part()? {
-    ///     total += part.len();
-    /// }
-    /// assert_eq!(total, 10_000);
-    /// t.join().unwrap()?;
-    /// # Ok::<(), shmflow::Error>(())
-    /// ```
-    pub fn next_part(&mut self) -> Result<Option<&[u8]>, RecvError> {
-        op(self.part(Deadline::Never))
-    }
-
-    /// As [`Record::next_part`], without waiting: [`TryRecvError::Empty`] if the producer has
-    /// not committed the next part yet. The record stays as it was; call again later.
-    pub fn try_next_part(&mut self) -> Result<Option<&[u8]>, TryRecvError> {
-        op(self.part(Deadline::Now))
-    }
-
-    /// As [`Record::next_part`], waiting at most `timeout` for the next part
-    /// ([`RecvTimeoutError::Timeout`]; the record stays as it was).
-    pub fn next_part_timeout(
-        &mut self,
-        timeout: Duration,
-    ) -> Result<Option<&[u8]>, RecvTimeoutError> {
-        op(self.part(Deadline::after(timeout)))
-    }
-
-    /// As [`Record::next_part`], waiting until `deadline` at most.
-    pub fn next_part_deadline(
-        &mut self,
-        deadline: Instant,
-    ) -> Result<Option<&[u8]>, RecvTimeoutError> {
-        op(self.part(Deadline::at(deadline)))
-    }
-
-    fn part(&mut self, deadline: Deadline) -> Result<Option<&[u8]>> {
-        match self.next_part_at(deadline)? {
-            Some((at, len)) => Ok(Some(self.consumer.view(at, len))),
-            None => Ok(None),
-        }
-    }
-
-    /// Appends the whole record to `out` (one copy; spanning records are reassembled),
-    /// waiting as long as the producer takes to commit the parts.
-    ///
-    /// # Errors
-    /// As [`Record::next_part`].
-    pub fn read_all_into(self, out: &mut Vec<u8>) -> Result<(), RecvError> {
-        op(self.read_all_until(out, Deadline::Never))
-    }
-
-    /// The whole record as one contiguous `Vec` (one copy), waiting as long as the producer
-    /// takes to commit the parts.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
-    /// tx.send(b"copied out")?;
-    /// tx.flush()?;
-    /// let owned: Vec<u8> = rx.recv()?.unwrap().to_vec()?; // safe to keep and to validate
-    /// assert_eq!(owned, b"copied out");
-    /// # Ok::<(), shmflow::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`Record::next_part`].
-    pub fn to_vec(self) -> Result<Vec<u8>, RecvError> {
-        op(self.collect_until(Deadline::Never))
-    }
-
-    /// As [`Record::to_vec`], but the whole record must arrive within `timeout`, else
-    /// [`RecvTimeoutError::Timeout`] (the rest of the record is then skipped by the
-    /// consumer's next read). A record within one segment never waits.
-    pub fn to_vec_timeout(self, timeout: Duration) -> Result<Vec<u8>, RecvTimeoutError> {
-        op(self.collect_until(Deadline::after(timeout)))
-    }
-
-    /// As [`Record::to_vec_timeout`], with the deadline as an instant.
-    pub fn to_vec_deadline(self, deadline: Instant) -> Result<Vec<u8>, RecvTimeoutError> {
-        op(self.collect_until(Deadline::at(deadline)))
-    }
-
-    fn collect_until(self, deadline: Deadline) -> Result<Vec<u8>> {
-        let mut v = Vec::with_capacity(self.len().unwrap_or(0));
-        self.read_all_until(&mut v, deadline)?;
-        Ok(v)
-    }
-
-    fn read_all_until(mut self, out: &mut Vec<u8>, deadline: Deadline) -> Result<()> {
-        if !self.spanning {
-            out.extend_from_slice(self.consumer.view(self.at(), self.len as usize));
-            return Ok(());
-        }
-        while let Some((at, len)) = self.next_part_at(deadline)? {
-            out.extend_from_slice(self.consumer.view(at, len));
-        }
-        Ok(())
-    }
-}
-
-impl io::Read for Record<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let Some((at, len)) = self.next_part_at(Deadline::Never)? else {
-                return Ok(0);
-            };
-            let n = buf.len().min(len);
-            buf[..n].copy_from_slice(&self.consumer.view(at, n)[..n]);
-            if n < len || len == 0 {
-                // Hand the rest of this part out first next time (`next_part_at` turned the
-                // record into a span whose pending part this is).
-                self.consumer.span.next = (n < len).then_some((at + n, len - n));
-            }
-            if n > 0 || buf.is_empty() {
-                return Ok(n);
-            }
-        }
-    }
-}
-
-impl Drop for Record<'_> {
-    fn drop(&mut self) {
-        // Under loom a failed model unwinds through here; more loom operations would abort.
-        #[cfg(loom)]
-        if std::thread::panicking() {
-            return;
-        }
-        if self.spanning && !self.consumer.span.ended {
-            self.consumer.skipping = true;
-        }
-    }
-}
 
 #[cfg(loom)]
 impl Consumer {
@@ -1525,23 +1081,5 @@ impl std::fmt::Debug for Consumer {
             .field("max_record_len", &self.max_record_len)
             .field("segment_in_hand", &self.cur.map(|c| c.seg))
             .finish_non_exhaustive()
-    }
-}
-
-/// What a consumer receives with [`crate::Consumer::recv_message`].
-#[non_exhaustive]
-pub enum Message<'a> {
-    /// A record.
-    Record(Record<'a>),
-    /// An event (ordinary or priority).
-    Event(Event<'a>),
-}
-
-impl std::fmt::Debug for Message<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Message::Record(r) => f.debug_tuple("Record").field(r).finish(),
-            Message::Event(e) => f.debug_tuple("Event").field(e).finish(),
-        }
     }
 }

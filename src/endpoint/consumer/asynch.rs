@@ -5,9 +5,12 @@
 //! call that would block changes nothing, so dropping the future at its `.await` loses
 //! nothing: the record it was waiting for is read by the next call.
 
-use super::*;
+use super::{Consumer, Message, Record};
+use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
+use crate::error::{op, Error, RecvError, Result};
 use crate::protocol::bridge::Bridges;
+use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 
 impl Consumer {
     /// Waits in the executor on the consumer's park word with `wait` until `look` gives a

@@ -4,7 +4,12 @@
 //! part of a segment, byte for byte, so the receiver writes it into a segment of its own at
 //! the same offset.
 
-use super::*;
+use super::Consumer;
+use crate::endpoint::metrics::Waiting;
+use crate::error::{Error, Result};
+use crate::protocol::frame::{self, HEADER};
+use crate::protocol::park::{self, Look, WaitStrategy};
+use crate::sync::Ordering;
 
 /// Published frames of the segment in hand, not forwarded yet: bytes `at..end`. The
 /// segment stays in hand until [`Consumer::raw_done`].

@@ -3,9 +3,12 @@
 //! scan finds something, which is then delivered. A scan that finds nothing changes nothing,
 //! so dropping the future loses no message.
 
-use super::*;
+use super::{Gate, GateMessage, Pick};
+use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::spend_budget;
+use crate::error::{Error, Result};
 use crate::protocol::bridge::Bridges;
+use crate::protocol::park::{self, Deadline};
 
 impl Gate {
     /// Waits in the executor until a channel has something (a record, an event, its end or

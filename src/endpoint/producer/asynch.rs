@@ -5,9 +5,14 @@
 //! block any more. Until then nothing is written, so dropping the future at its `.await`
 //! publishes nothing. The wait is backpressure, counted as the blocking calls count it.
 
-use super::*;
+use super::{Claim, Producer, RecordWriter};
+use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{segment_budget, spend_budget, start_slow, Slow};
+use crate::error::{op, Error, Result, SendError, WriteError};
 use crate::protocol::bridge::Bridges;
+use crate::protocol::frame::HEADER;
+use crate::protocol::park::{self, Deadline, Look};
+use crate::sync::Ordering;
 
 impl Producer {
     /// Waits in the executor until `poll` gives a value, with `producer_park` as the word, the

@@ -4,7 +4,10 @@
 //! (every word but the first copied, the word past the end zeroed, then the first header
 //! stored with Release).
 
-use super::*;
+use super::Producer;
+use crate::error::Result;
+use crate::protocol::frame::{self, HEADER};
+use crate::sync::Ordering;
 
 /// Why a received chunk cannot be written: the sender broke the protocol.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,0 +1,102 @@
+//! What a gate asks of the consumer of each of its channels: to look without reading
+//! ([`Consumer::ready`]), to take one message now, to lend and take back floating segments,
+//! to report its backlog, and to be abandoned when its producer dies.
+
+use super::{Consumer, Message};
+use crate::error::{CoreResult as Result, Error};
+use crate::protocol::park::{self, Deadline, Look};
+
+impl Consumer {
+    /// Gates: the channel's lending state (`None` for a channel of its own).
+    pub(crate) fn lending(&mut self) -> Option<&mut crate::protocol::pool::Lending> {
+        self.recycler.lending()
+    }
+
+    /// Gates: segments this channel's producer asked for and was not given.
+    pub(crate) fn backlog(&mut self) -> u64 {
+        let h = self.shared.header();
+        self.recycler.lending().map_or(0, |l| l.backlog(h))
+    }
+
+    /// Gates: hands a floating segment to this channel's producer (through its return ring).
+    pub(crate) fn grant(&mut self, seg: u32) -> Result<()> {
+        self.give(seg)?;
+        let h = self.shared.header();
+        if let Some(l) = self.recycler.lending() {
+            l.grant(h, seg);
+        }
+        Ok(())
+    }
+
+    /// Gates: the next message without waiting, with the core's error.
+    pub(crate) fn message_now(&mut self) -> Result<Option<Message<'_>>> {
+        self.message_inner(Deadline::Now)
+    }
+
+    /// Gates: is there something to read on this channel, without reading it?
+    /// `Message` means a `try_recv_message` now returns a message, the end, or an error —
+    /// never `WouldBlock`.
+    pub(crate) fn ready(&mut self) -> Result<Ready> {
+        if self.prio_pending() {
+            return Ok(Ready::Message);
+        }
+        if self.skipping {
+            match self.skip_rest(Deadline::Now) {
+                // A producer that died in the middle of the record being skipped: the gate
+                // learns of the death through its own look and reports `ChannelDead`.
+                Err(Error::WouldBlock) | Err(Error::PeerDead(_)) => return Ok(Ready::Empty),
+                other => other?,
+            }
+        }
+        if self.poll_frame()?.is_some() {
+            return Ok(Ready::Message);
+        }
+        if self.producer_detached() {
+            // Everything sealed before the detach is visible now: look once more.
+            return Ok(if self.poll_frame()?.is_some() {
+                Ready::Message
+            } else {
+                Ready::Ended
+            });
+        }
+        Ok(Ready::Empty)
+    }
+
+    /// Gates: `Err(PeerDead)` if this channel's producer died (a syscall).
+    pub(crate) fn check_producer(&mut self) -> Result<()> {
+        match &mut self.liveness {
+            Some(l) => l.check(self.shared.header(), &self.shared.name, Look::Now),
+            None => Ok(()),
+        }
+    }
+
+    /// Gates: the channel is closed; forget the segment in hand. `reclaim` (the producer is
+    /// gone): every floating segment the channel holds goes back to the gate. Otherwise the
+    /// producer may still write them: they are left out, and this end detaches so that the
+    /// producer's next call fails.
+    pub(crate) fn abandon(&mut self, reclaim: bool) {
+        self.cur = None;
+        self.in_span = false;
+        self.skipping = false;
+        let h = self.shared.header();
+        if reclaim {
+            self.recycler.reclaim_all(h);
+        } else {
+            self.recycler.forget_all(h);
+            // Our last reads of the region happen before the producer sees us gone.
+            h.consumer.leave(crate::protocol::ends::Leave::Clean);
+            park::notify(&h.producer_park, self.shared.producer_bell());
+        }
+    }
+}
+
+/// What a gate sees when it looks at one of its channels without reading.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ready {
+    /// A message (or an error to report) is there.
+    Message,
+    /// Nothing yet.
+    Empty,
+    /// The producer detached and everything it committed has been read.
+    Ended,
+}

@@ -1,0 +1,260 @@
+//! Ending the stream: `flush`, `close` (and waiting until the consumer has read everything,
+//! `close_timeout`), `fail`, and the drop.
+
+use std::time::{Duration, Instant};
+
+use super::{Producer, WaitStrategy};
+use crate::error::{op, CloseError, Error, Result, SendError};
+use crate::protocol::ends::EndState;
+use crate::protocol::park::{self, Deadline, Look};
+use crate::sync::Ordering;
+
+impl Producer {
+    /// Makes every record sent so far visible to the consumer and wakes it if it is parked.
+    ///
+    /// # Errors
+    /// [`SendError::Closed`] if the consumer has detached, [`SendError::PeerDead`] once its
+    /// death has been seen.
+    pub fn flush(&mut self) -> Result<(), SendError> {
+        op(self.flush_inner())
+    }
+
+    pub(super) fn flush_inner(&mut self) -> Result<()> {
+        self.check_gone()?;
+        // A producer that only flushes learns of a dead consumer too (a clock read; the
+        // liveness syscall at most every `CHECK_INTERVAL`).
+        self.check_peer(Look::IfDue)?;
+        if self.pending_abort {
+            // Best effort: if no segment is free the abort stays pending.
+            match self.write_pending_abort(Deadline::Now) {
+                Ok(()) | Err(Error::WouldBlock) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.publish();
+        if self.consumer_detached() {
+            self.gone = true;
+            return Err(self.closed_error());
+        }
+        Ok(())
+    }
+
+    /// Publishes everything, marks the stream ended and wakes the consumer, which reads what
+    /// was committed and then gets end-of-stream. Dropping the producer does the same.
+    pub fn close(mut self) {
+        self.close_inner(false);
+    }
+
+    /// Ends the stream as [`close`](Producer::close) does, then waits up to `timeout` until the
+    /// consumer has read everything published: the one way for a producer to know that every
+    /// record it sent arrived. See [`close_deadline`](Producer::close_deadline).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"last words")?;
+    /// let reader = std::thread::spawn(move || {
+    ///     while let Some(r) = rx.recv()? {
+    ///         assert_eq!(r.as_bytes(), Some(&b"last words"[..]));
+    ///     }
+    ///     Ok::<_, shmflow::RecvError>(())
+    /// });
+    /// tx.close_timeout(Duration::from_secs(10))?; // returns once the record was read
+    /// reader.join().unwrap()?;
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`close_deadline`](Producer::close_deadline).
+    pub fn close_timeout(self, timeout: Duration) -> Result<(), CloseError> {
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 32));
+        self.close_deadline(deadline)
+    }
+
+    /// Ends the stream as [`close`](Producer::close) does, then waits until `deadline` for
+    /// the consumer to read everything published, that is, to hand back every segment it was
+    /// given and take every priority event, or to detach after reading every record (counted
+    /// when both ends keep metrics, the default). Returning a gate's floating segment wakes
+    /// nobody: for a gate channel the wait may look again only every 40 ms. It sleeps on the producer's futex word, woken as segments come back.
+    ///
+    /// Whatever it returns, the stream is ended, and what was published stays readable: a
+    /// named channel that no consumer opened keeps its name for one that opens it later.
+    ///
+    /// # Errors
+    /// - [`CloseError::NotOpened`]: no consumer attached before the deadline;
+    /// - [`CloseError::Timeout`]: the consumer is attached and alive but not done;
+    /// - [`CloseError::Closed`]: the consumer detached with records unread;
+    /// - [`CloseError::PeerDead`]: the consumer died before reading everything;
+    /// - [`CloseError::AlreadyClosed`]: a call before this one had already found the consumer
+    ///   gone (it returned `Closed`);
+    /// - [`CloseError::Corrupt`], [`CloseError::Io`].
+    pub fn close_deadline(mut self, deadline: Instant) -> Result<(), CloseError> {
+        if self.gone {
+            return Err(CloseError::from_wait(self.gone_error()));
+        }
+        // A consumer already seen dead is reported at once.
+        self.check_peer(Look::Quick)
+            .map_err(CloseError::from_wait)?;
+        self.close_inner(false);
+        let shared = self.shared.clone();
+        let h = shared.header();
+        let region = shared.name.clone();
+        let acquired = self.counters.acquired.0;
+        let written = self.metrics.then_some(self.counters.records.0);
+        let prio_sent = self.prio_tail;
+        // Segments handed over and not handed back, plus priority events not taken. The
+        // counter is a statistic the consumer stores (Relaxed) as it releases each segment;
+        // nothing is read through it, so no ordering is needed beyond seeing it eventually
+        // (a lagging value only makes this wait longer).
+        let unread = || {
+            let segments = acquired.saturating_sub(
+                h.consumer_counters
+                    .segments_returned
+                    .load(Ordering::Relaxed),
+            );
+            // Acquire: pairs with the consumer's Release store of its lane cursor.
+            let events = prio_sent.saturating_sub(h.cons.prio_head.load(Ordering::Acquire));
+            segments + events
+        };
+        let waited = park::wait_for(
+            &h.producer_park,
+            WaitStrategy::Park,
+            Deadline::at(deadline),
+            park::Notifier::Rmw,
+            park::Pace::Sparse,
+            |look| {
+                let left = unread();
+                if left == 0 {
+                    return Ok(Some(Ok(())));
+                }
+                // Acquire (in `state`): pairs with the consumer's `leave`; its counters were
+                // stored before it.
+                match h.consumer.state() {
+                    EndState::Free => Ok(None),
+                    EndState::Attached => {
+                        self.check_peer(look)?;
+                        Ok(None)
+                    }
+                    EndState::Lost => Err(self.gone_error()),
+                    _ => {
+                        // Detached (its counters were stored before its state): it may have
+                        // returned the last segment just before, or read every record and
+                        // left the last segment in hand (a reader that knew how many
+                        // records to expect).
+                        let left = unread();
+                        let read = h.consumer_counters.records.load(Ordering::Relaxed);
+                        Ok(Some(match written {
+                            _ if left == 0 => Ok(()),
+                            Some(w) if w > 0 && read >= w && prio_sent == 0 => Ok(()),
+                            _ => Err(CloseError::Closed {
+                                region: region.clone(),
+                                unread_segments: left,
+                            }),
+                        }))
+                    }
+                }
+            },
+        );
+        match waited {
+            Ok(outcome) => outcome,
+            Err(Error::Timeout) => {
+                let unread_segments = unread();
+                Err(match h.consumer.state() {
+                    EndState::Free => CloseError::NotOpened {
+                        region,
+                        unread_segments,
+                    },
+                    _ => CloseError::Timeout {
+                        region,
+                        unread_segments,
+                    },
+                })
+            }
+            Err(e) => Err(CloseError::from_wait(e)),
+        }
+    }
+
+    /// Ends the stream as failed: the consumer reads every record committed so far, then gets
+    /// [`RecvError::ProducerFailed`](crate::RecvError::ProducerFailed) (a gate:
+    /// [`GateMessage::ChannelFailed`](crate::GateMessage::ChannelFailed)) instead of a clean
+    /// end of stream. For a stage that gives up, so that the failure travels down the pipeline;
+    /// dropping a producer while its thread panics does the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"partial")?;
+    /// tx.fail();
+    /// assert!(rx.recv()?.is_some());
+    /// assert!(matches!(rx.recv(), Err(shmflow::RecvError::ProducerFailed(_))));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    pub fn fail(mut self) {
+        self.close_inner(true);
+    }
+
+    /// Ends the stream: cleanly, or as failed (`failed`: dropped while unwinding).
+    fn close_inner(&mut self, failed: bool) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        #[cfg(not(loom))]
+        {
+            self.flusher = None;
+        }
+        // A pending abort needs no frame here: end-of-stream in the middle of a spanning
+        // record is reported to the consumer as RecordAborted.
+        self.seal();
+        let h = self.shared.header();
+        // Everything sealed above is visible to a consumer that sees the end gone (see
+        // `EndSlot::leave`).
+        h.producer.leave(if failed {
+            crate::protocol::ends::Leave::Failed
+        } else {
+            crate::protocol::ends::Leave::Clean
+        });
+        self.notify_consumer();
+        self.settle_name();
+    }
+
+    /// A named channel's name stays for a consumer that has not come yet if anything was
+    /// published, and is removed otherwise (see `region::name`).
+    pub(crate) fn settle_name(&self) {
+        #[cfg(not(loom))]
+        {
+            use crate::region::name::{settle, Left};
+            let left = if self.data.pushed() > 0 || self.prio_tail > 0 {
+                Left::Published
+            } else {
+                Left::Nothing
+            };
+            settle(&self.shared, crate::error::End::Producer, left);
+        }
+    }
+
+    /// True if the consumer has detached.
+    pub fn is_closed(&self) -> bool {
+        self.consumer_detached()
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        // Under loom a failed model unwinds through here; more loom operations would abort.
+        #[cfg(loom)]
+        if std::thread::panicking() {
+            return;
+        }
+        // A producer dropped while its thread unwinds ends the stream as failed, so that the
+        // consumer can tell a crash by panic from a finished producer.
+        let failed = std::thread::panicking();
+        self.close_inner(failed);
+    }
+}

@@ -1,0 +1,458 @@
+//! Serializing in place: a [`Claim`] of a known length, a [`RecordWriter`] that streams a
+//! record of any length (spanning segments if it must), and the calls that make them.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use super::Producer;
+use crate::error::{op, Error, Result, SendError, SendTimeoutError, TrySendError, WriteError};
+use crate::protocol::frame::{self, HEADER};
+use crate::protocol::park::Deadline;
+
+impl Producer {
+    #[inline]
+    pub(super) fn claim_inner(&mut self, len: usize, deadline: Deadline) -> Result<Claim<'_>> {
+        // Room in the segment in hand implies that the record fits a segment: test that first.
+        // (Written so that no sum can wrap, whatever `len` is.)
+        let fits_here = matches!(&self.cur,
+            Some(c) if self.seg_size - c.wpos >= HEADER && len <= self.seg_size - c.wpos - HEADER);
+        if !fits_here && len > self.seg_size - HEADER {
+            return Err(Error::too_large(
+                &self.shared.name,
+                "a claimed record",
+                len as u64,
+                self.max_unspanned_len() as u64,
+            ));
+        }
+        if !fits_here {
+            self.ensure_room_slow(HEADER + len, deadline)?;
+        }
+        let c = self.cur.as_ref().expect("a segment in hand");
+        let at = c.wpos;
+        self.shared.tracker.write(c.seg as usize, at + HEADER, len);
+        Ok(Claim {
+            producer: self,
+            at,
+            len,
+        })
+    }
+
+    /// Claims `len` bytes inside shared memory for one record, to serialize into in place
+    /// (zero copy). The record is sent by [`Claim::commit`]; dropping the claim sends nothing.
+    /// `len` must be at most [`Producer::max_unspanned_len`].
+    ///
+    /// # Errors
+    /// [`SendError::RecordTooLarge`] if `len` does not fit in one segment; otherwise as
+    /// [`Producer::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut claim = tx.claim(16)?; // 16 bytes in shared memory
+    /// claim[..8].copy_from_slice(&7u64.to_le_bytes());
+    /// claim[8..].copy_from_slice(&9u64.to_le_bytes());
+    /// claim.commit();
+    /// tx.flush()?;
+    /// let r = rx.recv()?.unwrap();
+    /// assert_eq!(r.as_pod::<[u64; 2]>(), Some(&[7, 9]));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    #[inline]
+    pub fn claim(&mut self, len: usize) -> Result<Claim<'_>, SendError> {
+        op(self.claim_inner(len, Deadline::Never))
+    }
+
+    /// [`Producer::claim`] without waiting ([`TrySendError::Full`]).
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] if no segment is free now; otherwise as [`Producer::claim`].
+    pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>, TrySendError> {
+        op(self.claim_inner(len, Deadline::Now))
+    }
+
+    /// [`Producer::claim`] waiting at most `timeout` ([`SendTimeoutError::Timeout`]).
+    ///
+    /// # Errors
+    /// [`SendTimeoutError::Timeout`] if no segment comes back in time; otherwise as
+    /// [`Producer::claim`].
+    pub fn claim_timeout(
+        &mut self,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<Claim<'_>, SendTimeoutError> {
+        op(self.claim_inner(len, Deadline::after(timeout)))
+    }
+
+    /// [`Producer::claim`] waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// [`SendTimeoutError::Timeout`] if no segment comes back by `deadline`; otherwise as
+    /// [`Producer::claim`].
+    pub fn claim_deadline(
+        &mut self,
+        len: usize,
+        deadline: Instant,
+    ) -> Result<Claim<'_>, SendTimeoutError> {
+        op(self.claim_inner(len, Deadline::at(deadline)))
+    }
+
+    /// Starts a record whose length is not known up front, written through `std::io::Write`
+    /// and ended by [`RecordWriter::finish`]. If it outgrows its segment it moves to a fresh
+    /// one, and spans segments only if it is larger than a segment. Dropping the writer without
+    /// `finish` discards the record (the consumer never sees it, or sees
+    /// [`Error::RecordAborted`] if parts were already handed over). Waits block like `send`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    ///
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut w = tx.stream()?;
+    /// write!(w, "{} and {}", "a length", "not known up front")?;
+    /// w.finish()?;
+    /// tx.flush()?;
+    /// assert_eq!(rx.recv()?.unwrap().to_vec()?, b"a length and not known up front");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Producer::send`]; the writer's own writes fail with a [`WriteError`].
+    pub fn stream(&mut self) -> Result<RecordWriter<'_>, SendError> {
+        op(self.stream_inner(Deadline::Never))
+    }
+
+    /// [`Producer::stream`] whose waits (for the first segment and for every further segment
+    /// the record grows into) all end at `timeout` from now: a write that would wait longer
+    /// fails with [`WriteError::Timeout`] and the record is discarded (or aborted, if parts of
+    /// it were already handed over).
+    ///
+    /// # Errors
+    /// [`SendTimeoutError::Timeout`] if no segment comes back in time; otherwise as
+    /// [`Producer::stream`].
+    pub fn stream_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<RecordWriter<'_>, SendTimeoutError> {
+        op(self.stream_inner(Deadline::after(timeout)))
+    }
+
+    /// As [`Producer::stream_timeout`], with the deadline as an instant.
+    pub fn stream_deadline(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<RecordWriter<'_>, SendTimeoutError> {
+        op(self.stream_inner(Deadline::at(deadline)))
+    }
+
+    /// [`Producer::stream`] that never waits: [`TrySendError::Full`] (and later
+    /// [`WriteError::Full`]) wherever a segment would have to be waited for, with the record
+    /// discarded (or aborted) as for `stream_timeout`.
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] if no segment is free now; otherwise as [`Producer::stream`].
+    pub fn try_stream(&mut self) -> Result<RecordWriter<'_>, TrySendError> {
+        op(self.stream_inner(Deadline::Now))
+    }
+
+    pub(super) fn stream_inner(&mut self, deadline: Deadline) -> Result<RecordWriter<'_>> {
+        self.ensure_room(HEADER, deadline)?;
+        let c = self.cur.as_mut().expect("a segment in hand");
+        let frag_start = c.wpos;
+        Ok(RecordWriter {
+            producer: self,
+            frag_start,
+            pos: frag_start + HEADER,
+            total: 0,
+            spanning: false,
+            finished: false,
+            failed: false,
+            interrupted: false,
+            deadline,
+        })
+    }
+}
+
+/// `len` bytes claimed in a segment for one record (see [`Producer::claim`]).
+#[must_use = "dropping a claim without `commit` sends nothing"]
+pub struct Claim<'a> {
+    producer: &'a mut Producer,
+    at: usize,
+    len: usize,
+}
+
+impl Claim<'_> {
+    /// Sends the record with all `len` bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut c = tx.claim(4)?;
+    /// c.copy_from_slice(b"abcd");
+    /// c.commit(); // dropping the claim instead would send nothing
+    /// tx.flush()?;
+    /// assert_eq!(rx.recv()?.unwrap().as_bytes(), Some(&b"abcd"[..]));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    #[inline]
+    pub fn commit(self) {
+        let len = self.len;
+        self.commit_len(len);
+    }
+
+    /// Sends the record with only its first `len` bytes (`len` at most the claimed length):
+    /// for serializers that reserve a bound and use less.
+    ///
+    /// # Panics
+    /// If `len` is more than the claimed length.
+    #[inline]
+    pub fn commit_len(self, len: usize) {
+        assert!(
+            len <= self.len,
+            "commit_len({len}) is more than the {} bytes claimed",
+            self.len
+        );
+        let p = self.producer;
+        let c = p.cur.as_mut().expect("a claim holds a segment");
+        debug_assert_eq!(c.wpos, self.at);
+        c.wpos = frame::next_frame(self.at, len);
+        p.write_header(self.at, len as u32, frame::WHOLE);
+        p.record_done(len as u64);
+    }
+}
+
+impl std::ops::Deref for Claim<'_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `at + 8 + len <= segment_size` (checked by `claim`), the segment is in the
+        // producer's hand and past the published offset, so the consumer does not read it.
+        unsafe {
+            std::slice::from_raw_parts(self.producer.seg_ptr().add(self.at + HEADER), self.len)
+        }
+    }
+}
+
+impl std::ops::DerefMut for Claim<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`; `&mut self` makes this the only view.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.producer.seg_ptr().add(self.at + HEADER), self.len)
+        }
+    }
+}
+
+/// A record being streamed (see [`Producer::stream`]).
+#[must_use = "dropping a record writer without `finish` discards the record"]
+pub struct RecordWriter<'a> {
+    pub(super) producer: &'a mut Producer,
+    /// Where the current frame's header goes.
+    frag_start: usize,
+    /// Where the next byte goes.
+    pub(super) pos: usize,
+    total: u64,
+    spanning: bool,
+    finished: bool,
+    pub(super) failed: bool,
+    /// A `write_async` was dropped part-way: how much of its bytes went in is unknown, so the
+    /// record can only be discarded (later writes and `finish` fail; dropping cleans up).
+    pub(super) interrupted: bool,
+    /// When waits for further segments give up.
+    deadline: Deadline,
+}
+
+impl RecordWriter<'_> {
+    pub(super) fn overflow(&mut self) -> Result<()> {
+        let p = &mut *self.producer;
+        let seg_size = p.shared.segment_size();
+        if !self.spanning && self.frag_start > 0 {
+            // Still fits a fresh segment perhaps: move it there (records that fit never span).
+            // The bytes written so far are copied out *before* the seal: once sealed, the
+            // consumer may return the segment, and a gate may lend a floating segment to
+            // another channel whose producer then writes it. One scratch buffer per producer,
+            // grown on the first move, keeps this rare path from allocating per record.
+            let old = p.cur.expect("a segment in hand");
+            let partial = self.pos - self.frag_start - HEADER;
+            p.shared
+                .tracker
+                .read(old.seg as usize, self.frag_start + HEADER, partial);
+            p.scratch.clear();
+            // SAFETY: `frag_start + 8 + partial <= segment_size` (the writer's positions stay
+            // inside the segment in hand), and the segment is the producer's until the seal
+            // below publishes it: nobody else writes these bytes now.
+            p.scratch.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(old.base.add(self.frag_start + HEADER), partial)
+            });
+            p.cur.as_mut().expect("in hand").wpos = self.frag_start;
+            p.seal();
+            if let Err(e) = p.take(self.deadline) {
+                // Nothing of it was published (the seal stopped before it): just lost.
+                self.failed = true;
+                return Err(e);
+            }
+            let new = p.cur.expect("just taken");
+            p.shared.tracker.write(new.seg as usize, HEADER, partial);
+            // SAFETY: `8 + partial <= segment_size`: inside the fresh segment, which is ours
+            // (just taken); the scratch buffer is ours too and does not overlap the mapping.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p.scratch.as_ptr(), new.base.add(HEADER), partial);
+            }
+            self.frag_start = 0;
+            self.pos = HEADER + partial;
+            return Ok(());
+        }
+        // Larger than a segment: this frame is a part, continue in the next segment.
+        let kind = if self.spanning {
+            frame::MIDDLE
+        } else {
+            frame::FIRST
+        };
+        p.write_header(
+            self.frag_start,
+            (seg_size - self.frag_start - HEADER) as u32,
+            kind,
+        );
+        p.cur.as_mut().expect("in hand").wpos = seg_size;
+        self.spanning = true;
+        p.seal();
+        if let Err(e) = p.take(self.deadline) {
+            p.pending_abort = true;
+            self.failed = true;
+            return Err(e);
+        }
+        self.frag_start = 0;
+        self.pos = HEADER;
+        Ok(())
+    }
+
+    /// Appends bytes to the record.
+    ///
+    /// # Errors
+    /// As the call that started the record waits ([`WriteError`]); after a failure every
+    /// further write is [`WriteError::RecordAborted`].
+    pub fn write_bytes(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
+        op(self.write_checked(bytes))
+    }
+
+    /// A write from outside (`write_bytes`, `io::Write`): refused once an async write was
+    /// dropped part-way.
+    fn write_checked(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.interrupted {
+            return Err(Error::aborted(&self.producer.shared.name));
+        }
+        self.write_inner(bytes)
+    }
+
+    pub(super) fn write_inner(&mut self, mut bytes: &[u8]) -> Result<()> {
+        if self.failed {
+            return Err(Error::aborted(&self.producer.shared.name));
+        }
+        let seg_size = self.producer.shared.segment_size();
+        while !bytes.is_empty() {
+            if self.pos == seg_size {
+                self.overflow()?;
+            }
+            let take = bytes.len().min(seg_size - self.pos);
+            self.producer.write_bytes(self.pos, &bytes[..take]);
+            self.pos += take;
+            self.total += take as u64;
+            bytes = &bytes[take..];
+        }
+        Ok(())
+    }
+
+    /// Ends the record and sends it (according to the flush policy).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::Write;
+    ///
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut w = tx.stream()?;
+    /// w.write_all(b"part one, ")?;
+    /// w.write_all(b"part two")?;
+    /// w.finish()?; // dropping the writer instead would discard the record
+    /// tx.flush()?;
+    /// assert_eq!(rx.recv()?.unwrap().to_vec()?, b"part one, part two");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`WriteError::RecordAborted`] if an earlier write failed.
+    pub fn finish(mut self) -> Result<(), WriteError> {
+        if self.failed || self.interrupted {
+            return Err(WriteError::RecordAborted(Box::new(
+                crate::error::RecordAbortedError {
+                    region: self.producer.shared.name.clone(),
+                },
+            )));
+        }
+        self.finished = true;
+        let p = &mut *self.producer;
+        let len = self.pos - self.frag_start - HEADER;
+        let kind = if self.spanning {
+            frame::LAST
+        } else {
+            frame::WHOLE
+        };
+        p.write_header(self.frag_start, len as u32, kind);
+        p.cur.as_mut().expect("in hand").wpos = frame::align8(self.pos);
+        p.record_done(self.total);
+        Ok(())
+    }
+}
+
+impl io::Write for RecordWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_checked(buf)?;
+        Ok(buf.len())
+    }
+
+    /// A record becomes visible only when finished; this does nothing.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RecordWriter<'_> {
+    fn drop(&mut self) {
+        if self.finished || self.failed {
+            return;
+        }
+        let p = &mut *self.producer;
+        if !self.spanning {
+            // Nothing of it was published: forget it.
+            p.cur.as_mut().expect("in hand").wpos = self.frag_start;
+            return;
+        }
+        // Parts are out: replace the frame in progress with ABORT.
+        p.write_header(self.frag_start, 0, frame::ABORT);
+        p.cur.as_mut().expect("in hand").wpos = frame::next_frame(self.frag_start, 0);
+        p.after_frame_end();
+    }
+}
+
+impl std::fmt::Debug for Claim<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claim")
+            .field("region", &self.producer.shared.name)
+            .field("at", &self.at)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for RecordWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordWriter")
+            .field("region", &self.producer.shared.name)
+            .field("written", &self.total)
+            .field("spanning", &self.spanning)
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
+}
