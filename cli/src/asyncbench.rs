@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::bench::{child, finish, parse_report, touch, RawFdOf, REC, RTT_G};
+use crate::harness::{child, finish, parse_report, touch, RawFdOf, REC, RTT_G};
 
 fn current() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -91,7 +91,7 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
     drop((ping_peer, pong_peer));
     let (v, ping, mut pong) = match how {
         Rtt::Sync => {
-            let v = crate::bench::time_rounds(rounds, |i| {
+            let v = crate::harness::time_rounds(rounds, |i| {
                 ping.send_pod(&i).unwrap();
                 let r = pong.recv().unwrap().unwrap();
                 assert_eq!(r.as_pod::<u64>(), Some(&i));
@@ -119,7 +119,7 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
 
 /// The same loop over a tokio `UnixStream`, the peer a blocking echo.
 pub(crate) fn tokio_uds_rtt(rounds: usize) -> Vec<u64> {
-    let (mine, c) = crate::bench::uds_echo_child();
+    let (mine, c) = crate::harness::uds_echo_child();
     mine.set_nonblocking(true).unwrap();
     let v = current().block_on(async move {
         let mut s = tokio::net::UnixStream::from_std(mine).unwrap();

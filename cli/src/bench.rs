@@ -17,21 +17,21 @@
 //! `--open-loop` measures latency at fixed offered rates instead (see `openloop.rs`).
 
 use std::io::{BufReader, BufWriter, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 
-const SPIN: WaitStrategy = WaitStrategy::BusyPoll(Duration::from_secs(1));
-pub(crate) const RTT_G: Geometry = Geometry {
-    segment_size: 4096,
-    segment_count: 4,
+use crate::harness::{
+    child, env_fd, finish, machine, parse_report, pipe_pair, time_rounds, touch, uds_echo_child,
+    RawFdOf, REC, RTT_G,
 };
-pub(crate) const REC: usize = 64;
+
+const SPIN: WaitStrategy = WaitStrategy::BusyPoll(Duration::from_secs(1));
 pub(crate) const BULK: usize = 64 * 1024;
 
 struct Cfg {
@@ -41,49 +41,6 @@ struct Cfg {
 }
 
 // ----- plumbing --------------------------------------------------------------------------------
-
-pub(crate) fn child(
-    kind: &str,
-    args: &[String],
-    fds: &[(&str, RawFd)],
-    setup: impl FnOnce(&mut Command),
-) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
-    cmd.arg("__bench-role")
-        .arg(kind)
-        .args(args)
-        .stdout(Stdio::piped());
-    let raw: Vec<RawFd> = fds.iter().map(|f| f.1).collect();
-    for (var, fd) in fds {
-        cmd.env(var, fd.to_string());
-    }
-    // SAFETY: only fcntl between fork and exec (async-signal-safe); the fds stay open in the
-    // parent until spawn returns.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &raw {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    setup(&mut cmd);
-    cmd.spawn().expect("spawning the bench peer")
-}
-
-pub(crate) fn env_fd(var: &str) -> OwnedFd {
-    let fd: RawFd = std::env::var(var).expect(var).parse().expect(var);
-    // SAFETY: the parent passed this descriptor for us to own.
-    unsafe { OwnedFd::from_raw_fd(fd) }
-}
-
-pub(crate) fn finish(c: Child) -> String {
-    let out = c.wait_with_output().expect("bench peer");
-    assert!(out.status.success(), "bench peer failed: {}", out.status);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// A shared anonymous mapping of `len` bytes and its descriptor.
 struct Raw {
@@ -194,21 +151,6 @@ fn unpin() {
     }
 }
 
-/// Times `rounds` round trips after a warm-up of a tenth; returns sorted nanoseconds.
-pub(crate) fn time_rounds(rounds: usize, mut once: impl FnMut(u64)) -> Vec<u64> {
-    for i in 0..(rounds / 10).max(1000) {
-        once(i as u64);
-    }
-    let mut v = Vec::with_capacity(rounds);
-    for i in 0..rounds {
-        let t = Instant::now();
-        once(i as u64);
-        v.push(t.elapsed().as_nanos() as u64);
-    }
-    v.sort_unstable();
-    v
-}
-
 fn pct(v: &[u64], p: f64) -> f64 {
     v[((v.len() as f64 * p) as usize).min(v.len() - 1)] as f64
 }
@@ -251,16 +193,6 @@ fn rtt_shmflow(cfg: &Cfg, wait: WaitStrategy, same_cpu: bool) -> Vec<u64> {
         unpin();
     }
     v
-}
-
-pub(crate) trait RawFdOf {
-    fn as_fd_raw(&self) -> RawFd;
-}
-impl RawFdOf for shmflow::PeerHandle {
-    fn as_fd_raw(&self) -> RawFd {
-        use std::os::fd::AsFd;
-        self.as_fd().as_raw_fd()
-    }
 }
 
 fn floor_spin(cfg: &Cfg) -> Vec<u64> {
@@ -341,26 +273,6 @@ fn rtt_stream(cfg: &Cfg, pipe: bool) -> Vec<u64> {
     v
 }
 
-/// A peer that echoes what it reads from its end of a Unix socket pair: this end, and the peer.
-pub(crate) fn uds_echo_child() -> (UnixStream, Child) {
-    let (mine, theirs) = UnixStream::pair().unwrap();
-    let c = child(
-        "echo-fd",
-        &[],
-        &[("IN", theirs.as_raw_fd()), ("OUT", theirs.as_raw_fd())],
-        |_| {},
-    );
-    (mine, c)
-}
-
-pub(crate) fn pipe_pair() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: valid out-array.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: fresh descriptors.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-}
-
 // ----- throughput ------------------------------------------------------------------------------
 
 /// Best of `repeats`: the child reports "count nanos" for what it consumed.
@@ -371,11 +283,6 @@ fn best(cfg: &Cfg, mut run: impl FnMut() -> (f64, f64)) -> f64 {
             n / ns * 1e9
         })
         .fold(0.0, f64::max)
-}
-
-pub(crate) fn parse_report(s: &str) -> (f64, f64) {
-    let mut it = s.split_whitespace().map(|x| x.parse::<f64>().unwrap());
-    (it.next().unwrap(), it.next().unwrap())
 }
 
 fn shmflow_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
@@ -726,42 +633,7 @@ fn plain_records(c: &mut Consumer) -> Result<(u64, u64, Option<Instant>), shmflo
     Ok((n, sum, start))
 }
 
-pub(crate) fn touch(b: &[u8]) -> u64 {
-    let mut s = 0u64;
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        s = s.wrapping_add(u64::from_le_bytes(c.try_into().unwrap()));
-    }
-    for &x in chunks.remainder() {
-        s = s.wrapping_add(x as u64);
-    }
-    s
-}
-
 // ----- the report ------------------------------------------------------------------------------
-
-pub(crate) fn machine() -> (String, usize, String) {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(0);
-    // SAFETY: zeroed utsname is a valid out-buffer.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::uname(&mut u) };
-    // SAFETY: uname NUL-terminates its fields.
-    let kernel = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
-    (cpu, cores, kernel)
-}
 
 /// Arguments of `shmflow bench`.
 #[derive(clap::Args, Debug)]

@@ -9,6 +9,7 @@ mod asyncbench;
 mod bench;
 mod demo;
 mod export;
+mod harness;
 mod json;
 mod openloop;
 mod remote;

@@ -19,7 +19,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 
-use crate::bench::{child, env_fd, finish, machine, pipe_pair, RawFdOf};
+use crate::harness::{child, env_fd, finish, machine, pipe_pair, RawFdOf};
 
 /// A sender this far behind its schedule at the end has not sustained the rate.
 const LAG_LIMIT: Duration = Duration::from_millis(1);

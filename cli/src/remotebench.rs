@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use shmflow::net::{Client, Config, Server};
 use shmflow::{Geometry, Producer};
 
-use crate::bench::{child, finish, parse_report, touch, RTT_G};
+use crate::harness::{child, finish, parse_report, touch, RTT_G};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -172,7 +172,7 @@ pub(crate) fn remote_rtt(rounds: usize) -> Vec<u64> {
         c.import("pong", pong_in).unwrap();
         c.run().await
     });
-    let v = crate::bench::time_rounds(rounds, |i| {
+    let v = crate::harness::time_rounds(rounds, |i| {
         ping.send_pod(&i).unwrap();
         let r = pong.recv().unwrap().unwrap();
         assert_eq!(r.as_pod::<u64>(), Some(&i));
@@ -221,7 +221,7 @@ pub(crate) fn tcp_rtt(rounds: usize) -> Vec<u64> {
     let (mut s, _) = l.accept().unwrap();
     s.set_nodelay(true).unwrap();
     let mut buf = [0u8; 8];
-    let v = crate::bench::time_rounds(rounds, |i| {
+    let v = crate::harness::time_rounds(rounds, |i| {
         s.write_all(&i.to_le_bytes()).unwrap();
         s.read_exact(&mut buf).unwrap();
         assert_eq!(u64::from_le_bytes(buf), i);
