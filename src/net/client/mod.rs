@@ -6,38 +6,21 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoint::producer::raw::Refused;
 use crate::endpoint::producer::Producer;
-use crate::error::{Error, TrySendError};
+use crate::error::Error;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
 use crate::net::link::{self, BoxStream, ChannelEnd, Held, Writer};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended};
 
-/// Messages the connection's reader hands to one channel's task.
-enum In {
-    Buffer {
-        backlog: u32,
-        offset: u32,
-        frames: Bytes,
-    },
-    Priority {
-        kind: u32,
-        payload: Bytes,
-    },
-    Close(Closed),
-    Error {
-        code: u32,
-        message: String,
-    },
-}
+mod receiving;
+use receiving::{Credit, In, Last, Receiving, Stop, Waiting};
 
 /// Bytes the connection's reader asks the socket for at once.
 const READ_BUFFER: usize = 256 << 10;
@@ -314,19 +297,6 @@ impl Client {
     }
 }
 
-/// The credit a receiving channel has announced and the sender has not spent yet, and the
-/// state of the frames received.
-struct Credit {
-    announced: u64,
-    started: u64,
-}
-
-impl Credit {
-    fn outstanding(&self) -> u64 {
-        self.announced - self.started
-    }
-}
-
 /// Announces the free segments the sender has no credit for yet.
 async fn announce(p: &mut Producer, c: &mut Credit, id: u32, w: &Writer) -> Result<(), LinkError> {
     let free = p.raw_free().map_err(LinkError::local)?;
@@ -343,244 +313,7 @@ async fn announce(p: &mut Producer, c: &mut Credit, id: u32, w: &Writer) -> Resu
     Ok(())
 }
 
-/// Priority events that may wait for room in one channel's lane. Priority events are outside
-/// credit: a channel whose consumer takes none while its sender keeps sending them is ended
-/// when this many wait, so that they cannot pile up without bound.
-const PRIORITY_WAITING: usize = 256;
-
-/// One channel's state between messages.
-struct Receiving {
-    p: Held<Producer>,
-    id: u32,
-    seg_size: usize,
-    segments: u64,
-    credit: Credit,
-    /// Inside a record that spans segments (for the frame check).
-    in_span: bool,
-    /// Where the segment being received continues: `None` when the next buffer must start
-    /// one (offset 0, with credit).
-    cont: Option<usize>,
-    backlog: u64,
-    wire: u64,
-    /// What arrived while a priority event waits for room in the lane, in order (the front is
-    /// that event). Its buffers were checked as they arrived, within credit, and the parts of
-    /// one segment are joined into one entry, so it holds at most the credited segments'
-    /// bytes in at most one entry per segment, plus at most `PRIORITY_WAITING` priority
-    /// events.
-    held: VecDeque<Waiting>,
-    held_priority: usize,
-}
-
-/// A message held behind a priority event.
-enum Waiting {
-    /// A buffer, checked (`ends`: it ends its segment), or several that continue each other
-    /// joined.
-    Buffer {
-        backlog: u32,
-        offset: usize,
-        frames: BytesMut,
-        ends: bool,
-    },
-    Priority {
-        kind: u32,
-        payload: Bytes,
-    },
-    /// The channel's end.
-    Last(Last),
-}
-
-/// The sender's end of a channel: `Close` or `Error`.
-enum Last {
-    Close(Closed),
-    Error { code: u32, message: String },
-}
-
-/// Why a channel ends.
-enum Stop {
-    /// The sender's `Close` or `Error`.
-    Sender(Last),
-    /// The local consumer left or broke.
-    Consumer(Error),
-    /// The sender broke the protocol: the channel and the connection fail.
-    Broken(LinkError),
-    /// The consumer takes no priority events (see `PRIORITY_WAITING`).
-    PriorityUnread,
-}
-
-impl Receiving {
-    /// Checks a buffer as it arrives (frames, credit, place in the segment), before it is
-    /// written or held. True if it ends its segment.
-    fn admit(&mut self, offset: usize, frames: &[u8]) -> Result<bool, Stop> {
-        let id = self.id;
-        let ends = wire::check_frames(offset, frames, self.seg_size, &mut self.in_span)
-            .map_err(|e| Stop::Broken(e.into()))?;
-        if offset == 0 && self.cont.is_none() {
-            if self.credit.outstanding() == 0 {
-                return Err(Stop::Broken(
-                    ProtocolError::Credit {
-                        channel: id,
-                        detail: "a segment sent without credit".into(),
-                    }
-                    .into(),
-                ));
-            }
-            self.credit.started += 1;
-        } else if self.cont != Some(offset) {
-            return Err(misplaced(id, offset, self.cont.unwrap_or(0)));
-        }
-        self.cont = (!ends).then_some(offset + frames.len());
-        Ok(ends)
-    }
-
-    /// Writes an admitted buffer into the producer's segment; asks the gate for floating
-    /// segments as the backlog needs.
-    fn write(
-        &mut self,
-        backlog: u32,
-        offset: usize,
-        frames: &[u8],
-        ends: bool,
-    ) -> Result<(), Stop> {
-        let id = self.id;
-        match self.p.raw_write(offset, frames, ends) {
-            Ok(Ok(())) => {}
-            Ok(Err(Refused::NoCredit)) => {
-                return Err(Stop::Broken(
-                    ProtocolError::Credit {
-                        channel: id,
-                        detail: "a segment sent without a free segment to take it".into(),
-                    }
-                    .into(),
-                ))
-            }
-            Ok(Err(Refused::Misplaced { expected, found })) => {
-                return Err(misplaced(id, found, expected))
-            }
-            Ok(Err(Refused::Shape)) => {
-                return Err(Stop::Broken(
-                    ProtocolError::Channel {
-                        channel: id,
-                        detail: "a buffer that does not fit the segment".into(),
-                    }
-                    .into(),
-                ))
-            }
-            Err(e) => return Err(Stop::Consumer(e)),
-        }
-        self.backlog = (backlog as u64).min(self.segments);
-        self.wire += frames.len() as u64;
-        // Flink's floating buffers: ask the gate for what the backlog needs beyond the credit
-        // the sender has or is about to get.
-        let free = self.p.raw_free().unwrap_or(0);
-        let short = self.backlog.saturating_sub(free);
-        let unmet = self.p.raw_unmet();
-        if short > unmet {
-            self.p.raw_ask(short - unmet);
-        }
-        Ok(())
-    }
-
-    /// Puts a priority event in the lane if there is room and nothing waits before it, else
-    /// holds it.
-    fn priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), Stop> {
-        if self.held.is_empty() {
-            match self.p.try_send_priority_event(kind, payload) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Full) => {}
-                Err(e) => return Err(Stop::Consumer(e.into())),
-            }
-        }
-        self.held_priority += 1;
-        if self.held_priority > PRIORITY_WAITING {
-            return Err(Stop::PriorityUnread);
-        }
-        // Copied: a slice of the connection's read buffer would keep the whole buffer alive.
-        self.held.push_back(Waiting::Priority {
-            kind,
-            payload: Bytes::copy_from_slice(payload),
-        });
-        Ok(())
-    }
-
-    /// Handles one message that arrived: written or put in the lane, or held if a priority
-    /// event waits (see `held`).
-    fn take(&mut self, input: In) -> Result<(), Stop> {
-        match input {
-            In::Buffer {
-                backlog,
-                offset,
-                frames,
-            } => {
-                let offset = offset as usize;
-                let ends = self.admit(offset, &frames)?;
-                if self.held.is_empty() {
-                    return self.write(backlog, offset, &frames, ends);
-                }
-                // Copied (a slice of the connection's read buffer would keep the whole buffer
-                // alive), onto the held part of the same segment if it continues it.
-                if let Some(Waiting::Buffer {
-                    backlog: b,
-                    offset: at,
-                    frames: f,
-                    ends: e,
-                }) = self.held.back_mut()
-                {
-                    if !*e && *at + f.len() == offset {
-                        f.extend_from_slice(&frames);
-                        (*b, *e) = (backlog, ends);
-                        return Ok(());
-                    }
-                }
-                self.held.push_back(Waiting::Buffer {
-                    backlog,
-                    offset,
-                    frames: BytesMut::from(&frames[..]),
-                    ends,
-                });
-                Ok(())
-            }
-            In::Priority { kind, payload } => self.priority(kind, &payload),
-            In::Close(how) => self.last(Last::Close(how)),
-            In::Error { code, message } => self.last(Last::Error { code, message }),
-        }
-    }
-
-    /// The sender ended the channel: now, or after what is held.
-    fn last(&mut self, last: Last) -> Result<(), Stop> {
-        if self.held.is_empty() {
-            return Err(Stop::Sender(last));
-        }
-        self.held.push_back(Waiting::Last(last));
-        Ok(())
-    }
-
-    /// The front priority event went into the lane: what was held behind it goes now, up to
-    /// the next priority event that finds no room (it stays at the front).
-    fn release(&mut self) -> Result<(), Stop> {
-        self.held.pop_front();
-        self.held_priority -= 1;
-        loop {
-            if let Some(Waiting::Priority { kind, payload }) = self.held.front() {
-                match self.p.try_send_priority_event(*kind, payload) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full) => return Ok(()),
-                    Err(e) => return Err(Stop::Consumer(e.into())),
-                }
-            }
-            match self.held.pop_front() {
-                None => return Ok(()),
-                Some(Waiting::Priority { .. }) => self.held_priority -= 1,
-                Some(Waiting::Buffer {
-                    backlog,
-                    offset,
-                    frames,
-                    ends,
-                }) => self.write(backlog, offset, &frames, ends)?,
-                Some(Waiting::Last(last)) => return Err(Stop::Sender(last)),
-            }
-        }
-    }
-
+impl Receiving<Held<Producer>> {
     /// Announces new credit and shows the figures.
     async fn announce(&mut self, w: &Writer) -> Result<(), LinkError> {
         announce(&mut self.p, &mut self.credit, self.id, w).await?;
@@ -627,19 +360,6 @@ impl Receiving {
             }
         }
     }
-}
-
-/// A buffer that does not start where the channel's segment continues.
-fn misplaced(channel: u32, found: usize, expected: usize) -> Stop {
-    Stop::Broken(
-        ProtocolError::Channel {
-            channel,
-            detail: format!(
-                "a buffer at offset {found}, where the segment continues at {expected}"
-            ),
-        }
-        .into(),
-    )
 }
 
 /// Why a channel whose consumer takes no priority events is ended (see `PRIORITY_WAITING`).

@@ -1,0 +1,654 @@
+//! One imported channel's receiving state machine, apart from the socket and the runtime: it
+//! checks each buffer that arrives (frames, credit, place in its segment), writes it into the
+//! local producer's segments, asks the gate for floating segments as the sender's backlog
+//! needs, and holds what arrives behind a priority event that finds the lane full, in order,
+//! until the event goes in. What it writes into is a [`Segments`], so that it can be driven
+//! here, in unit tests, without a region or a connection.
+
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::endpoint::producer::raw::Refused;
+use crate::endpoint::producer::Producer;
+use crate::error::{Error, TrySendError};
+use crate::net::error::{LinkError, ProtocolError};
+use crate::net::link::Held;
+use crate::net::wire::{self, Closed};
+
+/// What the machine writes into: the local producer's raw operations.
+pub(super) trait Segments {
+    /// Writes checked frames at `offset` of the segment in hand (`offset == 0`: a fresh one).
+    fn write(
+        &mut self,
+        offset: usize,
+        frames: &[u8],
+        ends: bool,
+    ) -> Result<Result<(), Refused>, Error>;
+    /// Free segments: what may be announced as credit (0 if the region cannot say).
+    fn free(&mut self) -> u64;
+    /// Floating segments asked for and not granted yet.
+    fn unmet(&self) -> u64;
+    /// Asks the gate for `n` more floating segments.
+    fn ask(&mut self, n: u64);
+    /// Puts a priority event in the lane if it has room.
+    fn try_priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), TrySendError>;
+}
+
+impl Segments for Held<Producer> {
+    fn write(
+        &mut self,
+        offset: usize,
+        frames: &[u8],
+        ends: bool,
+    ) -> Result<Result<(), Refused>, Error> {
+        self.raw_write(offset, frames, ends)
+    }
+
+    fn free(&mut self) -> u64 {
+        self.raw_free().unwrap_or(0)
+    }
+
+    fn unmet(&self) -> u64 {
+        self.raw_unmet()
+    }
+
+    fn ask(&mut self, n: u64) {
+        self.raw_ask(n)
+    }
+
+    fn try_priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), TrySendError> {
+        self.try_send_priority_event(kind, payload)
+    }
+}
+
+/// Messages the connection's reader hands to one channel's task.
+pub(super) enum In {
+    Buffer {
+        backlog: u32,
+        offset: u32,
+        frames: Bytes,
+    },
+    Priority {
+        kind: u32,
+        payload: Bytes,
+    },
+    Close(Closed),
+    Error {
+        code: u32,
+        message: String,
+    },
+}
+
+/// The credit a receiving channel has announced and the sender has not spent yet, and the
+/// state of the frames received.
+pub(super) struct Credit {
+    pub(super) announced: u64,
+    pub(super) started: u64,
+}
+
+impl Credit {
+    pub(super) fn outstanding(&self) -> u64 {
+        self.announced - self.started
+    }
+}
+
+/// Priority events that may wait for room in one channel's lane. Priority events are outside
+/// credit: a channel whose consumer takes none while its sender keeps sending them is ended
+/// when this many wait, so that they cannot pile up without bound.
+pub(super) const PRIORITY_WAITING: usize = 256;
+
+/// One channel's state between messages.
+pub(super) struct Receiving<S> {
+    pub(super) p: S,
+    pub(super) id: u32,
+    pub(super) seg_size: usize,
+    pub(super) segments: u64,
+    pub(super) credit: Credit,
+    /// Inside a record that spans segments (for the frame check).
+    pub(super) in_span: bool,
+    /// Where the segment being received continues: `None` when the next buffer must start
+    /// one (offset 0, with credit).
+    pub(super) cont: Option<usize>,
+    pub(super) backlog: u64,
+    pub(super) wire: u64,
+    /// What arrived while a priority event waits for room in the lane, in order (the front is
+    /// that event). Its buffers were checked as they arrived, within credit, and the parts of
+    /// one segment are joined into one entry, so it holds at most the credited segments'
+    /// bytes in at most one entry per segment, plus at most `PRIORITY_WAITING` priority
+    /// events.
+    pub(super) held: VecDeque<Waiting>,
+    pub(super) held_priority: usize,
+}
+
+/// A message held behind a priority event.
+pub(super) enum Waiting {
+    /// A buffer, checked (`ends`: it ends its segment), or several that continue each other
+    /// joined.
+    Buffer {
+        backlog: u32,
+        offset: usize,
+        frames: BytesMut,
+        ends: bool,
+    },
+    Priority {
+        kind: u32,
+        payload: Bytes,
+    },
+    /// The channel's end.
+    Last(Last),
+}
+
+/// The sender's end of a channel: `Close` or `Error`.
+#[derive(Debug)]
+pub(super) enum Last {
+    Close(Closed),
+    Error { code: u32, message: String },
+}
+
+/// Why a channel ends.
+#[derive(Debug)]
+pub(super) enum Stop {
+    /// The sender's `Close` or `Error`.
+    Sender(Last),
+    /// The local consumer left or broke.
+    Consumer(Error),
+    /// The sender broke the protocol: the channel and the connection fail.
+    Broken(LinkError),
+    /// The consumer takes no priority events (see `PRIORITY_WAITING`).
+    PriorityUnread,
+}
+
+impl<S: Segments> Receiving<S> {
+    /// Checks a buffer as it arrives (frames, credit, place in the segment), before it is
+    /// written or held. True if it ends its segment.
+    pub(super) fn admit(&mut self, offset: usize, frames: &[u8]) -> Result<bool, Stop> {
+        let id = self.id;
+        let ends = wire::check_frames(offset, frames, self.seg_size, &mut self.in_span)
+            .map_err(|e| Stop::Broken(e.into()))?;
+        if offset == 0 && self.cont.is_none() {
+            if self.credit.outstanding() == 0 {
+                return Err(Stop::Broken(
+                    ProtocolError::Credit {
+                        channel: id,
+                        detail: "a segment sent without credit".into(),
+                    }
+                    .into(),
+                ));
+            }
+            self.credit.started += 1;
+        } else if self.cont != Some(offset) {
+            return Err(misplaced(id, offset, self.cont.unwrap_or(0)));
+        }
+        self.cont = (!ends).then_some(offset + frames.len());
+        Ok(ends)
+    }
+
+    /// Writes an admitted buffer into the producer's segment; asks the gate for floating
+    /// segments as the backlog needs.
+    pub(super) fn write(
+        &mut self,
+        backlog: u32,
+        offset: usize,
+        frames: &[u8],
+        ends: bool,
+    ) -> Result<(), Stop> {
+        let id = self.id;
+        match self.p.write(offset, frames, ends) {
+            Ok(Ok(())) => {}
+            Ok(Err(Refused::NoCredit)) => {
+                return Err(Stop::Broken(
+                    ProtocolError::Credit {
+                        channel: id,
+                        detail: "a segment sent without a free segment to take it".into(),
+                    }
+                    .into(),
+                ))
+            }
+            Ok(Err(Refused::Misplaced { expected, found })) => {
+                return Err(misplaced(id, found, expected))
+            }
+            Ok(Err(Refused::Shape)) => {
+                return Err(Stop::Broken(
+                    ProtocolError::Channel {
+                        channel: id,
+                        detail: "a buffer that does not fit the segment".into(),
+                    }
+                    .into(),
+                ))
+            }
+            Err(e) => return Err(Stop::Consumer(e)),
+        }
+        self.backlog = (backlog as u64).min(self.segments);
+        self.wire += frames.len() as u64;
+        // Flink's floating buffers: ask the gate for what the backlog needs beyond the credit
+        // the sender has or is about to get.
+        let free = self.p.free();
+        let short = self.backlog.saturating_sub(free);
+        let unmet = self.p.unmet();
+        if short > unmet {
+            self.p.ask(short - unmet);
+        }
+        Ok(())
+    }
+
+    /// Puts a priority event in the lane if there is room and nothing waits before it, else
+    /// holds it.
+    pub(super) fn priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), Stop> {
+        if self.held.is_empty() {
+            match self.p.try_priority(kind, payload) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Full) => {}
+                Err(e) => return Err(Stop::Consumer(e.into())),
+            }
+        }
+        self.held_priority += 1;
+        if self.held_priority > PRIORITY_WAITING {
+            return Err(Stop::PriorityUnread);
+        }
+        // Copied: a slice of the connection's read buffer would keep the whole buffer alive.
+        self.held.push_back(Waiting::Priority {
+            kind,
+            payload: Bytes::copy_from_slice(payload),
+        });
+        Ok(())
+    }
+
+    /// Handles one message that arrived: written or put in the lane, or held if a priority
+    /// event waits (see `held`).
+    pub(super) fn take(&mut self, input: In) -> Result<(), Stop> {
+        match input {
+            In::Buffer {
+                backlog,
+                offset,
+                frames,
+            } => {
+                let offset = offset as usize;
+                let ends = self.admit(offset, &frames)?;
+                if self.held.is_empty() {
+                    return self.write(backlog, offset, &frames, ends);
+                }
+                // Copied (a slice of the connection's read buffer would keep the whole buffer
+                // alive), onto the held part of the same segment if it continues it.
+                if let Some(Waiting::Buffer {
+                    backlog: b,
+                    offset: at,
+                    frames: f,
+                    ends: e,
+                }) = self.held.back_mut()
+                {
+                    if !*e && *at + f.len() == offset {
+                        f.extend_from_slice(&frames);
+                        (*b, *e) = (backlog, ends);
+                        return Ok(());
+                    }
+                }
+                self.held.push_back(Waiting::Buffer {
+                    backlog,
+                    offset,
+                    frames: BytesMut::from(&frames[..]),
+                    ends,
+                });
+                Ok(())
+            }
+            In::Priority { kind, payload } => self.priority(kind, &payload),
+            In::Close(how) => self.last(Last::Close(how)),
+            In::Error { code, message } => self.last(Last::Error { code, message }),
+        }
+    }
+
+    /// The sender ended the channel: now, or after what is held.
+    pub(super) fn last(&mut self, last: Last) -> Result<(), Stop> {
+        if self.held.is_empty() {
+            return Err(Stop::Sender(last));
+        }
+        self.held.push_back(Waiting::Last(last));
+        Ok(())
+    }
+
+    /// The front priority event went into the lane: what was held behind it goes now, up to
+    /// the next priority event that finds no room (it stays at the front).
+    pub(super) fn release(&mut self) -> Result<(), Stop> {
+        self.held.pop_front();
+        self.held_priority -= 1;
+        loop {
+            if let Some(Waiting::Priority { kind, payload }) = self.held.front() {
+                match self.p.try_priority(*kind, payload) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full) => return Ok(()),
+                    Err(e) => return Err(Stop::Consumer(e.into())),
+                }
+            }
+            match self.held.pop_front() {
+                None => return Ok(()),
+                Some(Waiting::Priority { .. }) => self.held_priority -= 1,
+                Some(Waiting::Buffer {
+                    backlog,
+                    offset,
+                    frames,
+                    ends,
+                }) => self.write(backlog, offset, &frames, ends)?,
+                Some(Waiting::Last(last)) => return Err(Stop::Sender(last)),
+            }
+        }
+    }
+}
+
+/// A buffer that does not start where the channel's segment continues.
+pub(super) fn misplaced(channel: u32, found: usize, expected: usize) -> Stop {
+    Stop::Broken(
+        ProtocolError::Channel {
+            channel,
+            detail: format!(
+                "a buffer at offset {found}, where the segment continues at {expected}"
+            ),
+        }
+        .into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::frame;
+
+    const SEG: usize = 4096;
+
+    /// A producer's segments without a region: `free` segments for credit, a lane of `room`
+    /// priority events, and what was written, in order.
+    #[derive(Default)]
+    struct Fake {
+        free: u64,
+        unmet: u64,
+        asked: u64,
+        room: usize,
+        lane: Vec<u32>,
+        written: Vec<(usize, usize, bool)>,
+        /// Everything that reached the consumer, in order: `b` a buffer, `p` a priority event.
+        order: Vec<char>,
+    }
+
+    impl Segments for Fake {
+        fn write(
+            &mut self,
+            offset: usize,
+            frames: &[u8],
+            ends: bool,
+        ) -> Result<Result<(), Refused>, Error> {
+            if offset == 0 {
+                if self.free == 0 {
+                    return Ok(Err(Refused::NoCredit));
+                }
+                self.free -= 1;
+            }
+            self.written.push((offset, frames.len(), ends));
+            self.order.push('b');
+            Ok(Ok(()))
+        }
+        fn free(&mut self) -> u64 {
+            self.free
+        }
+        fn unmet(&self) -> u64 {
+            self.unmet
+        }
+        fn ask(&mut self, n: u64) {
+            self.asked += n;
+            self.unmet += n;
+        }
+        fn try_priority(&mut self, kind: u32, _payload: &[u8]) -> Result<(), TrySendError> {
+            if self.lane.len() >= self.room {
+                return Err(TrySendError::Full);
+            }
+            self.lane.push(kind);
+            self.order.push('p');
+            Ok(())
+        }
+    }
+
+    fn machine(credit: u64, fake: Fake) -> Receiving<Fake> {
+        Receiving {
+            p: fake,
+            id: 3,
+            seg_size: SEG,
+            segments: 8,
+            credit: Credit {
+                announced: credit,
+                started: 0,
+            },
+            in_span: false,
+            cont: None,
+            backlog: 0,
+            wire: 0,
+            held: VecDeque::new(),
+            held_priority: 0,
+        }
+    }
+
+    /// One whole record of `len` bytes, with a SEAL after it if `seal`.
+    fn frames(len: u32, seal: bool) -> Bytes {
+        let mut v = frame::encode(len, frame::WHOLE).to_le_bytes().to_vec();
+        v.resize(frame::next_frame(0, len as usize), 0);
+        if seal {
+            v.extend_from_slice(&frame::encode(0, frame::SEAL).to_le_bytes());
+        }
+        Bytes::from(v)
+    }
+
+    fn buffer(backlog: u32, offset: u32, frames: Bytes) -> In {
+        In::Buffer {
+            backlog,
+            offset,
+            frames,
+        }
+    }
+
+    fn broken(r: Result<(), Stop>) -> String {
+        match r {
+            Err(Stop::Broken(e)) => e.to_string(),
+            Err(_) => panic!("stopped, but not as broken"),
+            Ok(()) => panic!("accepted"),
+        }
+    }
+
+    #[test]
+    fn a_segment_needs_credit_and_its_parts_continue_it() {
+        let mut m = machine(
+            1,
+            Fake {
+                free: 4,
+                ..Fake::default()
+            },
+        );
+        let first = frames(8, false);
+        let n = first.len();
+        m.take(buffer(0, 0, first)).unwrap();
+        assert_eq!((m.credit.started, m.cont), (1, Some(n)));
+        // The rest of the segment, where it continues: no new credit spent.
+        m.take(buffer(0, n as u32, frames(8, true))).unwrap();
+        assert_eq!((m.credit.started, m.cont), (1, None));
+        assert_eq!(m.p.written, [(0, n, false), (n, n + 8, true)]);
+        assert_eq!(m.wire, (2 * n + 8) as u64);
+        // A new segment, but the one credit is spent.
+        let e = broken(m.take(buffer(0, 0, frames(8, true))));
+        assert!(e.contains("without credit"), "{e}");
+    }
+
+    #[test]
+    fn a_part_out_of_place_or_out_of_shape_breaks_the_channel() {
+        let mut m = machine(
+            2,
+            Fake {
+                free: 4,
+                ..Fake::default()
+            },
+        );
+        // Continuing a segment that was never started.
+        let e = broken(m.take(buffer(0, 64, frames(8, false))));
+        assert!(
+            e.contains("offset 64") && e.contains("continues at 0"),
+            "{e}"
+        );
+        let mut m = machine(
+            2,
+            Fake {
+                free: 4,
+                ..Fake::default()
+            },
+        );
+        m.take(buffer(0, 0, frames(8, false))).unwrap();
+        // A gap after the first part.
+        let e = broken(m.take(buffer(0, 100, frames(8, false))));
+        assert!(e.contains("offset 100"), "{e}");
+        // Garbage instead of frames.
+        let mut m = machine(
+            2,
+            Fake {
+                free: 4,
+                ..Fake::default()
+            },
+        );
+        assert!(matches!(
+            m.take(buffer(0, 0, Bytes::from_static(&[0xAB; 16]))),
+            Err(Stop::Broken(_))
+        ));
+        assert!(
+            m.p.written.is_empty(),
+            "nothing of a broken buffer is written"
+        );
+    }
+
+    #[test]
+    fn the_backlog_asks_for_floating_segments_once() {
+        let mut m = machine(
+            4,
+            Fake {
+                free: 2,
+                ..Fake::default()
+            },
+        );
+        m.take(buffer(5, 0, frames(8, true))).unwrap();
+        // Backlog 5 against 1 free segment left: 4 asked for.
+        assert_eq!((m.backlog, m.p.asked), (5, 4));
+        m.take(buffer(5, 0, frames(8, true))).unwrap();
+        // Still 4 unmet: the next buffer asks only for what the backlog needs beyond them
+        // (5 short, no segment free).
+        assert_eq!(m.p.asked, 5);
+        // A backlog larger than the pool counts as the pool.
+        m.p.free = 1;
+        m.take(buffer(u32::MAX, 0, frames(8, true))).unwrap();
+        assert_eq!(m.backlog, 8);
+    }
+
+    #[test]
+    fn what_follows_a_waiting_priority_event_is_held_in_order() {
+        let mut m = machine(
+            4,
+            Fake {
+                free: 4,
+                room: 1,
+                ..Fake::default()
+            },
+        );
+        m.take(In::Priority {
+            kind: 1,
+            payload: Bytes::new(),
+        })
+        .unwrap();
+        assert_eq!(m.p.lane, [1], "room for one: it goes in at once");
+        // The lane is full: the next event waits, and the buffers after it wait behind it.
+        m.take(In::Priority {
+            kind: 2,
+            payload: Bytes::new(),
+        })
+        .unwrap();
+        let a = frames(8, false);
+        let n = a.len();
+        m.take(buffer(0, 0, a)).unwrap();
+        m.take(buffer(0, n as u32, frames(8, true))).unwrap();
+        m.take(In::Close(Closed::Clean)).unwrap();
+        assert!(m.p.written.is_empty());
+        // Two parts of one segment were joined into one held entry.
+        assert_eq!(m.held.len(), 3, "the event, one joined buffer, the close");
+        // The consumer takes event 1; event 2 goes in, then the buffer, then the end.
+        m.p.lane.clear();
+        match m.release() {
+            Err(Stop::Sender(Last::Close(Closed::Clean))) => {}
+            _ => panic!("the close comes last"),
+        }
+        assert_eq!(m.p.order, ['p', 'b'], "event 1 first, then the held buffer");
+        assert_eq!(m.p.written, [(0, 2 * n + 8, true)]);
+    }
+
+    #[test]
+    fn release_stops_at_the_next_event_that_finds_no_room() {
+        let mut m = machine(
+            4,
+            Fake {
+                free: 4,
+                room: 0,
+                ..Fake::default()
+            },
+        );
+        m.held.push_back(Waiting::Priority {
+            kind: 1,
+            payload: Bytes::new(),
+        });
+        m.held_priority = 1;
+        m.take(buffer(0, 0, frames(8, true))).unwrap();
+        m.take(In::Priority {
+            kind: 2,
+            payload: Bytes::new(),
+        })
+        .unwrap();
+        m.take(buffer(0, 0, frames(8, true))).unwrap();
+        // Event 1 went in by the async path; event 2 still finds no room.
+        m.release().unwrap();
+        assert_eq!(m.p.written.len(), 1, "only the buffer before event 2");
+        assert_eq!(m.held.len(), 2);
+        assert!(matches!(
+            m.held.front(),
+            Some(Waiting::Priority { kind: 2, .. })
+        ));
+        m.p.room = 1;
+        m.release().unwrap();
+        assert_eq!(m.p.written.len(), 2);
+        assert!(m.held.is_empty() && m.held_priority == 0);
+    }
+
+    #[test]
+    fn priority_events_that_are_never_taken_end_the_channel() {
+        let mut m = machine(
+            4,
+            Fake {
+                room: 0,
+                ..Fake::default()
+            },
+        );
+        for k in 0..PRIORITY_WAITING as u32 {
+            m.take(In::Priority {
+                kind: k,
+                payload: Bytes::new(),
+            })
+            .unwrap();
+        }
+        assert!(matches!(
+            m.take(In::Priority {
+                kind: 0,
+                payload: Bytes::new()
+            }),
+            Err(Stop::PriorityUnread)
+        ));
+    }
+
+    #[test]
+    fn the_senders_end_comes_at_once_when_nothing_waits() {
+        let mut m = machine(1, Fake::default());
+        assert!(matches!(
+            m.take(In::Error {
+                code: 7,
+                message: "gone".into()
+            }),
+            Err(Stop::Sender(Last::Error { code: 7, .. }))
+        ));
+    }
+}
