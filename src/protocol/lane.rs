@@ -93,3 +93,69 @@ pub(crate) fn lane_pop(
     h.cons.prio_head.store(head + 1, Ordering::Release);
     Ok(Some((kind, len)))
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn corrupt(r: Result<impl std::fmt::Debug>) -> String {
+        match r {
+            Err(e @ Error::Corrupt(_)) => e.to_string(),
+            other => panic!("not corrupt: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn events_come_out_in_order_until_the_lane_is_full() {
+        let h = Header::default();
+        let mut buf = [0u8; PRIO_PAYLOAD];
+        let slots = PRIO_SLOTS as u64;
+        for t in 0..slots {
+            let payload = vec![t as u8; t as usize * 5];
+            assert!(lane_push(&h, t, 100 + t as u32, &payload, "t").unwrap());
+        }
+        assert!(!lane_push(&h, slots, 9, b"", "t").unwrap(), "full");
+        for head in 0..slots {
+            let (kind, len) = lane_pop(&h, head, &mut buf, "t").unwrap().unwrap();
+            assert_eq!((kind, len), (100 + head as u32, head as usize * 5));
+            assert!(buf[..len].iter().all(|&b| b == head as u8));
+        }
+        assert_eq!(lane_pop(&h, slots, &mut buf, "t").unwrap(), None, "empty");
+        // Room again after the pops, in the reused slots; a payload of the largest size.
+        let big = [0xEE; PRIO_PAYLOAD];
+        assert!(lane_push(&h, slots, 7, &big, "t").unwrap());
+        assert_eq!(
+            lane_pop(&h, slots, &mut buf, "t").unwrap(),
+            Some((7, PRIO_PAYLOAD))
+        );
+        assert_eq!(buf, big);
+    }
+
+    #[test]
+    fn cursors_and_lengths_from_the_peer_are_checked() {
+        let h = Header::default();
+        let mut buf = [0u8; PRIO_PAYLOAD];
+        // A consumer head past the producer's tail, or further behind than the lane holds.
+        h.cons.prio_head.store(5, Ordering::Relaxed);
+        assert!(corrupt(lane_push(&h, 3, 1, b"", "t")).contains("priority lane head"));
+        h.cons.prio_head.store(0, Ordering::Relaxed);
+        corrupt(lane_push(&h, PRIO_SLOTS as u64 + 1, 1, b"", "t"));
+        // A producer tail behind the head, or too far ahead.
+        h.prio_tail.store(2, Ordering::Relaxed);
+        assert!(corrupt(lane_pop(&h, 3, &mut buf, "t")).contains("priority lane tail"));
+        h.prio_tail
+            .store(3 + PRIO_SLOTS as u64 + 1, Ordering::Relaxed);
+        corrupt(lane_pop(&h, 3, &mut buf, "t"));
+        // A slot whose length is larger than a slot holds.
+        h.prio_tail.store(1, Ordering::Relaxed);
+        h.prio[0]
+            .kind_len
+            .store((1 << 32) | (PRIO_PAYLOAD as u64 + 1), Ordering::Relaxed);
+        assert!(corrupt(lane_pop(&h, 0, &mut buf, "t")).contains("priority event length"));
+        assert_eq!(
+            h.cons.prio_head.load(Ordering::Relaxed),
+            0,
+            "nothing consumed"
+        );
+    }
+}

@@ -640,3 +640,138 @@ pub(crate) async unsafe fn wait_async<T>(
         done!(poll(Look::Now));
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::AtomicU32;
+    use std::sync::atomic::AtomicBool;
+
+    fn word() -> FutexWord {
+        FutexWord(AtomicU32::new(0))
+    }
+
+    /// A poll that yields once `flag` is set.
+    fn ready(flag: &AtomicBool) -> impl FnMut(Look) -> Result<Option<()>> + '_ {
+        // Acquire: pairs with the Release store that publishes the flag.
+        move |_| Ok(flag.load(Ordering::Acquire).then_some(()))
+    }
+
+    #[test]
+    fn nobody_parked_means_no_wake() {
+        let w = word();
+        assert!(!notify(&w, None));
+        assert!(!notify_light(&w, || None));
+        assert_eq!(w.atomic().load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_parked_waiter_is_woken_by_the_notification_after_the_publication() {
+        for strategy in [WaitStrategy::Park, WaitStrategy::Block] {
+            let (w, flag) = (word(), AtomicBool::new(false));
+            std::thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    wait_for(
+                        &w,
+                        strategy,
+                        Deadline::Never,
+                        Notifier::Rmw,
+                        Pace::Sparse,
+                        ready(&flag),
+                    )
+                });
+                // Wait until the waiter has announced itself, then publish and notify.
+                while w.atomic().load(Ordering::Acquire) & PARKED == 0 {
+                    std::thread::yield_now();
+                }
+                flag.store(true, Ordering::Release);
+                assert!(
+                    notify(&w, None),
+                    "{strategy:?}: the waiter announced itself"
+                );
+                waiter.join().unwrap().unwrap();
+            });
+            assert_eq!(w.atomic().load(Ordering::Relaxed) & PARKED, 0);
+        }
+    }
+
+    #[test]
+    fn deadlines_end_the_wait_with_the_right_error() {
+        let (w, flag) = (word(), AtomicBool::new(false));
+        let now = wait_for(
+            &w,
+            WaitStrategy::Block,
+            Deadline::Now,
+            Notifier::Rmw,
+            Pace::Sparse,
+            ready(&flag),
+        );
+        assert!(matches!(now, Err(Error::WouldBlock)));
+        let later = wait_for(
+            &w,
+            WaitStrategy::Park,
+            Deadline::after(Duration::from_millis(5)),
+            Notifier::Rmw,
+            Pace::Sparse,
+            ready(&flag),
+        );
+        assert!(matches!(later, Err(Error::Timeout)));
+        assert_eq!(w.atomic().load(Ordering::Relaxed) & PARKED, 0, "withdrawn");
+        flag.store(true, Ordering::Release);
+        let there = wait_for(
+            &w,
+            WaitStrategy::Park,
+            Deadline::Now,
+            Notifier::Rmw,
+            Pace::Sparse,
+            ready(&flag),
+        );
+        assert!(there.is_ok(), "a value there now is taken even by a try");
+    }
+
+    #[test]
+    fn a_failing_poll_ends_the_wait_and_withdraws_the_announcement() {
+        let w = word();
+        let mut looks = Vec::new();
+        let r: Result<()> = wait_for(
+            &w,
+            WaitStrategy::Park,
+            Deadline::Never,
+            Notifier::Rmw,
+            Pace::Sparse,
+            |look| {
+                looks.push(look);
+                // The re-check after the announcement fails (a dead peer, say).
+                if w.atomic().load(Ordering::Relaxed) & PARKED != 0 {
+                    return Err(Error::WouldBlock);
+                }
+                Ok(None)
+            },
+        );
+        assert!(r.is_err());
+        assert_eq!(looks, [Look::Quick, Look::Quick]);
+        assert_eq!(w.atomic().load(Ordering::Relaxed) & PARKED, 0);
+    }
+
+    #[test]
+    fn a_word_is_ringable_or_bell_less_never_both() {
+        let w = word();
+        mark_ringable(&w);
+        assert!(ringable(&w));
+        assert!(!mark_bell_less(&w), "a waiter may sleep on the bell");
+        let w = word();
+        assert!(mark_bell_less(&w));
+        assert!(!ringable(&w));
+        assert_eq!(w.atomic().load(Ordering::Relaxed) & BELL_LESS, BELL_LESS);
+    }
+
+    #[test]
+    fn a_notifier_without_the_bell_wakes_the_futex_of_a_doorbell_waiter() {
+        // A waiter announced `DOORBELL`; a notifier that holds no bell clears both bits and
+        // wakes the futex (the waiter's nap ends its sleep, see the module docs).
+        let w = word();
+        w.atomic().store(PARKED | DOORBELL, Ordering::Relaxed);
+        assert!(notify(&w, None));
+        assert_eq!(w.atomic().load(Ordering::Relaxed), 0);
+    }
+}

@@ -276,3 +276,83 @@ impl Pool {
         self.free.push(seg);
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lent_supply_asks_once_per_wait_and_publishes_its_demand() {
+        let h = Header::default();
+        let mut own = Supply::Own;
+        assert!(!own.ask(&h) && !own.ask_more(&h, 3) && own.demand() == 0);
+        let mut s = Supply::lent();
+        assert!(s.ask(&h));
+        assert!(!s.ask(&h), "asked already: the gate knows");
+        s.got();
+        assert!(s.ask(&h), "a segment came: the next wait asks again");
+        assert!(s.ask_more(&h, u64::MAX), "a wild backlog saturates");
+        assert_eq!(s.demand(), u64::MAX);
+        assert_eq!(h.prod.demand.load(Ordering::Relaxed), u64::MAX);
+    }
+
+    #[test]
+    fn a_gate_channel_holds_its_own_and_what_it_was_lent() {
+        let h = Header::default();
+        let mut r = Recycler::Lent(Lending::new(0..2));
+        assert!(r.check(1).is_ok());
+        let e = r.check(5).unwrap_err();
+        assert_eq!(e.exclusive, 0..2);
+        // The producer asks for two; the gate lends 5 and 6.
+        h.prod.demand.store(2, Ordering::Relaxed);
+        let l = r.lending().unwrap();
+        assert_eq!(l.backlog(&h), 2);
+        l.grant(&h, 6);
+        l.grant(&h, 5);
+        assert_eq!(l.backlog(&h), 0);
+        assert!(r.check(5).is_ok() && r.check(6).is_ok());
+        assert_eq!(h.cons.floating_held.load(Ordering::Relaxed), 2);
+        // Own segments go back to the channel's ring; a floating one back to the gate when
+        // nobody asks, or stays as one more grant while the producer asks.
+        assert_eq!(r.release(&h, 1), Some(1));
+        assert_eq!(r.release(&h, 5), None);
+        h.prod.demand.store(3, Ordering::Relaxed);
+        assert_eq!(r.release(&h, 6), Some(6), "asked for: kept");
+        assert_eq!(h.cons.lent.load(Ordering::Relaxed), 3);
+        let back: Vec<u32> = r.lending().unwrap().take_returned().collect();
+        assert_eq!(back, [5]);
+        assert!(r.check(5).is_err(), "handed back: no longer this channel's");
+    }
+
+    #[test]
+    fn a_dead_producers_floating_segments_return_and_a_closed_ones_are_kept_out() {
+        let h = Header::default();
+        let mut r = Recycler::Lent(Lending::new(0..2));
+        r.lending().unwrap().grant(&h, 4);
+        r.lending().unwrap().grant(&h, 3);
+        r.reclaim_all(&h);
+        let mut back: Vec<u32> = r.lending().unwrap().take_returned().collect();
+        back.sort();
+        assert_eq!(back, [3, 4]);
+        let mut r = Recycler::Lent(Lending::new(0..2));
+        r.lending().unwrap().grant(&h, 4);
+        r.forget_all(&h);
+        assert_eq!(r.lending().unwrap().take_returned().count(), 0);
+        assert_eq!(h.cons.floating_held.load(Ordering::Relaxed), 0);
+        assert!(
+            Recycler::Own.check(u32::MAX).is_ok(),
+            "the ring checks the bound"
+        );
+    }
+
+    #[test]
+    fn the_pool_lends_each_floating_segment_once() {
+        let mut p = Pool::new(10..13);
+        assert_eq!(p.free(), 3);
+        let got: Vec<u32> = std::iter::from_fn(|| p.take()).collect();
+        assert_eq!(got, [10, 11, 12]);
+        assert_eq!(p.take(), None);
+        p.put(11);
+        assert_eq!((p.free(), p.take()), (1, Some(11)));
+    }
+}

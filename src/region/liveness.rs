@@ -147,3 +147,88 @@ impl Liveness {
         Ok(())
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::protocol::abi::{Header, END_ATTACHED, END_DETACHED};
+    use crate::protocol::park::Look;
+    use crate::sync::Ordering;
+
+    fn region() -> OwnedFd {
+        crate::sys::shm::memfd(c"liveness-test").unwrap()
+    }
+
+    #[test]
+    fn every_end_has_its_own_byte() {
+        let bytes = [
+            lock_byte(None, End::Producer),
+            lock_byte(None, End::Consumer),
+            lock_byte(Some(0), End::Producer),
+            lock_byte(Some(7), End::Producer),
+            lock_byte(Some(7), End::Consumer),
+        ];
+        assert_eq!(bytes, [0, 1, 2, 9, 1]);
+    }
+
+    #[test]
+    fn an_end_is_held_once_and_free_again_when_its_lock_goes() {
+        let fd = region();
+        let first = EndLock::acquire(&fd, 0, End::Producer, "/t").unwrap();
+        match EndLock::acquire(&fd, 0, End::Producer, "/t") {
+            Err(OpenError::AlreadyAttached { end, .. }) => assert_eq!(end, End::Producer),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        let other = EndLock::acquire(&fd, 1, End::Consumer, "/t").unwrap();
+        assert!(end_locked(other.fd(), 0).unwrap(), "seen from another end");
+        drop(first);
+        assert!(!end_locked(other.fd(), 0).unwrap());
+        EndLock::acquire(&fd, 0, End::Producer, "/t").unwrap();
+    }
+
+    #[test]
+    fn a_peer_attached_without_its_lock_is_dead_and_stays_dead() {
+        let fd = region();
+        let h = Header::default();
+        let me = std::sync::Arc::new(EndLock::acquire(&fd, 1, End::Consumer, "/t").unwrap());
+        let mut l = Liveness::new(me, End::Consumer, None);
+        // Not attached (yet, or any more): not dead, whatever the lock says.
+        assert!(l.check(&h, "/t", Look::Now).is_ok());
+        h.producer.state.store(END_ATTACHED, Ordering::Relaxed);
+        h.producer.pid.store(4242, Ordering::Relaxed);
+        // Attached and holding its lock: alive.
+        let peer = EndLock::acquire(&fd, 0, End::Producer, "/t").unwrap();
+        assert!(l.check(&h, "/t", Look::Now).is_ok());
+        drop(peer);
+        // The busy path does not look; a look finds it dead.
+        assert!(l.check(&h, "/t", Look::Quick).is_ok());
+        let e = l.check(&h, "/t", Look::Now).unwrap_err();
+        assert!(matches!(e, Error::PeerDead(_)), "{e}");
+        assert!(e.to_string().contains("4242"), "{e}");
+        // Known dead: reported by every look, the busy one too, even if the state changes.
+        h.producer.state.store(END_DETACHED, Ordering::Relaxed);
+        assert!(l.check(&h, "/t", Look::Quick).is_err());
+    }
+
+    #[test]
+    fn a_poller_looks_at_most_once_per_interval() {
+        let fd = region();
+        let h = Header::default();
+        let me = std::sync::Arc::new(EndLock::acquire(&fd, 1, End::Consumer, "/t").unwrap());
+        let mut l = Liveness::new(me, End::Consumer, None);
+        let looked = std::time::Instant::now();
+        assert!(
+            l.check(&h, "/t", Look::IfDue).is_ok(),
+            "looked: nothing attached"
+        );
+        h.producer.state.store(END_ATTACHED, Ordering::Relaxed);
+        // Within the interval, `IfDue` does not look again (the death goes unseen for now);
+        // asserted only if this thread was not held up for the interval meanwhile.
+        let again = l.check(&h, "/t", Look::IfDue);
+        if looked.elapsed() < CHECK_INTERVAL {
+            assert!(again.is_ok());
+        }
+        std::thread::sleep(CHECK_INTERVAL + std::time::Duration::from_millis(5));
+        assert!(l.check(&h, "/t", Look::IfDue).is_err(), "due: looked");
+    }
+}
