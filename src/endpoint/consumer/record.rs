@@ -383,3 +383,31 @@ impl std::fmt::Debug for Message<'_> {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod size_tests {
+    use super::Record;
+    use crate::error::{Error, RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
+    use std::mem::size_of;
+
+    /// What the hot calls return stays small: a record and its error fit in four words (the
+    /// details of a failure are boxed). Before the errors were split per operation, the one
+    /// error type was 80 bytes and so was `recv`'s result.
+    #[test]
+    fn hot_results_are_small() {
+        type Recv<'a> = Option<Record<'a>>;
+        assert!(size_of::<Error>() <= 16, "{}", size_of::<Error>());
+        assert!(size_of::<TryRecvError>() <= 16);
+        assert!(size_of::<TrySendError>() <= 16);
+        let sizes = [
+            size_of::<std::result::Result<Recv<'static>, RecvError>>(),
+            size_of::<std::result::Result<Recv<'static>, TryRecvError>>(),
+            size_of::<std::result::Result<Recv<'static>, RecvTimeoutError>>(),
+            size_of::<std::result::Result<(), SendError>>(),
+            size_of::<std::result::Result<(), TrySendError>>(),
+        ];
+        for s in sizes {
+            assert!(s <= 32, "{sizes:?}");
+        }
+    }
+}
