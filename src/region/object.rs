@@ -88,13 +88,14 @@ pub(crate) fn size_and_map(
         }
     }
     crate::sys::shm::reserve(fd, size as u64).map_err(|e| {
-        undo(match e.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::ENOMEM) => OpenError::NoMemory {
+        undo(if crate::sys::shm::out_of_memory(&e) {
+            OpenError::NoMemory {
                 region: name.to_owned(),
                 bytes: size as u64,
                 source: e,
-            },
-            _ => OpenError::io(name, "fallocate", e),
+            }
+        } else {
+            OpenError::io(name, "fallocate", e)
         })
     })?;
     map(name, fd.as_fd(), size, true).map_err(undo)

@@ -153,6 +153,12 @@ pub(crate) fn reserve(fd: impl AsFd, len: u64) -> io::Result<()> {
     }
 }
 
+/// True if `reserve` failed for want of memory (`ENOSPC` from a full tmpfs, `ENOMEM` from a
+/// memory cgroup at its limit), not for another reason.
+pub(crate) fn out_of_memory(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::ENOMEM))
+}
+
 /// What `fstat` says about an object.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Stat {
