@@ -118,7 +118,7 @@
 compile_error!("shmflow needs Linux: it uses futexes on shared memory, memfd seals and OFD locks");
 
 // The layers, lowest first; a module refers only to its own layer and those below
-// (`scripts/check-layers.py` checks it in CI).
+// (`tests/layers.rs` checks it).
 mod endpoint;
 mod error;
 #[cfg(all(feature = "net", not(loom)))]
