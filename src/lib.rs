@@ -100,7 +100,7 @@
 //! A borrowed payload is a view into shared memory that a hostile peer could rewrite while it
 //! is held: copy it out ([`Record::to_vec`]) before trusting it. See `docs/THREAT_MODEL.md`.
 //!
-//! Invariants the code keeps (and the loom models in `loom-tests/` check):
+//! Invariants the code keeps (and the loom models in `src/loom_models/` check):
 //! - every segment is in exactly one place: the return ring, the producer's hand, the data
 //!   ring, or the consumer's hand; both rings have capacity N, so a push never fails;
 //! - the consumer never reads a byte before the producer's Release store of the frame header
@@ -113,6 +113,9 @@
 //! `docs/PROTOCOL.md` names every ordering on both sides; `docs/DESIGN.md` explains the layers.
 
 #![warn(missing_docs)]
+// Under `--cfg shmflow_loom` the library exists for its loom models (`cargo test --lib`): what
+// only the public surface uses is unused there.
+#![cfg_attr(all(shmflow_loom, not(test)), allow(dead_code))]
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("shmflow needs Linux: it uses futexes on shared memory, memfd seals and OFD locks");
@@ -121,14 +124,14 @@ compile_error!("shmflow needs Linux: it uses futexes on shared memory, memfd sea
 // (`tests/layers.rs` checks it).
 mod endpoint;
 mod error;
-#[cfg(all(feature = "net", not(loom)))]
+#[cfg(all(feature = "net", not(shmflow_loom)))]
 pub mod net;
 mod protocol;
 mod region;
 mod sync;
 mod sys;
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub use endpoint::builder::{ConsumerBuilder, GateBuilder, ProducerBuilder};
 pub use endpoint::consumer::{Consumer, Message, Record, DEFAULT_MAX_RECORD_LEN};
 pub use endpoint::event::{Event, MAX_EVENT_PAYLOAD};
@@ -145,7 +148,7 @@ pub use error::{
 };
 pub use protocol::abi::{GateGeometry, Geometry, LAYOUT_VERSION};
 pub use protocol::park::WaitStrategy;
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub use region::handoff::PeerHandle;
 
 /// Flink's metrics of a channel's ends and of a gate: what [`Producer::metrics`],
@@ -169,7 +172,7 @@ pub mod metrics {
 /// them (as `shmflow list`); [`remove_if_stale`](monitor::remove_if_stale) and
 /// [`remove_stale_and_unread`](monitor::remove_stale_and_unread) remove what dead processes
 /// left behind (as `shmflow clean`).
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub mod monitor {
     pub use crate::endpoint::monitor::{
         list_gates, list_other_objects, list_regions, remove_if_stale, remove_stale_and_unread,
@@ -201,18 +204,17 @@ pub mod tuning {
 /// # Errors
 /// [`OpenError::InvalidConfig`] for a geometry out of range, [`OpenError::Io`] if the
 /// system cannot make or map the region.
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub fn pair(geometry: Geometry) -> Result<(Producer, Consumer), OpenError> {
     let (p, handle) = Producer::create_anonymous(geometry)?;
     let c = Consumer::from_handle(handle)?;
     Ok((p, c))
 }
 
-/// Hooks for the loom models in `loom-tests/`: the library's real ring, producer and consumer
-/// over a region on the heap. Only built with `--cfg loom`.
-#[cfg(loom)]
-#[doc(hidden)]
-pub mod loom_api;
+/// The loom models: the library's real ring, producer, consumer and gate over a region on the
+/// heap. Only built for tests with `--cfg shmflow_loom`.
+#[cfg(all(test, shmflow_loom))]
+mod loom_models;
 
 /// The README's examples, compiled and run as doctests (its async example needs the `tokio`
 /// feature, so they run with it: `cargo test --all-features`).

@@ -9,18 +9,18 @@
 //! Loops are bounded: one call moves past at most `N + 1` segments before it reports "nothing
 //! yet", so a peer that floods empty segments cannot trap the reader.
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use crate::endpoint::event::Event;
 use crate::endpoint::metrics::Waiting;
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 use crate::error::RegionKind;
 use crate::error::{
     op, End, Error, FromCore, OpenError, RecvError, RecvTimeoutError, Result, TryRecvError,
 };
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 use crate::protocol::abi::Geometry;
 use crate::protocol::counters::Local;
 use crate::protocol::ends::EndState;
@@ -28,15 +28,15 @@ use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Recycler;
 use crate::protocol::ring::{RingRx, RingTx};
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
 
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 mod asynch;
-#[cfg(all(feature = "net", not(loom)))]
+#[cfg(all(feature = "net", not(shmflow_loom)))]
 pub(crate) mod raw;
 #[cfg(feature = "tokio")]
 pub use asynch::RecvAsync;
@@ -121,11 +121,11 @@ pub struct Consumer {
     /// that lost its remote peer.
     detach_as: crate::protocol::ends::Leave,
     /// Async calls since the last look at the executor's budget.
-    #[cfg(any(feature = "tokio", loom))]
+    #[cfg(any(feature = "tokio", shmflow_loom))]
     coop: u8,
     /// The last `drain_async` caught up with the writer without having waited: the writer
     /// streams, and the next call leaves it alone for a gap first (see `drain_async`).
-    #[cfg(any(feature = "tokio", loom))]
+    #[cfg(any(feature = "tokio", shmflow_loom))]
     caught_up: bool,
 }
 
@@ -138,18 +138,18 @@ enum Next {
 }
 
 impl Consumer {
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn create_with(name: &str, geometry: Geometry) -> Result<Consumer, OpenError> {
         let (shared, lock) = crate::region::object::create_named(name, geometry, End::Consumer)?;
         Consumer::attach_with(shared, Some(lock))
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn open_with(name: &str) -> Result<Consumer, OpenError> {
         Consumer::attach(crate::region::object::open_named(name, true)?)
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn create_anonymous_with(
         geometry: Geometry,
     ) -> Result<(Consumer, PeerHandle), OpenError> {
@@ -158,14 +158,14 @@ impl Consumer {
         Ok((Consumer::attach_with(shared, Some(lock))?, handle))
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn from_fd_with(fd: BorrowedFd<'_>) -> Result<Consumer, OpenError> {
         let (own, name) = crate::region::handoff::dup_region(fd, RegionKind::Channel)?;
         Consumer::attach(crate::region::object::open_fd(name, own, true, None)?)
     }
 
     /// The consumer of the region of `handle`, in this process, with its doorbells.
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn from_handle(
         mut handle: crate::region::handoff::PeerHandle,
     ) -> Result<Consumer, OpenError> {
@@ -175,7 +175,7 @@ impl Consumer {
         Consumer::attach(crate::region::object::open_fd(name, fd, true, bells)?)
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn from_env_with(var: &str) -> Result<Consumer, OpenError> {
         use crate::region::handoff::{open_from_env, Handed};
         match open_from_env(var, false)? {
@@ -244,9 +244,9 @@ impl Consumer {
             seg_size: shared_seg_size,
             fast_max: usize::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(usize::MAX),
             wait_mark: None,
-            #[cfg(any(feature = "tokio", loom))]
+            #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,
-            #[cfg(any(feature = "tokio", loom))]
+            #[cfg(any(feature = "tokio", shmflow_loom))]
             caught_up: false,
         })
     }
@@ -428,7 +428,7 @@ impl Consumer {
         self.publish_counts();
         let timed = !matches!(deadline, Deadline::Now);
         // (Not under loom: the spin path is covered by `wait_for`, and the models stay small.)
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         if timed && matches!(self.wait, WaitStrategy::BusyPoll(_)) {
             // Most waits of a busy channel are short: look a few more times before reading
             // the clock (waits shorter than this burst, well under a microsecond, are not
@@ -965,7 +965,7 @@ impl Consumer {
     }
 
     /// Tells the loom byte tracker that `len` bytes at `at` of the segment in hand are read.
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     #[inline(always)]
     fn track(&self, at: usize, len: usize) {
         if let Some(c) = &self.cur {
@@ -991,7 +991,7 @@ impl Consumer {
 }
 
 /// Polls of a waiting consumer before it reads the clock to account idle time.
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 const FAST_POLLS: u32 = 8;
 
 /// What [`Consumer::poll_wait`] gives for a pending priority event.
@@ -1013,7 +1013,7 @@ const PREFETCH_AHEAD: usize = 1024;
 /// each record would pay a whole cross-core cache miss in turn; with it, the misses overlap.
 #[inline(always)]
 fn prefetch_ahead(c: &ReadSeg, seg_size: usize) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    #[cfg(all(target_arch = "x86_64", not(shmflow_loom)))]
     {
         let ahead = c.rd + PREFETCH_AHEAD;
         if c.complete && ahead < seg_size {
@@ -1027,7 +1027,7 @@ fn prefetch_ahead(c: &ReadSeg, seg_size: usize) {
             };
         }
     }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    #[cfg(not(all(target_arch = "x86_64", not(shmflow_loom))))]
     let _ = (c.complete, seg_size, PREFETCH_AHEAD);
 }
 
@@ -1039,7 +1039,7 @@ unsafe impl Send for Consumer {}
 impl Drop for Consumer {
     fn drop(&mut self) {
         // Under loom a failed model unwinds through here; more loom operations would abort.
-        #[cfg(loom)]
+        #[cfg(shmflow_loom)]
         if std::thread::panicking() {
             return;
         }
@@ -1049,7 +1049,7 @@ impl Drop for Consumer {
         h.consumer.leave(self.detach_as);
         park::notify(&h.producer_park, self.shared.producer_bell());
         // The only reader leaves: a named channel's name goes (see `region::name`).
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         crate::region::name::settle(
             &self.shared,
             End::Consumer,
@@ -1064,7 +1064,7 @@ impl Drop for Consumer {
 // another thread is moving the consumer, as a task that awaits while holding one does.
 unsafe impl Send for Record<'_> {}
 
-#[cfg(loom)]
+#[cfg(shmflow_loom)]
 impl Consumer {
     /// The segment in the consumer's hand (for the loom census).
     pub fn held_segment(&self) -> Option<u32> {

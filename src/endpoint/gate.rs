@@ -126,11 +126,11 @@ pub struct Gate {
     scans: u32,
     last_check_ns: u64,
     /// Async calls since the last look at the executor's budget.
-    #[cfg(any(feature = "tokio", loom))]
+    #[cfg(any(feature = "tokio", shmflow_loom))]
     coop: u8,
 }
 
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 mod asynch;
 
 impl Gate {
@@ -171,7 +171,7 @@ impl Gate {
     /// [`Stale`](crate::OpenError::Stale)), [`InvalidConfig`](crate::OpenError::InvalidConfig)
     /// for a bad name or geometry, [`NoMemory`](crate::OpenError::NoMemory) if the system
     /// cannot back the region, [`Io`](crate::OpenError::Io).
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub fn create(name: &str, geometry: GateGeometry) -> Result<Gate, crate::error::OpenError> {
         let (chans, lock) = crate::region::object::gate_create_named(name, geometry)?;
         Gate::attach(chans, Some(lock))
@@ -206,7 +206,7 @@ impl Gate {
     /// # Errors
     /// [`InvalidConfig`](crate::OpenError::InvalidConfig) for a bad geometry,
     /// [`NoMemory`](crate::OpenError::NoMemory), [`Io`](crate::OpenError::Io).
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub fn create_anonymous(
         geometry: GateGeometry,
     ) -> Result<(Gate, Vec<crate::region::handoff::PeerHandle>), crate::error::OpenError> {
@@ -256,7 +256,7 @@ impl Gate {
             burst: 0,
             scans: 0,
             last_check_ns: 0,
-            #[cfg(any(feature = "tokio", loom))]
+            #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,
         })
     }
@@ -640,7 +640,7 @@ impl Gate {
 
 impl Drop for Gate {
     fn drop(&mut self) {
-        #[cfg(loom)]
+        #[cfg(shmflow_loom)]
         if std::thread::panicking() {
             return;
         }

@@ -1,18 +1,18 @@
 //! The endpoint layer: what users hold. The producer and consumer of a channel, records,
 //! events, the gate over many channels, partitioned output, read-only monitors and metrics.
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub(crate) mod builder;
 pub(crate) mod consumer;
 pub(crate) mod event;
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub(crate) mod flusher;
 pub(crate) mod gate;
 pub(crate) mod gate_stats;
 pub(crate) mod metrics;
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub(crate) mod monitor;
 pub(crate) mod partition;
 pub(crate) mod producer;
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 pub(crate) mod waiting;

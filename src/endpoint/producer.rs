@@ -19,12 +19,12 @@
 //! When a segment is needed and the return ring is empty, the producer waits (backpressure):
 //! spin briefly, then park on `producer_park` until the consumer returns one or detaches.
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use crate::endpoint::metrics::Waiting;
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 use crate::error::RegionKind;
 use crate::error::{op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError};
 use crate::protocol::abi::Geometry;
@@ -34,15 +34,15 @@ use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Supply;
 use crate::protocol::ring::{RingRx, RingTx};
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
 
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 mod asynch;
-#[cfg(all(feature = "net", not(loom)))]
+#[cfg(all(feature = "net", not(shmflow_loom)))]
 pub(crate) mod raw;
 #[cfg(feature = "tokio")]
 pub use asynch::SendAsync;
@@ -83,7 +83,7 @@ pub enum FlushPolicy {
 /// never shows fewer records written than read.
 const COUNTS_EVERY: u64 = 64;
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 fn policy_interval(p: FlushPolicy) -> Duration {
     match p {
         FlushPolicy::Timeout(d) => d,
@@ -129,7 +129,7 @@ pub struct Producer {
     metrics: bool,
     /// The consumer's liveness, looked at only while waiting (None under loom).
     liveness: Option<Liveness>,
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     flusher: Option<crate::endpoint::flusher::Flusher>,
     closed: bool,
     /// The consumer was seen detached: every later call says so at once.
@@ -149,7 +149,7 @@ pub struct Producer {
     /// What a record's end does, from `policy` (a plain byte for the hot path to test).
     per_record: PerRecord,
     /// Async calls since the last look at the executor's budget.
-    #[cfg(any(feature = "tokio", loom))]
+    #[cfg(any(feature = "tokio", shmflow_loom))]
     coop: u8,
 }
 
@@ -172,18 +172,18 @@ impl PerRecord {
 }
 
 impl Producer {
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn create_with(name: &str, geometry: Geometry) -> Result<Producer, OpenError> {
         let (shared, lock) = crate::region::object::create_named(name, geometry, End::Producer)?;
         Producer::attach_with(shared, Some(lock), Supply::Own)
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn open_with(name: &str) -> Result<Producer, OpenError> {
         Producer::attach(crate::region::object::open_named(name, true)?)
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn create_anonymous_with(
         geometry: Geometry,
     ) -> Result<(Producer, PeerHandle), OpenError> {
@@ -195,13 +195,13 @@ impl Producer {
         ))
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn from_fd_with(fd: BorrowedFd<'_>) -> Result<Producer, OpenError> {
         let (own, name) = crate::region::handoff::dup_region(fd, RegionKind::Channel)?;
         Producer::attach(crate::region::object::open_fd(name, own, true, None)?)
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn from_env_with(var: &str) -> Result<Producer, OpenError> {
         use crate::region::handoff::{open_from_env, Handed};
         match open_from_env(var, true)? {
@@ -210,7 +210,7 @@ impl Producer {
         }
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn open_channel_with(name: &str, channel: u32) -> Result<Producer, OpenError> {
         let chans = crate::region::object::gate_open_named(name, true)?;
         Producer::attach_gate_channel(crate::region::object::pick_channel(chans, channel, name)?)
@@ -262,7 +262,7 @@ impl Producer {
             counters: Counters::default(),
             metrics: true,
             liveness,
-            #[cfg(not(loom))]
+            #[cfg(not(shmflow_loom))]
             flusher: None,
             closed: false,
             gone: false,
@@ -272,7 +272,7 @@ impl Producer {
             light: crate::sync::light_notify_available(),
             seg_size: shared_seg_size,
             per_record: PerRecord::of(FlushPolicy::default()),
-            #[cfg(any(feature = "tokio", loom))]
+            #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,
         })
     }
@@ -298,7 +298,7 @@ impl Producer {
         self.per_record = PerRecord::of(policy);
         // The flusher thread starts with the first record published under `Timeout` (see
         // `after_frame_end`); any other policy stops it.
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         if !matches!(policy, FlushPolicy::Timeout(_)) {
             self.flusher = None;
         } else if let Some(f) = &self.flusher {
@@ -670,7 +670,7 @@ impl Producer {
             FlushPolicy::Explicit => {}
             FlushPolicy::EveryRecord => self.publish(),
             FlushPolicy::Timeout(_) => {
-                #[cfg(not(loom))]
+                #[cfg(not(shmflow_loom))]
                 {
                     // Publish the frame now (one Release store) and leave the wake-up to the
                     // flusher, which makes at most one per interval.
@@ -686,7 +686,7 @@ impl Producer {
                             .mark_pending();
                     }
                 }
-                #[cfg(loom)]
+                #[cfg(shmflow_loom)]
                 self.publish();
             }
         }

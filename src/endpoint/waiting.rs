@@ -27,12 +27,12 @@ pub(crate) fn poll_budget(calls: &mut u8, cx: &mut std::task::Context<'_>) -> st
 
 #[cold]
 fn budget_look(calls: &mut u8, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     {
         let restore = std::task::ready!(tokio::task::coop::poll_proceed(cx));
         restore.made_progress();
     }
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     let _ = cx;
     *calls = CALLS_PER_BUDGET_LOOK;
     std::task::Poll::Ready(())
@@ -59,12 +59,12 @@ pub(crate) fn segment_budget(
     cx: &mut std::task::Context<'_>,
 ) -> std::task::Poll<()> {
     let units = (seg_size / BYTES_PER_BUDGET_UNIT).clamp(1, MAX_UNITS_PER_SEGMENT);
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     for _ in 0..units {
         let restore = std::task::ready!(tokio::task::coop::poll_proceed(cx));
         restore.made_progress();
     }
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     let _ = (units, cx);
     std::task::Poll::Ready(())
 }

@@ -26,7 +26,7 @@ pub(crate) const DEFAULT_SEGMENT_SIZE: u32 = 32 * 1024;
 /// make the pool fall out of cache.
 pub(crate) const DEFAULT_SEGMENT_COUNT: u32 = 64;
 /// Smallest segment: a page. The same under loom: the loom models build their tiny heap
-/// regions without this product check (see `loom_api`).
+/// regions without this product check (see `loom_models::support`).
 pub(crate) const MIN_SEGMENT_SIZE: u32 = 4096;
 /// Largest segment (frame lengths are 32-bit; 1 GiB keeps every offset well inside).
 pub(crate) const MAX_SEGMENT_SIZE: u32 = 1 << 30;
@@ -202,7 +202,7 @@ pub(crate) struct Header {
     pub link: Padded<LinkFigures>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_SIZE);
 
 impl Header {
@@ -349,7 +349,7 @@ pub(crate) struct GateHeader {
     pub pool: Padded<GateFigures>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 const _: () = assert!(std::mem::size_of::<GateHeader>() <= HEADER_SIZE);
 
 /// The shape of a gate: how many channels, how many segments each owns, how many float.
@@ -460,17 +460,17 @@ impl GateGeometry {
     }
 
     /// Offset of channel `c`'s header.
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(shmflow_loom, allow(dead_code))]
     pub(crate) fn channel_offset(&self, c: u32) -> usize {
         HEADER_SIZE + c as usize * self.channel_block()
     }
 
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(shmflow_loom, allow(dead_code))]
     pub(crate) fn data_ring_offset(&self, c: u32) -> usize {
         self.channel_offset(c) + HEADER_SIZE
     }
 
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(shmflow_loom, allow(dead_code))]
     pub(crate) fn return_ring_offset(&self, c: u32) -> usize {
         self.data_ring_offset(c) + self.ring_bytes()
     }
@@ -501,7 +501,7 @@ impl GateGeometry {
 // The places other builds of shmflow (and the tests that patch regions by offset) rely on. A
 // field that moves breaks these at compile time; `golden_layout` below pins every field.
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 const _: () = {
     use std::mem::offset_of;
     assert!(offset_of!(Header, magic) == 0);
@@ -516,7 +516,7 @@ const _: () = {
     assert!(std::mem::size_of::<GateHeader>() <= HEADER_SIZE);
 };
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(shmflow_loom)))]
 mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};

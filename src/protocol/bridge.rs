@@ -52,7 +52,7 @@ pub(crate) const WORDS_PER_BRIDGE: usize = 127;
 
 /// How often a bridge looks at its words where the kernel has no `futex_waitv` (before Linux
 /// 5.16).
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 const POLL_WITHOUT_WAITV: Duration = Duration::from_millis(1);
 
 /// One entry: a task waiting for a word to change.
@@ -65,7 +65,7 @@ struct Entry {
     /// The task to wake.
     waker: Waker,
     /// When the task wants to look anyway (its peer's liveness), even if nothing changed.
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     due: std::time::Instant,
 }
 
@@ -85,7 +85,7 @@ impl Entry {
 struct State {
     entries: Vec<Entry>,
     next_id: u64,
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     stop: bool,
 }
 
@@ -118,14 +118,14 @@ impl Bridge {
             let mut st = lock(&self.state);
             id = st.next_id;
             st.next_id += 1;
-            #[cfg(loom)]
+            #[cfg(shmflow_loom)]
             let _ = nap;
             st.entries.push(Entry {
                 id,
                 word,
                 expected,
                 waker,
-                #[cfg(not(loom))]
+                #[cfg(not(shmflow_loom))]
                 due: std::time::Instant::now() + nap,
             });
         }
@@ -141,33 +141,33 @@ impl Bridge {
     pub(crate) fn serve(&self) {
         // The nudge word first, then every word waited on.
         let mut list: Vec<(*const FutexWord, u32)> = Vec::new();
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         let mut waitv = true;
         loop {
             // SYNC POINT: Acquire, pairs with the Release increment in `nudge`.
             #[cfg(not(shmflow_broken = "bridge_late_nudge"))]
             let gen = self.nudge.atomic().load(Ordering::Acquire);
             let mut wake = Vec::new();
-            #[cfg(not(loom))]
+            #[cfg(not(shmflow_loom))]
             let mut timeout: Option<Duration> = None;
             {
                 let mut st = lock(&self.state);
-                #[cfg(loom)]
+                #[cfg(shmflow_loom)]
                 if st.stop {
                     return;
                 }
-                #[cfg(not(loom))]
+                #[cfg(not(shmflow_loom))]
                 let now = std::time::Instant::now();
                 st.entries.retain(|e| {
                     // Acquire: pairs with the notifier's AcqRel RMW on the park word.
                     let changed = e.word().atomic().load(Ordering::Acquire) != e.expected;
-                    #[cfg(not(loom))]
+                    #[cfg(not(shmflow_loom))]
                     let changed = changed || now >= e.due;
                     if changed {
                         wake.push(e.waker.clone());
                         return false;
                     }
-                    #[cfg(not(loom))]
+                    #[cfg(not(shmflow_loom))]
                     {
                         let left = e.due - now;
                         timeout = Some(timeout.map_or(left, |t: Duration| t.min(left)));
@@ -186,7 +186,7 @@ impl Bridge {
             #[cfg(shmflow_broken = "bridge_late_nudge")]
             let gen = self.nudge.atomic().load(Ordering::Acquire);
             list[0].1 = gen;
-            #[cfg(not(loom))]
+            #[cfg(not(shmflow_loom))]
             {
                 if waitv {
                     waitv = crate::sync::futex_waitv(&list, timeout);
@@ -202,13 +202,13 @@ impl Bridge {
                     self.nudge.wait(gen, nap);
                 }
             }
-            #[cfg(loom)]
+            #[cfg(shmflow_loom)]
             crate::sync::futex_waitv(&list, None);
         }
     }
 
     /// Ends [`Bridge::serve`] (loom models only).
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     pub(crate) fn stop(&self) {
         lock(&self.state).stop = true;
         self.nudge();
@@ -223,7 +223,7 @@ pub(crate) struct Bridges {
 
 impl Bridges {
     /// The process's bridges.
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn global() -> &'static Bridges {
         static GLOBAL: std::sync::OnceLock<Bridges> = std::sync::OnceLock::new();
         GLOBAL.get_or_init(|| Bridges {
@@ -233,7 +233,7 @@ impl Bridges {
 
     /// The model's bridges: one bridge, served by the model in a thread of its own
     /// ([`Bridges::first`], [`Bridge::serve`]); fresh in every execution.
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     pub(crate) fn global() -> &'static Bridges {
         loom::lazy_static! {
             static ref GLOBAL: Bridges = Bridges {
@@ -244,7 +244,7 @@ impl Bridges {
     }
 
     /// The first bridge (loom models serve it themselves).
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     pub(crate) fn first(&self) -> Arc<Bridge> {
         lock(&self.list)[0].clone()
     }
@@ -259,12 +259,12 @@ impl Bridges {
         nap: Duration,
         waker: Waker,
     ) -> std::io::Result<(Arc<Bridge>, u64)> {
-        #[cfg_attr(loom, allow(unused_mut))]
+        #[cfg_attr(shmflow_loom, allow(unused_mut))]
         let mut list = lock(&self.list);
         let bridge = match list.iter().find(|b| b.len() < WORDS_PER_BRIDGE) {
             Some(b) => b.clone(),
             None => {
-                #[cfg(not(loom))]
+                #[cfg(not(shmflow_loom))]
                 {
                     let b = Arc::new(Bridge::new());
                     let served = b.clone();
@@ -274,7 +274,7 @@ impl Bridges {
                     list.push(b.clone());
                     b
                 }
-                #[cfg(loom)]
+                #[cfg(shmflow_loom)]
                 list[0].clone()
             }
         };

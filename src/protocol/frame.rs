@@ -162,7 +162,7 @@ pub(crate) fn check(
 
 /// Whether a spanning record is open after a frame of `kind`, given it was `in_span` before.
 /// (Used by the network bridge, feature `net`.)
-#[cfg_attr(any(not(feature = "net"), loom), allow(dead_code))]
+#[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
 #[inline]
 pub(crate) fn span_after(kind: u32, in_span: bool) -> bool {
     match kind {

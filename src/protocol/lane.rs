@@ -94,7 +94,7 @@ pub(crate) fn lane_pop(
     Ok(Some((kind, len)))
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(shmflow_loom)))]
 mod tests {
     use super::*;
 

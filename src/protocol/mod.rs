@@ -4,7 +4,7 @@
 //! models swap for loom's.
 
 pub(crate) mod abi;
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 pub(crate) mod bridge;
 pub(crate) mod counters;
 pub(crate) mod ends;

@@ -243,7 +243,7 @@ pub(crate) fn mark_ringable(word: &FutexWord) {
 }
 
 /// True if a process holding `word`'s doorbell attached (see [`mark_ringable`]).
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(shmflow_loom, allow(dead_code))]
 pub(crate) fn ringable(word: &FutexWord) -> bool {
     // Relaxed: a hint (a refusal without side effects); `mark_bell_less` decides.
     word.atomic().load(Ordering::Relaxed) & RINGABLE != 0
@@ -253,7 +253,7 @@ pub(crate) fn ringable(word: &FutexWord) -> bool {
 /// region from a bare descriptor): its waiters sleep on the futex from now on. False if a
 /// process holding the doorbell attached before (a waiter may sleep on the bell, which this
 /// process could not ring): the caller must not attach.
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(shmflow_loom, allow(dead_code))]
 pub(crate) fn mark_bell_less(word: &FutexWord) -> bool {
     // RMWs, as every write to P (see the module docs): either a waiter's announcement comes
     // after the one that sets the bit and sees `BELL_LESS`, or the compare reads the
@@ -301,7 +301,7 @@ fn spin_phase<T>(
 ) -> Result<Option<T>> {
     match strategy {
         WaitStrategy::Block => {
-            #[cfg(not(loom))]
+            #[cfg(not(shmflow_loom))]
             {
                 let start = Instant::now();
                 if pace == Pace::Sparse {
@@ -331,9 +331,9 @@ fn spin_phase<T>(
                     }
                 }
             }
-            #[cfg(loom)]
+            #[cfg(shmflow_loom)]
             let _ = pace;
-            #[cfg(loom)]
+            #[cfg(shmflow_loom)]
             for _ in 0..crate::sync::SPIN_CHECKS {
                 if let Some(v) = poll(Look::Quick)? {
                     return Ok(Some(v));
@@ -463,7 +463,7 @@ pub(crate) fn wait_for<T>(
 
 /// What an async waiter sleeps on: its park word, and the word's doorbell if this process
 /// holds it.
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 #[derive(Clone, Copy)]
 pub(crate) struct WaitOn<'a> {
     pub(crate) word: &'a FutexWord,
@@ -472,10 +472,10 @@ pub(crate) struct WaitOn<'a> {
 
 /// Clears `PARKED` when dropped: an async waiter's announcement is withdrawn however its wait
 /// ends (a value, an error, or the future dropped).
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 struct Announced<'a>(&'a FutexWord);
 
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 impl Drop for Announced<'_> {
     fn drop(&mut self) {
         // An RMW, not a store: keeps every write to P in the notifier's release sequence.
@@ -486,20 +486,20 @@ impl Drop for Announced<'_> {
 }
 
 /// True if the caller runs in a tokio runtime.
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 fn in_tokio() -> bool {
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     return tokio::runtime::Handle::try_current().is_ok();
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     true
 }
 
 /// Lets the executor run other tasks, then resumes.
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 async fn yield_now() {
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     tokio::task::yield_now().await;
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     {
         let mut yielded = false;
         std::future::poll_fn(|cx| {
@@ -537,7 +537,7 @@ async fn yield_now() {
 /// # Safety
 /// As [`Bridges::sleep`](crate::protocol::bridge::Bridges::sleep): `word` must stay in memory
 /// until the future completes or is dropped, or for good if it is leaked.
-#[cfg(any(feature = "tokio", loom))]
+#[cfg(any(feature = "tokio", shmflow_loom))]
 pub(crate) async unsafe fn wait_async<T>(
     on: WaitOn<'_>,
     region: &str,
@@ -563,7 +563,7 @@ pub(crate) async unsafe fn wait_async<T>(
     if strategy != WaitStrategy::Block {
         done!(poll(Look::Quick));
     }
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     match strategy {
         WaitStrategy::Park => {}
         WaitStrategy::BusyPoll(budget) => {
@@ -600,9 +600,9 @@ pub(crate) async unsafe fn wait_async<T>(
             }
         }
     }
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     let _ = pace;
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     if strategy != WaitStrategy::Park {
         for _ in 0..crate::sync::SPIN_CHECKS {
             yield_now().await;
@@ -641,7 +641,7 @@ pub(crate) async unsafe fn wait_async<T>(
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(shmflow_loom)))]
 mod tests {
     use super::*;
     use crate::sync::AtomicU32;

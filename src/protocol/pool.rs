@@ -65,7 +65,7 @@ impl Supply {
         }
     }
 
-    #[cfg_attr(any(not(feature = "net"), loom), allow(dead_code))]
+    #[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
     /// Asks for `n` more segments at once (a network bridge announcing its remote sender's
     /// backlog). True if the consumer must be woken so that its gate looks.
     pub(crate) fn ask_more(&mut self, h: &Header, n: u64) -> bool {
@@ -80,7 +80,7 @@ impl Supply {
         }
     }
 
-    #[cfg_attr(any(not(feature = "net"), loom), allow(dead_code))]
+    #[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
     /// Segments asked for so far (0 for a channel of its own).
     pub(crate) fn demand(&self) -> u64 {
         match self {
@@ -277,7 +277,7 @@ impl Pool {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(shmflow_loom)))]
 mod tests {
     use super::*;
 

@@ -51,7 +51,7 @@ impl RingTx {
     }
 
     /// Values pushed so far (the private tail).
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(shmflow_loom, allow(dead_code))]
     pub(crate) fn pushed(&self) -> u64 {
         self.tail
     }
@@ -142,7 +142,7 @@ impl RingRx {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(shmflow_loom)))]
 mod tests {
     use super::*;
 

@@ -8,7 +8,7 @@
 //! The check is a syscall, made only by a side that is already waiting for its peer (at most
 //! every [`CHECK_INTERVAL`]), never on the hot path.
 
-#![cfg_attr(loom, allow(dead_code))]
+#![cfg_attr(shmflow_loom, allow(dead_code))]
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -148,7 +148,7 @@ impl Liveness {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(shmflow_loom)))]
 mod tests {
     use super::*;
     use crate::protocol::abi::{Header, END_ATTACHED, END_DETACHED};

@@ -2,13 +2,13 @@
 //! channels and gates, the typed view of a mapped region, the liveness locks of its ends and
 //! the hand-off of anonymous regions to child processes.
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub(crate) mod handoff;
-#[cfg(loom)]
+#[cfg(shmflow_loom)]
 pub(crate) mod heap;
 pub(crate) mod liveness;
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub(crate) mod name;
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub(crate) mod object;
 pub(crate) mod view;

@@ -1,18 +1,18 @@
 //! `Shared`: typed access to one region's header, rings and segments, whatever
 //! holds the bytes (a shared mapping in production, the heap under loom).
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 use std::os::fd::OwnedFd;
 use std::ptr::NonNull;
 
 use crate::protocol::abi::{GateGeometry, GateHeader};
 use crate::protocol::abi::{Geometry, Header};
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 use crate::sync::Bell;
 use crate::sync::{AtomicU64, ByteTracker, FutexWord};
 
 /// This process's part in removing a region's name (see `region::name`).
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 #[derive(Debug)]
 pub(crate) enum NameDuty {
     /// An anonymous region, a read-only view, or a gate opened by a producer: nothing to do.
@@ -23,7 +23,7 @@ pub(crate) enum NameDuty {
     Opener(std::ffi::CString),
 }
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 /// The mapping and the descriptor behind a region.
 pub(crate) struct Mapping {
     /// Held for its `Drop`, which unmaps (after our `Drop` has unlinked the name).
@@ -42,7 +42,7 @@ pub(crate) struct Mapping {
 
 /// The doorbells of a region's park words held by this process: an anonymous region's creator
 /// holds them all, a child those of its channel (handed with the region by `PeerHandle`).
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 #[derive(Default, Debug)]
 pub(crate) struct Bells {
     /// The consumer's word: the channel's, or the gate's.
@@ -51,7 +51,7 @@ pub(crate) struct Bells {
     pub(crate) producers: Vec<Option<Bell>>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 impl Bells {
     /// Fresh bells for a region of `channels` channels (1 for a channel of its own).
     pub(crate) fn fresh(channels: usize) -> std::io::Result<Bells> {
@@ -80,14 +80,14 @@ impl Bells {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 impl Mapping {
     pub(crate) fn fd(&self) -> &OwnedFd {
         &self.fd
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 impl Drop for Mapping {
     /// The creator's fallback: a gate's name, or a channel whose end never attached (or never
     /// settled the name), goes with the creator's mapping.
@@ -104,7 +104,7 @@ impl Drop for Mapping {
 /// Where one channel sits in a mapping, computed from a validated geometry (never read from
 /// the region).
 #[derive(Clone, Copy, Debug)]
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(shmflow_loom, allow(dead_code))]
 pub(crate) struct Placement {
     /// Segment size, and the most segments this channel can hold (its ring capacity).
     pub(crate) geometry: Geometry,
@@ -120,7 +120,7 @@ pub(crate) struct Placement {
     pub(crate) gate: Option<(u32, GateGeometry)>,
 }
 
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(shmflow_loom, allow(dead_code))]
 impl Placement {
     /// A channel of its own.
     pub(crate) fn channel(g: Geometry) -> Placement {
@@ -155,13 +155,13 @@ impl Placement {
 }
 
 /// What keeps the region's memory alive.
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(shmflow_loom, allow(dead_code))]
 pub(crate) enum Backing {
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     Mapped(std::sync::Arc<Mapping>),
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     Heap(Box<HeapRegion>),
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     HeapGate(std::sync::Arc<crate::region::heap::HeapGate>),
 }
 
@@ -181,7 +181,7 @@ impl Membership {
 }
 
 /// Under loom: the same structures, allocated on the heap with loom's atomics.
-#[cfg(loom)]
+#[cfg(shmflow_loom)]
 pub(crate) struct HeapRegion {
     header: Header,
     data_slots: Box<[AtomicU64]>,
@@ -209,11 +209,11 @@ pub(crate) struct Shared {
     data_slots: NonNull<AtomicU64>,
     ret_slots: NonNull<AtomicU64>,
     /// Under loom: the atomic shadow of every segment word (see `HeapRegion::words`).
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     words: NonNull<AtomicU64>,
     segments: NonNull<u8>,
     pub(crate) tracker: ByteTracker,
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(shmflow_loom, allow(dead_code))]
     backing: Backing,
 }
 
@@ -231,7 +231,7 @@ impl Shared {
     /// # Safety
     /// `base` must point to a page-aligned mapping, kept alive by `backing`, of at least the
     /// region size of the shape `place` was computed from.
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) unsafe fn new(
         name: String,
         place: Placement,
@@ -281,7 +281,7 @@ impl Shared {
     }
 
     /// A region on the heap, for the loom models: initialized like a fresh mapping.
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     pub(crate) fn new_heap(geometry: Geometry) -> Shared {
         let n = geometry.segment_count as usize;
         let mut heap = Box::new(HeapRegion {
@@ -315,7 +315,7 @@ impl Shared {
     /// Channel `c` of a heap gate, for the loom models. Each channel tracks the bytes of the
     /// whole gate's segments on its own: a floating segment's reuse by another channel is not
     /// race-checked across the two trackers (the lending model checks the hand-off instead).
-    #[cfg(loom)]
+    #[cfg(shmflow_loom)]
     pub(crate) fn heap_gate_channel(
         hg: std::sync::Arc<crate::region::heap::HeapGate>,
         c: u32,
@@ -391,13 +391,13 @@ impl Shared {
     #[inline(always)]
     pub(crate) unsafe fn word_in(&self, base: *const u8, seg: u32, at: usize) -> &AtomicU64 {
         debug_assert!(at % 8 == 0 && at + 8 <= self.segment_size());
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         {
             let _ = seg;
             // SAFETY: the caller's contract; see `word` for why an atomic view is sound.
             unsafe { &*(base.add(at) as *const AtomicU64) }
         }
-        #[cfg(loom)]
+        #[cfg(shmflow_loom)]
         {
             let _ = base;
             self.word(seg, at)
@@ -411,7 +411,7 @@ impl Shared {
     #[inline]
     pub(crate) fn word(&self, seg: u32, at: usize) -> &AtomicU64 {
         assert!(at % 8 == 0 && at + 8 <= self.segment_size());
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         // SAFETY: `segment_ptr` checks `seg`; `at + 8 <= segment_size` and `at` is 8-aligned
         // in a 4096-aligned segment, so this is an aligned u64 inside the mapping, which
         // lives as long as `self`. `AtomicU64` has the layout of `u64`; both ends access a
@@ -420,7 +420,7 @@ impl Shared {
         unsafe {
             &*(self.segment_ptr(seg).add(at) as *const AtomicU64)
         }
-        #[cfg(loom)]
+        #[cfg(shmflow_loom)]
         {
             let per = self.segment_size() / 8;
             // SAFETY: `seg_total × per` shadow words at this address for the life of `self`.
@@ -465,13 +465,13 @@ impl Shared {
 }
 
 impl Shared {
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(shmflow_loom, allow(dead_code))]
     pub(crate) fn backing(&self) -> &Backing {
         &self.backing
     }
 
     /// The region's doorbells held by this process.
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     pub(crate) fn bells(&self) -> Option<&std::sync::Arc<Bells>> {
         match &self.backing {
             Backing::Mapped(m) => Some(&m.bells),
@@ -481,22 +481,22 @@ impl Shared {
     /// The doorbell of the consumer's park word, if this process holds it.
     #[inline]
     pub(crate) fn consumer_bell(&self) -> Option<&crate::sync::Bell> {
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         match &self.backing {
             Backing::Mapped(m) => m.bells.consumer.as_ref(),
         }
-        #[cfg(loom)]
+        #[cfg(shmflow_loom)]
         None
     }
 
     /// The doorbell of this channel's producer park word, if this process holds it.
     #[inline]
     pub(crate) fn producer_bell(&self) -> Option<&crate::sync::Bell> {
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         match &self.backing {
             Backing::Mapped(m) => m.bells.producer(self.gate.as_ref().map_or(0, |g| g.index)),
         }
-        #[cfg(loom)]
+        #[cfg(shmflow_loom)]
         None
     }
 }
@@ -568,7 +568,7 @@ pub(crate) fn give_up_attach(shared: &Shared, end: crate::error::End) {
 }
 
 /// Fills in the pid of the end that holds a liveness lock we could not take.
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 pub(crate) fn with_pid(e: crate::error::OpenError, shared: &Shared) -> crate::error::OpenError {
     match e {
         crate::error::OpenError::AlreadyAttached { region, end, .. } => {
@@ -583,7 +583,7 @@ pub(crate) fn with_pid(e: crate::error::OpenError, shared: &Shared) -> crate::er
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(shmflow_loom))]
 impl Shared {
     /// The region's descriptor.
     pub(crate) fn fd(&self) -> &std::os::fd::OwnedFd {
@@ -602,7 +602,7 @@ pub(crate) fn attach_end(
     lock: Option<std::sync::Arc<crate::region::liveness::EndLock>>,
 ) -> Result<Option<crate::region::liveness::Liveness>, crate::error::OpenError> {
     let channel = shared.gate.as_ref().map(|g| g.index);
-    #[cfg(not(loom))]
+    #[cfg(not(shmflow_loom))]
     let lock = Some(match lock {
         Some(l) => l,
         None => std::sync::Arc::new(
@@ -618,7 +618,7 @@ pub(crate) fn attach_end(
     match attach(shared, end) {
         // We hold the end's liveness lock, so the process that marked it attached is gone:
         // a dead end, never taken for a live one (nor taken over: its position died with it).
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         Err(crate::error::OpenError::AlreadyAttached { region, end, pid }) => {
             return Err(crate::error::OpenError::Stale {
                 region,

@@ -4,7 +4,7 @@
 //! `io::Error`s: the layers above say which region and what they were doing.
 
 // Under loom the regions live on the heap: most system calls go unused there.
-#![cfg_attr(loom, allow(dead_code))]
+#![cfg_attr(shmflow_loom, allow(dead_code))]
 
 pub(crate) mod bell;
 pub(crate) mod clock;

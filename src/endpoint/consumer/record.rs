@@ -114,7 +114,7 @@ impl Record<'_> {
         if self.spanning {
             return None;
         }
-        #[cfg(loom)]
+        #[cfg(shmflow_loom)]
         self.consumer.track(self.at(), self.len as usize);
         // SAFETY: `ptr` is `len` committed bytes of the segment in hand, which is not
         // returned while this record borrows the consumer (see `view`).
@@ -356,7 +356,7 @@ impl io::Read for Record<'_> {
 impl Drop for Record<'_> {
     fn drop(&mut self) {
         // Under loom a failed model unwinds through here; more loom operations would abort.
-        #[cfg(loom)]
+        #[cfg(shmflow_loom)]
         if std::thread::panicking() {
             return;
         }
@@ -384,7 +384,7 @@ impl std::fmt::Debug for Message<'_> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(shmflow_loom)))]
 mod size_tests {
     use super::Record;
     use crate::error::{Error, RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};

@@ -205,7 +205,7 @@ impl Producer {
             return;
         }
         self.closed = true;
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         {
             self.flusher = None;
         }
@@ -227,7 +227,7 @@ impl Producer {
     /// A named channel's name stays for a consumer that has not come yet if anything was
     /// published, and is removed otherwise (see `region::name`).
     pub(crate) fn settle_name(&self) {
-        #[cfg(not(loom))]
+        #[cfg(not(shmflow_loom))]
         {
             use crate::region::name::{settle, Left};
             let left = if self.data.pushed() > 0 || self.prio_tail > 0 {
@@ -248,7 +248,7 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         // Under loom a failed model unwinds through here; more loom operations would abort.
-        #[cfg(loom)]
+        #[cfg(shmflow_loom)]
         if std::thread::panicking() {
             return;
         }

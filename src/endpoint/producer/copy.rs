@@ -37,7 +37,7 @@ pub(super) unsafe fn copy_record(src: &[u8], dst: *mut u8) {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(shmflow_loom)))]
 mod copy_tests {
     /// Every length up to past the widest arm: the bytes land where they belong and nothing
     /// after them is touched.

@@ -1,22 +1,23 @@
-//! Entry points for the loom models (`--cfg loom` only): the real ring, producer and consumer
-//! over a region on the heap, plus a census of where every segment is.
+//! What the loom models stand on: the real ring, producer and consumer over a region on the
+//! heap, plus a census of where every segment is.
 
 // Loom-only hooks: nothing here is part of a normal build.
 #![allow(missing_debug_implementations)]
 
+use crate::endpoint::consumer::Consumer;
+use crate::endpoint::producer::Producer;
 use crate::protocol::abi::Geometry;
 use crate::protocol::ring::{RingRx, RingTx};
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
-use crate::{Consumer, Producer};
 
 /// A channel region on the heap, with loom's atomics.
 #[derive(Clone)]
-pub struct Region(Arc<Shared>);
+pub(crate) struct Region(Arc<Shared>);
 
 impl Region {
     /// A fresh region of `segments` segments of `segment_size` bytes (at least 64 under loom).
-    pub fn new(segment_size: u32, segments: u32) -> Region {
+    pub(crate) fn new(segment_size: u32, segments: u32) -> Region {
         let g = Geometry {
             segment_size,
             segment_count: segments,
@@ -28,12 +29,12 @@ impl Region {
     }
 
     /// Attaches the producer end.
-    pub fn producer(&self) -> Producer {
+    pub(crate) fn producer(&self) -> Producer {
         Producer::attach(self.0.clone()).unwrap()
     }
 
     /// Attaches the consumer end.
-    pub fn consumer(&self) -> Consumer {
+    pub(crate) fn consumer(&self) -> Consumer {
         Consumer::attach(self.0.clone()).unwrap()
     }
 
@@ -41,7 +42,7 @@ impl Region {
     /// hand (`consumer_holds`, from [`Consumer::held_segment`]). The producer's current
     /// segment is already in the data ring or the consumer's hand (the consumer may read
     /// committed records while the producer writes the rest), so it is not a place of its own.
-    pub fn census(&self, consumer_holds: Option<u32>) -> Vec<u32> {
+    pub(crate) fn census(&self, consumer_holds: Option<u32>) -> Vec<u32> {
         let s = &self.0;
         let h = s.header();
         let n = s.n() as u64;
@@ -77,20 +78,20 @@ impl Region {
 }
 
 /// The pushing half of a real ring (the data ring of a heap region).
-pub struct RingSender {
+pub(crate) struct RingSender {
     region: Region,
     tx: RingTx,
 }
 
 /// The popping half.
-pub struct RingReceiver {
+pub(crate) struct RingReceiver {
     region: Region,
     rx: RingRx,
 }
 
 /// The data ring of a fresh region with `capacity` slots, as a bare ring of values below
 /// `capacity`.
-pub fn ring(capacity: u32) -> (RingSender, RingReceiver) {
+pub(crate) fn ring(capacity: u32) -> (RingSender, RingReceiver) {
     let region = Region::new(64, capacity);
     (
         RingSender {
@@ -106,27 +107,27 @@ pub fn ring(capacity: u32) -> (RingSender, RingReceiver) {
 
 impl RingSender {
     /// Pushes; an error means the ring was full (which the channel never lets happen).
-    pub fn push(&mut self, v: u32) -> crate::error::Result<()> {
+    pub(crate) fn push(&mut self, v: u32) -> crate::error::Result<()> {
         self.tx.push(&self.region.0.data_ring(), v)
     }
 }
 
 impl RingReceiver {
     /// Pops, `None` if empty.
-    pub fn pop(&mut self) -> crate::error::Result<Option<u32>> {
+    pub(crate) fn pop(&mut self) -> crate::error::Result<Option<u32>> {
         self.rx.pop(&self.region.0.data_ring())
     }
 }
 
 /// A gate region on the heap: `channels` channels of `exclusive` segments each plus
 /// `floating` segments, 64 bytes each.
-pub struct GateRegion {
+pub(crate) struct GateRegion {
     chans: Vec<Arc<Shared>>,
 }
 
 impl GateRegion {
     /// A fresh gate.
-    pub fn new(channels: u32, exclusive: u32, floating: u32) -> GateRegion {
+    pub(crate) fn new(channels: u32, exclusive: u32, floating: u32) -> GateRegion {
         let gg = crate::protocol::abi::GateGeometry::new(channels)
             .with_exclusive(exclusive)
             .with_floating(floating)
@@ -142,23 +143,23 @@ impl GateRegion {
     }
 
     /// Attaches the gate's consumer.
-    pub fn gate(&self) -> crate::endpoint::gate::Gate {
+    pub(crate) fn gate(&self) -> crate::endpoint::gate::Gate {
         crate::endpoint::gate::Gate::attach(self.chans.clone(), None).unwrap()
     }
 
     /// Attaches channel `c`'s producer.
-    pub fn producer(&self, c: usize) -> Producer {
+    pub(crate) fn producer(&self, c: usize) -> Producer {
         Producer::attach_gate_channel(self.chans[c].clone()).unwrap()
     }
 
     /// Floating segments granted to channel `c` so far.
-    pub fn lent(&self, c: usize) -> u64 {
+    pub(crate) fn lent(&self, c: usize) -> u64 {
         self.chans[c].header().cons.lent.load(Ordering::Relaxed)
     }
 
     /// How many times each of channel `c`'s exclusive segments sits in that channel's rings
     /// (plus `consumer_holds`); floating segments are counted by the gate's pool instead.
-    pub fn exclusive_census(&self, c: usize, consumer_holds: Option<u32>) -> Vec<u32> {
+    pub(crate) fn exclusive_census(&self, c: usize, consumer_holds: Option<u32>) -> Vec<u32> {
         let s = &self.chans[c];
         let m = s.gate.as_ref().unwrap();
         let excl = m.geometry.exclusive_range(c as u32);
@@ -193,39 +194,39 @@ impl GateRegion {
 
 /// The hand-off between a producer and its buffer-timeout flusher, as the flusher uses it.
 #[derive(Default)]
-pub struct FlushSignal(crate::protocol::flush_signal::FlushSignal);
+pub(crate) struct FlushSignal(crate::protocol::flush_signal::FlushSignal);
 
 impl FlushSignal {
     /// Producer, after publishing: unparks `flusher` if it sleeps.
-    pub fn mark(&self, flusher: &loom::thread::Thread) {
+    pub(crate) fn mark(&self, flusher: &loom::thread::Thread) {
         self.0.mark(flusher)
     }
 
     /// Flusher: true if something was published since the last call.
-    pub fn take(&self) -> bool {
+    pub(crate) fn take(&self) -> bool {
         self.0.take()
     }
 
     /// Flusher: sleeps until something is published (or `stop`).
-    pub fn sleep(&self, stop: impl Fn() -> bool) {
+    pub(crate) fn sleep(&self, stop: impl Fn() -> bool) {
         self.0.sleep(stop)
     }
 }
 
 /// Serves the model's async bridge until [`stop_bridge`] (run it in a thread of its own).
-pub fn serve_bridge() {
+pub(crate) fn serve_bridge() {
     crate::protocol::bridge::Bridges::global().first().serve();
 }
 
 /// Ends [`serve_bridge`].
-pub fn stop_bridge() {
+pub(crate) fn stop_bridge() {
     crate::protocol::bridge::Bridges::global().first().stop();
 }
 
 /// A park word, its doorbell and a published flag, for the model of the async wait protocol
 /// alone.
 #[derive(Default)]
-pub struct ParkWord {
+pub(crate) struct ParkWord {
     word: crate::sync::FutexWord,
     bell: crate::sync::Bell,
     /// Both sides hold the doorbell: the waiter sleeps on it, the notifier rings it.
@@ -235,13 +236,13 @@ pub struct ParkWord {
 
 impl ParkWord {
     /// A fresh word, nothing published: the waiter sleeps through the bridge.
-    pub fn new() -> ParkWord {
+    pub(crate) fn new() -> ParkWord {
         ParkWord::default()
     }
 
     /// A fresh word whose notifier attached holding its doorbell: the waiter sleeps on the
     /// doorbell.
-    pub fn with_doorbell() -> ParkWord {
+    pub(crate) fn with_doorbell() -> ParkWord {
         let w = ParkWord {
             doorbell: true,
             ..ParkWord::default()
@@ -256,13 +257,13 @@ impl ParkWord {
 
     /// The notifier: publishes (Release), then wakes the waiter if it announced itself (the
     /// read-modify-write notification), through the doorbell if it sleeps on it.
-    pub fn publish(&self) {
+    pub(crate) fn publish(&self) {
         self.published.store(1, Ordering::Release);
         crate::protocol::park::notify(&self.word, self.bell());
     }
 
     /// The async waiter (parking at once): completes once it has seen the publication.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         // SAFETY: the word is in `self`, which the future borrows; the models await it to the
         // end and never leak it.
         unsafe {

@@ -1,17 +1,25 @@
-//! loom models of shmflow's concurrent protocols, driving the library's real ring, producer
-//! and consumer over a region on the heap (`shmflow::loom_api`). Run with:
+//! loom models of shmflow's concurrent protocols, inside the crate (as tokio keeps its own),
+//! driving the library's real ring, producer, consumer, gate, flusher signal and async waits
+//! over a region on the heap (`support`). Run with:
 //!
 //! ```text
-//! RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p shmflow-loom-tests --release --target-dir target/loom
+//! RUSTFLAGS="--cfg shmflow_loom" LOOM_MAX_PREEMPTIONS=3 \
+//!     cargo test -p shmflow --lib --release --target-dir target/loom loom_models
 //! ```
 //!
-//! Under `--cfg shmflow_broken="…"` the library is built with one ordering deliberately
-//! broken; `check-broken.sh` asserts that the model meant to catch it fails, for that reason.
-#![cfg(loom)]
+//! The cfg is shmflow's own (`shmflow_loom`, not `loom`): tokio, which the tests depend on,
+//! drops its networking under `--cfg loom`. Under `--cfg shmflow_broken="…"` the library is
+//! built with one ordering deliberately broken; `scripts/loom-broken.sh` asserts that the
+//! model meant to catch it fails, for that reason.
+
+mod support;
 
 use loom::thread;
-use shmflow::loom_api::{ring, GateRegion, Region};
-use shmflow::{Error, FlushPolicy, Producer, SendError, TryRecvError, WaitStrategy};
+
+use crate::endpoint::producer::{FlushPolicy, Producer};
+use crate::error::{Error, SendError, TryRecvError};
+use crate::protocol::park::WaitStrategy;
+use support::{ring, GateRegion, Region};
 
 /// Segments of 64 bytes: a 40-byte record (+ 8-byte header) fills one.
 const SEG: u32 = 64;
@@ -248,7 +256,7 @@ fn gate_lends_floating_segments_and_gets_them_back() {
         });
         for seq in 0..RECORDS {
             match gate.recv().unwrap().expect("a message") {
-                shmflow::GateMessage::Record { channel: 0, record } => {
+                crate::endpoint::gate::GateMessage::Record { channel: 0, record } => {
                     assert_eq!(record.as_bytes().unwrap(), &pattern(seq, 40)[..])
                 }
                 _ => panic!("record {seq} expected"),
@@ -256,7 +264,7 @@ fn gate_lends_floating_segments_and_gets_them_back() {
         }
         assert!(matches!(
             gate.recv().unwrap(),
-            Some(shmflow::GateMessage::EndOfPartition { channel: 0 })
+            Some(crate::endpoint::gate::GateMessage::EndOfPartition { channel: 0 })
         ));
         assert!(gate.recv().unwrap().is_none());
         t.join().unwrap();
@@ -282,7 +290,7 @@ fn gate_lends_floating_segments_and_gets_them_back() {
 fn flusher_sleeping_without_a_timer_never_misses_a_publication() {
     use loom::sync::atomic::{AtomicU64, Ordering};
     use loom::sync::Arc;
-    use shmflow::loom_api::FlushSignal;
+    use support::FlushSignal;
     model(|| {
         let signal = Arc::new(FlushSignal::default());
         let published = Arc::new(AtomicU64::new(0));
@@ -337,15 +345,15 @@ fn consumer_waiting_for_records_published_one_by_one_always_wakes() {
 #[test]
 fn async_waiter_through_the_bridge_always_wakes() {
     model(|| {
-        let word = std::sync::Arc::new(shmflow::loom_api::ParkWord::new());
-        let bridge = thread::spawn(shmflow::loom_api::serve_bridge);
+        let word = std::sync::Arc::new(support::ParkWord::new());
+        let bridge = thread::spawn(support::serve_bridge);
         let notifier = {
             let word = word.clone();
             thread::spawn(move || word.publish())
         };
         loom::future::block_on(word.wait());
         notifier.join().unwrap();
-        shmflow::loom_api::stop_bridge();
+        support::stop_bridge();
         bridge.join().unwrap();
     });
 }
@@ -357,7 +365,7 @@ fn async_waiter_through_the_bridge_always_wakes() {
 #[test]
 fn async_waiter_on_the_doorbell_always_wakes() {
     model(|| {
-        let word = std::sync::Arc::new(shmflow::loom_api::ParkWord::with_doorbell());
+        let word = std::sync::Arc::new(support::ParkWord::with_doorbell());
         let notifier = {
             let word = word.clone();
             thread::spawn(move || word.publish())
@@ -377,7 +385,7 @@ fn async_consumer_waiting_through_the_bridge_always_wakes() {
         let mut p = region.producer();
         let mut c = region.consumer();
         c.set_wait_strategy(WaitStrategy::Park);
-        let bridge = thread::spawn(shmflow::loom_api::serve_bridge);
+        let bridge = thread::spawn(support::serve_bridge);
         let t = thread::spawn(move || {
             send(&mut p, 1, 8);
             p
@@ -387,7 +395,7 @@ fn async_consumer_waiting_through_the_bridge_always_wakes() {
             assert_eq!(r.as_bytes().unwrap(), &pattern(1, 8)[..]);
         });
         drop(t.join().unwrap());
-        shmflow::loom_api::stop_bridge();
+        support::stop_bridge();
         bridge.join().unwrap();
     });
 }
