@@ -31,6 +31,7 @@ use crate::protocol::ring::{RingRx, RingTx};
 #[cfg(not(shmflow_loom))]
 use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
+use crate::region::os::Host;
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
 
@@ -324,7 +325,7 @@ impl Consumer {
         // Release (inside push): our reads of the segment happen before the producer reuses it.
         self.ret.push(&self.shared.return_ring(), seg)?;
         let h = self.shared.header();
-        if park::notify(&h.producer_park, self.shared.producer_bell()) {
+        if park::notify::<Host>(&h.producer_park, self.shared.producer_bell()) {
             self.counters.wakes.add(&h.consumer_counters.wakes, 1);
         }
         Ok(())
@@ -454,7 +455,7 @@ impl Consumer {
                 &h.consumer_counters.idle_ns,
             )
         });
-        let got = park::wait_for(
+        let got = park::wait_for::<Host, _>(
             shared.consumer_park(),
             self.wait,
             deadline,
@@ -702,7 +703,7 @@ impl Consumer {
         if got.is_some() {
             self.prio_head += 1;
             // The producer may wait for room in the lane.
-            park::notify(&h.producer_park, self.shared.producer_bell());
+            park::notify::<Host>(&h.producer_park, self.shared.producer_bell());
         }
         Ok(got)
     }
@@ -746,7 +747,7 @@ impl Consumer {
         })
     }
 
-    /// Receives the next record or event (see [`Event`](crate::Event) for the order), blocking.
+    /// Receives the next record or event (see [`Event`] for the order), blocking.
     /// `Ok(None)` is end of stream, as for [`Consumer::recv`].
     ///
     /// # Errors
@@ -1047,7 +1048,7 @@ impl Drop for Consumer {
         let h = self.shared.header();
         // Our last reads of the region happen before the producer sees us gone.
         h.consumer.leave(self.detach_as);
-        park::notify(&h.producer_park, self.shared.producer_bell());
+        park::notify::<Host>(&h.producer_park, self.shared.producer_bell());
         // The only reader leaves: a named channel's name goes (see `region::name`).
         #[cfg(not(shmflow_loom))]
         crate::region::name::settle(

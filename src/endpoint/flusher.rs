@@ -40,7 +40,7 @@ impl Flusher {
                 let wake_if_marked = |wakes: &mut Local| {
                     let marked = st.signal.take();
                     if marked
-                        && crate::protocol::park::notify(
+                        && crate::protocol::park::notify::<crate::region::os::Host>(
                             shared.consumer_park(),
                             shared.consumer_bell(),
                         )
@@ -53,7 +53,7 @@ impl Flusher {
                     std::thread::park_timeout(interval);
                     if !wake_if_marked(&mut wakes) {
                         // A whole interval with nothing published: no timer until there is.
-                        st.signal.sleep(stopped);
+                        st.signal.sleep(stopped, std::thread::park);
                     }
                 }
                 // Stopped (the policy changed, or the producer is going): a publication marked
@@ -77,7 +77,7 @@ impl Flusher {
     #[inline]
     pub(crate) fn mark_pending(&self) {
         if let Some(t) = &self.thread {
-            self.state.signal.mark(t.thread());
+            self.state.signal.mark(|| t.thread().unpark());
         }
     }
 }

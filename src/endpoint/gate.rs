@@ -1,7 +1,7 @@
 //! Gates: one consumer reading `M` channels, each written by its own producer process, with
 //! Flink's exclusive and floating segments (credit-based flow control).
 //!
-//! A gate is one region (layout in [`layout`]): each channel has its own header, rings and
+//! A gate is one region (layout in `protocol::abi`): each channel has its own header, rings and
 //! `exclusive` segments; the gate owns `floating` segments that it lends to channels that ask
 //! (see `pool.rs` for the protocol). The consumer blocks on one futex word for the whole gate,
 //! which every channel's producer wakes, and reads the channels round-robin, at most
@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::protocol::abi::GateGeometry;
 use crate::protocol::park::{self, Deadline, WaitStrategy};
 use crate::protocol::pool;
+use crate::region::os::Host;
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
 use crate::sys::clock::monotonic_ns;
@@ -432,7 +433,7 @@ impl Gate {
         // A `try_` look is no wait.
         let idle = (!matches!(deadline, Deadline::Now))
             .then(|| Waiting::start(&figures.idle_since_ns, &figures.idle_ns));
-        let got = park::wait_for(
+        let got = park::wait_for::<Host, _>(
             shared.consumer_park(),
             self.wait,
             deadline,

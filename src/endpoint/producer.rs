@@ -37,6 +37,7 @@ use crate::protocol::ring::{RingRx, RingTx};
 #[cfg(not(shmflow_loom))]
 use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
+use crate::region::os::Host;
 use crate::region::view::Shared;
 use crate::sync::{Arc, Ordering};
 
@@ -269,7 +270,7 @@ impl Producer {
             supply,
             prio_tail: 0,
             scratch: Vec::new(),
-            light: crate::sync::light_notify_available(),
+            light: <crate::region::os::Host as crate::sync::Os>::light_notify_available(),
             seg_size: shared_seg_size,
             per_record: PerRecord::of(FlushPolicy::default()),
             #[cfg(any(feature = "tokio", shmflow_loom))]
@@ -401,7 +402,7 @@ impl Producer {
             &h.producer_counters.blocked_since_ns,
             &h.producer_counters.backpressured_ns,
         );
-        let got = park::wait_for(
+        let got = park::wait_for::<Host, _>(
             &h.producer_park,
             self.wait,
             deadline,
@@ -436,7 +437,7 @@ impl Producer {
     fn wait_free(&mut self, k: u64, deadline: Deadline) -> Result<()> {
         let shared = self.shared.clone();
         let mut last_ready = u64::MAX;
-        park::wait_for(
+        park::wait_for::<Host, _>(
             &shared.header().producer_park,
             self.wait,
             deadline,
@@ -482,7 +483,7 @@ impl Producer {
 
     #[inline]
     fn notify_consumer(&mut self) {
-        if park::notify(self.shared.consumer_park(), self.shared.consumer_bell()) {
+        if park::notify::<Host>(self.shared.consumer_park(), self.shared.consumer_bell()) {
             self.count_wake();
         }
     }
@@ -652,7 +653,9 @@ impl Producer {
         }
         if self.store_commit_inner(true) {
             if self.light {
-                if park::notify_light(self.shared.consumer_park(), || self.shared.consumer_bell()) {
+                if park::notify_light::<Host>(self.shared.consumer_park(), || {
+                    self.shared.consumer_bell()
+                }) {
                     self.count_wake();
                 }
             } else {

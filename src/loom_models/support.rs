@@ -199,7 +199,7 @@ pub(crate) struct FlushSignal(crate::protocol::flush_signal::FlushSignal);
 impl FlushSignal {
     /// Producer, after publishing: unparks `flusher` if it sleeps.
     pub(crate) fn mark(&self, flusher: &loom::thread::Thread) {
-        self.0.mark(flusher)
+        self.0.mark(|| flusher.unpark())
     }
 
     /// Flusher: true if something was published since the last call.
@@ -209,18 +209,18 @@ impl FlushSignal {
 
     /// Flusher: sleeps until something is published (or `stop`).
     pub(crate) fn sleep(&self, stop: impl Fn() -> bool) {
-        self.0.sleep(stop)
+        self.0.sleep(stop, loom::thread::park)
     }
 }
 
 /// Serves the model's async bridge until [`stop_bridge`] (run it in a thread of its own).
 pub(crate) fn serve_bridge() {
-    crate::protocol::bridge::Bridges::global().first().serve();
+    crate::region::bridge::Bridges::global().first().serve();
 }
 
 /// Ends [`serve_bridge`].
 pub(crate) fn stop_bridge() {
-    crate::protocol::bridge::Bridges::global().first().stop();
+    crate::region::bridge::Bridges::global().first().stop();
 }
 
 /// A park word, its doorbell and a published flag, for the model of the async wait protocol
@@ -251,7 +251,7 @@ impl ParkWord {
         w
     }
 
-    fn bell(&self) -> Option<&crate::sync::Bell> {
+    fn bell(&self) -> Option<&crate::region::os::Bell> {
         self.doorbell.then_some(&self.bell)
     }
 
@@ -259,7 +259,7 @@ impl ParkWord {
     /// read-modify-write notification), through the doorbell if it sleeps on it.
     pub(crate) fn publish(&self) {
         self.published.store(1, Ordering::Release);
-        crate::protocol::park::notify(&self.word, self.bell());
+        crate::protocol::park::notify::<crate::region::os::Host>(&self.word, self.bell());
     }
 
     /// The async waiter (parking at once): completes once it has seen the publication.
@@ -267,13 +267,13 @@ impl ParkWord {
         // SAFETY: the word is in `self`, which the future borrows; the models await it to the
         // end and never leak it.
         unsafe {
-            crate::protocol::park::wait_async(
+            crate::protocol::park::wait_async::<crate::region::os::Host, _>(
                 crate::protocol::park::WaitOn {
                     word: &self.word,
                     bell: self.bell(),
                 },
                 "model",
-                crate::protocol::bridge::Bridges::global(),
+                crate::region::bridge::Bridges::global(),
                 crate::protocol::park::WaitStrategy::Park,
                 crate::protocol::park::Notifier::Rmw,
                 crate::protocol::park::Pace::Sparse,

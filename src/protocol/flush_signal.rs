@@ -20,7 +20,6 @@
 //! is already `PENDING`: the flusher's Acquire must see the latest commit, or a consumer that
 //! announced itself in between could miss the newest record until the next one.
 
-use crate::sync::thread::Thread;
 use crate::sync::{AtomicU32, Ordering};
 
 const IDLE: u32 = 0;
@@ -34,12 +33,13 @@ pub(crate) struct FlushSignal {
 }
 
 impl FlushSignal {
-    /// Producer, after publishing: unparks `flusher` if it sleeps.
+    /// Producer, after publishing: `unpark`s the flusher if it sleeps (the caller's thread
+    /// handle: the protocol has no threads of its own).
     #[inline]
-    pub(crate) fn mark(&self, flusher: &Thread) {
+    pub(crate) fn mark(&self, unpark: impl FnOnce()) {
         // AcqRel RMW: pairs with the flusher's `take` and `sleep` (see the module docs).
         if self.state.swap(PENDING, Ordering::AcqRel) == ASLEEP {
-            flusher.unpark();
+            unpark();
         }
     }
 
@@ -50,9 +50,10 @@ impl FlushSignal {
         self.state.swap(IDLE, Ordering::AcqRel) == PENDING
     }
 
-    /// Flusher, after an interval with nothing pending: sleeps until the producer marks a
-    /// publication (or `stop` says so; the stopper unparks it).
-    pub(crate) fn sleep(&self, stop: impl Fn() -> bool) {
+    /// Flusher, after an interval with nothing pending: sleeps (`park`, the caller's thread
+    /// park, whose spurious returns are fine) until the producer marks a publication (or
+    /// `stop` says so; the stopper unparks it).
+    pub(crate) fn sleep(&self, stop: impl Fn() -> bool, park: impl Fn()) {
         // A cas, not a store: a store could overwrite a `PENDING` that the producer set just
         // now, after reading `IDLE` (so it did not unpark us), and we would sleep on it.
         #[cfg(not(shmflow_broken = "flusher_sleep_store"))]
@@ -71,7 +72,7 @@ impl FlushSignal {
         }
         // Spurious returns of `park` are fine: the state says whether to sleep on.
         while self.state.load(Ordering::Acquire) == ASLEEP && !stop() {
-            crate::sync::thread::park();
+            park();
         }
     }
 }

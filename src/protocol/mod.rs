@@ -1,11 +1,10 @@
 //! The protocol layer: the shared-memory ABI (every `repr(C)` structure of a region), record
 //! framing, the ends' attach states, the SPSC ring, park/wake, the priority lane, the counters and the floating-segment
 //! pool. No OS dependency: atomics and the futex word come from `crate::sync`, which the loom
-//! models swap for loom's.
+//! models swap for loom's, and every wait or wake-up that needs the operating system goes
+//! through the `sync::Os` it is given (`region::os::Host`).
 
 pub(crate) mod abi;
-#[cfg(any(feature = "tokio", shmflow_loom))]
-pub(crate) mod bridge;
 pub(crate) mod counters;
 pub(crate) mod ends;
 pub(crate) mod flush_signal;

@@ -71,7 +71,9 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{CoreResult as Result, Error};
-use crate::sync::{Bell, FutexWord, Ordering};
+#[cfg(any(feature = "tokio", shmflow_loom))]
+use crate::sync::AsyncOs;
+use crate::sync::{FutexWord, Ordering, Os};
 
 /// How often a waiting side looks at its peer's lock: detection takes at most this long plus
 /// one wake-up.
@@ -171,25 +173,25 @@ impl Deadline {
 }
 
 /// `PARKED`: the waiter sleeps or is about to.
-const PARKED: u32 = 1;
+pub(crate) const PARKED: u32 = 1;
 /// `NO_FENCE` (sticky): the waiter cannot issue the heavy barrier; notify with the RMW.
 const NO_FENCE: u32 = 2;
 /// `DOORBELL`, only with `PARKED`: the waiter sleeps on the word's doorbell (a socket, in
 /// its async runtime's reactor), not on the futex: the notifier rings the bell.
-const DOORBELL: u32 = 4;
+pub(crate) const DOORBELL: u32 = 4;
 /// `RINGABLE` (sticky): a process that notifies the word attached holding its doorbell (the
 /// region's creator holds them all): a waiter holding it too may sleep on it.
 const RINGABLE: u32 = 8;
 /// `BELL_LESS` (sticky): a process that may notify holds no doorbell for the word (it opened
 /// the region from a bare descriptor): waiters sleep on the futex.
-const BELL_LESS: u32 = 16;
+pub(crate) const BELL_LESS: u32 = 16;
 
 /// Wakes the peer parked on `word` if it announced itself: rings `bell` (the word's doorbell,
 /// if this process holds it) for a waiter that sleeps on it, wakes the futex otherwise.
 /// Returns true if a wake was issued. Call after the publication (a Release store) that the
 /// peer may be waiting for.
 #[inline]
-pub(crate) fn notify(word: &FutexWord, bell: Option<&Bell>) -> bool {
+pub(crate) fn notify<O: Os>(word: &FutexWord, bell: Option<&O::Bell>) -> bool {
     let p = word.atomic();
     // AcqRel RMW: takes its place in P's total order after our publication (see above).
     #[cfg(not(shmflow_broken = "notify_load_first"))]
@@ -202,7 +204,7 @@ pub(crate) fn notify(word: &FutexWord, bell: Option<&Bell>) -> bool {
         0
     };
     if was & PARKED != 0 {
-        wake(word, was, bell);
+        wake::<O>(word, was, bell);
         return true;
     }
     false
@@ -210,15 +212,15 @@ pub(crate) fn notify(word: &FutexWord, bell: Option<&Bell>) -> bool {
 
 /// Wakes a waiter that announced `was`: through the doorbell it sleeps on, or the futex.
 #[cold]
-fn wake(word: &FutexWord, was: u32, bell: Option<&Bell>) {
+fn wake<O: Os>(word: &FutexWord, was: u32, bell: Option<&O::Bell>) {
     // Broken on purpose (loom only): the doorbell bit ignored, the futex woken instead.
     #[cfg(shmflow_broken = "doorbell_unrung")]
     let was = was & !DOORBELL;
     match bell {
-        Some(b) if was & DOORBELL != 0 => b.ring(),
+        Some(b) if was & DOORBELL != 0 => O::ring(b),
         // A bell-less notifier that sees `DOORBELL` set its `BELL_LESS` after the waiter
         // looked: the waiter's sleep ends at its nap (see the module docs).
-        _ => word.wake(),
+        _ => O::futex_wake(word),
     }
 }
 
@@ -226,11 +228,17 @@ fn wake(word: &FutexWord, was: u32, bell: Option<&Bell>) {
 /// heavy barrier): for a notifier whose process is registered for it (see the module docs).
 /// `bell` is looked up only then: the per-record path reads nothing but the word.
 #[inline(always)]
-pub(crate) fn notify_light<'a>(word: &FutexWord, bell: impl FnOnce() -> Option<&'a Bell>) -> bool {
+pub(crate) fn notify_light<'a, O: Os>(
+    word: &FutexWord,
+    bell: impl FnOnce() -> Option<&'a O::Bell>,
+) -> bool
+where
+    O::Bell: 'a,
+{
     crate::sync::notifier_fence();
     // Relaxed: ordered after the publication by the asymmetric barrier (SYNC POINT above).
     if word.atomic().load(Ordering::Relaxed) & (PARKED | NO_FENCE) != 0 {
-        return notify(word, bell());
+        return notify::<O>(word, bell());
     }
     false
 }
@@ -293,74 +301,62 @@ pub(crate) enum Notifier {
     Light,
 }
 
-/// Busy phase: polls a bounded number of times. `None` if nothing turned up.
-fn spin_phase<T>(
+/// Busy phase: polls a bounded number of times. `None` if nothing turned up. The clock and the
+/// yield are the OS's (`O`), so that the loom models run this same code.
+fn spin_phase<O: Os, T>(
     strategy: WaitStrategy,
     pace: Pace,
     poll: &mut impl FnMut(Look) -> Result<Option<T>>,
 ) -> Result<Option<T>> {
     match strategy {
         WaitStrategy::Block => {
-            #[cfg(not(shmflow_loom))]
-            {
-                let start = Instant::now();
-                if pace == Pace::Sparse {
-                    // A reply or a sparse record: look continuously for a moment, as a
-                    // busy-poller would (nobody is filling lines for us to disturb).
-                    if let Some(v) = busy_poll(BLOCK_EAGER, poll)? {
-                        return Ok(Some(v));
-                    }
-                }
-                // Then look only every `BLOCK_GAP` (first after a gap: the caller has just
-                // looked).
-                let mut last = Instant::now();
-                loop {
-                    // The gap: a yield (a peer waiting for this CPU runs), then pauses.
-                    std::thread::yield_now();
-                    let mut now = Instant::now();
-                    while now.duration_since(last) < BLOCK_GAP {
-                        crate::sync::spin_loop();
-                        now = Instant::now();
-                    }
-                    last = now;
-                    if let Some(v) = poll(Look::Quick)? {
-                        return Ok(Some(v));
-                    }
-                    if now.duration_since(start) >= BLOCK_SPIN {
-                        break;
-                    }
+            let start = O::now();
+            if pace == Pace::Sparse {
+                // A reply or a sparse record: look continuously for a moment, as a
+                // busy-poller would (nobody is filling lines for us to disturb).
+                if let Some(v) = busy_poll::<O, T>(BLOCK_EAGER, poll)? {
+                    return Ok(Some(v));
                 }
             }
-            #[cfg(shmflow_loom)]
-            let _ = pace;
-            #[cfg(shmflow_loom)]
-            for _ in 0..crate::sync::SPIN_CHECKS {
+            // Then look only every `BLOCK_GAP` (first after a gap: the caller has just
+            // looked).
+            let mut last = O::now();
+            loop {
+                // The gap: a yield (a peer waiting for this CPU runs), then pauses.
+                O::yield_cpu();
+                let mut now = O::now();
+                while now.duration_since(last) < BLOCK_GAP {
+                    crate::sync::spin_loop();
+                    now = O::now();
+                }
+                last = now;
                 if let Some(v) = poll(Look::Quick)? {
                     return Ok(Some(v));
                 }
-                crate::sync::spin_loop();
+                if now.duration_since(start) >= BLOCK_SPIN {
+                    break;
+                }
             }
         }
         WaitStrategy::Park => {}
-        WaitStrategy::BusyPoll(budget) => return busy_poll(budget, poll),
+        WaitStrategy::BusyPoll(budget) => return busy_poll::<O, T>(budget, poll),
     }
     Ok(None)
 }
 
 /// Polls continuously for `budget`. `None` if nothing turned up.
-fn busy_poll<T>(
+fn busy_poll<O: Os, T>(
     budget: Duration,
     poll: &mut impl FnMut(Look) -> Result<Option<T>>,
 ) -> Result<Option<T>> {
-    let start = Instant::now();
+    let start = O::now();
     let mut i = 0u32;
     loop {
         if let Some(v) = poll(Look::Quick)? {
             return Ok(Some(v));
         }
         i = i.wrapping_add(1);
-        // Reading the clock costs ~25 ns; look at it every 16 polls.
-        if i % 16 == 0 && start.elapsed() >= budget {
+        if i % O::POLLS_PER_CLOCK == 0 && O::now().duration_since(start) >= budget {
             return Ok(None);
         }
         crate::sync::spin_loop();
@@ -370,7 +366,7 @@ fn busy_poll<T>(
 /// Announces on `word` that the waiter sleeps (an RMW, so that it synchronizes with the
 /// notifier's RMW), with the heavy barrier if the notifier may use the light form: the value
 /// to sleep on, and how long to sleep at most before looking again.
-fn announce(
+fn announce<O: Os>(
     word: &FutexWord,
     light: Notifier,
     timeout: Option<Duration>,
@@ -386,7 +382,7 @@ fn announce(
     if light == Notifier::Light && now & NO_FENCE == 0 {
         // SYNC POINT: the heavy half of the asymmetric barrier (see the module docs).
         #[cfg(not(shmflow_broken = "no_waiter_fence"))]
-        let fenced = crate::sync::waiter_fence();
+        let fenced = O::waiter_fence();
         #[cfg(shmflow_broken = "no_waiter_fence")]
         let fenced = true;
         if !fenced {
@@ -404,7 +400,7 @@ fn announce(
 /// so that a closed peer ends the wait. `poll(Look::Now)` is called after each sleep, at least every
 /// [`CHECK_INTERVAL`]: that is when it should also check that the peer is alive (a syscall,
 /// so never on the busy path).
-pub(crate) fn wait_for<T>(
+pub(crate) fn wait_for<O: Os, T>(
     word: &FutexWord,
     strategy: WaitStrategy,
     deadline: Deadline,
@@ -424,7 +420,7 @@ pub(crate) fn wait_for<T>(
         }
         return Err(Error::WouldBlock);
     }
-    if let Some(v) = spin_phase(strategy, pace, &mut poll)? {
+    if let Some(v) = spin_phase::<O, T>(strategy, pace, &mut poll)? {
         return Ok(v);
     }
     let p = word.atomic();
@@ -436,7 +432,7 @@ pub(crate) fn wait_for<T>(
             }
             return Err(deadline.expired_error());
         };
-        let (now, nap) = announce(word, light, timeout, false);
+        let (now, nap) = announce::<O>(word, light, timeout, false);
         #[cfg(not(shmflow_broken = "no_recheck"))]
         let ready = poll(Look::Quick);
         #[cfg(shmflow_broken = "no_recheck")]
@@ -452,7 +448,7 @@ pub(crate) fn wait_for<T>(
             }
             Ok(None) => {}
         }
-        word.wait(now, Some(nap));
+        O::futex_wait(word, now, Some(nap));
         // An RMW, not a store: keeps every write to P in the notifier's release sequence.
         p.fetch_and(!PARKED, Ordering::AcqRel);
         if let Some(v) = poll(Look::Now)? {
@@ -464,10 +460,28 @@ pub(crate) fn wait_for<T>(
 /// What an async waiter sleeps on: its park word, and the word's doorbell if this process
 /// holds it.
 #[cfg(any(feature = "tokio", shmflow_loom))]
-#[derive(Clone, Copy)]
-pub(crate) struct WaitOn<'a> {
+pub(crate) struct WaitOn<'a, O: Os> {
     pub(crate) word: &'a FutexWord,
-    pub(crate) bell: Option<&'a Bell>,
+    pub(crate) bell: Option<&'a O::Bell>,
+}
+
+/// What watches a park word for a task that cannot sleep on a doorbell: the bridge thread
+/// (`region::bridge`), which the region layer runs.
+#[cfg(any(feature = "tokio", shmflow_loom))]
+pub(crate) trait Watcher {
+    /// Completes when `word` no longer holds `expected`, or `nap` has passed, without blocking
+    /// the thread. Dropping the future withdraws the request. `Err` if the watcher could not
+    /// be started.
+    ///
+    /// # Safety
+    /// The watcher reads `word` until the future completes or is dropped; a future that is
+    /// leaked (`mem::forget`) is never withdrawn. `word` must stay in memory that long.
+    unsafe fn watch<'a>(
+        &'a self,
+        word: &'a FutexWord,
+        expected: u32,
+        nap: Duration,
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send + 'a;
 }
 
 /// Clears `PARKED` when dropped: an async waiter's announcement is withdrawn however its wait
@@ -485,43 +499,13 @@ impl Drop for Announced<'_> {
     }
 }
 
-/// True if the caller runs in a tokio runtime.
-#[cfg(any(feature = "tokio", shmflow_loom))]
-fn in_tokio() -> bool {
-    #[cfg(not(shmflow_loom))]
-    return tokio::runtime::Handle::try_current().is_ok();
-    #[cfg(shmflow_loom)]
-    true
-}
-
-/// Lets the executor run other tasks, then resumes.
-#[cfg(any(feature = "tokio", shmflow_loom))]
-async fn yield_now() {
-    #[cfg(not(shmflow_loom))]
-    tokio::task::yield_now().await;
-    #[cfg(shmflow_loom)]
-    {
-        let mut yielded = false;
-        std::future::poll_fn(|cx| {
-            if yielded {
-                return std::task::Poll::Ready(());
-            }
-            yielded = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        })
-        .await
-    }
-}
-
 /// The async form of [`wait_for`], with no deadline (a caller that wants one drops the
 /// future: nothing is lost, see below). The protocol is the same — announce, heavy barrier if
 /// the notifier may be light, re-check, sleep, withdraw — but the task sleeps in its executor:
 /// on the word's doorbell, registered with the runtime's reactor, where this process holds it
 /// and every notifier does (`RINGABLE` without `BELL_LESS`; the announcement then carries
 /// `DOORBELL`, and the notifier rings instead of waking the futex); otherwise in a
-/// [`Bridges::sleep`](crate::protocol::bridge::Bridges::sleep), where the bridge thread
-/// watches the word.
+/// [`Watcher::watch`] (the bridge thread watches the word).
 ///
 /// The busy phase is the blocking one's, with a yield to the executor where a thread would
 /// yield its CPU: `Park` skips it, `Block` looks as `spin_phase` does (by `pace`), `BusyPoll(d)`
@@ -535,13 +519,13 @@ async fn yield_now() {
 /// is also a `try_` call).
 ///
 /// # Safety
-/// As [`Bridges::sleep`](crate::protocol::bridge::Bridges::sleep): `word` must stay in memory
-/// until the future completes or is dropped, or for good if it is leaked.
+/// As [`Watcher::watch`]: `word` must stay in memory until the future completes or is dropped,
+/// or for good if it is leaked.
 #[cfg(any(feature = "tokio", shmflow_loom))]
-pub(crate) async unsafe fn wait_async<T>(
-    on: WaitOn<'_>,
+pub(crate) async unsafe fn wait_async<O: AsyncOs, T>(
+    on: WaitOn<'_, O>,
     region: &str,
-    bridges: &crate::protocol::bridge::Bridges,
+    watcher: &impl Watcher,
     strategy: WaitStrategy,
     light: Notifier,
     pace: Pace,
@@ -563,16 +547,15 @@ pub(crate) async unsafe fn wait_async<T>(
     if strategy != WaitStrategy::Block {
         done!(poll(Look::Quick));
     }
-    #[cfg(not(shmflow_loom))]
     match strategy {
         WaitStrategy::Park => {}
         WaitStrategy::BusyPoll(budget) => {
             // Polls between yields to the executor, so that other tasks run.
-            let start = Instant::now();
+            let start = O::now();
             loop {
-                yield_now().await;
+                O::yield_now().await;
                 done!(poll(Look::Quick));
-                if start.elapsed() >= budget {
+                if O::now().duration_since(start) >= budget {
                     break;
                 }
             }
@@ -580,17 +563,17 @@ pub(crate) async unsafe fn wait_async<T>(
         WaitStrategy::Block => {
             // As `spin_phase`: continuous looks first unless the peer streams, then a look
             // every `BLOCK_GAP` (the executor runs other tasks in the gap), up to `BLOCK_SPIN`.
-            let start = Instant::now();
+            let start = O::now();
             if pace == Pace::Sparse {
-                done!(busy_poll(BLOCK_EAGER, &mut poll));
+                done!(busy_poll::<O, T>(BLOCK_EAGER, &mut poll));
             }
-            let mut last = Instant::now();
+            let mut last = O::now();
             loop {
-                yield_now().await;
-                let mut now = Instant::now();
+                O::yield_now().await;
+                let mut now = O::now();
                 while now.duration_since(last) < BLOCK_GAP {
                     crate::sync::spin_loop();
-                    now = Instant::now();
+                    now = O::now();
                 }
                 last = now;
                 done!(poll(Look::Quick));
@@ -600,30 +583,22 @@ pub(crate) async unsafe fn wait_async<T>(
             }
         }
     }
-    #[cfg(shmflow_loom)]
-    let _ = pace;
-    #[cfg(shmflow_loom)]
-    if strategy != WaitStrategy::Park {
-        for _ in 0..crate::sync::SPIN_CHECKS {
-            yield_now().await;
-            done!(poll(Look::Quick));
-        }
-    }
     loop {
         // The doorbell if this process holds it, so does every notifier (`RINGABLE`, no
         // `BELL_LESS`), and a tokio runtime runs this task (its reactor waits on the bell;
         // another executor's task sleeps through the bridge, which needs only a waker).
         let ring = bell.filter(|_| {
-            word.atomic().load(Ordering::Relaxed) & (RINGABLE | BELL_LESS) == RINGABLE && in_tokio()
+            word.atomic().load(Ordering::Relaxed) & (RINGABLE | BELL_LESS) == RINGABLE
+                && O::in_runtime()
         });
-        let (now, nap) = announce(word, light, None, ring.is_some());
+        let (now, nap) = announce::<O>(word, light, None, ring.is_some());
         let announced = Announced(word);
         #[cfg(not(shmflow_broken = "async_no_recheck"))]
         done!(poll(Look::Quick));
         match ring {
             // `BELL_LESS` came with the announcement: the futex, through the bridge (a
             // bell-less notifier's RMW changes the word the bridge watches).
-            Some(b) if now & BELL_LESS == 0 => b.rung(nap).await.map_err(|e| {
+            Some(b) if now & BELL_LESS == 0 => O::rung(b, nap).await.map_err(|e| {
                 Error::io(
                     region,
                     "wait for the doorbell in the tokio runtime's reactor (the runtime needs \
@@ -631,147 +606,12 @@ pub(crate) async unsafe fn wait_async<T>(
                     e,
                 )
             })?,
-            // SAFETY: the caller's contract is `sleep`'s.
-            _ => unsafe { bridges.sleep(word, now, nap) }
+            // SAFETY: the caller's contract is `watch`'s.
+            _ => unsafe { watcher.watch(word, now, nap) }
                 .await
                 .map_err(|e| Error::io(region, "start the thread that wakes async waiters", e))?,
         }
         drop(announced);
         done!(poll(Look::Now));
-    }
-}
-
-#[cfg(all(test, not(shmflow_loom)))]
-mod tests {
-    use super::*;
-    use crate::sync::AtomicU32;
-    use std::sync::atomic::AtomicBool;
-
-    fn word() -> FutexWord {
-        FutexWord(AtomicU32::new(0))
-    }
-
-    /// A poll that yields once `flag` is set.
-    fn ready(flag: &AtomicBool) -> impl FnMut(Look) -> Result<Option<()>> + '_ {
-        // Acquire: pairs with the Release store that publishes the flag.
-        move |_| Ok(flag.load(Ordering::Acquire).then_some(()))
-    }
-
-    #[test]
-    fn nobody_parked_means_no_wake() {
-        let w = word();
-        assert!(!notify(&w, None));
-        assert!(!notify_light(&w, || None));
-        assert_eq!(w.atomic().load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn a_parked_waiter_is_woken_by_the_notification_after_the_publication() {
-        for strategy in [WaitStrategy::Park, WaitStrategy::Block] {
-            let (w, flag) = (word(), AtomicBool::new(false));
-            std::thread::scope(|s| {
-                let waiter = s.spawn(|| {
-                    wait_for(
-                        &w,
-                        strategy,
-                        Deadline::Never,
-                        Notifier::Rmw,
-                        Pace::Sparse,
-                        ready(&flag),
-                    )
-                });
-                // Wait until the waiter has announced itself, then publish and notify.
-                while w.atomic().load(Ordering::Acquire) & PARKED == 0 {
-                    std::thread::yield_now();
-                }
-                flag.store(true, Ordering::Release);
-                assert!(
-                    notify(&w, None),
-                    "{strategy:?}: the waiter announced itself"
-                );
-                waiter.join().unwrap().unwrap();
-            });
-            assert_eq!(w.atomic().load(Ordering::Relaxed) & PARKED, 0);
-        }
-    }
-
-    #[test]
-    fn deadlines_end_the_wait_with_the_right_error() {
-        let (w, flag) = (word(), AtomicBool::new(false));
-        let now = wait_for(
-            &w,
-            WaitStrategy::Block,
-            Deadline::Now,
-            Notifier::Rmw,
-            Pace::Sparse,
-            ready(&flag),
-        );
-        assert!(matches!(now, Err(Error::WouldBlock)));
-        let later = wait_for(
-            &w,
-            WaitStrategy::Park,
-            Deadline::after(Duration::from_millis(5)),
-            Notifier::Rmw,
-            Pace::Sparse,
-            ready(&flag),
-        );
-        assert!(matches!(later, Err(Error::Timeout)));
-        assert_eq!(w.atomic().load(Ordering::Relaxed) & PARKED, 0, "withdrawn");
-        flag.store(true, Ordering::Release);
-        let there = wait_for(
-            &w,
-            WaitStrategy::Park,
-            Deadline::Now,
-            Notifier::Rmw,
-            Pace::Sparse,
-            ready(&flag),
-        );
-        assert!(there.is_ok(), "a value there now is taken even by a try");
-    }
-
-    #[test]
-    fn a_failing_poll_ends_the_wait_and_withdraws_the_announcement() {
-        let w = word();
-        let mut looks = Vec::new();
-        let r: Result<()> = wait_for(
-            &w,
-            WaitStrategy::Park,
-            Deadline::Never,
-            Notifier::Rmw,
-            Pace::Sparse,
-            |look| {
-                looks.push(look);
-                // The re-check after the announcement fails (a dead peer, say).
-                if w.atomic().load(Ordering::Relaxed) & PARKED != 0 {
-                    return Err(Error::WouldBlock);
-                }
-                Ok(None)
-            },
-        );
-        assert!(r.is_err());
-        assert_eq!(looks, [Look::Quick, Look::Quick]);
-        assert_eq!(w.atomic().load(Ordering::Relaxed) & PARKED, 0);
-    }
-
-    #[test]
-    fn a_word_is_ringable_or_bell_less_never_both() {
-        let w = word();
-        mark_ringable(&w);
-        assert!(ringable(&w));
-        assert!(!mark_bell_less(&w), "a waiter may sleep on the bell");
-        let w = word();
-        assert!(mark_bell_less(&w));
-        assert!(!ringable(&w));
-        assert_eq!(w.atomic().load(Ordering::Relaxed) & BELL_LESS, BELL_LESS);
-    }
-
-    #[test]
-    fn a_notifier_without_the_bell_wakes_the_futex_of_a_doorbell_waiter() {
-        // A waiter announced `DOORBELL`; a notifier that holds no bell clears both bits and
-        // wakes the futex (the waiter's nap ends its sleep, see the module docs).
-        let w = word();
-        w.atomic().store(PARKED | DOORBELL, Ordering::Relaxed);
-        assert!(notify(&w, None));
-        assert_eq!(w.atomic().load(Ordering::Relaxed), 0);
     }
 }

@@ -246,8 +246,8 @@ impl FromEnv {
                 .map_err(|e| OpenError::io(&region, "fcntl(F_SETFD)", e))
         };
         let [a, b, c, d] = raws;
-        let consumer = crate::sync::Bell::from_fds(take(a)?, take(b)?);
-        let producer = crate::sync::Bell::from_fds(take(c)?, take(d)?);
+        let consumer = crate::region::os::Doorbell::from_fds(take(a)?, take(b)?);
+        let producer = crate::region::os::Doorbell::from_fds(take(c)?, take(d)?);
         Ok(Some(std::sync::Arc::new(Bells::of_channel(
             self.channel.unwrap_or(0),
             consumer,

@@ -2,6 +2,8 @@
 //! channels and gates, the typed view of a mapped region, the liveness locks of its ends and
 //! the hand-off of anonymous regions to child processes.
 
+#[cfg(any(feature = "tokio", shmflow_loom))]
+pub(crate) mod bridge;
 #[cfg(not(shmflow_loom))]
 pub(crate) mod handoff;
 #[cfg(shmflow_loom)]
@@ -11,4 +13,5 @@ pub(crate) mod liveness;
 pub(crate) mod name;
 #[cfg(not(shmflow_loom))]
 pub(crate) mod object;
+pub(crate) mod os;
 pub(crate) mod view;

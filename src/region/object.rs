@@ -3,7 +3,7 @@
 //!
 //! Rules, in one place:
 //! - A named region is created with `shm_open(O_CREAT | O_EXCL, 0600)`; an existing name is
-//!   [`Error::AlreadyExists`]. Who removes the name, and when, is `region::name`'s rule (a
+//!   [`OpenError::AlreadyExists`]. Who removes the name, and when, is `region::name`'s rule (a
 //!   gate's name goes with the gate); a peer's mapping stays valid after the name is gone, but
 //!   nobody new can open it.
 //! - Opening checks the owner (must be this effective user) and the mode (no group or other

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use crate::protocol::abi::{GateGeometry, GateHeader};
 use crate::protocol::abi::{Geometry, Header};
 #[cfg(not(shmflow_loom))]
-use crate::sync::Bell;
+use crate::region::os::Bell;
 use crate::sync::{AtomicU64, ByteTracker, FutexWord};
 
 /// This process's part in removing a region's name (see `region::name`).
@@ -480,7 +480,7 @@ impl Shared {
 
     /// The doorbell of the consumer's park word, if this process holds it.
     #[inline]
-    pub(crate) fn consumer_bell(&self) -> Option<&crate::sync::Bell> {
+    pub(crate) fn consumer_bell(&self) -> Option<&crate::region::os::Bell> {
         #[cfg(not(shmflow_loom))]
         match &self.backing {
             Backing::Mapped(m) => m.bells.consumer.as_ref(),
@@ -491,7 +491,7 @@ impl Shared {
 
     /// The doorbell of this channel's producer park word, if this process holds it.
     #[inline]
-    pub(crate) fn producer_bell(&self) -> Option<&crate::sync::Bell> {
+    pub(crate) fn producer_bell(&self) -> Option<&crate::region::os::Bell> {
         #[cfg(not(shmflow_loom))]
         match &self.backing {
             Backing::Mapped(m) => m.bells.producer(self.gate.as_ref().map_or(0, |g| g.index)),

@@ -16,3 +16,55 @@ mod model;
 pub(crate) use model::*;
 
 pub(crate) use core::sync::atomic::Ordering;
+
+/// What waiting needs from the operating system. The protocol layer's waits and wake-ups
+/// (`protocol::park`) are written against this trait and make no OS call of their own: the
+/// region layer supplies the real one (`region::os::Kernel`: futexes, doorbells, membarrier,
+/// the clock, threads), the loom models a modelled one (`sync::model::Modelled`, under
+/// `--cfg shmflow_loom`), so that the models drive the same spin and park code as production.
+/// Every function is associated (no state): the choice is a type, `region::os::Host`.
+pub(crate) trait Os {
+    /// A doorbell: rung for a waiter asleep in its async runtime's reactor.
+    type Bell: Send + Sync;
+    /// Sleeps while `word` holds `expected` (checked atomically with going to sleep), until
+    /// woken or `timeout` passes. Spurious returns are allowed: callers re-check.
+    fn futex_wait(word: &FutexWord, expected: u32, timeout: Option<std::time::Duration>);
+    /// Wakes every sleeper on `word`.
+    fn futex_wake(word: &FutexWord);
+    /// Rings `bell`. Never blocks.
+    fn ring(bell: &Self::Bell);
+    /// The heavy half of the asymmetric barrier (see `protocol::park`): a full barrier in
+    /// every running thread of every registered process. False if it could not be issued.
+    fn waiter_fence() -> bool;
+    /// Whether this process may notify with the light half of the barrier: it registered for
+    /// the heavy half that its peers issue.
+    fn light_notify_available() -> bool;
+    /// Lets another thread run on this CPU (a spinning waiter's peer may need it).
+    fn yield_cpu();
+    /// The monotonic clock that bounds the spin phases.
+    fn now() -> std::time::Instant;
+    /// Polls between two looks at the clock in a busy phase (a look costs about 25 ns).
+    const POLLS_PER_CLOCK: u32;
+}
+
+/// The asynchronous half of [`Os`]: the executor a task waits in, and the doorbell's readiness
+/// in its reactor.
+#[cfg(any(feature = "tokio", shmflow_loom))]
+pub(crate) trait AsyncOs: Os {
+    /// True if an executor that can wait on a doorbell runs the caller (a tokio runtime).
+    fn in_runtime() -> bool;
+    /// Lets the executor run other tasks, then resumes.
+    fn yield_now() -> impl std::future::Future<Output = ()> + Send;
+    /// Waits until `bell` rings (a ring since the last wait counts) or `timeout` passes, and
+    /// takes the rings.
+    fn rung(
+        bell: &Self::Bell,
+        timeout: std::time::Duration,
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send + '_;
+    /// Sleeps until one of `words` is woken or differs from its expected value, or `timeout`
+    /// passes. Spurious returns are allowed. False if the kernel cannot (before Linux 5.16):
+    /// the caller must then poll. The words go to the kernel only, never dereferenced, so a
+    /// word unmapped since is harmless (see `sys::futex::waitv`).
+    fn futex_waitv(words: &[(*const FutexWord, u32)], timeout: Option<std::time::Duration>)
+        -> bool;
+}

@@ -36,18 +36,18 @@ impl FutexWord {
     pub(crate) fn atomic(&self) -> &AtomicU32 {
         &self.word
     }
+}
 
-    /// Timeouts are ignored: a model that only ends because a timer fired would hide a lost
-    /// wake-up, so under loom every wait is unbounded and loom reports the deadlock.
-    pub(crate) fn wait(&self, expected: u32, _timeout: Option<Duration>) {
-        futex_waitv(&[(self as *const FutexWord, expected)], None);
-    }
+/// Timeouts are ignored: a model that only ends because a timer fired would hide a lost
+/// wake-up, so under loom every wait is unbounded and loom reports the deadlock.
+fn futex_wait(word: &FutexWord, expected: u32) {
+    futex_waitv(&[(word as *const FutexWord, expected)], None);
+}
 
-    pub(crate) fn wake(&self) {
-        let mut wakes = KERNEL.wakes.lock().unwrap();
-        *wakes.entry(self as *const FutexWord as usize).or_default() += 1;
-        KERNEL.sleepers.notify_all();
-    }
+fn futex_wake(word: &FutexWord) {
+    let mut wakes = KERNEL.wakes.lock().unwrap();
+    *wakes.entry(word as *const FutexWord as usize).or_default() += 1;
+    KERNEL.sleepers.notify_all();
 }
 
 /// The doorbell (a datagram socket pair and the reactor's readiness), modelled: a count of
@@ -87,7 +87,7 @@ impl Bell {
 
 /// `futex_waitv`, modelled as [`FutexWord::wait`] on several words (timeouts ignored). Unlike
 /// the kernel, the model reads the words itself: every model keeps its words alive.
-pub(crate) fn futex_waitv(words: &[(*const FutexWord, u32)], _timeout: Option<Duration>) -> bool {
+fn futex_waitv(words: &[(*const FutexWord, u32)], _timeout: Option<Duration>) -> bool {
     let mut wakes = KERNEL.wakes.lock().unwrap();
     if words.iter().any(|&(w, v)| {
         // SAFETY: the models keep every region, and so every word, alive until they end.
@@ -121,9 +121,6 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) fn spin_loop() {
     loom::thread::yield_now();
 }
-
-/// One busy check before parking keeps the spin path covered and the models small.
-pub(crate) const SPIN_CHECKS: u32 = 1;
 
 /// Race detection over segment bytes: one loom cell per 8-byte word of every segment. The
 /// writer registers a write of the words it fills, the reader a read of the words it views;
@@ -165,12 +162,6 @@ impl ByteTracker {
     }
 }
 
-/// Threads that park and unpark, modelled (a loom `park` never times out: a model that only
-/// ends because a timer fired would hide a lost wake-up).
-pub(crate) mod thread {
-    pub(crate) use loom::thread::{park, Thread};
-}
-
 /// The asymmetric barrier, modelled as what it guarantees: a SeqCst fence on each side, the
 /// notifier's between its publication and its load of the park word, and loom explores every
 /// order of the two fences. (The heavy half puts the notifier's barrier at some point of its
@@ -180,13 +171,83 @@ pub(crate) fn notifier_fence() {
     loom::sync::atomic::fence(super::Ordering::SeqCst);
 }
 
-/// See [`notifier_fence`].
-pub(crate) fn waiter_fence() -> bool {
-    loom::sync::atomic::fence(super::Ordering::SeqCst);
-    true
+/// The operating system, modelled: the futex above, the doorbell model, the asymmetric
+/// barrier as a SeqCst fence (see [`notifier_fence`]), loom's yield, and a clock that moves
+/// [`CLOCK_STEP`] at every look, so that every spin phase of production code ends after the
+/// fewest looks it makes (each look is a scheduling point for loom) and the same code runs
+/// deterministically in every execution.
+pub(crate) struct Modelled;
+
+/// How far the modelled clock moves at each look: past every spin budget at once.
+const CLOCK_STEP: Duration = Duration::from_millis(1);
+
+impl super::Os for Modelled {
+    type Bell = Bell;
+
+    fn futex_wait(word: &FutexWord, expected: u32, _timeout: Option<Duration>) {
+        futex_wait(word, expected)
+    }
+
+    fn futex_wake(word: &FutexWord) {
+        futex_wake(word)
+    }
+
+    fn ring(bell: &Bell) {
+        bell.ring()
+    }
+
+    fn waiter_fence() -> bool {
+        loom::sync::atomic::fence(super::Ordering::SeqCst);
+        true
+    }
+
+    /// The models always use the light notification on the per-record path.
+    fn light_notify_available() -> bool {
+        true
+    }
+
+    fn yield_cpu() {
+        loom::thread::yield_now();
+    }
+
+    fn now() -> std::time::Instant {
+        // A plain std counter: only differences of looks are compared, and each is at least
+        // one step, whatever the interleaving.
+        static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        static LOOKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let looks = LOOKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        *BASE.get_or_init(std::time::Instant::now) + CLOCK_STEP * looks
+    }
+
+    const POLLS_PER_CLOCK: u32 = 1;
 }
 
-/// The models always use the light notification on the per-record path.
-pub(crate) fn light_notify_available() -> bool {
-    true
+impl super::AsyncOs for Modelled {
+    fn in_runtime() -> bool {
+        true
+    }
+
+    async fn yield_now() {
+        let mut yielded = false;
+        std::future::poll_fn(|cx| {
+            if yielded {
+                return std::task::Poll::Ready(());
+            }
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        })
+        .await
+    }
+
+    fn rung(
+        bell: &Bell,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send + '_ {
+        bell.rung(timeout)
+    }
+
+    fn futex_waitv(words: &[(*const FutexWord, u32)], timeout: Option<Duration>) -> bool {
+        futex_waitv(words, timeout)
+    }
 }

@@ -9,8 +9,9 @@ use super::{Consumer, Message, Record};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
 use crate::error::{op, Error, RecvError, Result};
-use crate::protocol::bridge::Bridges;
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
+use crate::region::bridge::Bridges;
+use crate::region::os::Host;
 
 impl Consumer {
     /// Waits in the executor on the consumer's park word with `wait` until `look` gives a
@@ -26,7 +27,7 @@ impl Consumer {
         // find their work done at once stay small futures.
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.
         Box::pin(unsafe {
-            park::wait_async(
+            park::wait_async::<Host, _>(
                 park::WaitOn {
                     word: shared.consumer_park(),
                     bell: shared.consumer_bell(),

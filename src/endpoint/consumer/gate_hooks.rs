@@ -5,6 +5,7 @@
 use super::{Consumer, Message};
 use crate::error::{CoreResult as Result, Error};
 use crate::protocol::park::{self, Deadline, Look};
+use crate::region::os::Host;
 
 impl Consumer {
     /// Gates: the channel's lending state (`None` for a channel of its own).
@@ -85,7 +86,7 @@ impl Consumer {
             self.recycler.forget_all(h);
             // Our last reads of the region happen before the producer sees us gone.
             h.consumer.leave(crate::protocol::ends::Leave::Clean);
-            park::notify(&h.producer_park, self.shared.producer_bell());
+            park::notify::<Host>(&h.producer_park, self.shared.producer_bell());
         }
     }
 }

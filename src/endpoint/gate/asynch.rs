@@ -7,8 +7,9 @@ use super::{Gate, GateMessage, Pick};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::spend_budget;
 use crate::error::{Error, Result};
-use crate::protocol::bridge::Bridges;
 use crate::protocol::park::{self, Deadline};
+use crate::region::bridge::Bridges;
+use crate::region::os::Host;
 
 impl Gate {
     /// Waits in the executor until a channel has something (a record, an event, its end or
@@ -21,7 +22,7 @@ impl Gate {
         // find their work done at once stay small futures.
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.
         Box::pin(unsafe {
-            park::wait_async(
+            park::wait_async::<Host, _>(
                 park::WaitOn {
                     word: shared.consumer_park(),
                     bell: shared.consumer_bell(),

@@ -9,9 +9,10 @@ use super::{Claim, Producer, RecordWriter};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{segment_budget, spend_budget, start_slow, Slow};
 use crate::error::{op, Error, Result, SendError, WriteError};
-use crate::protocol::bridge::Bridges;
 use crate::protocol::frame::HEADER;
 use crate::protocol::park::{self, Deadline, Look};
+use crate::region::bridge::Bridges;
+use crate::region::os::Host;
 use crate::sync::Ordering;
 
 impl Producer {
@@ -31,7 +32,7 @@ impl Producer {
         // find their work done at once stay small futures.
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.
         Box::pin(unsafe {
-            park::wait_async(
+            park::wait_async::<Host, _>(
                 park::WaitOn {
                     word: &h.producer_park,
                     bell: shared.producer_bell(),

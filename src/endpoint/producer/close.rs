@@ -7,6 +7,7 @@ use super::{Producer, WaitStrategy};
 use crate::error::{op, CloseError, Error, Result, SendError};
 use crate::protocol::ends::EndState;
 use crate::protocol::park::{self, Deadline, Look};
+use crate::region::os::Host;
 use crate::sync::Ordering;
 
 impl Producer {
@@ -121,7 +122,7 @@ impl Producer {
             let events = prio_sent.saturating_sub(h.cons.prio_head.load(Ordering::Acquire));
             segments + events
         };
-        let waited = park::wait_for(
+        let waited = park::wait_for::<Host, _>(
             &h.producer_park,
             WaitStrategy::Park,
             Deadline::at(deadline),

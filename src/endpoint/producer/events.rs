@@ -7,6 +7,7 @@ use super::Producer;
 use crate::error::{op, Result, SendError, SendTimeoutError, TrySendError};
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look};
+use crate::region::os::Host;
 
 impl Producer {
     pub(super) fn send_event_inner(
@@ -145,7 +146,7 @@ impl Producer {
         }
         self.check_gone()?;
         let shared = self.shared.clone();
-        park::wait_for(
+        park::wait_for::<Host, _>(
             &shared.header().producer_park,
             self.wait,
             deadline,

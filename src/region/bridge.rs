@@ -19,7 +19,7 @@
 //! The protocol, for a task T waiting on word P of the region, and the bridge B:
 //!
 //! ```text
-//! T: announce on P (as a thread would: park::wait_async); re-check; register (P, v) with B:
+//! T: announce on P (as a thread would: protocol::park::wait_async); re-check; register (P, v) with B:
 //!    lock; push entry; unlock; fetch_add(nudge, 1) (Release); wake(nudge)
 //! B: g = load(nudge) (Acquire); lock; for each entry: if load(P) != v, wake its task and
 //!    drop it; unlock; futex_waitv([nudge = g, P1 = v1, …]); repeat
@@ -45,7 +45,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::sync::{lock, Arc, FutexWord, Mutex, Ordering};
+use crate::region::os::Host;
+use crate::sync::{lock, Arc, AsyncOs, FutexWord, Mutex, Ordering, Os};
 
 /// Words one bridge waits on at most (`futex_waitv` takes 128; one is the bridge's nudge word).
 pub(crate) const WORDS_PER_BRIDGE: usize = 127;
@@ -109,7 +110,7 @@ impl Bridge {
     /// ↔ the bridge's Acquire load at the top of its loop (see the module docs).
     fn nudge(&self) {
         self.nudge.atomic().fetch_add(1, Ordering::Release);
-        self.nudge.wake();
+        Host::futex_wake(&self.nudge);
     }
 
     fn register(&self, word: &FutexWord, expected: u32, nap: Duration, waker: Waker) -> u64 {
@@ -137,7 +138,7 @@ impl Bridge {
         lock(&self.state).entries.len()
     }
 
-    /// Serves the list until the process ends (under loom: until [`Bridge::stop`]).
+    /// Serves the list until the process ends (under loom: until `Bridge::stop`).
     pub(crate) fn serve(&self) {
         // The nudge word first, then every word waited on.
         let mut list: Vec<(*const FutexWord, u32)> = Vec::new();
@@ -189,7 +190,7 @@ impl Bridge {
             #[cfg(not(shmflow_loom))]
             {
                 if waitv {
-                    waitv = crate::sync::futex_waitv(&list, timeout);
+                    waitv = Host::futex_waitv(&list, timeout);
                 }
                 if !waitv {
                     // No futex_waitv: sleep on the nudge word and look at the words every
@@ -199,11 +200,11 @@ impl Bridge {
                     } else {
                         Some(timeout.map_or(POLL_WITHOUT_WAITV, |t| t.min(POLL_WITHOUT_WAITV)))
                     };
-                    self.nudge.wait(gen, nap);
+                    Host::futex_wait(&self.nudge, gen, nap);
                 }
             }
             #[cfg(shmflow_loom)]
-            crate::sync::futex_waitv(&list, None);
+            Host::futex_waitv(&list, None);
         }
     }
 
@@ -305,6 +306,18 @@ impl Bridges {
             nap,
             reg: None,
         }
+    }
+}
+
+impl crate::protocol::park::Watcher for Bridges {
+    unsafe fn watch<'a>(
+        &'a self,
+        word: &'a FutexWord,
+        expected: u32,
+        nap: Duration,
+    ) -> impl Future<Output = std::io::Result<()>> + Send + 'a {
+        // SAFETY: the caller's contract is `sleep`'s.
+        unsafe { self.sleep(word, expected, nap) }
     }
 }
 
