@@ -25,7 +25,8 @@ impl Monitor {
     /// # Examples
     ///
     /// ```
-    /// use shmflow::{Geometry, Monitor, Producer};
+    /// use shmflow::monitor::Monitor;
+    /// use shmflow::{Geometry, Producer};
     ///
     /// let name = format!("/shmflow-doc-monitor-{}", std::process::id());
     /// let mut tx = Producer::create(&name, Geometry::default())?;
@@ -60,7 +61,8 @@ impl Monitor {
     /// # Examples
     ///
     /// ```
-    /// use shmflow::{Geometry, Monitor, Producer};
+    /// use shmflow::monitor::Monitor;
+    /// use shmflow::{Geometry, Producer};
     ///
     /// let name = format!("/shmflow-doc-snap-{}", std::process::id());
     /// let mut tx = Producer::create(&name, Geometry::default())?;
@@ -236,7 +238,8 @@ impl GateMonitor {
     /// # Examples
     ///
     /// ```
-    /// use shmflow::{Gate, GateGeometry, GateMonitor};
+    /// use shmflow::monitor::GateMonitor;
+    /// use shmflow::{Gate, GateGeometry};
     ///
     /// let name = format!("/shmflow-doc-gmon-{}", std::process::id());
     /// let _gate = Gate::create(&name, GateGeometry::new(3))?;
