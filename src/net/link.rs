@@ -18,7 +18,7 @@ pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
 pub(crate) type BoxStream = Box<dyn Stream>;
-pub(crate) type Reader = FramedRead<ReadHalf<BoxStream>, Codec>;
+type Reader = FramedRead<ReadHalf<BoxStream>, Codec>;
 
 /// Bytes the writer gathers before it writes (larger buffers go straight through).
 const WRITE_BUFFER: usize = 256 << 10;

@@ -33,15 +33,15 @@ use crate::protocol::abi::PRIO_PAYLOAD;
 use crate::protocol::frame::{self, HEADER};
 
 pub(crate) const MAGIC: u32 = 0x5346_4E54;
-pub(crate) const VERSION: u8 = 1;
+const VERSION: u8 = 1;
 /// The `channel` of an `Error` about the whole connection.
 pub(crate) const CONNECTION: u32 = u32::MAX;
 /// Longest channel name.
 pub(crate) const MAX_NAME: usize = 255;
 /// Longest error message (longer ones are cut).
-pub(crate) const MAX_MESSAGE: usize = 1024;
+const MAX_MESSAGE: usize = 1024;
 /// Body bytes of a `Buffer` before its frames.
-pub(crate) const BUFFER_HEAD: usize = 16;
+const BUFFER_HEAD: usize = 16;
 /// The largest body of any message but `Buffer`.
 const MAX_CONTROL: usize = 16 + MAX_MESSAGE;
 
@@ -79,7 +79,7 @@ pub(crate) mod code {
 
 impl RemoteCode {
     /// The code as the wire carries it.
-    pub(crate) fn from_wire(c: u32) -> RemoteCode {
+    fn from_wire(c: u32) -> RemoteCode {
         match c {
             code::UNKNOWN_CHANNEL => RemoteCode::UnknownChannel,
             code::GEOMETRY => RemoteCode::SegmentSize,
@@ -177,7 +177,7 @@ impl Msg {
     }
 
     /// Its kind, as the protocol names it.
-    pub(crate) fn kind_name(&self) -> &'static str {
+    fn kind_name(&self) -> &'static str {
         match self {
             Msg::Request { .. } => "Request",
             Msg::Buffer { .. } => "Buffer",

@@ -20,18 +20,18 @@ pub const LAYOUT_VERSION: u32 = 8;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
-pub(crate) const DEFAULT_SEGMENT_SIZE: u32 = 32 * 1024;
+const DEFAULT_SEGMENT_SIZE: u32 = 32 * 1024;
 /// Default segment count: 64 × 32 KiB = a 2 MiB pool, the size of the L2 cache of the machines
 /// this was tuned on; fewer segments make each hand-off relatively more expensive, many more
 /// make the pool fall out of cache.
-pub(crate) const DEFAULT_SEGMENT_COUNT: u32 = 64;
+const DEFAULT_SEGMENT_COUNT: u32 = 64;
 /// Smallest segment: a page. The same under loom: the loom models build their tiny heap
 /// regions without this product check (see `loom_models::support`).
-pub(crate) const MIN_SEGMENT_SIZE: u32 = 4096;
+const MIN_SEGMENT_SIZE: u32 = 4096;
 /// Largest segment (frame lengths are 32-bit; 1 GiB keeps every offset well inside).
-pub(crate) const MAX_SEGMENT_SIZE: u32 = 1 << 30;
+const MAX_SEGMENT_SIZE: u32 = 1 << 30;
 /// Largest segment count, to keep a corrupt header from asking for absurd mappings.
-pub(crate) const MAX_SEGMENT_COUNT: u32 = 1 << 20;
+const MAX_SEGMENT_COUNT: u32 = 1 << 20;
 
 /// Cache-line padding with a C layout (two lines: x86 prefetches pairs). `CachePadded` would
 /// do the same in one process, but the layout here is shared between separately built
@@ -309,9 +309,9 @@ impl Geometry {
 /// `BadMagic`, and the other way round.
 pub(crate) const GATE_MAGIC: u64 = u64::from_le_bytes(*b"SHMGATE\x01");
 /// Default exclusive segments per channel (Flink's `buffers-per-channel`).
-pub(crate) const DEFAULT_EXCLUSIVE: u32 = 2;
+const DEFAULT_EXCLUSIVE: u32 = 2;
 /// Default floating segments per gate (Flink's `floating-buffers-per-gate`).
-pub(crate) const DEFAULT_FLOATING: u32 = 8;
+const DEFAULT_FLOATING: u32 = 8;
 /// Most channels in one gate (each producer's liveness lock takes one byte of the object).
 pub(crate) const MAX_CHANNELS: u32 = 1024;
 

@@ -49,7 +49,7 @@ use crate::region::os::Host;
 use crate::sync::{lock, Arc, AsyncOs, FutexWord, Mutex, Ordering, Os};
 
 /// Words one bridge waits on at most (`futex_waitv` takes 128; one is the bridge's nudge word).
-pub(crate) const WORDS_PER_BRIDGE: usize = 127;
+const WORDS_PER_BRIDGE: usize = 127;
 
 /// How often a bridge looks at its words where the kernel has no `futex_waitv` (before Linux
 /// 5.16).

@@ -134,7 +134,7 @@ pub(crate) fn fd_region_name(fd: &OwnedFd) -> String {
 
 /// What a handle's environment variable names: the region's descriptor, the gate channel if
 /// the handle was a gate's, and the doorbells' descriptors if they were passed.
-pub(crate) struct FromEnv {
+struct FromEnv {
     pub(crate) region: RawFd,
     pub(crate) channel: Option<u32>,
     bells: Option<[RawFd; 4]>,
@@ -142,7 +142,7 @@ pub(crate) struct FromEnv {
 
 /// Reads the descriptor numbers in `var` (`fd[:channel][/a,b,c,d]`), checked open; nothing
 /// is taken yet.
-pub(crate) fn fd_from_env(var: &str) -> Result<FromEnv> {
+fn fd_from_env(var: &str) -> Result<FromEnv> {
     let region = format!("${var}");
     let value = std::env::var(var).map_err(|_| {
         ConfigError::new(
@@ -207,7 +207,7 @@ impl FromEnv {
     /// Checks, without taking them, that the doorbells named in `var` are Unix datagram
     /// sockets handed over to this process (close-on-exec clear), distinct from each other and
     /// from the region's descriptor.
-    pub(crate) fn check_bells(&self, var: &str) -> Result<()> {
+    fn check_bells(&self, var: &str) -> Result<()> {
         let Some(raws) = self.bells else {
             return Ok(());
         };
@@ -232,7 +232,7 @@ impl FromEnv {
     }
 
     /// Takes the doorbells named in `var` (checked first); `None` if none were passed.
-    pub(crate) fn adopt_bells(&self, var: &str) -> Result<Option<std::sync::Arc<Bells>>> {
+    fn adopt_bells(&self, var: &str) -> Result<Option<std::sync::Arc<Bells>>> {
         self.check_bells(var)?;
         let Some(raws) = self.bells else {
             return Ok(None);
@@ -301,7 +301,7 @@ pub(crate) fn open_from_env(var: &str, gate_ok: bool) -> Result<Handed> {
 
 /// Takes the inherited descriptor `raw` (named in `var`) once it is known to be a shmflow
 /// region of `kind`; on any error it is left open and untouched, as it was inherited.
-pub(crate) fn adopt_region(var: &str, raw: RawFd, kind: RegionKind) -> Result<OwnedFd> {
+fn adopt_region(var: &str, raw: RawFd, kind: RegionKind) -> Result<OwnedFd> {
     let region = format!("${var}");
     if crate::sys::fd::is_open(raw) && !crate::sys::fd::is_inherited(raw) {
         // Close-on-exec is set: this process opened it (or took it already). Taking it again

@@ -57,7 +57,7 @@ pub(crate) fn map(
 }
 
 /// Sizes a fresh object and maps it writable; on failure a named object is unlinked again.
-pub(crate) fn size_and_map(
+fn size_and_map(
     name: &str,
     fd: &OwnedFd,
     size: usize,
@@ -103,11 +103,7 @@ pub(crate) fn size_and_map(
 
 /// Creates the named object (`O_EXCL`, mode 0600) and write-locks `lock_byte` for `end` on it
 /// before anything else, so that `shmflow clean` never sees it ownerless.
-pub(crate) fn shm_create(
-    name: &str,
-    lock_byte: i64,
-    end: End,
-) -> Result<(OwnedFd, CString, EndLock)> {
+fn shm_create(name: &str, lock_byte: i64, end: End) -> Result<(OwnedFd, CString, EndLock)> {
     let cname = c_name(name)?;
     let fd = crate::sys::shm::create_excl(&cname, 0o600).map_err(|e| {
         if e.kind() == io::ErrorKind::AlreadyExists {
@@ -139,7 +135,7 @@ pub(crate) fn create_named(
 
 /// `AlreadyExists`, or `Stale` if the region there is shmflow's (a channel or a gate) and none
 /// of its ends is alive.
-pub(crate) fn exists_error(name: &str) -> OpenError {
+fn exists_error(name: &str) -> OpenError {
     // No grace: this looks at an object that exists, it does not wait for one being made.
     let found: Option<(Arc<Shared>, Vec<i64>)> =
         if let Ok(chans) = gate_open_named_grace(name, false, Duration::ZERO) {
@@ -188,7 +184,7 @@ pub(crate) fn exists_error(name: &str) -> OpenError {
 
 /// A fresh sealed memfd of `size` bytes (it can never shrink or grow under a peer), and the
 /// name that messages use for it.
-pub(crate) fn memfd_sealed(size: usize) -> Result<(OwnedFd, String)> {
+fn memfd_sealed(size: usize) -> Result<(OwnedFd, String)> {
     let fd = crate::sys::shm::memfd(c"shmflow")
         .map_err(|e| OpenError::io("memfd:shmflow", "memfd_create", e))?;
     let name = format!(
@@ -239,7 +235,7 @@ pub(crate) fn open_named_grace(name: &str, writable: bool, grace: Duration) -> R
 }
 
 /// Opens an existing named object that belongs to this user and nobody else.
-pub(crate) fn shm_open_existing(name: &str, writable: bool) -> Result<OwnedFd> {
+fn shm_open_existing(name: &str, writable: bool) -> Result<OwnedFd> {
     let cname = c_name(name)?;
     use crate::sys::shm::OpenExisting;
     let fd = crate::sys::shm::open_existing(&cname, writable).map_err(|e| match e {
@@ -257,7 +253,7 @@ pub(crate) fn shm_open_existing(name: &str, writable: bool) -> Result<OwnedFd> {
 }
 
 /// A named region must belong to this user and be closed to everyone else.
-pub(crate) fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
+fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
     let st = crate::sys::shm::stat(fd).map_err(|e| OpenError::io(name, "fstat", e))?;
     let euid = crate::sys::shm::euid();
     if st.uid != euid {
@@ -279,7 +275,7 @@ pub(crate) fn check_owner_and_mode(name: &str, fd: &OwnedFd) -> Result<()> {
 /// Maps and validates a region from a descriptor (named or inherited memfd).
 /// How long `open` by name waits for a creator that is between `shm_open` and writing the
 /// magic. A descriptor handed over (memfd) is always complete: no wait.
-pub(crate) const INIT_GRACE: Duration = Duration::from_millis(500);
+const INIT_GRACE: Duration = Duration::from_millis(500);
 
 ///
 /// `bells`: the doorbells handed with the descriptor, `None` for a bare descriptor (the region's
@@ -341,7 +337,7 @@ pub(crate) fn identity(
 }
 
 /// The layout version and header size a header records must be this build's.
-pub(crate) fn check_version(name: &str, version: u32, header_size: u32) -> Result<()> {
+fn check_version(name: &str, version: u32, header_size: u32) -> Result<()> {
     if version != LAYOUT_VERSION {
         return Err(OpenError::VersionMismatch {
             region: name.to_owned(),
@@ -364,7 +360,7 @@ pub(crate) fn check_version(name: &str, version: u32, header_size: u32) -> Resul
 /// (`validated`; a header's bad value is `Corrupt`, not a configuration error), its recorded
 /// total size is what the geometry needs (`size_of`), and the object is that large. Returns
 /// the size to map.
-pub(crate) fn check_geometry(
+fn check_geometry(
     name: &str,
     validated: Result<(), ConfigError>,
     size_of: impl FnOnce() -> usize,
@@ -410,11 +406,7 @@ pub(crate) fn dup_fd(shared: &Shared) -> Result<OwnedFd> {
 }
 
 /// `BadMagic` for a region that should be `expected`, naming what `magic` says it is.
-pub(crate) fn bad_magic(
-    region: String,
-    expected: crate::error::RegionKind,
-    magic: u64,
-) -> OpenError {
+fn bad_magic(region: String, expected: crate::error::RegionKind, magic: u64) -> OpenError {
     let found_kind = match magic {
         MAGIC => Some(crate::error::RegionKind::Channel),
         crate::protocol::abi::GATE_MAGIC => Some(crate::error::RegionKind::Gate),
@@ -563,7 +555,7 @@ fn create_mapped(
 
 /// Creates a named region (`O_EXCL`, mode 0600) whose `end` liveness lock is taken before
 /// the magic is written, so that `shmflow clean` never sees it ownerless.
-pub(crate) fn create_named_shape(
+fn create_named_shape(
     name: &str,
     shape: Shape,
     end: End,
@@ -577,7 +569,7 @@ pub(crate) fn create_named_shape(
 }
 
 /// Creates an anonymous, sealed memfd region for `end`.
-pub(crate) fn create_memfd_shape(
+fn create_memfd_shape(
     shape: Shape,
     end: End,
 ) -> Result<(Vec<Arc<Shared>>, std::sync::Arc<EndLock>)> {

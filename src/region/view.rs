@@ -569,7 +569,7 @@ pub(crate) fn give_up_attach(shared: &Shared, end: crate::error::End) {
 
 /// Fills in the pid of the end that holds a liveness lock we could not take.
 #[cfg(not(shmflow_loom))]
-pub(crate) fn with_pid(e: crate::error::OpenError, shared: &Shared) -> crate::error::OpenError {
+fn with_pid(e: crate::error::OpenError, shared: &Shared) -> crate::error::OpenError {
     match e {
         crate::error::OpenError::AlreadyAttached { region, end, .. } => {
             let pid = shared

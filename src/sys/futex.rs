@@ -63,7 +63,7 @@ pub(crate) enum Waitv {
 
 /// Most words one `futex_waitv` call can wait on (`FUTEX_WAITV_MAX`).
 #[cfg(feature = "tokio")]
-pub(crate) const WAITV_MAX: usize = 128;
+const WAITV_MAX: usize = 128;
 
 /// `struct futex_waitv` of `<linux/futex.h>`.
 #[cfg(feature = "tokio")]
