@@ -115,7 +115,7 @@
 #![warn(missing_docs)]
 // Under `--cfg shmflow_loom` the library exists for its loom models (`cargo test --lib`): what
 // only the public surface uses is unused there.
-#![cfg_attr(all(shmflow_loom, not(test)), allow(dead_code))]
+#![cfg_attr(shmflow_loom, allow(dead_code))]
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("shmflow needs Linux: it uses futexes on shared memory, memfd seals and OFD locks");

@@ -7,7 +7,10 @@
 //! 3. every layer uses only the outside crates and `std` modules its row of [`OUTSIDE`]
 //!    allows (threads, files, processes, sockets, `libc`, `nix`, `tokio`, …), and the protocol
 //!    layer takes from `sync` only what [`PROTOCOL_FROM_SYNC`] lists;
-//! 4. every exception in [`KNOWN`] still occurs (so that the list only shrinks), and no other
+//! 4. no code above the protocol layer touches an atomic of the shared header itself (a load,
+//!    store or read-modify-write on a field of a structure of `protocol/abi.rs`): the rules of
+//!    shared memory are the protocol's operations;
+//! 5. every exception in [`KNOWN`] still occurs (so that the list only shrinks), and no other
 //!    does.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -131,7 +134,26 @@ struct Collect {
     stack: Vec<Vec<String>>,
     uses: Vec<Use>,
     modules: BTreeSet<Vec<String>>,
+    /// Atomic operations on a field: (module, field, method, line).
+    atomics: Vec<(Vec<String>, String, String, usize)>,
 }
+
+/// The atomic operations that read or write shared memory.
+const ATOMIC_OPS: [&str; 13] = [
+    "load",
+    "store",
+    "swap",
+    "fetch_add",
+    "fetch_sub",
+    "fetch_or",
+    "fetch_and",
+    "fetch_xor",
+    "fetch_max",
+    "fetch_min",
+    "fetch_update",
+    "compare_exchange",
+    "compare_exchange_weak",
+];
 
 impl Collect {
     fn here(&self) -> Vec<String> {
@@ -236,6 +258,20 @@ impl<'ast> Visit<'ast> for Collect {
             self.push(segs, line);
         }
         syn::visit::visit_path(self, p);
+    }
+
+    fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
+        let method = m.method.to_string();
+        if ATOMIC_OPS.contains(&method.as_str()) {
+            if let syn::Expr::Field(f) = &*m.receiver {
+                if let syn::Member::Named(field) = &f.member {
+                    let line = m.method.span().start().line;
+                    let here = self.here();
+                    self.atomics.push((here, field.to_string(), method, line));
+                }
+            }
+        }
+        syn::visit::visit_expr_method_call(self, m);
     }
 
     fn visit_macro(&mut self, m: &'ast syn::Macro) {
@@ -354,7 +390,14 @@ fn the_check_catches_each_kind_of_violation() {
             "region",
             "use crate::Error; use crate::endpoint::E; fn f() { libc::getpid(); }",
         ),
-        src("endpoint", "use crate::region::R;"),
+        src(
+            "endpoint",
+            "use crate::region::R; fn f(h: &H) { h.data_head.load(O); self.own.load(O); }",
+        ),
+        src(
+            "protocol::abi",
+            "pub struct Header { pub data_head: AtomicU64 }",
+        ),
     ];
     let (problems, _) = check(&tree, &[("protocol -> tokio", "planted, known")]);
     let all = problems.join("\n");
@@ -367,6 +410,7 @@ fn the_check_catches_each_kind_of_violation() {
         "layer 4 (region) refers to layer 5 (endpoint)",
         "layer 4 (region) uses `libc::getpid`",
         "cycle between modules: endpoint <-> region",
+        "endpoint calls `load` on `data_head`, an atomic of the shared header",
     ] {
         assert!(all.contains(want), "missing {want:?} in:\n{all}");
     }
@@ -391,6 +435,7 @@ fn check(sources: &[Source], known: &[(&str, &str)]) -> (Vec<String>, usize) {
         stack: Vec::new(),
         uses: Vec::new(),
         modules: BTreeSet::new(),
+        atomics: Vec::new(),
     };
     let mut file_of = BTreeMap::new();
     for f in sources {
@@ -414,17 +459,17 @@ fn check(sources: &[Source], known: &[(&str, &str)]) -> (Vec<String>, usize) {
                 problems.push(what);
             }
         };
+    // A module's layer is its file's (an inline module of `lib.rs` is the root's).
+    let file_module = |m: &Vec<String>| {
+        file_of
+            .keys()
+            .filter(|f| m.starts_with(f))
+            .max_by_key(|f| f.len())
+            .unwrap()
+            .clone()
+    };
     for u in &c.uses {
         let from = &u.module;
-        // A module's layer is its file's (an inline module of `lib.rs` is the root's).
-        let file_module = |m: &Vec<String>| {
-            file_of
-                .keys()
-                .filter(|f| m.starts_with(f))
-                .max_by_key(|f| f.len())
-                .unwrap()
-                .clone()
-        };
         let my_layer =
             layer_of(&file_module(from)).unwrap_or_else(|| panic!("module {from:?} has no layer"));
         let file = file_of
@@ -521,6 +566,40 @@ fn check(sources: &[Source], known: &[(&str, &str)]) -> (Vec<String>, usize) {
             .clone();
         if !from_file.starts_with(&to_file) {
             edges.entry(from_file).or_default().insert(to_file);
+        }
+    }
+    // The fields of the shared header's structures (`protocol/abi.rs`).
+    let mut header_fields = BTreeSet::new();
+    for f in sources.iter().filter(|f| f.module == ["protocol", "abi"]) {
+        let ast = syn::parse_file(&f.text).unwrap();
+        for item in &ast.items {
+            if let syn::Item::Struct(st) = item {
+                for field in &st.fields {
+                    if let Some(id) = &field.ident {
+                        header_fields.insert(id.to_string());
+                    }
+                }
+            }
+        }
+    }
+    for (module, field, method, line) in &c.atomics {
+        let layer = layer_of(&file_module(module)).unwrap();
+        // Tests, and the loom models' census (loads only), may look at anything.
+        let in_test = module
+            .iter()
+            .any(|m| m == "tests" || m.ends_with("_tests") || m == "loom_models");
+        if layer > 3 && !in_test && header_fields.contains(field) {
+            let me = module.join("::");
+            add(
+                format!("{me} -> header.{field}"),
+                format!(
+                    "{}:{line}: {me} calls `{method}` on `{field}`, an atomic of the shared \
+                     header: make it an operation of the protocol layer",
+                    file_of[&file_module(module)]
+                ),
+                &mut seen_known,
+                &mut problems,
+            );
         }
     }
     for comp in cycles(&edges) {

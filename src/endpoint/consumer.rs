@@ -27,13 +27,13 @@ use crate::protocol::ends::EndState;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Recycler;
-use crate::protocol::ring::{RingRx, RingTx};
+use crate::protocol::ring::{Cursors, RingRx, RingTx};
 #[cfg(not(shmflow_loom))]
 use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
 use crate::region::os::Host;
 use crate::region::view::Shared;
-use crate::sync::{Arc, Ordering};
+use crate::sync::Arc;
 
 #[cfg(any(feature = "tokio", shmflow_loom))]
 mod asynch;
@@ -208,24 +208,23 @@ impl Consumer {
         recycler: Recycler,
     ) -> Result<Consumer, OpenError> {
         let liveness = crate::region::view::attach_end(&shared, End::Consumer, lock)?;
-        let h = shared.header();
         let n = shared.initial_free;
-        let data_head = h.cons.data_head.load(Ordering::Acquire);
-        let ret_tail = h.cons.ret_tail.load(Ordering::Acquire);
-        let ret_head = h.prod.ret_head.load(Ordering::Acquire);
-        if data_head != 0 || ret_tail != n || ret_head > n {
-            crate::region::view::give_up_attach(&shared, End::Consumer);
-            return Err(OpenError::corrupt(
-                &shared.name,
-                "consumer cursors at attach",
-                format!("data head 0 and return tail {n}"),
-                data_head.max(ret_tail),
-            ));
-        }
+        let (data, ret) = match Cursors::at_attach(shared.header()).consumer_rings(n) {
+            Ok(rings) => rings,
+            Err(found) => {
+                crate::region::view::give_up_attach(&shared, End::Consumer);
+                return Err(OpenError::corrupt(
+                    &shared.name,
+                    "consumer cursors at attach",
+                    format!("data head 0 and return tail {n}"),
+                    found,
+                ));
+            }
+        };
         let shared_seg_size = shared.segment_size();
         Ok(Consumer {
-            data: RingRx::new(0, 0),
-            ret: RingTx::new(ret_head, ret_tail),
+            data,
+            ret,
             shared,
             cur: None,
             in_span: false,
@@ -289,8 +288,7 @@ impl Consumer {
     /// its remote peer.
     pub(crate) fn producer_failed(&self) -> Option<Error> {
         let p = &self.shared.header().producer;
-        // Relaxed: for the message.
-        let pid = || p.pid.load(Ordering::Relaxed);
+        let pid = || p.pid();
         match p.state() {
             EndState::Failed => Some(Error::producer_failed(&self.shared.name, pid())),
             EndState::Lost => Some(Error::peer_lost(&self.shared.name, End::Producer, pid())),
@@ -357,7 +355,7 @@ impl Consumer {
             if c.rd + HEADER <= seg_size {
                 // Acquire: pairs with the producer's Release store of the first header of
                 // what it publishes, so every frame up to the next 0 is visible.
-                let word = self.shared.word(c.seg, c.rd).load(Ordering::Acquire);
+                let word = frame::load(self.shared.word(c.seg, c.rd));
                 if word == 0 {
                     return Ok(None);
                 }
@@ -582,7 +580,7 @@ impl Consumer {
         }
         // SAFETY: `base` is the segment's start (cached at pop), `at + 8 <= segment_size`
         // (checked above), `at` 8-aligned (a frame boundary). Acquire: as in `poll_frame`.
-        let word = unsafe { self.shared.word_in(c.base, c.seg, at) }.load(Ordering::Acquire);
+        let word = frame::load(unsafe { self.shared.word_in(c.base, c.seg, at) });
         let (len, kind) = frame::decode(word);
         let len = len as usize;
         // (No overflow: `at + 8 <= segment_size` was checked above.)
@@ -687,8 +685,7 @@ impl Consumer {
 
     #[inline]
     fn prio_pending(&self) -> bool {
-        // Acquire: pairs with the producer's Release of the lane's tail.
-        self.shared.header().prio_tail.load(Ordering::Acquire) != self.prio_head
+        crate::protocol::lane::lane_pending(self.shared.header(), self.prio_head)
     }
 
     /// Reads the next priority event into `prio_buf`: `(kind, len)`.
@@ -739,7 +736,7 @@ impl Consumer {
                     return Err(self.corrupt(
                         "priority lane tail",
                         "a tail that never moves back".into(),
-                        self.shared.header().prio_tail.load(Ordering::Relaxed),
+                        crate::protocol::lane::lane_tail(self.shared.header()),
                     ))
                 }
             },

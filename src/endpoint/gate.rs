@@ -29,7 +29,7 @@ use crate::protocol::park::{self, Deadline, WaitStrategy};
 use crate::protocol::pool;
 use crate::region::os::Host;
 use crate::region::view::Shared;
-use crate::sync::{Arc, Ordering};
+use crate::sync::Arc;
 use crate::sys::clock::monotonic_ns;
 
 /// Messages the gate takes from one channel before it moves on to the next that has data.
@@ -579,10 +579,7 @@ impl Gate {
             .as_ref()
             .expect("gate channels")
             .gate_header();
-        // Relaxed: a figure for `shmflow stat`, not part of any hand-off.
-        g.pool
-            .floating_free
-            .store(self.pool.free() as u64, Ordering::Relaxed);
+        crate::protocol::counters::set(&g.pool.floating_free, self.pool.free() as u64);
     }
 
     /// The next message from any channel, blocking until there is one. `Ok(None)` once every

@@ -4,7 +4,7 @@
 
 use crate::endpoint::metrics::{snapshot as channel_snapshot, Snapshot};
 use crate::region::view::Shared;
-use crate::sync::{Arc, Ordering};
+use crate::sync::Arc;
 
 /// One channel of a gate.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -82,7 +82,7 @@ pub(crate) fn snapshot(chans: &[Arc<Shared>]) -> GateSnapshot {
     let m = chans[0].gate.as_ref().expect("gate channels");
     let gg = m.geometry;
     let g = m.gate_header();
-    let r = |a: &crate::sync::AtomicU64| a.load(Ordering::Relaxed);
+    let r = crate::protocol::counters::read;
     let now = crate::sys::clock::monotonic_ns();
     let since = r(&g.pool.idle_since_ns);
     let mut idle = r(&g.pool.idle_ns);
@@ -95,9 +95,7 @@ pub(crate) fn snapshot(chans: &[Arc<Shared>]) -> GateSnapshot {
         floating: gg.floating as u64,
         floating_free: r(&g.pool.floating_free).min(gg.floating as u64),
         idle_ns: idle,
-        consumer_state: crate::endpoint::metrics::EndState::from_raw(
-            g.consumer.state.load(Ordering::Relaxed),
-        ),
+        consumer_state: g.consumer.state(),
         channels: chans.iter().map(|s| channel(s)).collect(),
     }
 }
@@ -105,7 +103,7 @@ pub(crate) fn snapshot(chans: &[Arc<Shared>]) -> GateSnapshot {
 fn channel(s: &Shared) -> ChannelStats {
     let m = s.gate.as_ref().expect("gate channel");
     let h = s.header();
-    let r = |a: &crate::sync::AtomicU64| a.load(Ordering::Relaxed);
+    let r = crate::protocol::counters::read;
     let exclusive = m.geometry.exclusive_range(m.index);
     // Free exclusive segments sit in the return ring: count them there. Values are untrusted
     // and the cursors may move while we look: clamp, and count only real exclusive indices.

@@ -1,8 +1,8 @@
 //! Snapshots of a channel's counters, rates per second and the backpressure level.
 
-use crate::protocol::abi::{LINK_RECEIVING, LINK_SENDING};
+use crate::protocol::abi::{Link, LINK_RECEIVING, LINK_SENDING};
 pub use crate::protocol::ends::EndState;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::AtomicU64;
 
 /// Nanoseconds on the monotonic clock (the clock of [`Snapshot::at_ns`]), comparable between
 /// processes of one boot.
@@ -187,7 +187,7 @@ impl Snapshot {
 /// Reads a snapshot from a region header.
 pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
     let h = shared.header();
-    let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let r = crate::protocol::counters::read;
     let now = monotonic_ns();
     // Saturating and wrapping arithmetic: a hostile peer can write any value in its counters.
     let with_ongoing = |total: u64, since: u64| {
@@ -238,17 +238,20 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
         idle_ns: with_ongoing(r(&cc.idle_ns), r(&cc.idle_since_ns)),
         segments_not_free: n - free,
         segments_at_consumer: at_consumer,
-        producer_state: EndState::from_raw(h.producer.state.load(Ordering::Relaxed)),
-        consumer_state: EndState::from_raw(h.consumer.state.load(Ordering::Relaxed)),
-        producer_pid: h.producer.pid.load(Ordering::Relaxed),
-        consumer_pid: h.consumer.pid.load(Ordering::Relaxed),
-        link: match r(&h.link.role) {
-            role @ (LINK_SENDING | LINK_RECEIVING) => Some(LinkSnapshot {
-                sending: role == LINK_SENDING,
-                credit: r(&h.link.credit),
-                backlog: r(&h.link.backlog),
-                in_flight_bytes: r(&h.link.in_flight_bytes),
-                wire_bytes: r(&h.link.wire_bytes),
+        producer_state: h.producer.state(),
+        consumer_state: h.consumer.state(),
+        producer_pid: h.producer.pid(),
+        consumer_pid: h.consumer.pid(),
+        link: match h.link.read() {
+            l @ Link {
+                role: LINK_SENDING | LINK_RECEIVING,
+                ..
+            } => Some(LinkSnapshot {
+                sending: l.role == LINK_SENDING,
+                credit: l.credit,
+                backlog: l.backlog,
+                in_flight_bytes: l.in_flight_bytes,
+                wire_bytes: l.wire_bytes,
             }),
             // 0 (no bridge), or a value no shmflow writes.
             _ => None,
@@ -267,8 +270,7 @@ pub(crate) struct Waiting<'a> {
 impl<'a> Waiting<'a> {
     pub(crate) fn start(since: &'a AtomicU64, total: &'a AtomicU64) -> Waiting<'a> {
         let start = crate::sys::clock::monotonic_ns();
-        // Relaxed: a statistic.
-        since.store(start, crate::sync::Ordering::Relaxed);
+        crate::protocol::counters::set(since, start);
         Waiting {
             since,
             total,
@@ -279,8 +281,7 @@ impl<'a> Waiting<'a> {
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        // Relaxed: a statistic.
-        self.since.store(0, crate::sync::Ordering::Relaxed);
+        crate::protocol::counters::set(self.since, 0);
         let waited = crate::sys::clock::monotonic_ns().saturating_sub(self.start);
         crate::protocol::counters::add_owned(self.total, waited);
     }

@@ -145,12 +145,7 @@ impl Monitor {
     /// that is not alive, and no consumer ever.
     fn awaits_consumer(&self, s: &Snapshot, producer_alive: bool) -> bool {
         use crate::endpoint::metrics::EndState;
-        // Relaxed: a look at a counter only the producer writes, for a listing.
-        let events = self
-            .shared
-            .header()
-            .prio_tail
-            .load(crate::sync::Ordering::Relaxed);
+        let events = crate::protocol::lane::lane_tail(self.shared.header());
         s.consumer_state == EndState::Free
             && !producer_alive
             && s.producer_state != EndState::Free

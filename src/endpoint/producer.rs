@@ -33,13 +33,13 @@ use crate::protocol::ends::EndState;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
 use crate::protocol::pool::Supply;
-use crate::protocol::ring::{RingRx, RingTx};
+use crate::protocol::ring::{Cursors, RingRx, RingTx};
 #[cfg(not(shmflow_loom))]
 use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
 use crate::region::os::Host;
 use crate::region::view::Shared;
-use crate::sync::{Arc, Ordering};
+use crate::sync::Arc;
 
 #[cfg(any(feature = "tokio", shmflow_loom))]
 mod asynch;
@@ -233,28 +233,25 @@ impl Producer {
         supply: Supply,
     ) -> Result<Producer, OpenError> {
         let liveness = crate::region::view::attach_end(&shared, End::Producer, lock)?;
-        let h = shared.header();
-        // The producer's own cursors are private truth: take them from the header once, at
-        // attach (they are 0 for a fresh region; the consumer's cursors start the rings).
-        let data_head = h.cons.data_head.load(Ordering::Acquire);
-        let data_tail = h.prod.data_tail.load(Ordering::Acquire);
-        let ret_head = h.prod.ret_head.load(Ordering::Acquire);
-        let ret_tail = h.cons.ret_tail.load(Ordering::Acquire);
-        let n = shared.n() as u64;
-        if data_tail != 0 || ret_head != 0 || ret_tail > n || data_head != 0 {
-            // A fresh region only: a producer cannot take over a half-used stream.
-            crate::region::view::give_up_attach(&shared, End::Producer);
-            return Err(OpenError::corrupt(
-                &shared.name,
-                "producer cursors at attach",
-                "those of a fresh region".into(),
-                data_tail | ret_head,
-            ));
-        }
+        // The producer's own cursors are private truth: taken from the header once, at
+        // attach (those of a fresh region only: a producer cannot take over a half-used stream).
+        let cursors = Cursors::at_attach(shared.header());
+        let (data, ret) = match cursors.producer_rings(shared.n() as u64) {
+            Ok(rings) => rings,
+            Err(found) => {
+                crate::region::view::give_up_attach(&shared, End::Producer);
+                return Err(OpenError::corrupt(
+                    &shared.name,
+                    "producer cursors at attach",
+                    "those of a fresh region".into(),
+                    found,
+                ));
+            }
+        };
         let shared_seg_size = shared.segment_size();
         Ok(Producer {
-            data: RingTx::new(data_head, data_tail),
-            ret: RingRx::new(ret_head, ret_tail),
+            data,
+            ret,
             shared,
             cur: None,
             policy: FlushPolicy::default(),
@@ -339,7 +336,7 @@ impl Producer {
     fn gone_error(&self) -> Error {
         let c = &self.shared.header().consumer;
         if c.state() == EndState::Lost {
-            let pid = c.pid.load(Ordering::Relaxed);
+            let pid = c.pid();
             return Error::peer_lost(&self.shared.name, crate::error::End::Consumer, pid);
         }
         Error::closed(&self.shared.name)
@@ -371,7 +368,7 @@ impl Producer {
         // The segment's first word ends its (empty) list of frames. Relaxed: published by the
         // Release push below; the consumer's last look at this word happened before it
         // returned the segment (its Release push, our Acquire pop).
-        self.shared.word(seg, 0).store(0, Ordering::Relaxed);
+        frame::clear(self.shared.word(seg, 0));
         self.data.push(&self.shared.data_ring(), seg)?;
         let h = self.shared.header();
         self.counters
@@ -618,7 +615,7 @@ impl Producer {
             // SAFETY: `base` is the segment's start (cached at take), `at` is 8-aligned and
             // inside (asserted). Relaxed: published by the Release store of the first pending
             // header.
-            unsafe { self.shared.word_in(c.base, c.seg, at) }.store(word, Ordering::Relaxed);
+            frame::write_unpublished(unsafe { self.shared.word_in(c.base, c.seg, at) }, word);
         }
     }
 

@@ -149,7 +149,8 @@ struct ConnReport {
 /// A sending channel's credit, given by the connection's reader, spent by its task.
 #[derive(Default)]
 struct Ctl {
-    credit: AtomicU64,
+    /// Segments of credit not spent yet.
+    unspent: AtomicU64,
     granted: AtomicU64,
     cancelled: AtomicBool,
     /// The receiving end failed (its consumer died, or was ended there): the receiver's
@@ -162,7 +163,7 @@ impl Ctl {
     fn add(&self, channel: u32, credit: u32) -> Result<(), ProtocolError> {
         // Relaxed: the count is the message; `notify` wakes the task.
         let total = self.granted.fetch_add(credit as u64, Ordering::Relaxed) + credit as u64;
-        let now = self.credit.fetch_add(credit as u64, Ordering::AcqRel) + credit as u64;
+        let now = self.unspent.fetch_add(credit as u64, Ordering::AcqRel) + credit as u64;
         if now > MAX_CREDIT || total > u64::MAX / 2 {
             return Err(ProtocolError::Credit {
                 channel,
@@ -480,7 +481,7 @@ impl Figures {
             self.acked += 1;
         }
         let in_flight = self.unacked.front().map_or(0, |&at| self.sent - at);
-        let credit = ctl.credit.load(Ordering::Relaxed);
+        let credit = ctl.unspent.load(Ordering::Relaxed);
         c.raw_figures(credit, self.backlog, in_flight, self.sent);
     }
 }
@@ -505,7 +506,7 @@ async fn forward(
             .await?;
             continue;
         }
-        let credit = ctl.credit.load(Ordering::Acquire);
+        let credit = ctl.unspent.load(Ordering::Acquire);
         let polled = c.raw_poll(credit > 0)?;
         match polled {
             RawPoll::Chunk(ch) if ch.at == 0 && credit == 0 => {
@@ -516,7 +517,7 @@ async fn forward(
                 let mut ch = first;
                 loop {
                     if ch.at == 0 {
-                        ctl.credit.fetch_sub(1, Ordering::AcqRel);
+                        ctl.unspent.fetch_sub(1, Ordering::AcqRel);
                         fig.unacked.push_back(fig.sent);
                     }
                     fig.backlog = c.raw_backlog()?;
@@ -525,7 +526,7 @@ async fn forward(
                     fig.sent += frames.len() as u64;
                     g.put_buffer(id, backlog, ch.at as u32, frames).await?;
                     c.raw_done(ch)?;
-                    let credit = ctl.credit.load(Ordering::Acquire);
+                    let credit = ctl.unspent.load(Ordering::Acquire);
                     match c.raw_poll(credit > 0) {
                         Ok(RawPoll::Chunk(next)) if next.at != 0 || credit > 0 => ch = next,
                         _ => break,

@@ -11,7 +11,7 @@
 //! There are no commit words: a frame's header is its own commit (see `frame.rs`).
 
 use crate::error::ConfigError;
-use crate::sync::{AtomicU32, AtomicU64, FutexWord};
+use crate::sync::{AtomicU32, AtomicU64, FutexWord, Ordering};
 
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
@@ -153,6 +153,45 @@ pub(crate) struct LinkFigures {
     pub wire_bytes: AtomicU64,
 }
 
+/// What a network bridge attached to a channel publishes for `shmflow stat`, as it last was.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Link {
+    /// The bridge's end: `LINK_SENDING` (it reads the channel) or `LINK_RECEIVING` (it writes
+    /// it); 0 when no bridge is an end of the channel.
+    pub(crate) role: u64,
+    pub(crate) credit: u64,
+    pub(crate) backlog: u64,
+    /// Sending only: bytes sent without credit back yet.
+    pub(crate) in_flight_bytes: u64,
+    pub(crate) wire_bytes: u64,
+}
+
+impl LinkFigures {
+    /// Publishes `link` (the bridges, feature `net`). Relaxed: figures for `shmflow stat`, never read back by the bridge
+    /// and ordered with nothing.
+    #[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
+    pub(crate) fn publish(&self, link: Link) {
+        self.role.store(link.role, Ordering::Relaxed);
+        self.credit.store(link.credit, Ordering::Relaxed);
+        self.backlog.store(link.backlog, Ordering::Relaxed);
+        self.in_flight_bytes
+            .store(link.in_flight_bytes, Ordering::Relaxed);
+        self.wire_bytes.store(link.wire_bytes, Ordering::Relaxed);
+    }
+
+    /// What the bridge last published (Relaxed: statistics; a reader may see a mix of two
+    /// publications, never a torn figure).
+    pub(crate) fn read(&self) -> Link {
+        Link {
+            role: self.role.load(Ordering::Relaxed),
+            credit: self.credit.load(Ordering::Relaxed),
+            backlog: self.backlog.load(Ordering::Relaxed),
+            in_flight_bytes: self.in_flight_bytes.load(Ordering::Relaxed),
+            wire_bytes: self.wire_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Bytes of payload a priority event can carry (the rest of its slot is kind and length).
 pub(crate) const PRIO_PAYLOAD: usize = 31 * 8;
 /// Slots in the priority lane.
@@ -205,7 +244,93 @@ pub(crate) struct Header {
 #[cfg(not(shmflow_loom))]
 const _: () = assert!(std::mem::size_of::<Header>() <= HEADER_SIZE);
 
+/// What the creator writes once into a header: the shape, and who made it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Identity {
+    pub(crate) magic: u64,
+    pub(crate) segment_size: u32,
+    pub(crate) segment_count: u32,
+    pub(crate) total_size: u64,
+    pub(crate) creator_pid: u32,
+}
+
+/// What an opener reads of a header before it trusts the rest: the layout version, the header
+/// size, and the size it records for the whole region.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Recorded {
+    pub(crate) version: u32,
+    pub(crate) header_size: u32,
+    pub(crate) total_size: u64,
+}
+
+/// Reads a header's magic word, the last thing its creator writes. SYNC POINT: Acquire, pairs
+/// with the Release store in [`Header::init`] (or [`GateHeader::init`]): an opener that sees
+/// the magic sees everything the creator wrote before it.
+pub(crate) fn load_magic(word: &AtomicU64) -> u64 {
+    word.load(Ordering::Acquire)
+}
+
 impl Header {
+    /// Writes a fresh header (creator only, before anyone else can see the region), and puts
+    /// `free`, every segment the channel starts with, in its return ring (`ret_slots`), in
+    /// order. `publish`: store the magic last with Release; a gate's channels leave that to
+    /// the gate's own header ([`GateHeader::init`]), which every opener reads first.
+    pub(crate) fn init(
+        &self,
+        id: Identity,
+        ret_slots: &[AtomicU64],
+        free: impl Iterator<Item = u32>,
+        publish: bool,
+    ) {
+        self.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        self.header_size
+            .store(HEADER_SIZE as u32, Ordering::Relaxed);
+        self.segment_size.store(id.segment_size, Ordering::Relaxed);
+        self.segment_count
+            .store(id.segment_count, Ordering::Relaxed);
+        self.total_size.store(id.total_size, Ordering::Relaxed);
+        self.creator_pid.store(id.creator_pid, Ordering::Relaxed);
+        let mut n = 0u64;
+        for (slot, seg) in ret_slots.iter().zip(free) {
+            slot.store(seg as u64, Ordering::Relaxed);
+            n += 1;
+        }
+        self.cons.ret_tail.store(n, Ordering::Relaxed);
+        if publish {
+            // SYNC POINT: Release, pairs with `load_magic`.
+            self.magic.store(id.magic, Ordering::Release);
+        } else {
+            // Published by the gate's magic (Release, after every channel).
+            self.magic.store(id.magic, Ordering::Relaxed);
+        }
+    }
+
+    /// The channel's geometry and what the header records of itself, as written (Relaxed:
+    /// after `load_magic`; every value is checked before it is trusted).
+    pub(crate) fn recorded(&self) -> (Geometry, Recorded) {
+        let g = Geometry {
+            segment_size: self.segment_size.load(Ordering::Relaxed),
+            segment_count: self.segment_count.load(Ordering::Relaxed),
+        };
+        (
+            g,
+            Recorded {
+                version: self.version.load(Ordering::Relaxed),
+                header_size: self.header_size.load(Ordering::Relaxed),
+                total_size: self.total_size.load(Ordering::Relaxed),
+            },
+        )
+    }
+
+    /// Takes the duty of removing a named channel's name: true for the one end that does
+    /// (see `region::name`). Relaxed: the claim orders nothing but itself; one RMW wins in the
+    /// word's total order.
+    pub(crate) fn claim_name(&self) -> bool {
+        self.name_claim
+            .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
     pub(crate) fn end(&self, end: crate::error::End) -> &EndSlot {
         match end {
             crate::error::End::Producer => &self.producer,
@@ -351,6 +476,45 @@ pub(crate) struct GateHeader {
 
 #[cfg(not(shmflow_loom))]
 const _: () = assert!(std::mem::size_of::<GateHeader>() <= HEADER_SIZE);
+
+impl GateHeader {
+    /// Writes a fresh gate header, after every channel's ([`Header::init`] without
+    /// publishing): the magic last, with Release, publishes them all.
+    pub(crate) fn init(&self, gg: GateGeometry, creator_pid: u32) {
+        self.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        self.header_size
+            .store(HEADER_SIZE as u32, Ordering::Relaxed);
+        self.channels.store(gg.channels, Ordering::Relaxed);
+        self.exclusive.store(gg.exclusive, Ordering::Relaxed);
+        self.floating.store(gg.floating, Ordering::Relaxed);
+        self.segment_size.store(gg.segment_size, Ordering::Relaxed);
+        self.total_size
+            .store(gg.region_size() as u64, Ordering::Relaxed);
+        self.creator_pid.store(creator_pid, Ordering::Relaxed);
+        self.pool
+            .floating_free
+            .store(gg.floating as u64, Ordering::Relaxed);
+        // SYNC POINT: Release, pairs with `load_magic`.
+        self.magic.store(GATE_MAGIC, Ordering::Release);
+    }
+
+    /// The gate's geometry and what the header records of itself, as written (Relaxed:
+    /// after `load_magic`; every value is checked before it is trusted).
+    pub(crate) fn recorded(&self) -> (GateGeometry, Recorded) {
+        let gg = GateGeometry::new(self.channels.load(Ordering::Relaxed))
+            .with_exclusive(self.exclusive.load(Ordering::Relaxed))
+            .with_floating(self.floating.load(Ordering::Relaxed))
+            .with_segment_size(self.segment_size.load(Ordering::Relaxed));
+        (
+            gg,
+            Recorded {
+                version: self.version.load(Ordering::Relaxed),
+                header_size: self.header_size.load(Ordering::Relaxed),
+                total_size: self.total_size.load(Ordering::Relaxed),
+            },
+        )
+    }
+}
 
 /// The shape of a gate: how many channels, how many segments each owns, how many float.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,6 +33,19 @@ impl Local {
     }
 }
 
+/// Reads a figure of the header: a counter, a gauge, a timestamp. Relaxed: a statistic, read
+/// for a snapshot or a listing, ordered with nothing (a reader may see a slightly old value).
+#[inline]
+pub(crate) fn read(shared: &AtomicU64) -> u64 {
+    shared.load(Ordering::Relaxed)
+}
+
+/// Sets a gauge or a timestamp of the header that only this side writes. Relaxed, as above.
+#[inline]
+pub(crate) fn set(shared: &AtomicU64, v: u64) {
+    shared.store(v, Ordering::Relaxed);
+}
+
 /// Adds `v` to a counter that only this side writes and keeps in shared memory alone (wait
 /// times: a wait may end in a dropped future, where no local copy can be reached).
 pub(crate) fn add_owned(shared: &AtomicU64, v: u64) {

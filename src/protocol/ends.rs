@@ -42,6 +42,12 @@ impl EndSlot {
         self.state.store(state, Ordering::Release);
     }
 
+    /// The pid the end recorded when it attached (Relaxed: for messages and listings; the
+    /// state says whether the end is there).
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid.load(Ordering::Relaxed)
+    }
+
     /// The end's state now (Acquire: pairs with [`EndSlot::leave`] and [`EndSlot::attach`]).
     pub(crate) fn state(&self) -> EndState {
         EndState::from_raw(self.state.load(Ordering::Acquire))

@@ -197,6 +197,28 @@ pub(crate) fn commit(
     first.store(word, Ordering::Relaxed);
 }
 
+/// The consumer's half of the commit: the header word at a frame's place, 0 if nothing is
+/// published there yet. SYNC POINT: Acquire, pairs with the Release store in [`commit`]: a
+/// header that reads non-zero brings every byte of its frame (and the frames before it).
+#[inline(always)]
+pub(crate) fn load(slot: &crate::sync::AtomicU64) -> u64 {
+    slot.load(crate::sync::Ordering::Acquire)
+}
+
+/// Empties a segment the producer takes: a 0 in its first header slot ends its (empty) list
+/// of frames. Relaxed: published by the Release push of the segment's index on the data ring.
+#[inline(always)]
+pub(crate) fn clear(first: &crate::sync::AtomicU64) {
+    first.store(0, crate::sync::Ordering::Relaxed);
+}
+
+/// Writes the header of a frame after the first one not yet published. Relaxed: no consumer
+/// reads past the 0 in that first slot until the commit's Release store publishes them all.
+#[inline(always)]
+pub(crate) fn write_unpublished(slot: &crate::sync::AtomicU64, word: u64) {
+    slot.store(word, crate::sync::Ordering::Relaxed);
+}
+
 /// The records that whole frames in `bytes` (a chunk of a segment, starting at a frame
 /// boundary) complete, and the payload bytes of record frames: `(records, payload)`. Stops at
 /// a SEAL, a zero word or a frame that runs past the chunk (a statistic: the frames were

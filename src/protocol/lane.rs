@@ -52,6 +52,32 @@ pub(crate) fn lane_push(
     Ok(true)
 }
 
+/// Consumer side: true if the lane holds an event at `head` (the consumer's own cursor).
+/// Acquire: pairs with the producer's Release store of the tail in [`lane_push`].
+#[inline]
+pub(crate) fn lane_pending(h: &Header, head: u64) -> bool {
+    h.prio_tail.load(Ordering::Acquire) != head
+}
+
+/// Producer side: true if the lane has room at `tail` (the producer's own cursor), without
+/// checking the consumer's head (a head that makes no sense is left for [`lane_push`] to
+/// report). Acquire: as in `lane_push`.
+#[cfg_attr(not(any(feature = "tokio", shmflow_loom)), allow(dead_code))]
+pub(crate) fn lane_has_room(h: &Header, tail: u64) -> bool {
+    tail.wrapping_sub(h.cons.prio_head.load(Ordering::Acquire)) != PRIO_SLOTS as u64
+}
+
+/// Priority events sent up to `tail` that the consumer has not taken. Acquire: pairs with the
+/// consumer's Release store of its head in [`lane_pop`].
+pub(crate) fn lane_unread(h: &Header, tail: u64) -> u64 {
+    tail.saturating_sub(h.cons.prio_head.load(Ordering::Acquire))
+}
+
+/// The producer's tail as it stands (Relaxed: for a listing or a message).
+pub(crate) fn lane_tail(h: &Header) -> u64 {
+    h.prio_tail.load(Ordering::Relaxed)
+}
+
 /// Consumer side: copies slot `head` into `buf` if the lane holds one. `Err(Corrupt)` if the
 /// producer's tail or the slot's length make no sense.
 pub(crate) fn lane_pop(

@@ -243,6 +243,13 @@ where
     false
 }
 
+/// True if `word` no longer holds `expected`, what a waiter announced (the bridge's look at a
+/// word it watches). Acquire: pairs with the notifier's AcqRel RMW on the word.
+#[cfg(any(feature = "tokio", shmflow_loom))]
+pub(crate) fn changed(word: &FutexWord, expected: u32) -> bool {
+    word.atomic().load(Ordering::Acquire) != expected
+}
+
 /// Marks `word` as notified by a process that attached holding its doorbell: waiters that
 /// hold it too may sleep on it from now on.
 pub(crate) fn mark_ringable(word: &FutexWord) {

@@ -11,6 +11,7 @@
 //! push fails with [`Error::Corrupt`] instead of overwriting.
 
 use crate::error::{Error, Result};
+use crate::protocol::abi::Header;
 use crate::sync::{AtomicU64, Ordering};
 
 /// The shared parts of one ring.
@@ -139,6 +140,52 @@ impl RingRx {
         // Release: our read of the slot happens before the peer may overwrite it.
         ring.head.store(self.head, Ordering::Release);
         Ok(Some(value as u32))
+    }
+}
+
+/// The ring cursors an end finds in the header when it attaches: the rule of which cursors a
+/// fresh region has, for each end.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cursors {
+    data_head: u64,
+    data_tail: u64,
+    ret_head: u64,
+    ret_tail: u64,
+}
+
+impl Cursors {
+    /// Reads the four cursors. Acquire each: pairs with the Release stores of the side that
+    /// moved them last (the creator, which filled the return ring).
+    pub(crate) fn at_attach(h: &Header) -> Cursors {
+        Cursors {
+            data_head: h.cons.data_head.load(Ordering::Acquire),
+            data_tail: h.prod.data_tail.load(Ordering::Acquire),
+            ret_head: h.prod.ret_head.load(Ordering::Acquire),
+            ret_tail: h.cons.ret_tail.load(Ordering::Acquire),
+        }
+    }
+
+    /// The producer's two rings, if these are the cursors of a fresh region of `n` segments
+    /// (a producer cannot take over a half-used stream); else the cursor value found wrong.
+    pub(crate) fn producer_rings(&self, n: u64) -> Result<(RingTx, RingRx), u64> {
+        let c = self;
+        if c.data_tail != 0 || c.ret_head != 0 || c.ret_tail > n || c.data_head != 0 {
+            return Err(c.data_tail | c.ret_head);
+        }
+        Ok((
+            RingTx::new(c.data_head, c.data_tail),
+            RingRx::new(c.ret_head, c.ret_tail),
+        ))
+    }
+
+    /// The consumer's two rings, if nothing was taken yet and the return ring holds the
+    /// `free` segments it starts with; else the cursor value found wrong.
+    pub(crate) fn consumer_rings(&self, free: u64) -> Result<(RingRx, RingTx), u64> {
+        let c = self;
+        if c.data_head != 0 || c.ret_tail != free || c.ret_head > free {
+            return Err(c.data_head.max(c.ret_tail));
+        }
+        Ok((RingRx::new(0, 0), RingTx::new(c.ret_head, c.ret_tail)))
     }
 }
 

@@ -160,8 +160,7 @@ impl Bridge {
                 #[cfg(not(shmflow_loom))]
                 let now = std::time::Instant::now();
                 st.entries.retain(|e| {
-                    // Acquire: pairs with the notifier's AcqRel RMW on the park word.
-                    let changed = e.word().atomic().load(Ordering::Acquire) != e.expected;
+                    let changed = crate::protocol::park::changed(e.word(), e.expected);
                     #[cfg(not(shmflow_loom))]
                     let changed = changed || now >= e.due;
                     if changed {

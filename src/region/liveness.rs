@@ -14,6 +14,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
 use crate::error::{End, Error, OpenError};
+use crate::protocol::ends::EndState;
 
 pub(crate) use crate::protocol::park::CHECK_INTERVAL;
 
@@ -112,7 +113,7 @@ impl Liveness {
         look: crate::protocol::park::Look,
     ) -> Result<(), Error> {
         use crate::protocol::park::Look;
-        use crate::sync::Ordering;
+
         let st = header.end(self.peer);
         if !self.dead {
             match look {
@@ -129,20 +130,16 @@ impl Liveness {
         }
         let dead = self.dead
             || {
-                // Acquire: a peer that detached cleanly set DETACHED before its lock went away.
-                let state = st.state.load(Ordering::Acquire);
-                state == crate::protocol::abi::END_ATTACHED
+                // Acquire (in `state`): a peer that detached cleanly set DETACHED before its
+                // lock went away.
+                st.state() == EndState::Attached
                 && !end_locked(self.lock.fd(), self.peer_byte).map_err(|e| Error::io(region, "fcntl(F_OFD_GETLK)", e))?
                 // Re-read: it may have detached between the two looks.
-                && st.state.load(Ordering::Acquire) == crate::protocol::abi::END_ATTACHED
+                && st.state() == EndState::Attached
             };
         if dead {
             self.dead = true;
-            return Err(Error::peer_dead(
-                region,
-                self.peer,
-                st.pid.load(Ordering::Relaxed),
-            ));
+            return Err(Error::peer_dead(region, self.peer, st.pid()));
         }
         Ok(())
     }

@@ -28,9 +28,8 @@
 use std::sync::atomic::Ordering as StdOrdering;
 
 use crate::error::End;
-use crate::protocol::abi::END_FREE;
+use crate::protocol::ends::EndState;
 use crate::region::view::{Backing, NameDuty, Shared};
-use crate::sync::Ordering;
 
 /// What a detaching producer leaves behind, for [`settle`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,9 +57,10 @@ pub(crate) fn settle(shared: &Shared, me: End, left: Left) {
     let remove = match me {
         End::Consumer => true,
         End::Producer => {
-            // Acquire: pairs with the consumer's Release stores of its state (attach, detach).
-            match h.consumer.state.load(Ordering::Acquire) {
-                END_FREE => left == Left::Nothing,
+            // Acquire (in `state`): pairs with the consumer's Release stores of its state
+            // (attach, detach).
+            match h.consumer.state() {
+                EndState::Free => left == Left::Nothing,
                 // Attached (it has the region mapped: it reads everything whatever the name
                 // does; it may hold no name to remove, if it attached by descriptor),
                 // detached, lost or dead.
@@ -71,11 +71,7 @@ pub(crate) fn settle(shared: &Shared, me: End, left: Left) {
     if !remove {
         return;
     }
-    // Relaxed: the claim orders nothing but itself; one RMW wins in the word's total order.
-    if h.name_claim
-        .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed)
-        .is_ok()
-    {
+    if h.claim_name() {
         // Failure (already removed by `shmflow clean` or by hand) leaves nothing to do.
         let _ = crate::sys::shm::unlink(name);
     }

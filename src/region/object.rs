@@ -25,7 +25,7 @@ use crate::protocol::abi::{Geometry, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
 use crate::region::liveness::{lock_byte, EndLock};
 use crate::region::view::NameDuty;
 use crate::region::view::{Bells, Mapping, Placement, Shared};
-use crate::sync::{Arc, Ordering};
+use crate::sync::Arc;
 
 pub(crate) fn c_name(name: &str) -> Result<CString> {
     let ok = name.starts_with('/')
@@ -153,21 +153,18 @@ fn exists_error(name: &str) -> OpenError {
         let alive = |b| crate::region::liveness::end_locked(shared.fd(), b).unwrap_or(true);
         if !bytes.into_iter().any(alive) {
             if shared.gate.is_none() {
-                use crate::protocol::abi::END_FREE;
+                use crate::protocol::counters::read;
+                use crate::protocol::ends::EndState;
                 let h = shared.header();
-                // Relaxed: a look at a region nobody alive writes.
-                if h.consumer.state.load(Ordering::Relaxed) == END_FREE
-                    && h.producer.state.load(Ordering::Relaxed) != END_FREE
-                    && (h
-                        .producer_counters
-                        .segments_acquired
-                        .load(Ordering::Relaxed)
-                        > 0
-                        || h.prio_tail.load(Ordering::Relaxed) > 0)
+                // A look at a region nobody alive writes.
+                if h.consumer.state() == EndState::Free
+                    && h.producer.state() != EndState::Free
+                    && (read(&h.producer_counters.segments_acquired) > 0
+                        || crate::protocol::lane::lane_tail(h) > 0)
                 {
                     return OpenError::AwaitsConsumer {
                         region: name.to_owned(),
-                        unread_records: h.producer_counters.records.load(Ordering::Relaxed),
+                        unread_records: read(&h.producer_counters.records),
                     };
                 }
             }
@@ -328,10 +325,10 @@ pub(crate) fn identity(
     let head = map(name, fd, HEADER_SIZE, false)?;
     // SAFETY: the page is mapped, aligned and at least 8 bytes; we only read it atomically.
     let magic_word = unsafe { &*(head.as_ptr() as *const crate::sync::AtomicU64) };
-    let mut magic = magic_word.load(Ordering::Acquire);
+    let mut magic = crate::protocol::abi::load_magic(magic_word);
     while magic == 0 && start.elapsed() < grace {
         std::thread::sleep(Duration::from_millis(2));
-        magic = magic_word.load(Ordering::Acquire);
+        magic = crate::protocol::abi::load_magic(magic_word);
     }
     Ok((size, magic, head))
 }
@@ -462,30 +459,14 @@ impl Shape {
                 // SAFETY: the page is mapped, aligned, and `Header` fits in it (asserted in
                 // the ABI); only atomics are read while `head` lives.
                 let h = unsafe { &*(head.as_ptr() as *const crate::protocol::abi::Header) };
-                let g = Geometry {
-                    segment_size: h.segment_size.load(Ordering::Relaxed),
-                    segment_count: h.segment_count.load(Ordering::Relaxed),
-                };
-                (
-                    Shape::Channel(g),
-                    h.version.load(Ordering::Relaxed),
-                    h.header_size.load(Ordering::Relaxed),
-                    h.total_size.load(Ordering::Relaxed),
-                )
+                let (g, r) = h.recorded();
+                (Shape::Channel(g), r.version, r.header_size, r.total_size)
             }
             RegionKind::Gate => {
                 // SAFETY: as above, for `GateHeader`.
                 let g = unsafe { &*(head.as_ptr() as *const GateHeader) };
-                let gg = GateGeometry::new(g.channels.load(Ordering::Relaxed))
-                    .with_exclusive(g.exclusive.load(Ordering::Relaxed))
-                    .with_floating(g.floating.load(Ordering::Relaxed))
-                    .with_segment_size(g.segment_size.load(Ordering::Relaxed));
-                (
-                    Shape::Gate(gg),
-                    g.version.load(Ordering::Relaxed),
-                    g.header_size.load(Ordering::Relaxed),
-                    g.total_size.load(Ordering::Relaxed),
-                )
+                let (gg, r) = g.recorded();
+                (Shape::Gate(gg), r.version, r.header_size, r.total_size)
             }
         }
     }

@@ -442,25 +442,19 @@ impl Shared {
         }
     }
 
-    /// Writes a fresh header (creator only, before anyone else can see the region).
+    /// Writes a fresh header (creator only, before anyone else can see the region): every
+    /// segment starts free, in the return ring, in order.
     pub(crate) fn init_header(&self, creator_pid: u32) {
-        use crate::protocol::abi::{HEADER_SIZE, LAYOUT_VERSION, MAGIC};
-        use crate::sync::Ordering::{Relaxed, Release};
-        let h = self.header();
-        h.version.store(LAYOUT_VERSION, Relaxed);
-        h.header_size.store(HEADER_SIZE as u32, Relaxed);
-        h.segment_size.store(self.geometry.segment_size, Relaxed);
-        h.segment_count.store(self.geometry.segment_count, Relaxed);
-        h.total_size
-            .store(self.geometry.region_size() as u64, Relaxed);
-        h.creator_pid.store(creator_pid, Relaxed);
-        // Every segment starts free: in the return ring, in order.
-        for (i, slot) in self.ret_slots().iter().enumerate() {
-            slot.store(i as u64, Relaxed);
-        }
-        h.cons.ret_tail.store(self.n() as u64, Relaxed);
-        // Release: an opener that sees the magic (Acquire) sees everything above.
-        h.magic.store(MAGIC, Release);
+        use crate::protocol::abi::{Identity, MAGIC};
+        let id = Identity {
+            magic: MAGIC,
+            segment_size: self.geometry.segment_size,
+            segment_count: self.geometry.segment_count,
+            total_size: self.geometry.region_size() as u64,
+            creator_pid,
+        };
+        self.header()
+            .init(id, self.ret_slots(), 0..self.n() as u32, true);
     }
 }
 
@@ -541,8 +535,7 @@ pub(crate) fn attach(
         Err(END_ATTACHED) => Err(crate::error::OpenError::AlreadyAttached {
             region: shared.name.clone(),
             end,
-            // Relaxed: for the message.
-            pid: st.pid.load(crate::sync::Ordering::Relaxed),
+            pid: st.pid(),
         }),
         Err(END_DETACHED | END_FAILED | END_LOST) => Err(crate::error::OpenError::EndDetached {
             region: shared.name.clone(),
@@ -572,11 +565,7 @@ pub(crate) fn give_up_attach(shared: &Shared, end: crate::error::End) {
 fn with_pid(e: crate::error::OpenError, shared: &Shared) -> crate::error::OpenError {
     match e {
         crate::error::OpenError::AlreadyAttached { region, end, .. } => {
-            let pid = shared
-                .header()
-                .end(end)
-                .pid
-                .load(crate::sync::Ordering::Relaxed);
+            let pid = shared.header().end(end).pid();
             crate::error::OpenError::AlreadyAttached { region, end, pid }
         }
         other => other,
@@ -639,32 +628,17 @@ pub(crate) fn init_gate(
     gg: GateGeometry,
     pid: u32,
 ) {
-    use crate::protocol::abi::GATE_MAGIC;
-    use crate::protocol::abi::{Header, HEADER_SIZE, LAYOUT_VERSION};
-    use crate::sync::Ordering::{Relaxed, Release};
-    gate.version.store(LAYOUT_VERSION, Relaxed);
-    gate.header_size.store(HEADER_SIZE as u32, Relaxed);
-    gate.channels.store(gg.channels, Relaxed);
-    gate.exclusive.store(gg.exclusive, Relaxed);
-    gate.floating.store(gg.floating, Relaxed);
-    gate.segment_size.store(gg.segment_size, Relaxed);
-    gate.total_size.store(gg.region_size() as u64, Relaxed);
-    gate.creator_pid.store(pid, Relaxed);
-    gate.pool.floating_free.store(gg.floating as u64, Relaxed);
+    use crate::protocol::abi::{Identity, GATE_MAGIC};
+    let id = Identity {
+        magic: GATE_MAGIC,
+        segment_size: gg.segment_size,
+        segment_count: gg.ring_cap() as u32,
+        total_size: gg.region_size() as u64,
+        creator_pid: pid,
+    };
     for (c, ch) in chans.iter().enumerate() {
-        let h: &Header = ch.header();
-        h.magic.store(GATE_MAGIC, Relaxed);
-        h.version.store(LAYOUT_VERSION, Relaxed);
-        h.header_size.store(HEADER_SIZE as u32, Relaxed);
-        h.segment_size.store(gg.segment_size, Relaxed);
-        h.segment_count.store(gg.ring_cap() as u32, Relaxed);
-        h.total_size.store(gg.region_size() as u64, Relaxed);
-        h.creator_pid.store(pid, Relaxed);
-        for (slot, seg) in ch.ret_slots().iter().zip(gg.exclusive_range(c as u32)) {
-            slot.store(seg as u64, Relaxed);
-        }
-        h.cons.ret_tail.store(gg.exclusive as u64, Relaxed);
+        ch.header()
+            .init(id, ch.ret_slots(), gg.exclusive_range(c as u32), false);
     }
-    // Release: an opener that sees the magic (Acquire) sees everything above.
-    gate.magic.store(GATE_MAGIC, Release);
+    gate.init(gg, pid);
 }

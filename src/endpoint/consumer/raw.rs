@@ -9,7 +9,6 @@ use crate::endpoint::metrics::Waiting;
 use crate::error::{Error, Result};
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Look, WaitStrategy};
-use crate::sync::Ordering;
 
 /// Published frames of the segment in hand, not forwarded yet: bytes `at..end`. The
 /// segment stays in hand until [`Consumer::raw_done`].
@@ -84,7 +83,7 @@ impl Consumer {
             while at + HEADER <= seg_size {
                 // Acquire: pairs with the producer's Release store of the first header of
                 // what it publishes (as in `poll_frame`).
-                let word = self.shared.word(c.seg, at).load(Ordering::Acquire);
+                let word = frame::load(self.shared.word(c.seg, at));
                 if word == 0 {
                     break;
                 }
@@ -115,9 +114,7 @@ impl Consumer {
                 // A producer that detached in the middle of a segment (a bridge that lost its
                 // own peer leaves one unsealed): once the state says so and the word is still
                 // 0 (loaded again after the state's Acquire), nothing more will come.
-                if self.producer_detached()
-                    && self.shared.word(c.seg, c.rd).load(Ordering::Acquire) == 0
-                {
+                if self.producer_detached() && frame::load(self.shared.word(c.seg, c.rd)) == 0 {
                     self.release_current()?;
                     self.in_span = false;
                     continue;
@@ -226,7 +223,7 @@ impl Consumer {
         Ok(match self.cur {
             // Acquire: as in `raw_poll` (the frame is read again there).
             Some(c) if c.rd + HEADER <= self.seg_size => {
-                self.shared.word(c.seg, c.rd).load(Ordering::Acquire) != 0
+                frame::load(self.shared.word(c.seg, c.rd)) != 0
             }
             Some(_) => true,
             None => self.data.ready(&self.shared.data_ring())? > 0,
@@ -235,14 +232,16 @@ impl Consumer {
 
     /// Publishes the sending bridge's figures for `shmflow stat`.
     pub(crate) fn raw_figures(&self, credit: u64, backlog: u64, in_flight: u64, wire: u64) {
-        let l = &self.shared.header().link;
-        // Relaxed: figures for `shmflow stat`, never read back.
-        l.role
-            .store(crate::protocol::abi::LINK_SENDING, Ordering::Relaxed);
-        l.credit.store(credit, Ordering::Relaxed);
-        l.backlog.store(backlog, Ordering::Relaxed);
-        l.in_flight_bytes.store(in_flight, Ordering::Relaxed);
-        l.wire_bytes.store(wire, Ordering::Relaxed);
+        self.shared
+            .header()
+            .link
+            .publish(crate::protocol::abi::Link {
+                role: crate::protocol::abi::LINK_SENDING,
+                credit,
+                backlog,
+                in_flight_bytes: in_flight,
+                wire_bytes: wire,
+            });
     }
 
     /// The bridge lost its remote peer: detach as `LOST`, so that the producer's calls

@@ -13,7 +13,6 @@ use crate::protocol::frame::HEADER;
 use crate::protocol::park::{self, Deadline, Look};
 use crate::region::bridge::Bridges;
 use crate::region::os::Host;
-use crate::sync::Ordering;
 
 impl Producer {
     /// Waits in the executor until `poll` gives a value, with `producer_park` as the word, the
@@ -230,12 +229,7 @@ impl Producer {
                     op(self
                         .wait_async(|p, look| {
                             // Room in the lane, without pushing: the `try_` form pushes.
-                            let h = p.shared.header();
-                            let head = h.cons.prio_head.load(Ordering::Acquire);
-                            // Acquire: as in `lane_push` (a head that makes no sense is left
-                            // for the push to report).
-                            if p.prio_tail.wrapping_sub(head)
-                                != crate::protocol::abi::PRIO_SLOTS as u64
+                            if crate::protocol::lane::lane_has_room(p.shared.header(), p.prio_tail)
                             {
                                 return Ok(Some(()));
                             }

@@ -8,7 +8,6 @@ use crate::error::{op, CloseError, Error, Result, SendError};
 use crate::protocol::ends::EndState;
 use crate::protocol::park::{self, Deadline, Look};
 use crate::region::os::Host;
-use crate::sync::Ordering;
 
 impl Producer {
     /// Makes every record sent so far visible to the consumer and wakes it if it is parked.
@@ -113,13 +112,10 @@ impl Producer {
         // nothing is read through it, so no ordering is needed beyond seeing it eventually
         // (a lagging value only makes this wait longer).
         let unread = || {
-            let segments = acquired.saturating_sub(
-                h.consumer_counters
-                    .segments_returned
-                    .load(Ordering::Relaxed),
-            );
-            // Acquire: pairs with the consumer's Release store of its lane cursor.
-            let events = prio_sent.saturating_sub(h.cons.prio_head.load(Ordering::Acquire));
+            let segments = acquired.saturating_sub(crate::protocol::counters::read(
+                &h.consumer_counters.segments_returned,
+            ));
+            let events = crate::protocol::lane::lane_unread(h, prio_sent);
             segments + events
         };
         let waited = park::wait_for::<Host, _>(
@@ -148,7 +144,7 @@ impl Producer {
                         // left the last segment in hand (a reader that knew how many
                         // records to expect).
                         let left = unread();
-                        let read = h.consumer_counters.records.load(Ordering::Relaxed);
+                        let read = crate::protocol::counters::read(&h.consumer_counters.records);
                         Ok(Some(match written {
                             _ if left == 0 => Ok(()),
                             Some(w) if w > 0 && read >= w && prio_sent == 0 => Ok(()),

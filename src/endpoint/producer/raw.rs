@@ -7,7 +7,6 @@
 use super::Producer;
 use crate::error::Result;
 use crate::protocol::frame::{self, HEADER};
-use crate::sync::Ordering;
 
 /// Why a received chunk cannot be written: the sender broke the protocol.
 #[derive(Debug, PartialEq, Eq)]
@@ -112,7 +111,7 @@ impl Producer {
     /// figure says (a figure for statistics: a wrong value only makes the bridge ask for
     /// too many or too few).
     pub(crate) fn raw_unmet(&self) -> u64 {
-        let lent = self.shared.header().cons.lent.load(Ordering::Relaxed);
+        let lent = crate::protocol::counters::read(&self.shared.header().cons.lent);
         self.supply.demand().saturating_sub(lent)
     }
 
@@ -134,13 +133,16 @@ impl Producer {
 
     /// Publishes the receiving bridge's figures for `shmflow stat`.
     pub(crate) fn raw_figures(&self, credit: u64, backlog: u64, wire: u64) {
-        let l = &self.shared.header().link;
-        // Relaxed: figures for `shmflow stat`, never read back.
-        l.role
-            .store(crate::protocol::abi::LINK_RECEIVING, Ordering::Relaxed);
-        l.credit.store(credit, Ordering::Relaxed);
-        l.backlog.store(backlog, Ordering::Relaxed);
-        l.wire_bytes.store(wire, Ordering::Relaxed);
+        self.shared
+            .header()
+            .link
+            .publish(crate::protocol::abi::Link {
+                role: crate::protocol::abi::LINK_RECEIVING,
+                credit,
+                backlog,
+                in_flight_bytes: 0,
+                wire_bytes: wire,
+            });
     }
 
     /// The bridge lost its remote peer: end the stream as `LOST`, so that the consumer
