@@ -578,3 +578,50 @@ async fn forward(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_adds_up_and_a_flood_of_it_is_a_protocol_error() {
+        let ctl = Ctl::default();
+        ctl.add(3, 4).unwrap();
+        ctl.add(3, 2).unwrap();
+        assert_eq!(ctl.unspent.load(Ordering::Relaxed), 6);
+        assert_eq!(ctl.granted.load(Ordering::Relaxed), 6);
+        // Spending takes from the unspent credit only; what was granted stays counted.
+        ctl.unspent.fetch_sub(5, Ordering::AcqRel);
+        ctl.add(3, 1).unwrap();
+        assert_eq!(ctl.unspent.load(Ordering::Relaxed), 2);
+        assert_eq!(ctl.granted.load(Ordering::Relaxed), 7);
+        // More unspent credit than any receiver has segments: the peer is broken.
+        match ctl.add(3, MAX_CREDIT as u32) {
+            Err(ProtocolError::Credit { channel: 3, detail }) => {
+                assert!(detail.contains("more than"), "{detail}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_wake_for_credit_or_cancel_is_never_lost() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ctl = Ctl::default();
+            // Credit given before the task waits: the permit is kept, the wait ends at once.
+            ctl.add(0, 1).unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(5), wait_credit(&ctl))
+                .await
+                .expect("the credit's wake-up was kept");
+            ctl.cancel();
+            tokio::time::timeout(std::time::Duration::from_secs(5), wait_credit(&ctl))
+                .await
+                .expect("the cancel's wake-up was kept");
+            assert!(ctl.cancelled.load(Ordering::Acquire));
+        });
+    }
+}

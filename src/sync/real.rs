@@ -1,4 +1,5 @@
-//! Production side of the shim: std atomics and the Linux futex on shared memory.
+//! Production side of the shim: std atomics and mutexes. The futex and the rest of the OS that
+//! waits need are `region::os::Kernel`'s.
 
 use super::Ordering;
 
