@@ -2,7 +2,6 @@
 //! a local producer (a channel of its own, or a channel of a local gate), as the credit it
 //! announces allows.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -378,22 +377,14 @@ async fn receive_channel(
     stop: CancellationToken,
 ) -> ChannelEnd {
     let p = Held::new(p);
-    let mut ch = Receiving {
-        seg_size: p.geometry().segment_size as usize,
-        segments: p.geometry().segment_count as u64,
+    let g = p.geometry();
+    let mut ch = Receiving::new(
         p,
         id,
-        credit: Credit {
-            announced: initial,
-            started: 0,
-        },
-        in_span: false,
-        cont: None,
-        backlog: 0,
-        wire: 0,
-        held: VecDeque::new(),
-        held_priority: 0,
-    };
+        g.segment_size as usize,
+        g.segment_count as u64,
+        initial,
+    );
     // The reader hands over no more (it handed over the channel's end, or the connection
     // ended).
     let mut rx_done = false;

@@ -160,6 +160,27 @@ pub(super) enum Stop {
 }
 
 impl<S: Segments> Receiving<S> {
+    /// A channel that writes into `p` (segments of `seg_size` bytes, `segments` of them),
+    /// its sender given `credit` segments of credit with the request.
+    pub(super) fn new(p: S, id: u32, seg_size: usize, segments: u64, credit: u64) -> Self {
+        Receiving {
+            p,
+            id,
+            seg_size,
+            segments,
+            credit: Credit {
+                announced: credit,
+                started: 0,
+            },
+            in_span: false,
+            cont: None,
+            backlog: 0,
+            wire: 0,
+            held: VecDeque::new(),
+            held_priority: 0,
+        }
+    }
+
     /// Checks a buffer as it arrives (frames, credit, place in the segment), before it is
     /// written or held. True if it ends its segment.
     pub(super) fn admit(&mut self, offset: usize, frames: &[u8]) -> Result<bool, Stop> {
@@ -406,22 +427,7 @@ mod tests {
     }
 
     fn machine(credit: u64, fake: Fake) -> Receiving<Fake> {
-        Receiving {
-            p: fake,
-            id: 3,
-            seg_size: SEG,
-            segments: 8,
-            credit: Credit {
-                announced: credit,
-                started: 0,
-            },
-            in_span: false,
-            cont: None,
-            backlog: 0,
-            wire: 0,
-            held: VecDeque::new(),
-            held_priority: 0,
-        }
+        Receiving::new(fake, 3, SEG, 8, credit)
     }
 
     /// One whole record of `len` bytes, with a SEAL after it if `seal`.
