@@ -23,7 +23,7 @@ use syn::visit::Visit;
 const LAYERS: [(&str, u8); 7] = [
     ("error", 0),    // the error types every layer returns
     ("sys", 1),      // every Linux call, as safe functions
-    ("sync", 2),     // std or loom atomics; the futex word, doorbells, fences
+    ("sync", 2),     // std or loom atomics, the word types, the traits of the OS (`Os`)
     ("protocol", 3), // the shared-memory ABI, framing, rings, park/wake: no OS
     ("region", 4),   // creating, opening, mapping regions; liveness; hand-off
     ("endpoint", 5), // producer, consumer, gate, partition, monitor, metrics

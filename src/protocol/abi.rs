@@ -167,15 +167,18 @@ pub(crate) struct Link {
 }
 
 impl LinkFigures {
-    /// Publishes `link` (the bridges, feature `net`). Relaxed: figures for `shmflow stat`, never read back by the bridge
-    /// and ordered with nothing.
+    /// Publishes `link` (the bridges, feature `net`); a receiving bridge has no bytes in
+    /// flight and leaves `in_flight_bytes` as it is. Relaxed: figures for `shmflow
+    /// stat`, never read back by the bridge and ordered with nothing.
     #[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
     pub(crate) fn publish(&self, link: Link) {
         self.role.store(link.role, Ordering::Relaxed);
         self.credit.store(link.credit, Ordering::Relaxed);
         self.backlog.store(link.backlog, Ordering::Relaxed);
-        self.in_flight_bytes
-            .store(link.in_flight_bytes, Ordering::Relaxed);
+        if link.role == LINK_SENDING {
+            self.in_flight_bytes
+                .store(link.in_flight_bytes, Ordering::Relaxed);
+        }
         self.wire_bytes.store(link.wire_bytes, Ordering::Relaxed);
     }
 

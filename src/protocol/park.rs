@@ -26,7 +26,7 @@
 //! the StoreLoad fence that this Dekker pattern needs on N's side with an asymmetric barrier:
 //! W issues `membarrier(GLOBAL_EXPEDITED)` after announcing, which makes every running thread
 //! of every registered process pass a full barrier (a thread not running passes one when it is
-//! scheduled); N's process registered before using the light form (`sync::
+//! scheduled); N's process registered before using the light form (`Os::
 //! light_notify_available`), and N's own half is only a compiler fence. SYNC POINT: W's
 //! announcing RMW + heavy barrier ↔ N's publication + light barrier + load of P. Let X be the
 //! point where N passes the barrier that W's call forces. If X lies between N's publication

@@ -315,7 +315,8 @@ impl crate::protocol::park::Watcher for Bridges {
         expected: u32,
         nap: Duration,
     ) -> impl Future<Output = std::io::Result<()>> + Send + 'a {
-        // SAFETY: the caller's contract is `sleep`'s.
+        // SAFETY: the caller holds `watch`'s contract, which is `sleep`'s (the word stays in
+        // memory until the future completes or is dropped).
         unsafe { self.sleep(word, expected, nap) }
     }
 }

@@ -196,6 +196,10 @@ mod park_tests {
         assert_eq!(w.atomic().load(Ordering::Relaxed), 0);
     }
 
+    /// The handshake on the real kernel: the waiter announces, the notifier sees the
+    /// announcement (`notify` returns true) and clears it, and the waiter ends with the value.
+    /// A lost wake-up would not fail this test (the waiter looks again after its 40 ms nap):
+    /// that is the loom models' job, which explore every interleaving.
     #[test]
     fn a_parked_waiter_is_woken_by_the_notification_after_the_publication() {
         for strategy in [WaitStrategy::Park, WaitStrategy::Block] {

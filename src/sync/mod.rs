@@ -1,9 +1,10 @@
 //! The one place that chooses between std and loom (the way tokio's `src/loom/` does).
 //!
-//! Everything concurrent in shmflow — ring cursors, frame headers, park words, spin
-//! hints, the futex and the tracking of segment bytes — goes through this module, so the loom
-//! models in `src/loom_models/` drive exactly the code that runs in production, over a region that
-//! lives on the heap instead of in a mapping.
+//! Everything concurrent in shmflow — ring cursors, frame headers, park words, spin hints and
+//! the tracking of segment bytes — goes through this module's atomics, and every wait on the
+//! OS through its [`Os`] trait (the futex and the rest: `region::os::Kernel` in production, a
+//! model under loom), so the loom models in `src/loom_models/` drive exactly the code that runs
+//! in production, over a region that lives on the heap instead of in a mapping.
 
 #[cfg(not(shmflow_loom))]
 mod real;

@@ -54,7 +54,7 @@ fn futex_wake(word: &FutexWord) {
 /// queued rings and the waiting task's waker. `ring` adds to the counter, then takes the waker under the lock and wakes it;
 /// `rung` takes the counter under the lock, or leaves its waker there. A ring with no waiter
 /// is kept (the count), as the socket keeps its datagrams. Timeouts are ignored (see
-/// [`FutexWord::wait`]).
+/// [`futex_wait`]).
 #[derive(Default, Debug)]
 pub(crate) struct Bell {
     count: AtomicU64,
@@ -85,7 +85,7 @@ impl Bell {
     }
 }
 
-/// `futex_waitv`, modelled as [`FutexWord::wait`] on several words (timeouts ignored). Unlike
+/// `futex_waitv`, modelled as [`futex_wait`] on several words (timeouts ignored). Unlike
 /// the kernel, the model reads the words itself: every model keeps its words alive.
 fn futex_waitv(words: &[(*const FutexWord, u32)], _timeout: Option<Duration>) -> bool {
     let mut wakes = KERNEL.wakes.lock().unwrap();
