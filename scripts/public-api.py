@@ -90,6 +90,11 @@ def main():
     if not os.path.isdir(DOC):
         sys.exit(f"{DOC} is missing: run `cargo doc --no-deps -p shmflow --all-features` first")
     now = api()
+    if any("pub(crate)" in l for l in now):
+        sys.exit(
+            f"{DOC} holds private items (built with --document-private-items): build it again "
+            "with `cargo doc --no-deps -p shmflow --all-features` alone"
+        )
     if len(sys.argv) == 3 and sys.argv[1] == "--check":
         recorded = [l.rstrip("\n") for l in open(sys.argv[2], encoding="utf-8")]
         added = sorted(set(now) - set(recorded))
