@@ -5,7 +5,7 @@
 //!
 //! Everything read from the region is untrusted: the segment index (ring) and every frame
 //! header (known kind, length within the segment, spanning parts in a valid order and place)
-//! are checked before use; a violation is [`Error::Corrupt`].
+//! are checked before use; a violation is [`RecvError::Corrupt`].
 //! Loops are bounded: one call moves past at most `N + 1` segments before it reports "nothing
 //! yet", so a peer that floods empty segments cannot trap the reader.
 
@@ -18,14 +18,15 @@ use crate::endpoint::metrics::Waiting;
 #[cfg(not(shmflow_loom))]
 use crate::error::RegionKind;
 use crate::error::{
-    op, End, Error, FromCore, OpenError, RecvError, RecvTimeoutError, Result, TryRecvError,
+    corrupt, peer_lost, producer_failed, too_large, CorruptError, End, Halt, OpenError,
+    RecordTooLargeError, RecvError, RecvTimeoutError, TryRecvError,
 };
 #[cfg(not(shmflow_loom))]
 use crate::protocol::abi::Geometry;
 use crate::protocol::counters::Local;
 use crate::protocol::ends::EndState;
 use crate::protocol::frame::{self, HEADER};
-use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
+use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until, WaitStrategy};
 use crate::protocol::pool::Recycler;
 use crate::protocol::ring::{Cursors, RingRx, RingTx};
 #[cfg(not(shmflow_loom))]
@@ -130,12 +131,31 @@ pub struct Consumer {
     caught_up: bool,
 }
 
-/// What the slow path found next, before anything borrows the consumer.
-enum Next {
+/// The reading path's result for a call with patience `P`: a blocking call's halt is a
+/// [`RecvError`], a `try_` call's adds "nothing yet", a timed call's "out of time".
+pub(crate) type Got<T, P> = Result<T, Halt<<P as Patience>::Expired, RecvError>>;
+
+/// What the slow path found next, before anything borrows the consumer. `S` comes with an
+/// event: `()` for a caller that takes events, `Infallible` for one that skips them (so it
+/// needs no arm for them).
+enum Next<S> {
     Record(RecordKind),
-    Event { at: usize, len: usize },
-    Priority,
+    Event { at: usize, len: usize, seen: S },
+    Priority(S),
     End,
+}
+
+/// Whether a read takes events: `Some` of the witness that comes with one, or `None`.
+trait Seen: Sized {
+    const TAKE: Option<Self>;
+}
+
+impl Seen for () {
+    const TAKE: Option<()> = Some(());
+}
+
+impl Seen for std::convert::Infallible {
+    const TAKE: Option<Self> = None;
 }
 
 impl Consumer {
@@ -286,23 +306,23 @@ impl Consumer {
     /// `Some(ProducerFailed)` if the producer ended the stream as failed (it was dropped while
     /// its thread unwound from a panic), `Some(PeerDead)` if it was a network bridge that lost
     /// its remote peer.
-    pub(crate) fn producer_failed(&self) -> Option<Error> {
+    pub(crate) fn producer_failed(&self) -> Option<RecvError> {
         let p = &self.shared.header().producer;
         let pid = || p.pid();
         match p.state() {
-            EndState::Failed => Some(Error::producer_failed(&self.shared.name, pid())),
-            EndState::Lost => Some(Error::peer_lost(&self.shared.name, End::Producer, pid())),
+            EndState::Failed => Some(producer_failed(&self.shared.name, pid()).into()),
+            EndState::Lost => Some(peer_lost(&self.shared.name, End::Producer, pid()).into()),
             _ => None,
         }
     }
 
-    fn corrupt(&self, field: &'static str, expected: String, found: u64) -> Error {
-        Error::corrupt(&self.shared.name, field, expected, found)
+    fn corrupt(&self, field: &'static str, expected: String, found: u64) -> Box<CorruptError> {
+        corrupt(&self.shared.name, field, expected, found)
     }
 
     // ----- segments ------------------------------------------------------------------------
 
-    fn release_current(&mut self) -> Result<()> {
+    fn release_current(&mut self) -> Result<(), Box<CorruptError>> {
         let Some(c) = self.cur.take() else {
             return Ok(());
         };
@@ -319,7 +339,7 @@ impl Consumer {
     }
 
     /// Pushes a segment into the return ring and wakes the producer.
-    fn give(&mut self, seg: u32) -> Result<()> {
+    fn give(&mut self, seg: u32) -> Result<(), Box<CorruptError>> {
         // Release (inside push): our reads of the segment happen before the producer reuses it.
         self.ret.push(&self.shared.return_ring(), seg)?;
         let h = self.shared.header();
@@ -330,7 +350,7 @@ impl Consumer {
     }
 
     /// Checks the published header `word` of the frame at `c.rd`.
-    fn parse(&self, c: ReadSeg, word: u64) -> Result<Frame> {
+    fn parse(&self, c: ReadSeg, word: u64) -> Result<Frame, Box<CorruptError>> {
         match frame::check(c.rd, word, self.seg_size, self.in_span) {
             Ok(f) => Ok(Frame {
                 at: c.rd,
@@ -342,7 +362,7 @@ impl Consumer {
     }
 
     /// The next published frame, if any, without waiting. Does not move past it.
-    fn poll_frame(&mut self) -> Result<Option<Frame>> {
+    fn poll_frame(&mut self) -> Result<Option<Frame>, Box<CorruptError>> {
         let mut hops = 0;
         let seg_size = self.seg_size;
         loop {
@@ -381,7 +401,7 @@ impl Consumer {
     }
 
     /// Takes the next segment off the data ring into hand, if there is one.
-    fn take_next(&mut self) -> Result<bool> {
+    fn take_next(&mut self) -> Result<bool, Box<CorruptError>> {
         debug_assert!(self.cur.is_none());
         let Some(seg) = self.data.pop(&self.shared.data_ring())? else {
             return Ok(false);
@@ -415,8 +435,8 @@ impl Consumer {
         c.rd = frame::next_frame(f.at, f.len);
     }
 
-    /// The next frame, waiting as `deadline` allows; `None` at end of stream.
-    fn wait_frame(&mut self, deadline: Deadline) -> Result<Option<Frame>> {
+    /// The next frame, waiting as `patience` allows; `None` at end of stream.
+    fn wait_frame<P: Patience>(&mut self, patience: P) -> Got<Option<Frame>, P> {
         if self.watch_prio && self.prio_pending() {
             return Ok(Some(PRIO));
         }
@@ -425,7 +445,7 @@ impl Consumer {
         }
         // Nothing to read: a good moment to publish what was read so far.
         self.publish_counts();
-        let timed = !matches!(deadline, Deadline::Now);
+        let timed = patience.waits();
         // (Not under loom: the spin path is covered by `wait_for`, and the models stay small.)
         #[cfg(not(shmflow_loom))]
         if timed && matches!(self.wait, WaitStrategy::BusyPoll(_)) {
@@ -453,10 +473,10 @@ impl Consumer {
                 &h.consumer_counters.idle_ns,
             )
         });
-        let got = park::wait_for::<Host, _>(
+        let got = park::wait_for::<Host, _, _, _>(
             shared.consumer_park(),
             self.wait,
-            deadline,
+            patience,
             park::Notifier::Light,
             pace,
             |look| self.poll_wait(look),
@@ -471,7 +491,7 @@ impl Consumer {
     /// What a waiting reader looks at: a frame (or a pending priority event, if watched), the
     /// end of the stream (`Some(None)`), or the producer's death once nothing it committed is
     /// left. `None`: nothing yet.
-    fn poll_wait(&mut self, look: Look) -> Result<Option<Option<Frame>>> {
+    fn poll_wait(&mut self, look: Look) -> Result<Option<Option<Frame>>, RecvError> {
         if self.watch_prio && self.prio_pending() {
             return Ok(Some(Some(PRIO)));
         }
@@ -487,7 +507,7 @@ impl Consumer {
                 // Drain first: whatever it committed before dying is delivered.
                 return match self.poll_frame()? {
                     Some(f) => Ok(Some(Some(f))),
-                    None => Err(e),
+                    None => Err(e.into()),
                 };
             }
         }
@@ -542,9 +562,9 @@ impl Consumer {
     }
 
     /// Moves past the rest of a spanning record that was dropped unread.
-    fn skip_rest(&mut self, deadline: Deadline) -> Result<()> {
+    fn skip_rest<P: Patience>(&mut self, patience: P) -> Got<(), P> {
         while self.skipping {
-            let Some(f) = self.wait_frame(deadline)? else {
+            let Some(f) = self.wait_frame(patience)? else {
                 self.skipping = false;
                 self.in_span = false;
                 return Ok(());
@@ -604,42 +624,43 @@ impl Consumer {
     }
 
     #[inline]
-    fn recv_inner(&mut self, deadline: Deadline) -> Result<Option<Record<'_>>> {
+    pub(crate) fn recv_inner<P: Patience>(&mut self, patience: P) -> Got<Option<Record<'_>>, P> {
         if let Some((len, ptr)) = self.fast_whole() {
             self.count_record(len as u64);
             return Ok(Some(Record::single(self, ptr, len)));
         }
-        self.recv_slow(deadline)
+        self.recv_slow(patience)
     }
 
     #[inline(never)]
-    fn recv_slow(&mut self, deadline: Deadline) -> Result<Option<Record<'_>>> {
-        match self.next_slow(deadline, false)? {
+    fn recv_slow<P: Patience>(&mut self, patience: P) -> Got<Option<Record<'_>>, P> {
+        match self.next_slow::<P, std::convert::Infallible>(patience)? {
             Next::Record(kind) => Ok(Some(Record::new(self, kind))),
             Next::End => Ok(None),
-            Next::Event { .. } | Next::Priority => unreachable!("events are skipped here"),
+            Next::Event { seen, .. } | Next::Priority(seen) => match seen {},
         }
     }
 
-    /// The next record or (if `events`) event, waiting as `deadline` allows. Events are
-    /// skipped when `events` is false (and the priority lane drained), so that a plain `recv`
-    /// never stalls a producer that sends them.
-    fn next_slow(&mut self, deadline: Deadline, events: bool) -> Result<Next> {
+    /// The next record or (if `S` takes them) event, waiting as `patience` allows. Events are
+    /// skipped otherwise (and the priority lane drained), so that a plain `recv` never stalls
+    /// a producer that sends them.
+    fn next_slow<P: Patience, S: Seen>(&mut self, patience: P) -> Got<Next<S>, P> {
+        let events = S::TAKE.is_some();
         loop {
             // Skipping the rest of a record never stops at a priority event.
             self.watch_prio = false;
             if self.skipping {
-                self.skip_rest(deadline)?;
+                self.skip_rest(patience)?;
             }
             if !events {
                 while self.pop_priority()?.is_some() {}
             }
             self.watch_prio = events;
-            let got = self.wait_frame(deadline);
+            let got = self.wait_frame(patience);
             self.watch_prio = false;
             let Some(f) = got? else {
                 return match self.producer_failed() {
-                    Some(e) => Err(e),
+                    Some(e) => Err(e.into()),
                     None => {
                         self.ended = true;
                         Ok(Next::End)
@@ -647,20 +668,28 @@ impl Consumer {
                 };
             };
             if f.kind == frame::PRIORITY_PENDING {
-                return Ok(Next::Priority);
+                if let Some(seen) = S::TAKE {
+                    return Ok(Next::Priority(seen));
+                }
+                // (Not watched when events are skipped; were it seen, the loop drains the
+                // lane again.)
+                continue;
             }
             self.advance(f);
             match f.kind {
-                frame::EVENT if events => {
-                    return Ok(Next::Event {
-                        at: f.at + HEADER,
-                        len: f.len,
-                    })
-                }
-                frame::EVENT => continue,
+                frame::EVENT => match S::TAKE {
+                    Some(seen) => {
+                        return Ok(Next::Event {
+                            at: f.at + HEADER,
+                            len: f.len,
+                            seen,
+                        })
+                    }
+                    None => continue,
+                },
                 frame::WHOLE if f.len as u64 > self.max_record_len => {
                     // Over the reader's limit: skipped (the consumer has moved past it).
-                    return Err(self.too_large(f.len as u64));
+                    return Err(self.too_large(f.len as u64).into());
                 }
                 frame::WHOLE => {
                     self.count_record(f.len as u64);
@@ -671,7 +700,7 @@ impl Consumer {
                     self.in_span = true;
                     if f.len as u64 > self.max_record_len {
                         self.skipping = true;
-                        return Err(self.too_large(f.len as u64));
+                        return Err(self.too_large(f.len as u64).into());
                     }
                     return Ok(Next::Record(RecordKind::Span(Span {
                         next: Some((f.at + HEADER, f.len)),
@@ -689,7 +718,7 @@ impl Consumer {
     }
 
     /// Reads the next priority event into `prio_buf`: `(kind, len)`.
-    fn pop_priority(&mut self) -> Result<Option<(u32, usize)>> {
+    fn pop_priority(&mut self) -> Result<Option<(u32, usize)>, Box<CorruptError>> {
         let h = self.shared.header();
         let got = crate::protocol::lane::lane_pop(
             h,
@@ -706,18 +735,21 @@ impl Consumer {
     }
 
     #[inline]
-    fn message_inner(&mut self, deadline: Deadline) -> Result<Option<Message<'_>>> {
+    pub(crate) fn message_inner<P: Patience>(
+        &mut self,
+        patience: P,
+    ) -> Got<Option<Message<'_>>, P> {
         let next = if self.prio_pending() {
-            Next::Priority
+            Next::Priority(())
         } else if let Some((len, ptr)) = self.fast_whole() {
             self.count_record(len as u64);
             Next::Record(RecordKind::Single { len, ptr })
         } else {
-            self.next_slow(deadline, true)?
+            self.next_slow::<P, ()>(patience)?
         };
         Ok(match next {
             Next::Record(kind) => Some(Message::Record(Record::new(self, kind))),
-            Next::Event { at, len } => {
+            Next::Event { at, len, .. } => {
                 let bytes = self.view(at, len);
                 Some(Message::Event(Event {
                     kind: u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")),
@@ -725,7 +757,7 @@ impl Consumer {
                     priority: false,
                 }))
             }
-            Next::Priority => match self.pop_priority()? {
+            Next::Priority(()) => match self.pop_priority()? {
                 Some((kind, len)) => Some(Message::Event(Event {
                     kind,
                     payload: &self.prio_buf[..len],
@@ -733,11 +765,13 @@ impl Consumer {
                 })),
                 // Only a producer that moves its tail back makes a pending event vanish.
                 None => {
-                    return Err(self.corrupt(
-                        "priority lane tail",
-                        "a tail that never moves back".into(),
-                        crate::protocol::lane::lane_tail(self.shared.header()),
-                    ))
+                    return Err(self
+                        .corrupt(
+                            "priority lane tail",
+                            "a tail that never moves back".into(),
+                            crate::protocol::lane::lane_tail(self.shared.header()),
+                        )
+                        .into())
                 }
             },
             Next::End => None,
@@ -750,12 +784,12 @@ impl Consumer {
     /// # Errors
     /// As [`Consumer::recv`].
     pub fn recv_message(&mut self) -> Result<Option<Message<'_>>, RecvError> {
-        op(self.message_inner(Deadline::Never))
+        self.message_inner(Forever).map_err(Into::into)
     }
 
     /// As [`Consumer::recv_message`], or [`TryRecvError::Empty`] if nothing is there.
     pub fn try_recv_message(&mut self) -> Result<Option<Message<'_>>, TryRecvError> {
-        op(self.message_inner(Deadline::Now))
+        self.message_inner(Immediately).map_err(Into::into)
     }
 
     /// As [`Consumer::recv_message`], waiting at most `timeout`
@@ -764,7 +798,8 @@ impl Consumer {
         &mut self,
         timeout: Duration,
     ) -> Result<Option<Message<'_>>, RecvTimeoutError> {
-        op(self.message_inner(Deadline::after(timeout)))
+        self.message_inner(Until::after(timeout))
+            .map_err(Into::into)
     }
 
     /// As [`Consumer::recv_message`], waiting until `deadline` at most.
@@ -772,11 +807,11 @@ impl Consumer {
         &mut self,
         deadline: Instant,
     ) -> Result<Option<Message<'_>>, RecvTimeoutError> {
-        op(self.message_inner(Deadline::at(deadline)))
+        self.message_inner(Until::at(deadline)).map_err(Into::into)
     }
 
-    fn too_large(&self, len: u64) -> Error {
-        Error::too_large(&self.shared.name, "a record", len, self.max_record_len)
+    fn too_large(&self, len: u64) -> Box<RecordTooLargeError> {
+        too_large(&self.shared.name, "a record", len, self.max_record_len)
     }
 
     // Every receiving operation has one deadline-taking core (`recv_inner`, `message_inner`);
@@ -807,7 +842,7 @@ impl Consumer {
     /// ```
     #[inline]
     pub fn recv(&mut self) -> Result<Option<Record<'_>>, RecvError> {
-        op(self.recv_inner(Deadline::Never))
+        self.recv_inner(Forever).map_err(Into::into)
     }
 
     /// Receives the next record if one is committed, else [`TryRecvError::Empty`].
@@ -826,7 +861,7 @@ impl Consumer {
     /// [`TryRecvError::Empty`] if nothing is committed yet; otherwise as [`Consumer::recv`].
     #[inline]
     pub fn try_recv(&mut self) -> Result<Option<Record<'_>>, TryRecvError> {
-        op(self.recv_inner(Deadline::Now))
+        self.recv_inner(Immediately).map_err(Into::into)
     }
 
     /// Receives the next record, waiting at most `timeout` ([`RecvTimeoutError::Timeout`]).
@@ -838,7 +873,7 @@ impl Consumer {
         &mut self,
         timeout: Duration,
     ) -> Result<Option<Record<'_>>, RecvTimeoutError> {
-        op(self.recv_inner(Deadline::after(timeout)))
+        self.recv_inner(Until::after(timeout)).map_err(Into::into)
     }
 
     /// Receives the next record, waiting until `deadline` at most.
@@ -850,7 +885,7 @@ impl Consumer {
         &mut self,
         deadline: Instant,
     ) -> Result<Option<Record<'_>>, RecvTimeoutError> {
-        op(self.recv_inner(Deadline::at(deadline)))
+        self.recv_inner(Until::at(deadline)).map_err(Into::into)
     }
 
     /// Hands every record that is available now (at most `max`) to `f`, without waiting;
@@ -917,19 +952,19 @@ impl Consumer {
                     break;
                 }
             }
-            match self.recv_inner(Deadline::Now) {
+            match self.recv_inner(Immediately) {
                 Ok(Some(r)) => {
                     f(r)?;
                     n += 1;
                 }
-                Ok(None) | Err(Error::WouldBlock) => break,
-                Err(e) => return Err(E::from(RecvError::from_core(e))),
+                Ok(None) | Err(Halt::Expired(_)) => break,
+                Err(Halt::Failed(e)) => return Err(E::from(e)),
             }
         }
         Ok(n)
     }
 
-    /// Detaches: the producer's next blocking call returns [`Error::Closed`]. Dropping the
+    /// Detaches: the producer's next blocking call returns [`SendError::Closed`](crate::SendError::Closed). Dropping the
     /// consumer does the same.
     pub fn close(self) {}
 

@@ -12,7 +12,7 @@
 //! frame: it is the producer's detach, which the consumer sees only after everything committed
 //! before it (see [`crate::GateMessage::EndOfPartition`]).
 
-use crate::error::{Error, Result};
+use crate::error::{too_large, RecordTooLargeError};
 use crate::protocol::abi::PRIO_PAYLOAD;
 
 /// The largest payload of an event (ordinary or priority), in bytes.
@@ -45,9 +45,9 @@ pub struct Event<'a> {
     pub priority: bool,
 }
 
-pub(crate) fn check_payload(region: &str, payload: &[u8]) -> Result<()> {
+pub(crate) fn check_payload(region: &str, payload: &[u8]) -> Result<(), Box<RecordTooLargeError>> {
     if payload.len() > MAX_EVENT_PAYLOAD {
-        return Err(Error::too_large(
+        return Err(too_large(
             region,
             "an event payload",
             payload.len() as u64,

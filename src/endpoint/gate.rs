@@ -23,9 +23,11 @@ use crate::endpoint::consumer::{Consumer, Ready};
 use crate::endpoint::event::Event;
 use crate::endpoint::gate_stats::{self as stats, GateSnapshot};
 use crate::endpoint::metrics::Waiting;
-use crate::error::{Error, Result};
+use std::convert::Infallible;
+
+use crate::error::{corrupt, Halt, Lost, RecvError, RecvTimeoutError, TryRecvError};
 use crate::protocol::abi::GateGeometry;
-use crate::protocol::park::{self, Deadline, WaitStrategy};
+use crate::protocol::park::{self, Forever, Immediately, Patience, Until, WaitStrategy};
 use crate::protocol::pool;
 use crate::region::os::Host;
 use crate::region::view::Shared;
@@ -91,7 +93,7 @@ impl GateMessage<'_> {
 enum State {
     Open,
     /// The producer died: deliver what it committed, then report this error.
-    Dying(Error),
+    Dying(Lost),
     /// Its producer detached (and the message that said so borrowed the channel): its floating
     /// segments go back to the pool at the next call.
     Ended,
@@ -106,8 +108,8 @@ enum State {
 enum Pick {
     Read(usize),
     Ended(usize),
-    Dead(usize, Error),
-    Failed(usize, Error),
+    Dead(usize, Lost),
+    Failed(usize, RecvError),
     AllDone,
 }
 
@@ -327,7 +329,7 @@ impl Gate {
 
     /// Takes back the floating segments channels handed back, then lends to channels that
     /// ask while the pool has some.
-    fn lend(&mut self) -> Result<()> {
+    fn lend(&mut self) {
         let before = self.pool.free();
         for c in &mut self.chans {
             if let Some(l) = c.lending() {
@@ -352,7 +354,6 @@ impl Gate {
         if self.pool.free() != before {
             self.publish_pool();
         }
-        Ok(())
     }
 
     /// Looks at every channel once, starting with the one whose turn it is.
@@ -415,8 +416,10 @@ impl Gate {
         }
     }
 
-    fn decide(&mut self, deadline: Deadline) -> Result<Pick> {
-        self.lend()?;
+    /// What to deliver next, waiting as `patience` allows (a scan fails no call: a channel's
+    /// failure is its pick).
+    fn decide<P: Patience>(&mut self, patience: P) -> Result<Pick, P::Expired> {
+        self.lend();
         self.scans = self.scans.wrapping_add(1);
         if self.scans % 1024 == 0
             && monotonic_ns().saturating_sub(self.last_check_ns)
@@ -431,24 +434,25 @@ impl Gate {
         let shared = self.shared.clone();
         let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
         // A `try_` look is no wait.
-        let idle = (!matches!(deadline, Deadline::Now))
+        let idle = patience
+            .waits()
             .then(|| Waiting::start(&figures.idle_since_ns, &figures.idle_ns));
-        let got = park::wait_for::<Host, _>(
+        let got = park::wait_for::<Host, _, _, Infallible>(
             shared.consumer_park(),
             self.wait,
-            deadline,
+            patience,
             park::Notifier::Light,
             park::Pace::Sparse,
-            |look| self.poll_pick(look),
+            |look| Ok(self.poll_pick(look)),
         );
         drop(idle);
-        got
+        got.map_err(Halt::expired)
     }
 
     /// What a waiting gate looks at: lends what was asked for, looks at the producers'
     /// liveness when due, and scans the channels.
-    fn poll_pick(&mut self, look: crate::protocol::park::Look) -> Result<Option<Pick>> {
-        self.lend()?;
+    fn poll_pick(&mut self, look: crate::protocol::park::Look) -> Option<Pick> {
+        self.lend();
         let due = || {
             monotonic_ns().saturating_sub(self.last_check_ns)
                 > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
@@ -458,13 +462,16 @@ impl Gate {
         {
             self.check_producers();
         }
-        Ok(self.scan())
+        self.scan()
     }
 
-    fn recv_inner(&mut self, deadline: Deadline) -> Result<Option<GateMessage<'_>>> {
+    fn recv_inner<P: Patience>(
+        &mut self,
+        patience: P,
+    ) -> Result<Option<GateMessage<'_>>, Halt<P::Expired, RecvError>> {
         self.retire_finished();
-        let pick = self.decide(deadline)?;
-        self.deliver(pick)
+        let pick = self.decide(patience).map_err(Halt::Expired)?;
+        Ok(self.deliver(pick)?)
     }
 
     /// Channels that ended or failed on the last call are closed now (the message borrowed
@@ -480,7 +487,7 @@ impl Gate {
     }
 
     /// The message of what the scan picked.
-    fn deliver(&mut self, pick: Pick) -> Result<Option<GateMessage<'_>>> {
+    fn deliver(&mut self, pick: Pick) -> Result<Option<GateMessage<'_>>, RecvError> {
         let c = match pick {
             Pick::AllDone => return Ok(None),
             Pick::Ended(c) => {
@@ -488,21 +495,23 @@ impl Gate {
                 let failed = self.chans[c].producer_failed();
                 self.retire(c, true);
                 return Ok(Some(match failed {
-                    Some(Error::ProducerFailed(error)) => {
+                    Some(RecvError::ProducerFailed(error)) => {
                         GateMessage::ChannelFailed { channel: c, error }
                     }
                     // A network bridge that lost its remote producer.
-                    Some(Error::PeerDead(error)) => GateMessage::ChannelDead { channel: c, error },
+                    Some(RecvError::PeerDead(error)) => {
+                        GateMessage::ChannelDead { channel: c, error }
+                    }
                     _ => GateMessage::EndOfPartition { channel: c },
                 }));
             }
             Pick::Dead(c, error) => {
                 let error = match error {
-                    Error::PeerDead(e) => e,
+                    Lost::PeerDead(e) => e,
                     // A failed liveness look (a syscall error): the producer may be alive.
-                    other => {
+                    Lost::Io(e) => {
                         self.retire(c, false);
-                        return Err(other);
+                        return Err(e.into());
                     }
                 };
                 // Dead: it will never write the floating segments it holds again.
@@ -529,25 +538,26 @@ impl Gate {
                 Ok(Some(GateMessage::EndOfPartition { channel: c }))
             }
             // The producer ended the stream as failed (dropped while panicking).
-            Err(Error::ProducerFailed(error)) => {
+            Err(Halt::Failed(RecvError::ProducerFailed(error))) => {
                 self.state[c] = State::Ended;
                 Ok(Some(GateMessage::ChannelFailed { channel: c, error }))
             }
             // `ready` saw a committed frame; only a producer rewriting what it committed
             // makes it vanish.
-            Err(Error::WouldBlock) => {
+            Err(Halt::Expired(_)) => {
                 self.state[c] = State::Failed;
-                Err(Error::corrupt(
+                Err(corrupt(
                     &self.shared.name,
                     "channel contents",
                     format!("the frame channel {c} had committed to stay"),
                     c as u64,
-                ))
+                )
+                .into())
             }
             // Over the reader's limit: the record is skipped, as on a plain channel, and the
             // channel goes on.
-            Err(e @ Error::RecordTooLarge(_)) => Err(e),
-            Err(e) => {
+            Err(Halt::Failed(e @ RecvError::RecordTooLarge(_))) => Err(e),
+            Err(Halt::Failed(e)) => {
                 self.state[c] = State::Failed;
                 Err(e)
             }
@@ -608,14 +618,14 @@ impl Gate {
     /// producer's next call fails with `Closed`), the floating segments it holds stay out of
     /// the pool (its producer may still be writing them), and the next call goes on with the
     /// other channels.
-    pub fn recv(&mut self) -> Result<Option<GateMessage<'_>>, crate::error::RecvError> {
-        crate::error::op(self.recv_inner(Deadline::Never))
+    pub fn recv(&mut self) -> Result<Option<GateMessage<'_>>, RecvError> {
+        self.recv_inner(Forever).map_err(Into::into)
     }
 
     /// As [`Gate::recv`], or [`TryRecvError::Empty`](crate::TryRecvError::Empty) if no
     /// channel has anything now.
-    pub fn try_recv(&mut self) -> Result<Option<GateMessage<'_>>, crate::error::TryRecvError> {
-        crate::error::op(self.recv_inner(Deadline::Now))
+    pub fn try_recv(&mut self) -> Result<Option<GateMessage<'_>>, TryRecvError> {
+        self.recv_inner(Immediately).map_err(Into::into)
     }
 
     /// As [`Gate::recv`], waiting at most `timeout`
@@ -623,16 +633,16 @@ impl Gate {
     pub fn recv_timeout(
         &mut self,
         timeout: Duration,
-    ) -> Result<Option<GateMessage<'_>>, crate::error::RecvTimeoutError> {
-        crate::error::op(self.recv_inner(Deadline::after(timeout)))
+    ) -> Result<Option<GateMessage<'_>>, RecvTimeoutError> {
+        self.recv_inner(Until::after(timeout)).map_err(Into::into)
     }
 
     /// As [`Gate::recv`], waiting until `deadline` at most.
     pub fn recv_deadline(
         &mut self,
         deadline: std::time::Instant,
-    ) -> Result<Option<GateMessage<'_>>, crate::error::RecvTimeoutError> {
-        crate::error::op(self.recv_inner(Deadline::at(deadline)))
+    ) -> Result<Option<GateMessage<'_>>, RecvTimeoutError> {
+        self.recv_inner(Until::at(deadline)).map_err(Into::into)
     }
 }
 

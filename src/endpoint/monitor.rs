@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::endpoint::metrics::{snapshot, Snapshot};
 
 use crate::error::End;
-use crate::error::{Error, OpenError, Result};
+use crate::error::{sys, Error, OpenError, Result};
 use crate::protocol::abi::Geometry;
 use crate::region::view::Shared;
 use crate::sync::Arc;
@@ -323,7 +323,8 @@ pub fn list_gates() -> Result<Vec<(String, GateMonitor)>> {
 /// # Errors
 /// [`Error::Io`] if `/dev/shm` cannot be read.
 pub fn list_other_objects() -> Result<Vec<(String, OpenError)>> {
-    let dir = std::fs::read_dir("/dev/shm").map_err(|e| Error::io("/dev/shm", "read_dir", e))?;
+    let dir =
+        std::fs::read_dir("/dev/shm").map_err(|e| Error::Io(sys("/dev/shm", "read_dir", e)))?;
     let mut out = Vec::new();
     for e in dir.flatten() {
         let name = format!("/{}", e.file_name().to_string_lossy());
@@ -347,7 +348,8 @@ pub fn list_other_objects() -> Result<Vec<(String, OpenError)>> {
 
 /// The names (`/name`) of the regular files in `/dev/shm`.
 fn shm_names() -> Result<Vec<String>> {
-    let dir = std::fs::read_dir("/dev/shm").map_err(|e| Error::io("/dev/shm", "read_dir", e))?;
+    let dir =
+        std::fs::read_dir("/dev/shm").map_err(|e| Error::Io(sys("/dev/shm", "read_dir", e)))?;
     Ok(dir
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))

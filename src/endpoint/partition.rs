@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use crate::endpoint::producer::{FlushPolicy, Producer};
-use crate::error::{ConfigError, Error, FromCore, SendError, SendTimeoutError, TrySendError};
+use crate::error::{too_large, ConfigError, SendError, SendTimeoutError, TrySendError};
 use crate::protocol::park::WaitStrategy;
 
 /// A key function: record → hash of its key.
@@ -191,12 +191,13 @@ impl Partition {
             Route::All => {
                 let max = self.outputs[0].max_unspanned_len();
                 if record.len() > max {
-                    return Err(TrySendError::from_core(Error::too_large(
+                    return Err(too_large(
                         self.outputs[0].region_name(),
                         "a record broadcast with try_send (one segment at most)",
                         record.len() as u64,
                         max as u64,
-                    )));
+                    )
+                    .into());
                 }
                 // Claim room everywhere first; dropping the claims on failure writes nothing.
                 let mut claims = Vec::with_capacity(self.outputs.len());

@@ -26,12 +26,15 @@ use std::time::{Duration, Instant};
 use crate::endpoint::metrics::Waiting;
 #[cfg(not(shmflow_loom))]
 use crate::error::RegionKind;
-use crate::error::{op, End, Error, OpenError, Result, SendError, SendTimeoutError, TrySendError};
+use crate::error::{
+    closed, peer_lost, ClosedError, CorruptError, End, Halt, Lost, OpenError, PeerDeadError,
+    SendError, SendTimeoutError, TrySendError,
+};
 use crate::protocol::abi::Geometry;
 use crate::protocol::counters::Local;
 use crate::protocol::ends::EndState;
 use crate::protocol::frame::{self, HEADER};
-use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
+use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until, WaitStrategy};
 use crate::protocol::pool::Supply;
 use crate::protocol::ring::{Cursors, RingRx, RingTx};
 #[cfg(not(shmflow_loom))]
@@ -112,6 +115,26 @@ struct Counters {
     committed: Local,
     acquired: Local,
     wakes: Local,
+}
+
+/// The writing path's result for a call with patience `P`: a blocking call's halt is a
+/// [`SendError`], a `try_` call's adds "no segment now", a timed call's "out of time".
+pub(crate) type Sent<T, P> = Result<T, Halt<<P as Patience>::Expired, SendError>>;
+
+/// Why the consumer is gone: it detached, or it was a network bridge that lost its remote
+/// peer.
+pub(crate) enum Gone {
+    Closed(Box<ClosedError>),
+    PeerLost(Box<PeerDeadError>),
+}
+
+impl From<Gone> for SendError {
+    fn from(g: Gone) -> SendError {
+        match g {
+            Gone::Closed(b) => SendError::Closed(b),
+            Gone::PeerLost(b) => SendError::PeerDead(b),
+        }
+    }
 }
 
 /// The writing end of a channel. Single-threaded (`Send`, not `Sync`).
@@ -326,20 +349,25 @@ impl Producer {
 
     /// `Closed` (or `PeerDead` if the consumer was a network bridge that lost its remote
     /// peer), remembered: every later call fails at once.
-    fn closed_error(&mut self) -> Error {
+    fn closed_error(&mut self) -> SendError {
+        self.closed_end().into()
+    }
+
+    /// As [`Producer::closed_error`], saying only what it found.
+    fn closed_end(&mut self) -> Gone {
         self.gone = true;
         self.forget_segment();
         self.gone_error()
     }
 
     /// Why the consumer is gone.
-    fn gone_error(&self) -> Error {
+    fn gone_error(&self) -> Gone {
         let c = &self.shared.header().consumer;
         if c.state() == EndState::Lost {
             let pid = c.pid();
-            return Error::peer_lost(&self.shared.name, crate::error::End::Consumer, pid);
+            return Gone::PeerLost(peer_lost(&self.shared.name, End::Consumer, pid));
         }
-        Error::closed(&self.shared.name)
+        Gone::Closed(closed(&self.shared.name))
     }
 
     /// The consumer is gone or dead: nobody reads the segment in hand any more. Forgetting it
@@ -350,17 +378,17 @@ impl Producer {
     }
 
     /// Fails at once if the consumer was already seen gone or dead.
-    fn check_gone(&mut self) -> Result<()> {
+    fn check_gone(&mut self) -> Result<(), SendError> {
         if self.gone {
-            return Err(self.gone_error());
+            return Err(self.gone_error().into());
         }
-        self.check_peer(Look::Quick)
+        Ok(self.check_peer(Look::Quick)?)
     }
 
     // ----- segment hand-off ------------------------------------------------------------------
 
     /// Takes a free segment if one is there, and hands it to the consumer at once.
-    fn try_take(&mut self) -> Result<Option<Current>> {
+    fn try_take(&mut self) -> Result<Option<Current>, Box<CorruptError>> {
         let Some(seg) = self.ret.pop(&self.shared.return_ring())? else {
             return Ok(None);
         };
@@ -383,14 +411,14 @@ impl Producer {
     }
 
     /// Takes a segment, waiting for the consumer to return one (this wait is backpressure).
-    fn take(&mut self, deadline: Deadline) -> Result<()> {
+    fn take<P: Patience>(&mut self, patience: P) -> Sent<(), P> {
         debug_assert!(self.cur.is_none());
         if let Some(c) = self.try_take()? {
             self.cur = Some(c);
             return Ok(());
         }
         if self.consumer_detached() {
-            return Err(self.closed_error());
+            return Err(self.closed_error().into());
         }
         self.ask_for_segment();
         let shared = self.shared.clone();
@@ -399,10 +427,10 @@ impl Producer {
             &h.producer_counters.blocked_since_ns,
             &h.producer_counters.backpressured_ns,
         );
-        let got = park::wait_for::<Host, _>(
+        let got = park::wait_for::<Host, _, _, SendError>(
             &h.producer_park,
             self.wait,
-            deadline,
+            patience,
             park::Notifier::Rmw,
             park::Pace::Sparse,
             |look| {
@@ -431,13 +459,13 @@ impl Producer {
 
     /// Waits until at least `k` segments are free (for `try_`/`_timeout` sends of spanning
     /// records, so that they either go whole or not at all).
-    fn wait_free(&mut self, k: u64, deadline: Deadline) -> Result<()> {
+    fn wait_free<P: Patience>(&mut self, k: u64, patience: P) -> Sent<(), P> {
         let shared = self.shared.clone();
         let mut last_ready = u64::MAX;
-        park::wait_for::<Host, _>(
+        park::wait_for::<Host, _, _, _>(
             &shared.header().producer_park,
             self.wait,
-            deadline,
+            patience,
             park::Notifier::Rmw,
             park::Pace::Sparse,
             |look| self.poll_free(k, &mut last_ready, look),
@@ -446,7 +474,12 @@ impl Producer {
 
     /// What a producer waiting for `k` free segments looks at (`last_ready`: what the last
     /// look found, `u64::MAX` at first).
-    fn poll_free(&mut self, k: u64, last_ready: &mut u64, look: Look) -> Result<Option<()>> {
+    fn poll_free(
+        &mut self,
+        k: u64,
+        last_ready: &mut u64,
+        look: Look,
+    ) -> Result<Option<()>, SendError> {
         let ready = self.ret.ready(&self.shared.return_ring())?;
         if ready >= k {
             return Ok(Some(()));
@@ -465,14 +498,14 @@ impl Producer {
     }
 
     /// `Err(PeerDead)` if the consumer's process is gone (a syscall: only while waiting).
-    fn check_peer(&mut self, look: Look) -> Result<()> {
+    fn check_peer(&mut self, look: Look) -> Result<(), Lost> {
         let res = match &mut self.liveness {
             Some(l) => l.check(self.shared.header(), &self.shared.name, look),
             None => Ok(()),
         };
         // Only a dead consumer makes the segment in hand worthless; a failed look (a syscall
         // error) leaves it, and any pending abort, for the next call.
-        if let Err(Error::PeerDead(_)) = res {
+        if let Err(Lost::PeerDead(_)) = res {
             self.forget_segment();
         }
         res
@@ -553,7 +586,7 @@ impl Producer {
     /// Makes sure `need` bytes are free in the current segment, sealing it and taking the next
     /// if not.
     #[inline]
-    fn ensure_room(&mut self, need: usize, deadline: Deadline) -> Result<()> {
+    fn ensure_room<P: Patience>(&mut self, need: usize, patience: P) -> Sent<(), P> {
         // Fast path (almost every record): room left in the segment in hand.
         // (A pending abort comes only with no segment in hand: it goes the slow way.)
         debug_assert!(!(self.pending_abort && self.cur.is_some()));
@@ -562,15 +595,15 @@ impl Producer {
                 return Ok(());
             }
         }
-        self.ensure_room_slow(need, deadline)
+        self.ensure_room_slow(need, patience)
     }
 
     #[cold]
     #[inline(never)]
-    fn ensure_room_slow(&mut self, need: usize, deadline: Deadline) -> Result<()> {
+    fn ensure_room_slow<P: Patience>(&mut self, need: usize, patience: P) -> Sent<(), P> {
         self.check_gone()?;
         if self.pending_abort {
-            self.write_pending_abort(deadline)?;
+            self.write_pending_abort(patience)?;
         }
         if let Some(c) = &self.cur {
             if self.seg_size - c.wpos >= need {
@@ -578,12 +611,12 @@ impl Producer {
             }
             self.seal();
         }
-        self.take(deadline)
+        self.take(patience)
     }
 
-    fn write_pending_abort(&mut self, deadline: Deadline) -> Result<()> {
+    fn write_pending_abort<P: Patience>(&mut self, patience: P) -> Sent<(), P> {
         debug_assert!(self.cur.is_none());
-        self.take(deadline)?;
+        self.take(patience)?;
         let c = self.cur.as_mut().expect("just taken");
         let at = c.wpos;
         c.wpos = frame::next_frame(at, 0);
@@ -725,10 +758,10 @@ impl Producer {
     // Always inline: the copy of a record whose length the caller knows becomes a few moves
     // (the blocking and the async `send` alike).
     #[inline(always)]
-    fn send_inner(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+    fn send_inner<P: Patience>(&mut self, bytes: &[u8], patience: P) -> Sent<(), P> {
         let seg_size = self.seg_size;
         if HEADER + bytes.len() <= seg_size {
-            self.ensure_room(HEADER + bytes.len(), deadline)?;
+            self.ensure_room(HEADER + bytes.len(), patience)?;
             let c = self
                 .cur
                 .as_mut()
@@ -740,7 +773,7 @@ impl Producer {
             self.record_done(bytes.len() as u64);
             return Ok(());
         }
-        self.send_spanning(bytes, deadline)
+        self.send_spanning(bytes, patience)
     }
 
     /// How many free segments a spanning record of `len` bytes needs to go whole (counting
@@ -762,15 +795,15 @@ impl Producer {
         (needed <= most).then_some(needed)
     }
 
-    fn send_spanning(&mut self, bytes: &[u8], deadline: Deadline) -> Result<()> {
+    fn send_spanning<P: Patience>(&mut self, bytes: &[u8], patience: P) -> Sent<(), P> {
         let seg_size = self.seg_size;
-        if !matches!(deadline, Deadline::Never) {
+        if !patience.forever() {
             // Go whole or not at all when the pool can hold the record's segments at once.
             if let Some(needed) = self.spanning_needs(bytes.len()) {
-                self.wait_free(needed, deadline)?;
+                self.wait_free(needed, patience)?;
             }
         }
-        self.ensure_room(2 * HEADER, deadline)?;
+        self.ensure_room(2 * HEADER, patience)?;
         let mut rest = bytes;
         let mut first = true;
         loop {
@@ -792,7 +825,7 @@ impl Producer {
                 break;
             }
             self.seal();
-            if let Err(e) = self.take(deadline) {
+            if let Err(e) = self.take(patience) {
                 // Parts are out; the consumer must learn that no more will come.
                 self.pending_abort = true;
                 return Err(e);
@@ -825,7 +858,7 @@ impl Producer {
     /// ```
     #[inline]
     pub fn send(&mut self, bytes: &[u8]) -> Result<(), SendError> {
-        op(self.send_inner(bytes, Deadline::Never))
+        self.send_inner(bytes, Forever).map_err(Into::into)
     }
 
     /// Sends one record if that needs no waiting, else [`TrySendError::Full`] with nothing
@@ -854,7 +887,7 @@ impl Producer {
     /// # Errors
     /// [`TrySendError::Full`] if no segment is free now; otherwise as [`Producer::send`].
     pub fn try_send(&mut self, bytes: &[u8]) -> Result<(), TrySendError> {
-        op(self.send_inner(bytes, Deadline::Now))
+        self.send_inner(bytes, Immediately).map_err(Into::into)
     }
 
     /// Sends one record, waiting at most `timeout` for free segments
@@ -868,7 +901,8 @@ impl Producer {
         bytes: &[u8],
         timeout: Duration,
     ) -> Result<(), SendTimeoutError> {
-        op(self.send_inner(bytes, Deadline::after(timeout)))
+        self.send_inner(bytes, Until::after(timeout))
+            .map_err(Into::into)
     }
 
     /// As [`Producer::send_timeout`], with the deadline as an instant.
@@ -877,7 +911,8 @@ impl Producer {
         bytes: &[u8],
         deadline: Instant,
     ) -> Result<(), SendTimeoutError> {
-        op(self.send_inner(bytes, Deadline::at(deadline)))
+        self.send_inner(bytes, Until::at(deadline))
+            .map_err(Into::into)
     }
 
     /// Sends a `Pod` value as a record of `size_of::<T>()` bytes; the consumer can view it in

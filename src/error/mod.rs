@@ -73,6 +73,7 @@ impl fmt::Display for RegionKind {
 mod details;
 mod open;
 mod ops;
+mod path;
 pub use details::{
     ClosedError, ConfigError, CorruptError, PeerDeadError, ProducerFailedError, RecordAbortedError,
     RecordTooLargeError, SysError,
@@ -81,6 +82,12 @@ pub use open::OpenError;
 pub use ops::{
     CloseError, RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError,
     TrySendError, WriteError,
+};
+#[cfg(any(feature = "tokio", shmflow_loom))]
+pub(crate) use path::settled;
+pub(crate) use path::{
+    aborted, closed, corrupt, peer_dead, peer_lost, producer_failed, sys, too_large, Expiry, Halt,
+    Lost, NotNow, TimedOut,
 };
 
 // ----- the umbrella --------------------------------------------------------------------------
@@ -115,70 +122,6 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn io(region: &str, op: &'static str, source: io::Error) -> Self {
-        Error::Io(Box::new(SysError {
-            region: region.to_owned(),
-            op,
-            source,
-        }))
-    }
-
-    pub(crate) fn corrupt(region: &str, field: &'static str, expected: String, found: u64) -> Self {
-        Error::Corrupt(Box::new(CorruptError {
-            region: region.to_owned(),
-            field,
-            expected,
-            found,
-        }))
-    }
-
-    pub(crate) fn closed(region: &str) -> Self {
-        Error::Closed(Box::new(ClosedError {
-            region: region.to_owned(),
-        }))
-    }
-
-    pub(crate) fn aborted(region: &str) -> Self {
-        Error::RecordAborted(Box::new(RecordAbortedError {
-            region: region.to_owned(),
-        }))
-    }
-
-    pub(crate) fn too_large(region: &str, what: &'static str, len: u64, max: u64) -> Self {
-        Error::RecordTooLarge(Box::new(RecordTooLargeError {
-            region: region.to_owned(),
-            what,
-            len,
-            max,
-        }))
-    }
-
-    pub(crate) fn producer_failed(region: &str, pid: u32) -> Self {
-        Error::ProducerFailed(Box::new(ProducerFailedError {
-            region: region.to_owned(),
-            pid,
-        }))
-    }
-
-    pub(crate) fn peer_dead(region: &str, end: End, pid: u32) -> Self {
-        Error::PeerDead(Box::new(PeerDeadError {
-            region: region.to_owned(),
-            end,
-            pid,
-            remote: false,
-        }))
-    }
-
-    /// The end is a network bridge that lost its remote peer.
-    pub(crate) fn peer_lost(region: &str, end: End, pid: u32) -> Self {
-        Error::PeerDead(Box::new(PeerDeadError {
-            region: region.to_owned(),
-            end,
-            pid,
-            remote: true,
-        }))
-    }
-
     /// True for the two "not now" results: [`Error::WouldBlock`] and [`Error::Timeout`].
     pub fn is_would_block_or_timeout(&self) -> bool {
         matches!(self, Error::WouldBlock | Error::Timeout)
@@ -245,20 +188,5 @@ impl From<Error> for io::Error {
     }
 }
 
-/// Converts the core's error into an operation's: the variants an operation can meet map one
-/// to one; one it cannot meet is a bug in shmflow, not something a peer can cause.
-pub(crate) trait FromCore: Sized {
-    fn from_core(e: Error) -> Self;
-}
-
 /// shmflow's result type, with the umbrella [`Error`] by default.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// The core's result: the umbrella error, converted by each public call into its own.
-pub(crate) type CoreResult<T> = std::result::Result<T, Error>;
-
-/// `Result<T, Error>` → `Result<T, E>` for an operation's own error `E`.
-#[inline]
-pub(crate) fn op<T, E: FromCore>(r: CoreResult<T>) -> std::result::Result<T, E> {
-    r.map_err(E::from_core)
-}

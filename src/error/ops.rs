@@ -8,15 +8,54 @@ use super::details::{
     ClosedError, CorruptError, PeerDeadError, ProducerFailedError, RecordAbortedError,
     RecordTooLargeError, SysError,
 };
-use super::{Error, FromCore};
+use std::convert::Infallible;
 
-/// Defines a per-operation error: its "not now" variants (mapped from the core's
-/// `WouldBlock`/`Timeout`) and the failures the operation can meet.
+use super::path::{Expiry, Halt, Lost, NotNow, TimedOut};
+use super::Error;
+
+/// Defines a per-operation error: its "not now" variants (each mapped to the umbrella's
+/// `WouldBlock`/`Timeout`) and the failures the operation can meet. A path's own error (`base`)
+/// has no "not now" variant; the others convert totally from it and from the path's [`Halt`]
+/// with their patience's marker.
 macro_rules! op_error {
     (
         $(#[$meta:meta])*
+        pub enum $name:ident : $base:ident halts $marker:ident => $halt_now:ident {
+            $( $(#[$nmeta:meta])* $now:ident => $core_now:ident : $now_msg:literal, )*
+        }
+        failures { $( $fail:ident($payload:ty) ),* $(,)? }
+    ) => {
+        op_error! {
+            $(#[$meta])*
+            pub enum $name {
+                $( $(#[$nmeta])* $now => $core_now : $now_msg, )*
+            }
+            failures { $( $fail($payload) ),* }
+        }
+
+        impl From<$base> for $name {
+            #[inline]
+            fn from(e: $base) -> $name {
+                match e {
+                    $( $base::$fail(b) => $name::$fail(b), )*
+                }
+            }
+        }
+
+        impl From<Halt<$marker, $base>> for $name {
+            #[inline]
+            fn from(h: Halt<$marker, $base>) -> $name {
+                match h {
+                    Halt::Expired($marker) => $name::$halt_now,
+                    Halt::Failed(e) => e.into(),
+                }
+            }
+        }
+    };
+    (
+        $(#[$meta:meta])*
         pub enum $name:ident {
-            $( $(#[$nmeta:meta])* $now:ident = $core_now:ident : $now_msg:literal, )*
+            $( $(#[$nmeta:meta])* $now:ident => $core_now:ident : $now_msg:literal, )*
         }
         failures { $( $fail:ident($payload:ty) ),* $(,)? }
     ) => {
@@ -65,16 +104,51 @@ macro_rules! op_error {
             }
         }
 
-        impl FromCore for $name {
-            fn from_core(e: Error) -> Self {
-                match e {
-                    $( Error::$core_now => $name::$now, )*
-                    $( Error::$fail(b) => $name::$fail(b), )*
-                    other => unreachable!(
-                        concat!("shmflow bug: ", stringify!($name), " cannot hold {:?}"),
-                        other
-                    ),
+        $(
+            impl From<Box<$payload>> for $name {
+                #[inline]
+                fn from(b: Box<$payload>) -> $name {
+                    $name::$fail(b)
                 }
+            }
+        )*
+
+    };
+}
+
+/// A path's own error: what its blocking calls return, and what its lower steps fail with.
+macro_rules! path_error {
+    ($name:ident { $( $fail:ident($payload:ty) ),* $(,)? }) => {
+        impl From<Halt<Infallible, $name>> for $name {
+            #[inline]
+            fn from(h: Halt<Infallible, $name>) -> $name {
+                h.failure()
+            }
+        }
+
+        $(
+            impl<X> From<Box<$payload>> for Halt<X, $name> {
+                #[inline]
+                fn from(b: Box<$payload>) -> Halt<X, $name> {
+                    Halt::Failed($name::$fail(b))
+                }
+            }
+        )*
+
+        impl From<Lost> for $name {
+            #[inline]
+            fn from(l: Lost) -> $name {
+                match l {
+                    Lost::PeerDead(b) => $name::PeerDead(b),
+                    Lost::Io(b) => $name::Io(b),
+                }
+            }
+        }
+
+        impl<X> From<Lost> for Halt<X, $name> {
+            #[inline]
+            fn from(l: Lost) -> Halt<X, $name> {
+                Halt::Failed(l.into())
             }
         }
     };
@@ -96,9 +170,9 @@ op_error! {
 
 op_error! {
     /// Why a `try_recv` (or `try_next_part`) returned no record.
-    pub enum TryRecvError {
+    pub enum TryRecvError: RecvError halts NotNow => Empty {
         /// Nothing is committed yet: try again later.
-        Empty = WouldBlock: "nothing to receive yet",
+        Empty => WouldBlock: "nothing to receive yet",
     }
     failures {
         PeerDead(PeerDeadError),
@@ -112,9 +186,9 @@ op_error! {
 
 op_error! {
     /// Why a `recv_timeout`/`recv_deadline` (or a timed part read) returned no record.
-    pub enum RecvTimeoutError {
+    pub enum RecvTimeoutError: RecvError halts TimedOut => Timeout {
         /// Nothing arrived before the deadline.
-        Timeout = Timeout: "timed out waiting for a record",
+        Timeout => Timeout: "timed out waiting for a record",
     }
     failures {
         PeerDead(PeerDeadError),
@@ -141,9 +215,9 @@ op_error! {
 
 op_error! {
     /// Why a `try_send` (or `try_claim`, `try_send_event`, …) sent nothing.
-    pub enum TrySendError {
+    pub enum TrySendError: SendError halts NotNow => Full {
         /// No free segment now (the consumer has not returned one): try again later.
-        Full = WouldBlock: "no free segment: the consumer has not returned one yet",
+        Full => WouldBlock: "no free segment: the consumer has not returned one yet",
     }
     failures {
         Closed(ClosedError),
@@ -157,9 +231,9 @@ op_error! {
 
 op_error! {
     /// Why a `send_timeout`/`send_deadline` (or a timed claim, event, …) sent nothing.
-    pub enum SendTimeoutError {
+    pub enum SendTimeoutError: SendError halts TimedOut => Timeout {
         /// No segment came back before the deadline.
-        Timeout = Timeout: "timed out waiting for a free segment",
+        Timeout => Timeout: "timed out waiting for a free segment",
     }
     failures {
         Closed(ClosedError),
@@ -177,9 +251,9 @@ op_error! {
     /// `stream_timeout` reports `Timeout`.
     pub enum WriteError {
         /// No free segment now (`try_stream`).
-        Full = WouldBlock: "no free segment: the consumer has not returned one yet",
+        Full => WouldBlock: "no free segment: the consumer has not returned one yet",
         /// No segment came back before the deadline (`stream_timeout`).
-        Timeout = Timeout: "timed out waiting for a free segment",
+        Timeout => Timeout: "timed out waiting for a free segment",
     }
     failures {
         Closed(ClosedError),
@@ -244,21 +318,6 @@ impl CloseError {
             CloseError::Io(e) => &e.region,
         }
     }
-
-    /// Maps the core's error of a wait for the consumer (`Timeout` is decided by the caller).
-    pub(crate) fn from_wait(e: Error) -> CloseError {
-        match e {
-            Error::PeerDead(b) => CloseError::PeerDead(b),
-            Error::Closed(b) => CloseError::AlreadyClosed(b),
-            Error::Corrupt(b) => CloseError::Corrupt(b),
-            Error::Io(b) => CloseError::Io(b),
-            other => CloseError::Io(Box::new(SysError {
-                region: String::new(),
-                op: "waiting for the consumer",
-                source: io::Error::other(other.to_string()),
-            })),
-        }
-    }
 }
 
 impl fmt::Display for CloseError {
@@ -311,7 +370,7 @@ impl From<CloseError> for Error {
     fn from(e: CloseError) -> Error {
         match e {
             CloseError::NotOpened { .. } | CloseError::Timeout { .. } => Error::Timeout,
-            CloseError::Closed { region, .. } => Error::closed(&region),
+            CloseError::Closed { region, .. } => Error::Closed(super::path::closed(&region)),
             CloseError::PeerDead(b) => Error::PeerDead(b),
             CloseError::AlreadyClosed(b) => Error::Closed(b),
             CloseError::Corrupt(b) => Error::Corrupt(b),
@@ -320,15 +379,60 @@ impl From<CloseError> for Error {
     }
 }
 
-/// A blocking call's error is a subset of its `try_` and `_timeout` forms'.
-macro_rules! subset_from {
-    ($from:ident => $($to:ident),*) => {$(
-        impl From<$from> for $to {
-            fn from(e: $from) -> $to {
-                $to::from_core(e.into())
-            }
+path_error!(RecvError {
+    PeerDead(PeerDeadError),
+    ProducerFailed(ProducerFailedError),
+    Corrupt(CorruptError),
+    RecordTooLarge(RecordTooLargeError),
+    RecordAborted(RecordAbortedError),
+    Io(SysError),
+});
+
+path_error!(SendError {
+    Closed(ClosedError),
+    PeerDead(PeerDeadError),
+    Corrupt(CorruptError),
+    RecordTooLarge(RecordTooLargeError),
+    RecordAborted(RecordAbortedError),
+    Io(SysError),
+});
+
+impl From<SendError> for WriteError {
+    #[inline]
+    fn from(e: SendError) -> WriteError {
+        match e {
+            SendError::Closed(b) => WriteError::Closed(b),
+            SendError::PeerDead(b) => WriteError::PeerDead(b),
+            SendError::Corrupt(b) => WriteError::Corrupt(b),
+            SendError::RecordTooLarge(b) => WriteError::RecordTooLarge(b),
+            SendError::RecordAborted(b) => WriteError::RecordAborted(b),
+            SendError::Io(b) => WriteError::Io(b),
         }
-    )*};
+    }
 }
-subset_from!(SendError => TrySendError, SendTimeoutError, WriteError);
-subset_from!(RecvError => TryRecvError, RecvTimeoutError);
+
+impl From<Halt<Expiry, SendError>> for WriteError {
+    #[inline]
+    fn from(h: Halt<Expiry, SendError>) -> WriteError {
+        match h {
+            Halt::Expired(Expiry::NotNow) => WriteError::Full,
+            Halt::Expired(Expiry::TimedOut) => WriteError::Timeout,
+            Halt::Failed(e) => e.into(),
+        }
+    }
+}
+
+impl From<Lost> for CloseError {
+    fn from(l: Lost) -> CloseError {
+        match l {
+            Lost::PeerDead(b) => CloseError::PeerDead(b),
+            Lost::Io(b) => CloseError::Io(b),
+        }
+    }
+}
+
+impl From<Box<CorruptError>> for CloseError {
+    fn from(b: Box<CorruptError>) -> CloseError {
+        CloseError::Corrupt(b)
+    }
+}

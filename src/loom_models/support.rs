@@ -107,14 +107,14 @@ pub(crate) fn ring(capacity: u32) -> (RingSender, RingReceiver) {
 
 impl RingSender {
     /// Pushes; an error means the ring was full (which the channel never lets happen).
-    pub(crate) fn push(&mut self, v: u32) -> crate::error::Result<()> {
+    pub(crate) fn push(&mut self, v: u32) -> Result<(), Box<crate::error::CorruptError>> {
         self.tx.push(&self.region.0.data_ring(), v)
     }
 }
 
 impl RingReceiver {
     /// Pops, `None` if empty.
-    pub(crate) fn pop(&mut self) -> crate::error::Result<Option<u32>> {
+    pub(crate) fn pop(&mut self) -> Result<Option<u32>, Box<crate::error::CorruptError>> {
         self.rx.pop(&self.region.0.data_ring())
     }
 }
@@ -267,7 +267,7 @@ impl ParkWord {
         // SAFETY: the word is in `self`, which the future borrows; the models await it to the
         // end and never leak it.
         unsafe {
-            crate::protocol::park::wait_async::<crate::region::os::Host, _>(
+            crate::protocol::park::wait_async::<crate::region::os::Host, _, crate::error::RecvError>(
                 crate::protocol::park::WaitOn {
                     word: &self.word,
                     bell: self.bell(),

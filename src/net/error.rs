@@ -331,7 +331,7 @@ mod tests {
             src.downcast_ref::<io::Error>().map(io::Error::kind),
             Some(io::ErrorKind::ConnectionReset)
         );
-        let local = LinkError::local(crate::error::Error::closed("/r"));
+        let local = LinkError::local(crate::error::SendError::from(crate::error::closed("/r")));
         assert!(local
             .source()
             .and_then(|s| s.downcast_ref::<crate::error::Error>())

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
 use crate::endpoint::consumer::Consumer;
-use crate::error::Error;
+use crate::error::RecvError;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
 use crate::net::link::{self, BoxStream, ChannelEnd, Held, Writer};
 use crate::net::wire::{self, Closed, Codec, Msg};
@@ -416,7 +416,7 @@ async fn send_channel(
 
 /// Out of credit: waits for credit, or for a priority event, which overtakes the segments
 /// waiting for credit as it overtakes them on one machine.
-async fn wait_credit_or_priority(c: &mut Consumer, ctl: &Ctl) -> Result<(), Error> {
+async fn wait_credit_or_priority(c: &mut Consumer, ctl: &Ctl) -> Result<(), RecvError> {
     tokio::select! {
         _ = wait_credit(ctl) => Ok(()),
         r = c.raw_priority_wait() => r,
@@ -433,7 +433,7 @@ async fn wait_credit(ctl: &Ctl) {
 /// of the connection.
 enum Fail {
     Link(LinkError),
-    Local(Error),
+    Local(RecvError),
     Cut,
 }
 
@@ -443,8 +443,8 @@ impl From<LinkError> for Fail {
     }
 }
 
-impl From<Error> for Fail {
-    fn from(e: Error) -> Self {
+impl From<RecvError> for Fail {
+    fn from(e: RecvError) -> Self {
         Fail::Local(e)
     }
 }
@@ -546,7 +546,7 @@ async fn forward(
                 tokio::select! {
                     r = c.raw_readable() => match r {
                         Ok(()) => {}
-                        Err(Error::PeerDead(_)) => {
+                        Err(RecvError::PeerDead(_)) => {
                             w.send(&Msg::Close { channel: id, how: Closed::ProducerDead }).await?;
                             return Ok(Ended::ProducerDead);
                         }

@@ -1,7 +1,10 @@
 //! The priority lane: four slots in the channel header, outside the segments, so that a
 //! priority event can overtake what is queued (see the `event` endpoint for the order).
 
-use crate::error::{Error, Result};
+use crate::error::{corrupt, CorruptError};
+
+/// What a broken cursor or slot is.
+type Result<T> = std::result::Result<T, Box<CorruptError>>;
 use crate::protocol::abi::{Header, PRIO_PAYLOAD, PRIO_SLOTS};
 use crate::sync::Ordering;
 
@@ -18,7 +21,7 @@ pub(crate) fn lane_push(
     // Acquire: the consumer's reads of the slot we reuse happened before it moved its head.
     let head = h.cons.prio_head.load(Ordering::Acquire);
     if head > tail || tail - head > PRIO_SLOTS as u64 {
-        return Err(Error::corrupt(
+        return Err(corrupt(
             region,
             "priority lane head",
             format!(
@@ -92,7 +95,7 @@ pub(crate) fn lane_pop(
         return Ok(None);
     }
     if tail < head || tail - head > PRIO_SLOTS as u64 {
-        return Err(Error::corrupt(
+        return Err(corrupt(
             region,
             "priority lane tail",
             format!("between {head} and {}", head + PRIO_SLOTS as u64),
@@ -103,7 +106,7 @@ pub(crate) fn lane_pop(
     let kl = slot.kind_len.load(Ordering::Relaxed);
     let (kind, len) = ((kl >> 32) as u32, (kl & 0xffff_ffff) as usize);
     if len > PRIO_PAYLOAD {
-        return Err(Error::corrupt(
+        return Err(corrupt(
             region,
             "priority event length",
             format!("at most {PRIO_PAYLOAD}"),
@@ -126,7 +129,7 @@ mod tests {
 
     fn corrupt(r: Result<impl std::fmt::Debug>) -> String {
         match r {
-            Err(e @ Error::Corrupt(_)) => e.to_string(),
+            Err(e) => e.to_string(),
             other => panic!("not corrupt: {other:?}"),
         }
     }

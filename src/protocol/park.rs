@@ -70,7 +70,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{CoreResult as Result, Error};
+use std::convert::Infallible;
+
+#[cfg(any(feature = "tokio", shmflow_loom))]
+use crate::error::SysError;
+use crate::error::{Expiry, Halt, NotNow, TimedOut};
 #[cfg(any(feature = "tokio", shmflow_loom))]
 use crate::sync::AsyncOs;
 use crate::sync::{FutexWord, Ordering, Os};
@@ -130,44 +134,148 @@ pub(crate) enum Look {
     Now,
 }
 
-/// When a blocking call gives up.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Deadline {
-    /// Never (blocking call).
-    Never,
-    /// Do not wait at all (`try_` call).
-    Now,
-    /// At this instant (`_timeout` call).
-    At(Instant),
+/// How long a call may wait, as a type: what running out of time yields is
+/// [`Patience::Expired`], so the error a call can return is decided at compile time —
+/// `Infallible` for a blocking call ([`Forever`]), [`NotNow`] for a `try_` call
+/// ([`Immediately`]), [`TimedOut`] for a timed one ([`Until`]); [`Deadline`] chooses at run
+/// time (a streamed record follows the call that started it).
+pub(crate) trait Patience: Copy {
+    /// What running out of time yields.
+    type Expired;
+    /// False for a call that must not wait at all: it looks once (and at the peer's liveness
+    /// if that look is due), counts no idle time and never parks.
+    fn waits(self) -> bool;
+    /// True for a call that waits as long as it takes (a spanning record then goes part by
+    /// part instead of whole or not at all).
+    fn forever(self) -> bool;
+    /// The time left (`None`: no limit), or what running out yields.
+    fn remaining(self) -> Result<Option<Duration>, Self::Expired>;
 }
 
-impl Deadline {
-    pub(crate) fn after(d: Duration) -> Deadline {
-        match Instant::now().checked_add(d) {
-            Some(t) => Deadline::At(t),
-            None => Deadline::Never,
-        }
+/// A blocking call: never gives up.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Forever;
+
+impl Patience for Forever {
+    type Expired = Infallible;
+    #[inline]
+    fn waits(self) -> bool {
+        true
+    }
+    #[inline]
+    fn forever(self) -> bool {
+        true
+    }
+    #[inline]
+    fn remaining(self) -> Result<Option<Duration>, Infallible> {
+        Ok(None)
+    }
+}
+
+/// A `try_` call: does not wait.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Immediately;
+
+impl Patience for Immediately {
+    type Expired = NotNow;
+    #[inline]
+    fn waits(self) -> bool {
+        false
+    }
+    #[inline]
+    fn forever(self) -> bool {
+        false
+    }
+    #[inline]
+    fn remaining(self) -> Result<Option<Duration>, NotNow> {
+        Err(NotNow)
+    }
+}
+
+/// A timed call: gives up at an instant (`None`: one too far to represent, so never).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Until(Option<Instant>);
+
+impl Until {
+    pub(crate) fn after(d: Duration) -> Until {
+        Until(Instant::now().checked_add(d))
     }
 
-    pub(crate) fn at(t: Instant) -> Deadline {
-        Deadline::At(t)
+    pub(crate) fn at(t: Instant) -> Until {
+        Until(Some(t))
     }
+}
 
-    fn remaining(&self) -> Option<Option<Duration>> {
-        match self {
-            Deadline::Never => Some(None),
-            Deadline::Now => None,
-            Deadline::At(t) => t
+impl Patience for Until {
+    type Expired = TimedOut;
+    #[inline]
+    fn waits(self) -> bool {
+        true
+    }
+    #[inline]
+    fn forever(self) -> bool {
+        self.0.is_none()
+    }
+    fn remaining(self) -> Result<Option<Duration>, TimedOut> {
+        match self.0 {
+            None => Ok(None),
+            Some(t) => t
                 .checked_duration_since(Instant::now())
                 .filter(|d| !d.is_zero())
-                .map(Some),
+                .map(Some)
+                .ok_or(TimedOut),
         }
     }
+}
 
-    fn expired_error(&self) -> Error {
+/// Patience chosen at run time: each of the three.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Deadline {
+    /// As [`Forever`].
+    Never,
+    /// As [`Immediately`].
+    Now,
+    /// As [`Until`].
+    At(Until),
+}
+
+impl From<Forever> for Deadline {
+    fn from(_: Forever) -> Deadline {
+        Deadline::Never
+    }
+}
+
+impl From<Immediately> for Deadline {
+    fn from(_: Immediately) -> Deadline {
+        Deadline::Now
+    }
+}
+
+impl From<Until> for Deadline {
+    fn from(u: Until) -> Deadline {
+        Deadline::At(u)
+    }
+}
+
+impl Patience for Deadline {
+    type Expired = Expiry;
+    #[inline]
+    fn waits(self) -> bool {
+        !matches!(self, Deadline::Now)
+    }
+    #[inline]
+    fn forever(self) -> bool {
         match self {
-            Deadline::Now => Error::WouldBlock,
-            _ => Error::Timeout,
+            Deadline::Never => true,
+            Deadline::Now => false,
+            Deadline::At(u) => u.forever(),
+        }
+    }
+    fn remaining(self) -> Result<Option<Duration>, Expiry> {
+        match self {
+            Deadline::Never => Ok(None),
+            Deadline::Now => Err(Expiry::NotNow),
+            Deadline::At(u) => u.remaining().map_err(Expiry::from),
         }
     }
 }
@@ -310,18 +418,18 @@ pub(crate) enum Notifier {
 
 /// Busy phase: polls a bounded number of times. `None` if nothing turned up. The clock and the
 /// yield are the OS's (`O`), so that the loom models run this same code.
-fn spin_phase<O: Os, T>(
+fn spin_phase<O: Os, T, F>(
     strategy: WaitStrategy,
     pace: Pace,
-    poll: &mut impl FnMut(Look) -> Result<Option<T>>,
-) -> Result<Option<T>> {
+    poll: &mut impl FnMut(Look) -> Result<Option<T>, F>,
+) -> Result<Option<T>, F> {
     match strategy {
         WaitStrategy::Block => {
             let start = O::now();
             if pace == Pace::Sparse {
                 // A reply or a sparse record: look continuously for a moment, as a
                 // busy-poller would (nobody is filling lines for us to disturb).
-                if let Some(v) = busy_poll::<O, T>(BLOCK_EAGER, poll)? {
+                if let Some(v) = busy_poll::<O, T, F>(BLOCK_EAGER, poll)? {
                     return Ok(Some(v));
                 }
             }
@@ -346,16 +454,16 @@ fn spin_phase<O: Os, T>(
             }
         }
         WaitStrategy::Park => {}
-        WaitStrategy::BusyPoll(budget) => return busy_poll::<O, T>(budget, poll),
+        WaitStrategy::BusyPoll(budget) => return busy_poll::<O, T, F>(budget, poll),
     }
     Ok(None)
 }
 
 /// Polls continuously for `budget`. `None` if nothing turned up.
-fn busy_poll<O: Os, T>(
+fn busy_poll<O: Os, T, F>(
     budget: Duration,
-    poll: &mut impl FnMut(Look) -> Result<Option<T>>,
-) -> Result<Option<T>> {
+    poll: &mut impl FnMut(Look) -> Result<Option<T>, F>,
+) -> Result<Option<T>, F> {
     let start = O::now();
     let mut i = 0u32;
     loop {
@@ -407,43 +515,48 @@ fn announce<O: Os>(
 /// so that a closed peer ends the wait. `poll(Look::Now)` is called after each sleep, at least every
 /// [`CHECK_INTERVAL`]: that is when it should also check that the peer is alive (a syscall,
 /// so never on the busy path).
-pub(crate) fn wait_for<O: Os, T>(
+pub(crate) fn wait_for<O: Os, T, P: Patience, F>(
     word: &FutexWord,
     strategy: WaitStrategy,
-    deadline: Deadline,
+    patience: P,
     light: Notifier,
     pace: Pace,
-    mut poll: impl FnMut(Look) -> Result<Option<T>>,
-) -> Result<T> {
+    mut poll: impl FnMut(Look) -> Result<Option<T>, F>,
+) -> Result<T, Halt<P::Expired, F>> {
     // `Block` looks again in its own time (see `spin_phase`).
-    if strategy != WaitStrategy::Block || matches!(deadline, Deadline::Now) {
+    if strategy != WaitStrategy::Block || !patience.waits() {
         if let Some(v) = poll(Look::Quick)? {
             return Ok(v);
         }
     }
-    if let Deadline::Now = deadline {
+    if !patience.waits() {
         if let Some(v) = poll(Look::IfDue)? {
             return Ok(v);
         }
-        return Err(Error::WouldBlock);
+        if let Err(x) = patience.remaining() {
+            return Err(Halt::Expired(x));
+        }
     }
-    if let Some(v) = spin_phase::<O, T>(strategy, pace, &mut poll)? {
+    if let Some(v) = spin_phase::<O, T, F>(strategy, pace, &mut poll)? {
         return Ok(v);
     }
     let p = word.atomic();
     loop {
-        let Some(timeout) = deadline.remaining() else {
-            // A caller that loops on short deadlines learns of a dead peer too.
-            if let Some(v) = poll(Look::IfDue)? {
-                return Ok(v);
+        let timeout = match patience.remaining() {
+            Ok(t) => t,
+            Err(x) => {
+                // A caller that loops on short deadlines learns of a dead peer too.
+                if let Some(v) = poll(Look::IfDue)? {
+                    return Ok(v);
+                }
+                return Err(Halt::Expired(x));
             }
-            return Err(deadline.expired_error());
         };
         let (now, nap) = announce::<O>(word, light, timeout, false);
         #[cfg(not(shmflow_broken = "no_recheck"))]
         let ready = poll(Look::Quick);
         #[cfg(shmflow_broken = "no_recheck")]
-        let ready: Result<Option<T>> = Ok(None);
+        let ready: Result<Option<T>, F> = Ok(None);
         match ready {
             Ok(Some(v)) => {
                 p.fetch_and(!PARKED, Ordering::AcqRel);
@@ -451,7 +564,7 @@ pub(crate) fn wait_for<O: Os, T>(
             }
             Err(e) => {
                 p.fetch_and(!PARKED, Ordering::AcqRel);
-                return Err(e);
+                return Err(Halt::Failed(e));
             }
             Ok(None) => {}
         }
@@ -529,15 +642,15 @@ impl Drop for Announced<'_> {
 /// As [`Watcher::watch`]: `word` must stay in memory until the future completes or is dropped,
 /// or for good if it is leaked.
 #[cfg(any(feature = "tokio", shmflow_loom))]
-pub(crate) async unsafe fn wait_async<O: AsyncOs, T>(
+pub(crate) async unsafe fn wait_async<O: AsyncOs, T, F: From<Box<SysError>>>(
     on: WaitOn<'_, O>,
     region: &str,
     watcher: &impl Watcher,
     strategy: WaitStrategy,
     light: Notifier,
     pace: Pace,
-    mut poll: impl FnMut(Look) -> Result<Option<T>>,
-) -> Result<T> {
+    mut poll: impl FnMut(Look) -> Result<Option<T>, F>,
+) -> Result<T, F> {
     let WaitOn { word, bell } = on;
     // What `poll` gave: a value or an error ends the wait.
     macro_rules! done {
@@ -572,7 +685,7 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T>(
             // every `BLOCK_GAP` (the executor runs other tasks in the gap), up to `BLOCK_SPIN`.
             let start = O::now();
             if pace == Pace::Sparse {
-                done!(busy_poll::<O, T>(BLOCK_EAGER, &mut poll));
+                done!(busy_poll::<O, T, F>(BLOCK_EAGER, &mut poll));
             }
             let mut last = O::now();
             loop {
@@ -606,7 +719,7 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T>(
             // `BELL_LESS` came with the announcement: the futex, through the bridge (a
             // bell-less notifier's RMW changes the word the bridge watches).
             Some(b) if now & BELL_LESS == 0 => O::rung(b, nap).await.map_err(|e| {
-                Error::io(
+                crate::error::sys(
                     region,
                     "wait for the doorbell in the tokio runtime's reactor (the runtime needs \
                      its IO and time drivers: `enable_all` on its builder)",
@@ -616,7 +729,9 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T>(
             // SAFETY: the caller's contract is `watch`'s.
             _ => unsafe { watcher.watch(word, now, nap) }
                 .await
-                .map_err(|e| Error::io(region, "start the thread that wakes async waiters", e))?,
+                .map_err(|e| {
+                    crate::error::sys(region, "start the thread that wakes async waiters", e)
+                })?,
         }
         drop(announced);
         done!(poll(Look::Now));

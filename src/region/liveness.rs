@@ -13,7 +13,7 @@
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
-use crate::error::{End, Error, OpenError};
+use crate::error::{peer_dead, sys, End, Lost, OpenError};
 use crate::protocol::ends::EndState;
 
 pub(crate) use crate::protocol::park::CHECK_INTERVAL;
@@ -111,7 +111,7 @@ impl Liveness {
         header: &crate::protocol::abi::Header,
         region: &str,
         look: crate::protocol::park::Look,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Lost> {
         use crate::protocol::park::Look;
 
         let st = header.end(self.peer);
@@ -133,13 +133,13 @@ impl Liveness {
                 // Acquire (in `state`): a peer that detached cleanly set DETACHED before its
                 // lock went away.
                 st.state() == EndState::Attached
-                && !end_locked(self.lock.fd(), self.peer_byte).map_err(|e| Error::io(region, "fcntl(F_OFD_GETLK)", e))?
+                && !end_locked(self.lock.fd(), self.peer_byte).map_err(|e| Lost::Io(sys(region, "fcntl(F_OFD_GETLK)", e)))?
                 // Re-read: it may have detached between the two looks.
                 && st.state() == EndState::Attached
             };
         if dead {
             self.dead = true;
-            return Err(Error::peer_dead(region, self.peer, st.pid()));
+            return Err(Lost::PeerDead(peer_dead(region, self.peer, st.pid())));
         }
         Ok(())
     }
@@ -200,7 +200,7 @@ mod tests {
         // The busy path does not look; a look finds it dead.
         assert!(l.check(&h, "/t", Look::Quick).is_ok());
         let e = l.check(&h, "/t", Look::Now).unwrap_err();
-        assert!(matches!(e, Error::PeerDead(_)), "{e}");
+        assert!(matches!(e, Lost::PeerDead(_)), "{e:?}");
         assert!(e.to_string().contains("4242"), "{e}");
         // Known dead: reported by every look, the busy one too, even if the state changes.
         h.producer.state.store(END_DETACHED, Ordering::Relaxed);

@@ -172,9 +172,10 @@ impl Doorbell {
 mod park_tests {
     //! `protocol::park` on the real OS: wake-ups across threads, deadlines, the word's bits.
     use super::Kernel;
-    use crate::error::{CoreResult as Result, Error};
+    use crate::error::{Halt, NotNow, TimedOut};
     use crate::protocol::park::*;
     use crate::sync::{AtomicU32, FutexWord, Ordering};
+    use std::convert::Infallible;
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
 
@@ -183,7 +184,7 @@ mod park_tests {
     }
 
     /// A poll that yields once `flag` is set.
-    fn ready(flag: &AtomicBool) -> impl FnMut(Look) -> Result<Option<()>> + '_ {
+    fn ready(flag: &AtomicBool) -> impl FnMut(Look) -> Result<Option<()>, Infallible> + '_ {
         // Acquire: pairs with the Release store that publishes the flag.
         move |_| Ok(flag.load(Ordering::Acquire).then_some(()))
     }
@@ -206,10 +207,10 @@ mod park_tests {
             let (w, flag) = (word(), AtomicBool::new(false));
             std::thread::scope(|s| {
                 let waiter = s.spawn(|| {
-                    wait_for::<Kernel, _>(
+                    wait_for::<Kernel, _, _, _>(
                         &w,
                         strategy,
-                        Deadline::Never,
+                        Forever,
                         Notifier::Rmw,
                         Pace::Sparse,
                         ready(&flag),
@@ -233,30 +234,30 @@ mod park_tests {
     #[test]
     fn deadlines_end_the_wait_with_the_right_error() {
         let (w, flag) = (word(), AtomicBool::new(false));
-        let now = wait_for::<Kernel, _>(
+        let now = wait_for::<Kernel, _, _, _>(
             &w,
             WaitStrategy::Block,
-            Deadline::Now,
+            Immediately,
             Notifier::Rmw,
             Pace::Sparse,
             ready(&flag),
         );
-        assert!(matches!(now, Err(Error::WouldBlock)));
-        let later = wait_for::<Kernel, _>(
+        assert!(matches!(now, Err(Halt::Expired(NotNow))));
+        let later = wait_for::<Kernel, _, _, _>(
             &w,
             WaitStrategy::Park,
-            Deadline::after(Duration::from_millis(5)),
+            Until::after(Duration::from_millis(5)),
             Notifier::Rmw,
             Pace::Sparse,
             ready(&flag),
         );
-        assert!(matches!(later, Err(Error::Timeout)));
+        assert!(matches!(later, Err(Halt::Expired(TimedOut))));
         assert_eq!(w.atomic().load(Ordering::Relaxed) & PARKED, 0, "withdrawn");
         flag.store(true, Ordering::Release);
-        let there = wait_for::<Kernel, _>(
+        let there = wait_for::<Kernel, _, _, _>(
             &w,
             WaitStrategy::Park,
-            Deadline::Now,
+            Immediately,
             Notifier::Rmw,
             Pace::Sparse,
             ready(&flag),
@@ -268,22 +269,22 @@ mod park_tests {
     fn a_failing_poll_ends_the_wait_and_withdraws_the_announcement() {
         let w = word();
         let mut looks = Vec::new();
-        let r: Result<()> = wait_for::<Kernel, _>(
+        let r = wait_for::<Kernel, (), _, &str>(
             &w,
             WaitStrategy::Park,
-            Deadline::Never,
+            Forever,
             Notifier::Rmw,
             Pace::Sparse,
             |look| {
                 looks.push(look);
                 // The re-check after the announcement fails (a dead peer, say).
                 if w.atomic().load(Ordering::Relaxed) & PARKED != 0 {
-                    return Err(Error::WouldBlock);
+                    return Err("the peer died");
                 }
                 Ok(None)
             },
         );
-        assert!(r.is_err());
+        assert!(matches!(r, Err(Halt::Failed("the peer died"))));
         assert_eq!(looks, [Look::Quick, Look::Quick]);
         assert_eq!(w.atomic().load(Ordering::Relaxed) & PARKED, 0);
     }

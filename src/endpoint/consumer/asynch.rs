@@ -8,8 +8,8 @@
 use super::{Consumer, Message, Record};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
-use crate::error::{op, Error, RecvError, Result};
-use crate::protocol::park::{self, Deadline, Look, WaitStrategy};
+use crate::error::{settled, RecvError};
+use crate::protocol::park::{self, Immediately, Look, WaitStrategy};
 use crate::region::bridge::Bridges;
 use crate::region::os::Host;
 
@@ -20,14 +20,14 @@ impl Consumer {
         &mut self,
         wait: WaitStrategy,
         pace: park::Pace,
-        mut look: impl FnMut(&mut Consumer, Look) -> Result<Option<T>>,
-    ) -> Result<T> {
+        mut look: impl FnMut(&mut Consumer, Look) -> Result<Option<T>, RecvError>,
+    ) -> Result<T, RecvError> {
         let shared = self.shared.clone();
         // Boxed: the waiting state is large and needed only here, so that the calls that
         // find their work done at once stay small futures.
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.
         Box::pin(unsafe {
-            park::wait_async::<Host, _>(
+            park::wait_async::<Host, _, RecvError>(
                 park::WaitOn {
                     word: shared.consumer_park(),
                     bell: shared.consumer_bell(),
@@ -47,7 +47,7 @@ impl Consumer {
     /// pending priority event), the end of the stream, or the producer's death. The time counts
     /// as idle, as a thread's wait does. `watch_prio` is set only within each look, never
     /// across an `.await`: a dropped future cannot leave it set.
-    pub(super) async fn readable(&mut self, prio: bool) -> Result<()> {
+    pub(super) async fn readable(&mut self, prio: bool) -> Result<(), RecvError> {
         let shared = self.shared.clone();
         let h = shared.header();
         let got = {
@@ -103,16 +103,15 @@ impl Consumer {
     /// [`Consumer::recv_async`] once the first try found nothing: tries again after each wait.
     async fn recv_async_slow(&mut self) -> Result<Option<Record<'_>>, RecvError> {
         loop {
-            op(self.readable(false).await)?;
+            self.readable(false).await?;
             {
                 let this: *mut Consumer = self;
                 // SAFETY: `this` is `self`, reborrowed for one call. The borrow ends with the
                 // call on every path but the `return`, which returns it for the lifetime of
-                // `self`; the compiler cannot see that the `WouldBlock` path holds no borrow
+                // `self`; the compiler cannot see that the "not now" path holds no borrow
                 // (a known limit of its borrow checker), so it is reborrowed through a pointer.
-                match unsafe { &mut *this }.recv_inner(Deadline::Now) {
-                    Err(Error::WouldBlock) => {}
-                    r => return op(r),
+                if let Some(r) = settled(unsafe { &mut *this }.recv_inner(Immediately)) {
+                    return r;
                 }
             }
         }
@@ -170,7 +169,7 @@ impl Consumer {
             // caches. Leave the writer alone for the wait's gap first (`WaitStrategy::Block`,
             // as a blocking reader does after a batch; the other strategies look at once), so
             // that the next batch is a large one.
-            op::<_, RecvError>(self.readable(false).await)?;
+            self.readable(false).await?;
         }
         let n = self.drain(max, &mut f)?;
         if n > 0 || max == 0 {
@@ -198,12 +197,11 @@ impl Consumer {
             {
                 let this: *mut Consumer = self;
                 // SAFETY: as in `recv_async`.
-                match unsafe { &mut *this }.message_inner(Deadline::Now) {
-                    Err(Error::WouldBlock) => {}
-                    r => return op(r),
+                if let Some(r) = settled(unsafe { &mut *this }.message_inner(Immediately)) {
+                    return r;
                 }
             }
-            op(self.readable(true).await)?;
+            self.readable(true).await?;
         }
     }
 }
@@ -216,11 +214,11 @@ impl Record<'_> {
     /// As [`Record::next_part`].
     pub async fn next_part_async(&mut self) -> Result<Option<&[u8]>, RecvError> {
         loop {
-            match self.next_part_at(Deadline::Now) {
-                Ok(Some((at, len))) => return Ok(Some(self.consumer.view(at, len))),
-                Ok(None) => return Ok(None),
-                Err(Error::WouldBlock) => op(self.consumer.readable(false).await)?,
-                Err(e) => return op(Err(e)),
+            match settled(self.next_part_at(Immediately)) {
+                Some(Ok(Some((at, len)))) => return Ok(Some(self.consumer.view(at, len))),
+                Some(Ok(None)) => return Ok(None),
+                None => self.consumer.readable(false).await?,
+                Some(Err(e)) => return Err(e),
             }
         }
     }
@@ -281,9 +279,8 @@ impl<'a> std::future::Future for RecvAsync<'a> {
             let p: *mut Consumer = c;
             // SAFETY: as in `recv_async_slow`: `p` is `c`, reborrowed for one call whose
             // result borrows it only on the path that returns it.
-            match unsafe { &mut *p }.recv_inner(Deadline::Now) {
-                Err(Error::WouldBlock) => {}
-                r => return std::task::Poll::Ready(op(r)),
+            if let Some(r) = settled(unsafe { &mut *p }.recv_inner(Immediately)) {
+                return std::task::Poll::Ready(r);
             }
         }
         start_slow(&mut this.slow, Box::pin(c.recv_async_slow()), cx)

@@ -3,8 +3,10 @@
 //! to report its backlog, and to be abandoned when its producer dies.
 
 use super::{Consumer, Message};
-use crate::error::{CoreResult as Result, Error};
-use crate::protocol::park::{self, Deadline, Look};
+use crate::error::{CorruptError, Halt, Lost, RecvError};
+use crate::protocol::park::{self, Immediately, Look};
+
+use super::Got;
 use crate::region::os::Host;
 
 impl Consumer {
@@ -20,7 +22,7 @@ impl Consumer {
     }
 
     /// Gates: hands a floating segment to this channel's producer (through its return ring).
-    pub(crate) fn grant(&mut self, seg: u32) -> Result<()> {
+    pub(crate) fn grant(&mut self, seg: u32) -> Result<(), Box<CorruptError>> {
         self.give(seg)?;
         let h = self.shared.header();
         if let Some(l) = self.recycler.lending() {
@@ -29,24 +31,27 @@ impl Consumer {
         Ok(())
     }
 
-    /// Gates: the next message without waiting, with the core's error.
-    pub(crate) fn message_now(&mut self) -> Result<Option<Message<'_>>> {
-        self.message_inner(Deadline::Now)
+    /// Gates: the next message without waiting.
+    pub(crate) fn message_now(&mut self) -> Got<Option<Message<'_>>, Immediately> {
+        self.message_inner(Immediately)
     }
 
     /// Gates: is there something to read on this channel, without reading it?
     /// `Message` means a `try_recv_message` now returns a message, the end, or an error —
-    /// never `WouldBlock`.
-    pub(crate) fn ready(&mut self) -> Result<Ready> {
+    /// never "nothing yet".
+    pub(crate) fn ready(&mut self) -> Result<Ready, RecvError> {
         if self.prio_pending() {
             return Ok(Ready::Message);
         }
         if self.skipping {
-            match self.skip_rest(Deadline::Now) {
+            match self.skip_rest(Immediately) {
                 // A producer that died in the middle of the record being skipped: the gate
                 // learns of the death through its own look and reports `ChannelDead`.
-                Err(Error::WouldBlock) | Err(Error::PeerDead(_)) => return Ok(Ready::Empty),
-                other => other?,
+                Err(Halt::Expired(_)) | Err(Halt::Failed(RecvError::PeerDead(_))) => {
+                    return Ok(Ready::Empty)
+                }
+                Err(Halt::Failed(e)) => return Err(e),
+                Ok(()) => {}
             }
         }
         if self.poll_frame()?.is_some() {
@@ -64,7 +69,7 @@ impl Consumer {
     }
 
     /// Gates: `Err(PeerDead)` if this channel's producer died (a syscall).
-    pub(crate) fn check_producer(&mut self) -> Result<()> {
+    pub(crate) fn check_producer(&mut self) -> Result<(), Lost> {
         match &mut self.liveness {
             Some(l) => l.check(self.shared.header(), &self.shared.name, Look::Now),
             None => Ok(()),

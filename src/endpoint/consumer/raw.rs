@@ -6,7 +6,10 @@
 
 use super::Consumer;
 use crate::endpoint::metrics::Waiting;
-use crate::error::{Error, Result};
+use crate::error::RecvError;
+
+/// The forwarding read fails as a reader does.
+type Result<T> = std::result::Result<T, RecvError>;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Look, WaitStrategy};
 
@@ -62,7 +65,7 @@ impl Consumer {
                     // so nothing sealed before the detach can be missed.
                     if self.producer_detached() && self.data.ready(&self.shared.data_ring())? == 0 {
                         return Ok(RawPoll::Ended(match self.producer_failed() {
-                            Some(Error::ProducerFailed(_)) => RawEnd::Failed,
+                            Some(RecvError::ProducerFailed(_)) => RawEnd::Failed,
                             Some(_) => RawEnd::Dead,
                             None => RawEnd::Clean,
                         }));
@@ -89,7 +92,7 @@ impl Consumer {
                 }
                 let f = match frame::check(at, word, seg_size, in_span) {
                     Ok(f) => f,
-                    Err(v) => return Err(self.corrupt(v.field, v.expected, v.found)),
+                    Err(v) => return Err(self.corrupt(v.field, v.expected, v.found).into()),
                 };
                 in_span = frame::span_after(f.kind, in_span);
                 match f.kind {
@@ -170,7 +173,7 @@ impl Consumer {
 
     /// Segments published after the one in hand (the backlog the bridge announces).
     pub(crate) fn raw_backlog(&mut self) -> Result<u64> {
-        self.data.ready(&self.shared.data_ring())
+        Ok(self.data.ready(&self.shared.data_ring())?)
     }
 
     /// Waits in the executor until [`Consumer::raw_poll`] would find something new (a frame
@@ -211,7 +214,7 @@ impl Consumer {
                 return if self.raw_pending()? {
                     Ok(Some(()))
                 } else {
-                    Err(e)
+                    Err(e.into())
                 };
             }
         }

@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use super::Consumer;
 use crate::endpoint::event::Event;
-use crate::error::{op, Error, RecvError, RecvTimeoutError, Result, TryRecvError};
+use crate::error::{aborted, Halt, RecvError, RecvTimeoutError, TryRecvError};
 use crate::protocol::frame::{self, HEADER};
-use crate::protocol::park::Deadline;
+use crate::protocol::park::{Forever, Immediately, Patience, Until};
+
+use super::Got;
 
 /// What the slow path hands out, before it is turned into a [`Record`].
 pub(super) enum RecordKind {
@@ -160,9 +162,11 @@ impl Record<'_> {
     }
 
     /// The next part's place. Waiting for a part that is not committed yet ends at
-    /// `deadline` with `WouldBlock`/`Timeout` and leaves the record as it was, so the call
-    /// can be repeated.
-    pub(super) fn next_part_at(&mut self, deadline: Deadline) -> Result<Option<(usize, usize)>> {
+    /// `patience` ends and leaves the record as it was, so the call can be repeated.
+    pub(super) fn next_part_at<P: Patience>(
+        &mut self,
+        patience: P,
+    ) -> Got<Option<(usize, usize)>, P> {
         if !self.spanning {
             let part = (self.at(), self.len as usize);
             // Yield once: mark as consumed by turning it into an ended span.
@@ -181,11 +185,11 @@ impl Record<'_> {
         if c.span.ended {
             return Ok(None);
         }
-        let Some(f) = c.wait_frame(deadline)? else {
+        let Some(f) = c.wait_frame(patience)? else {
             // The producer detached in the middle of the record.
             c.in_span = false;
             c.span.ended = true;
-            return Err(Error::aborted(&c.shared.name));
+            return Err(aborted(&c.shared.name).into());
         };
         c.advance(f);
         match f.kind {
@@ -198,12 +202,12 @@ impl Record<'_> {
                 debug_assert_eq!(f.kind, frame::ABORT);
                 c.in_span = false;
                 c.span.ended = true;
-                return Err(Error::aborted(&c.shared.name));
+                return Err(aborted(&c.shared.name).into());
             }
         }
         c.span.total += f.len as u64;
         if c.span.total > c.max_record_len {
-            return Err(c.too_large(c.span.total));
+            return Err(c.too_large(c.span.total).into());
         }
         if c.span.ended {
             let t = c.span.total;
@@ -241,13 +245,13 @@ impl Record<'_> {
     /// # Ok::<(), shmflow::Error>(())
     /// ```
     pub fn next_part(&mut self) -> Result<Option<&[u8]>, RecvError> {
-        op(self.part(Deadline::Never))
+        self.part(Forever).map_err(Into::into)
     }
 
     /// As [`Record::next_part`], without waiting: [`TryRecvError::Empty`] if the producer has
     /// not committed the next part yet. The record stays as it was; call again later.
     pub fn try_next_part(&mut self) -> Result<Option<&[u8]>, TryRecvError> {
-        op(self.part(Deadline::Now))
+        self.part(Immediately).map_err(Into::into)
     }
 
     /// As [`Record::next_part`], waiting at most `timeout` for the next part
@@ -256,7 +260,7 @@ impl Record<'_> {
         &mut self,
         timeout: Duration,
     ) -> Result<Option<&[u8]>, RecvTimeoutError> {
-        op(self.part(Deadline::after(timeout)))
+        self.part(Until::after(timeout)).map_err(Into::into)
     }
 
     /// As [`Record::next_part`], waiting until `deadline` at most.
@@ -264,11 +268,11 @@ impl Record<'_> {
         &mut self,
         deadline: Instant,
     ) -> Result<Option<&[u8]>, RecvTimeoutError> {
-        op(self.part(Deadline::at(deadline)))
+        self.part(Until::at(deadline)).map_err(Into::into)
     }
 
-    fn part(&mut self, deadline: Deadline) -> Result<Option<&[u8]>> {
-        match self.next_part_at(deadline)? {
+    fn part<P: Patience>(&mut self, patience: P) -> Got<Option<&[u8]>, P> {
+        match self.next_part_at(patience)? {
             Some((at, len)) => Ok(Some(self.consumer.view(at, len))),
             None => Ok(None),
         }
@@ -280,7 +284,7 @@ impl Record<'_> {
     /// # Errors
     /// As [`Record::next_part`].
     pub fn read_all_into(self, out: &mut Vec<u8>) -> Result<(), RecvError> {
-        op(self.read_all_until(out, Deadline::Never))
+        self.read_all_until(out, Forever).map_err(Into::into)
     }
 
     /// The whole record as one contiguous `Vec` (one copy), waiting as long as the producer
@@ -300,33 +304,34 @@ impl Record<'_> {
     /// # Errors
     /// As [`Record::next_part`].
     pub fn to_vec(self) -> Result<Vec<u8>, RecvError> {
-        op(self.collect_until(Deadline::Never))
+        self.collect_until(Forever).map_err(Into::into)
     }
 
     /// As [`Record::to_vec`], but the whole record must arrive within `timeout`, else
     /// [`RecvTimeoutError::Timeout`] (the rest of the record is then skipped by the
     /// consumer's next read). A record within one segment never waits.
     pub fn to_vec_timeout(self, timeout: Duration) -> Result<Vec<u8>, RecvTimeoutError> {
-        op(self.collect_until(Deadline::after(timeout)))
+        self.collect_until(Until::after(timeout))
+            .map_err(Into::into)
     }
 
     /// As [`Record::to_vec_timeout`], with the deadline as an instant.
     pub fn to_vec_deadline(self, deadline: Instant) -> Result<Vec<u8>, RecvTimeoutError> {
-        op(self.collect_until(Deadline::at(deadline)))
+        self.collect_until(Until::at(deadline)).map_err(Into::into)
     }
 
-    fn collect_until(self, deadline: Deadline) -> Result<Vec<u8>> {
+    fn collect_until<P: Patience>(self, patience: P) -> Got<Vec<u8>, P> {
         let mut v = Vec::with_capacity(self.len().unwrap_or(0));
-        self.read_all_until(&mut v, deadline)?;
+        self.read_all_until(&mut v, patience)?;
         Ok(v)
     }
 
-    fn read_all_until(mut self, out: &mut Vec<u8>, deadline: Deadline) -> Result<()> {
+    fn read_all_until<P: Patience>(mut self, out: &mut Vec<u8>, patience: P) -> Got<(), P> {
         if !self.spanning {
             out.extend_from_slice(self.consumer.view(self.at(), self.len as usize));
             return Ok(());
         }
-        while let Some((at, len)) = self.next_part_at(deadline)? {
+        while let Some((at, len)) = self.next_part_at(patience)? {
             out.extend_from_slice(self.consumer.view(at, len));
         }
         Ok(())
@@ -336,7 +341,7 @@ impl Record<'_> {
 impl io::Read for Record<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            let Some((at, len)) = self.next_part_at(Deadline::Never)? else {
+            let Some((at, len)) = self.next_part_at(Forever).map_err(Halt::failure)? else {
                 return Ok(0);
             };
             let n = buf.len().min(len);

@@ -6,15 +6,15 @@
 use super::{Gate, GateMessage, Pick};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::spend_budget;
-use crate::error::{Error, Result};
-use crate::protocol::park::{self, Deadline};
+use crate::error::RecvError;
+use crate::protocol::park::{self, Immediately};
 use crate::region::bridge::Bridges;
 use crate::region::os::Host;
 
 impl Gate {
     /// Waits in the executor until a channel has something (a record, an event, its end or
     /// its producer's death). The time counts as the gate's idle time.
-    async fn readable(&mut self) -> Result<Pick> {
+    async fn readable(&mut self) -> Result<Pick, RecvError> {
         let shared = self.shared.clone();
         let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
         let _idle = Waiting::start(&figures.idle_since_ns, &figures.idle_ns);
@@ -22,7 +22,7 @@ impl Gate {
         // find their work done at once stay small futures.
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.
         Box::pin(unsafe {
-            park::wait_async::<Host, _>(
+            park::wait_async::<Host, _, RecvError>(
                 park::WaitOn {
                     word: shared.consumer_park(),
                     bell: shared.consumer_bell(),
@@ -32,7 +32,7 @@ impl Gate {
                 self.wait,
                 park::Notifier::Light,
                 park::Pace::Sparse,
-                |look| self.poll_pick(look),
+                |look| Ok(self.poll_pick(look)),
             )
         })
         .await
@@ -43,15 +43,15 @@ impl Gate {
     ///
     /// # Errors
     /// As [`Gate::recv`].
-    pub async fn recv_async(&mut self) -> Result<Option<GateMessage<'_>>, crate::error::RecvError> {
+    pub async fn recv_async(&mut self) -> Result<Option<GateMessage<'_>>, RecvError> {
         spend_budget(&mut self.coop).await;
         self.retire_finished();
         // What the scan picks is acted on once: a dead channel's pick, for one, is its only
         // report.
-        let pick = match self.decide(Deadline::Now) {
-            Err(Error::WouldBlock) => crate::error::op(self.readable().await)?,
-            r => crate::error::op(r)?,
+        let pick = match self.decide(Immediately) {
+            Ok(pick) => pick,
+            Err(crate::error::NotNow) => self.readable().await?,
         };
-        crate::error::op(self.deliver(pick))
+        self.deliver(pick)
     }
 }

@@ -8,9 +8,11 @@
 use super::{Claim, Producer, RecordWriter};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{segment_budget, spend_budget, start_slow, Slow};
-use crate::error::{op, Error, Result, SendError, WriteError};
+use crate::error::{aborted, settled, Halt, SendError, WriteError};
 use crate::protocol::frame::HEADER;
-use crate::protocol::park::{self, Deadline, Look};
+use crate::protocol::park::{self, Deadline, Immediately, Look};
+
+use super::Sent;
 use crate::region::bridge::Bridges;
 use crate::region::os::Host;
 
@@ -19,8 +21,8 @@ impl Producer {
     /// time counted as backpressure.
     pub(super) async fn wait_async<T>(
         &mut self,
-        mut poll: impl FnMut(&mut Producer, Look) -> Result<Option<T>>,
-    ) -> Result<T> {
+        mut poll: impl FnMut(&mut Producer, Look) -> Result<Option<T>, SendError>,
+    ) -> Result<T, SendError> {
         let shared = self.shared.clone();
         let h = shared.header();
         let _blocked = Waiting::start(
@@ -31,7 +33,7 @@ impl Producer {
         // find their work done at once stay small futures.
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.
         Box::pin(unsafe {
-            park::wait_async::<Host, _>(
+            park::wait_async::<Host, _, SendError>(
                 park::WaitOn {
                     word: &h.producer_park,
                     bell: shared.producer_bell(),
@@ -48,7 +50,7 @@ impl Producer {
     }
 
     /// Waits until `k` segments are free (or the consumer is gone).
-    async fn free_async(&mut self, k: u64) -> Result<()> {
+    async fn free_async(&mut self, k: u64) -> Result<(), SendError> {
         let mut last_ready = u64::MAX;
         self.wait_async(|p, look| p.poll_free(k, &mut last_ready, look))
             .await
@@ -106,9 +108,9 @@ impl Producer {
             let Some(need) = self.needs(bytes.len()) else {
                 return self.send_by_parts(bytes).await;
             };
-            match self.send_inner(bytes, Deadline::Now) {
-                Err(Error::WouldBlock) => op(self.free_async(need).await)?,
-                r => return op(r),
+            match settled(self.send_inner(bytes, Immediately)) {
+                None => self.free_async(need).await?,
+                Some(r) => return r,
             }
         }
     }
@@ -119,14 +121,14 @@ impl Producer {
         let mut w = self.stream_async().await?;
         let name = w.producer.shared.name.clone();
         // (Dropped here, the writer goes with the future: the record is aborted.)
-        let written = match w.write_async_core(bytes).await {
+        match w.write_async_core(bytes).await {
+            Ok(()) => {}
             // (`overflow` cannot find no segment after the wait; if it did, the record is
             // lost, which the consumer is told.)
-            Err(Error::WouldBlock) => Err(Error::aborted(&name)),
-            r => r,
-        };
-        op(written)?;
-        op(w.finish().map_err(Error::from))
+            Err(Halt::Expired(_)) => return Err(aborted(&name).into()),
+            Err(Halt::Failed(e)) => return Err(e),
+        }
+        Ok(w.finish_inner()?)
     }
 
     /// As [`Producer::send_pod`], waiting in the executor.
@@ -162,15 +164,14 @@ impl Producer {
                 let this: *mut Producer = self;
                 // SAFETY: `this` is `self`, reborrowed for one call. The borrow ends with the
                 // call on every path but the `return`, which returns it for the lifetime of
-                // `self`; the compiler cannot see that the `WouldBlock` path holds no borrow
+                // `self`; the compiler cannot see that the "not now" path holds no borrow
                 // (a known limit of its borrow checker), so it is reborrowed through a pointer.
-                match unsafe { &mut *this }.claim_inner(len, Deadline::Now) {
-                    Err(Error::WouldBlock) => {}
-                    r => return op(r),
+                if let Some(r) = settled(unsafe { &mut *this }.claim_inner(len, Immediately)) {
+                    return r;
                 }
             }
             let need = 1 + self.pending_abort as u64;
-            op(self.free_async(need).await)?;
+            self.free_async(need).await?;
         }
     }
 
@@ -186,13 +187,12 @@ impl Producer {
             {
                 let this: *mut Producer = self;
                 // SAFETY: as in `claim_async`.
-                match unsafe { &mut *this }.stream_inner(Deadline::Now) {
-                    Err(Error::WouldBlock) => {}
-                    r => return op(r),
+                if let Some(r) = settled(unsafe { &mut *this }.stream_inner(Immediately)) {
+                    return r;
                 }
             }
             let need = 1 + self.pending_abort as u64;
-            op(self.free_async(need).await)?;
+            self.free_async(need).await?;
         }
     }
 
@@ -203,12 +203,12 @@ impl Producer {
     /// As [`Producer::send_event`].
     pub async fn send_event_async(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
         loop {
-            match self.send_event_inner(kind, payload, Deadline::Now) {
-                Err(Error::WouldBlock) => {
+            match settled(self.send_event_inner(kind, payload, Immediately)) {
+                None => {
                     let need = 1 + self.pending_abort as u64;
-                    op(self.free_async(need).await)?
+                    self.free_async(need).await?
                 }
-                r => return op(r),
+                Some(r) => return r,
             }
         }
     }
@@ -224,24 +224,22 @@ impl Producer {
         payload: &[u8],
     ) -> Result<(), SendError> {
         loop {
-            match self.priority_inner(kind, payload, Deadline::Now) {
-                Err(Error::WouldBlock) => {
-                    op(self
-                        .wait_async(|p, look| {
-                            // Room in the lane, without pushing: the `try_` form pushes.
-                            if crate::protocol::lane::lane_has_room(p.shared.header(), p.prio_tail)
-                            {
-                                return Ok(Some(()));
-                            }
-                            if p.consumer_detached() {
-                                return Err(p.closed_error());
-                            }
-                            p.check_peer(look)?;
-                            Ok(None)
-                        })
-                        .await)?
+            match settled(self.priority_inner(kind, payload, Immediately)) {
+                None => {
+                    self.wait_async(|p, look| {
+                        // Room in the lane, without pushing: the `try_` form pushes.
+                        if crate::protocol::lane::lane_has_room(p.shared.header(), p.prio_tail) {
+                            return Ok(Some(()));
+                        }
+                        if p.consumer_detached() {
+                            return Err(p.closed_error());
+                        }
+                        p.check_peer(look)?;
+                        Ok(None)
+                    })
+                    .await?
                 }
-                r => return op(r),
+                Some(r) => return r,
             }
         }
     }
@@ -254,9 +252,9 @@ impl Producer {
     /// As [`Producer::flush`].
     pub async fn flush_async(&mut self) -> Result<(), SendError> {
         if self.pending_abort && !self.gone {
-            op(self.free_async(1).await)?;
+            self.free_async(1).await?;
         }
-        op(self.flush_inner())
+        self.flush_inner()
     }
 }
 
@@ -271,20 +269,20 @@ impl RecordWriter<'_> {
     /// As [`RecordWriter::write_bytes`].
     pub async fn write_async(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
         if self.interrupted {
-            return op(Err(Error::aborted(&self.producer.shared.name)));
+            return Err(aborted(&self.producer.shared.name).into());
         }
         // Set until the write completes: a future dropped part-way leaves it set.
         self.interrupted = true;
         let r = self.write_async_core(bytes).await;
         self.interrupted = false;
-        op(r)
+        r.map_err(Into::into)
     }
 
-    async fn write_async_core(&mut self, mut bytes: &[u8]) -> Result<()> {
+    async fn write_async_core(&mut self, mut bytes: &[u8]) -> Sent<(), Deadline> {
         let seg_size = self.producer.seg_size;
         while !bytes.is_empty() {
             if self.failed {
-                return Err(Error::aborted(&self.producer.shared.name));
+                return Err(aborted(&self.producer.shared.name).into());
             }
             if self.pos == seg_size {
                 // Wait for the next segment here, so that `overflow` finds it free (its
@@ -339,9 +337,8 @@ impl std::future::Future for SendAsync<'_> {
         // Within a segment, the `try_` form either sends or changes nothing (records that
         // span go through the slow path, which first waits for all their segments).
         if HEADER + bytes.len() <= p.seg_size {
-            match p.send_inner(bytes, Deadline::Now) {
-                Err(Error::WouldBlock) => {}
-                r => return std::task::Poll::Ready(op(r)),
+            if let Some(r) = settled(p.send_inner(bytes, Immediately)) {
+                return std::task::Poll::Ready(r);
             }
         }
         start_slow(&mut this.slow, Box::pin(p.send_async_slow(bytes)), cx)

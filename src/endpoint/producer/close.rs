@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Producer, WaitStrategy};
-use crate::error::{op, CloseError, Error, Result, SendError};
+use super::{Gone, Producer, WaitStrategy};
+use crate::error::{CloseError, Halt, SendError, TimedOut};
 use crate::protocol::ends::EndState;
-use crate::protocol::park::{self, Deadline, Look};
+use crate::protocol::park::{self, Immediately, Look, Until};
 use crate::region::os::Host;
 
 impl Producer {
@@ -16,19 +16,19 @@ impl Producer {
     /// [`SendError::Closed`] if the consumer has detached, [`SendError::PeerDead`] once its
     /// death has been seen.
     pub fn flush(&mut self) -> Result<(), SendError> {
-        op(self.flush_inner())
+        self.flush_inner()
     }
 
-    pub(super) fn flush_inner(&mut self) -> Result<()> {
+    pub(super) fn flush_inner(&mut self) -> Result<(), SendError> {
         self.check_gone()?;
         // A producer that only flushes learns of a dead consumer too (a clock read; the
         // liveness syscall at most every `CHECK_INTERVAL`).
         self.check_peer(Look::IfDue)?;
         if self.pending_abort {
             // Best effort: if no segment is free the abort stays pending.
-            match self.write_pending_abort(Deadline::Now) {
-                Ok(()) | Err(Error::WouldBlock) => {}
-                Err(e) => return Err(e),
+            match self.write_pending_abort(Immediately) {
+                Ok(()) | Err(Halt::Expired(_)) => {}
+                Err(Halt::Failed(e)) => return Err(e),
             }
         }
         self.publish();
@@ -95,11 +95,10 @@ impl Producer {
     /// - [`CloseError::Corrupt`], [`CloseError::Io`].
     pub fn close_deadline(mut self, deadline: Instant) -> Result<(), CloseError> {
         if self.gone {
-            return Err(CloseError::from_wait(self.gone_error()));
+            return Err(self.gone_error().into());
         }
         // A consumer already seen dead is reported at once.
-        self.check_peer(Look::Quick)
-            .map_err(CloseError::from_wait)?;
+        self.check_peer(Look::Quick)?;
         self.close_inner(false);
         let shared = self.shared.clone();
         let h = shared.header();
@@ -118,10 +117,10 @@ impl Producer {
             let events = crate::protocol::lane::lane_unread(h, prio_sent);
             segments + events
         };
-        let waited = park::wait_for::<Host, _>(
+        let waited = park::wait_for::<Host, _, _, CloseError>(
             &h.producer_park,
             WaitStrategy::Park,
-            Deadline::at(deadline),
+            Until::at(deadline),
             park::Notifier::Rmw,
             park::Pace::Sparse,
             |look| {
@@ -137,7 +136,7 @@ impl Producer {
                         self.check_peer(look)?;
                         Ok(None)
                     }
-                    EndState::Lost => Err(self.gone_error()),
+                    EndState::Lost => Err(self.gone_error().into()),
                     _ => {
                         // Detached (its counters were stored before its state): it may have
                         // returned the last segment just before, or read every record and
@@ -159,7 +158,7 @@ impl Producer {
         );
         match waited {
             Ok(outcome) => outcome,
-            Err(Error::Timeout) => {
+            Err(Halt::Expired(TimedOut)) => {
                 let unread_segments = unread();
                 Err(match h.consumer.state() {
                     EndState::Free => CloseError::NotOpened {
@@ -172,7 +171,7 @@ impl Producer {
                     },
                 })
             }
-            Err(e) => Err(CloseError::from_wait(e)),
+            Err(Halt::Failed(e)) => Err(e),
         }
     }
 
@@ -253,5 +252,14 @@ impl Drop for Producer {
         // consumer can tell a crash by panic from a finished producer.
         let failed = std::thread::panicking();
         self.close_inner(failed);
+    }
+}
+
+impl From<Gone> for CloseError {
+    fn from(g: Gone) -> CloseError {
+        match g {
+            Gone::Closed(b) => CloseError::AlreadyClosed(b),
+            Gone::PeerLost(b) => CloseError::PeerDead(b),
+        }
     }
 }

@@ -4,24 +4,26 @@
 use std::time::{Duration, Instant};
 
 use super::Producer;
-use crate::error::{op, Result, SendError, SendTimeoutError, TrySendError};
+use crate::error::{SendError, SendTimeoutError, TrySendError};
 use crate::protocol::frame::{self, HEADER};
-use crate::protocol::park::{self, Deadline, Look};
+use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until};
+
+use super::Sent;
 use crate::region::os::Host;
 
 impl Producer {
-    pub(super) fn send_event_inner(
+    pub(super) fn send_event_inner<P: Patience>(
         &mut self,
         kind: u32,
         payload: &[u8],
-        deadline: Deadline,
-    ) -> Result<()> {
+        patience: P,
+    ) -> Sent<(), P> {
         crate::endpoint::event::check_payload(&self.shared.name, payload)?;
         if self.closed {
-            return Err(self.closed_error());
+            return Err(self.closed_error().into());
         }
         let len = 8 + payload.len();
-        self.ensure_room(HEADER + len, deadline)?;
+        self.ensure_room(HEADER + len, patience)?;
         let c = self
             .cur
             .as_mut()
@@ -66,12 +68,14 @@ impl Producer {
     /// # Ok::<(), shmflow::Error>(())
     /// ```
     pub fn send_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
-        op(self.send_event_inner(kind, payload, Deadline::Never))
+        self.send_event_inner(kind, payload, Forever)
+            .map_err(Into::into)
     }
 
     /// As [`Producer::send_event`], or [`TrySendError::Full`] without a free segment.
     pub fn try_send_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), TrySendError> {
-        op(self.send_event_inner(kind, payload, Deadline::Now))
+        self.send_event_inner(kind, payload, Immediately)
+            .map_err(Into::into)
     }
 
     /// As [`Producer::send_event`], waiting at most `timeout` for a free segment.
@@ -81,7 +85,8 @@ impl Producer {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<(), SendTimeoutError> {
-        op(self.send_event_inner(kind, payload, Deadline::after(timeout)))
+        self.send_event_inner(kind, payload, Until::after(timeout))
+            .map_err(Into::into)
     }
 
     /// As [`Producer::send_event`], waiting until `deadline` at most.
@@ -91,7 +96,8 @@ impl Producer {
         payload: &[u8],
         deadline: Instant,
     ) -> Result<(), SendTimeoutError> {
-        op(self.send_event_inner(kind, payload, Deadline::at(deadline)))
+        self.send_event_inner(kind, payload, Until::at(deadline))
+            .map_err(Into::into)
     }
 
     /// Sends a priority event: it overtakes the records and events already sent and not yet
@@ -103,7 +109,8 @@ impl Producer {
     /// [`SendError::RecordTooLarge`] for a payload over
     /// [`MAX_EVENT_PAYLOAD`](crate::MAX_EVENT_PAYLOAD); otherwise as [`Producer::send`].
     pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
-        op(self.priority_inner(kind, payload, Deadline::Never))
+        self.priority_inner(kind, payload, Forever)
+            .map_err(Into::into)
     }
 
     /// As [`Producer::send_priority_event`], or [`TrySendError::Full`] if four are in flight.
@@ -112,7 +119,8 @@ impl Producer {
         kind: u32,
         payload: &[u8],
     ) -> Result<(), TrySendError> {
-        op(self.priority_inner(kind, payload, Deadline::Now))
+        self.priority_inner(kind, payload, Immediately)
+            .map_err(Into::into)
     }
 
     /// As [`Producer::send_priority_event`], waiting at most `timeout` for room.
@@ -122,7 +130,8 @@ impl Producer {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<(), SendTimeoutError> {
-        op(self.priority_inner(kind, payload, Deadline::after(timeout)))
+        self.priority_inner(kind, payload, Until::after(timeout))
+            .map_err(Into::into)
     }
 
     /// As [`Producer::send_priority_event`], waiting until `deadline` at most.
@@ -132,25 +141,26 @@ impl Producer {
         payload: &[u8],
         deadline: Instant,
     ) -> Result<(), SendTimeoutError> {
-        op(self.priority_inner(kind, payload, Deadline::at(deadline)))
+        self.priority_inner(kind, payload, Until::at(deadline))
+            .map_err(Into::into)
     }
 
-    pub(super) fn priority_inner(
+    pub(crate) fn priority_inner<P: Patience>(
         &mut self,
         kind: u32,
         payload: &[u8],
-        deadline: Deadline,
-    ) -> Result<()> {
+        patience: P,
+    ) -> Sent<(), P> {
         crate::endpoint::event::check_payload(&self.shared.name, payload)?;
         if self.closed {
-            return Err(self.closed_error());
+            return Err(self.closed_error().into());
         }
         self.check_gone()?;
         let shared = self.shared.clone();
-        park::wait_for::<Host, _>(
+        park::wait_for::<Host, _, _, _>(
             &shared.header().producer_park,
             self.wait,
-            deadline,
+            patience,
             park::Notifier::Rmw,
             park::Pace::Sparse,
             |look| self.poll_priority(kind, payload, look),
@@ -159,7 +169,12 @@ impl Producer {
 
     /// Pushes a priority event if the lane has room (and then wakes the consumer); else what
     /// a producer waiting for room looks at.
-    fn poll_priority(&mut self, kind: u32, payload: &[u8], look: Look) -> Result<Option<()>> {
+    fn poll_priority(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+        look: Look,
+    ) -> Result<Option<()>, SendError> {
         let h = self.shared.header();
         if crate::protocol::lane::lane_push(h, self.prio_tail, kind, payload, &self.shared.name)? {
             self.prio_tail += 1;

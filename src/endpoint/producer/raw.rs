@@ -5,7 +5,10 @@
 //! stored with Release).
 
 use super::Producer;
-use crate::error::Result;
+use crate::error::SendError;
+
+/// The receiving bridge writes as a producer does, and fails as one.
+type Result<T> = std::result::Result<T, SendError>;
 use crate::protocol::frame::{self, HEADER};
 
 /// Why a received chunk cannot be written: the sender broke the protocol.
@@ -22,7 +25,7 @@ pub(crate) enum Refused {
 impl Producer {
     /// Free segments in the return ring: what the bridge may announce as credit.
     pub(crate) fn raw_free(&mut self) -> Result<u64> {
-        self.ret.ready(&self.shared.return_ring())
+        Ok(self.ret.ready(&self.shared.return_ring())?)
     }
 
     /// Writes `bytes` (whole frames, checked by the caller with `frame::check`) at offset `at`

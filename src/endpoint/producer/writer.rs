@@ -5,27 +5,36 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use super::Producer;
-use crate::error::{op, Error, Result, SendError, SendTimeoutError, TrySendError, WriteError};
+use crate::error::{
+    aborted, too_large, RecordAbortedError, SendError, SendTimeoutError, TrySendError, WriteError,
+};
 use crate::protocol::frame::{self, HEADER};
-use crate::protocol::park::Deadline;
+use crate::protocol::park::{Deadline, Forever, Immediately, Patience, Until};
+
+use super::Sent;
 
 impl Producer {
     #[inline]
-    pub(super) fn claim_inner(&mut self, len: usize, deadline: Deadline) -> Result<Claim<'_>> {
+    pub(super) fn claim_inner<P: Patience>(
+        &mut self,
+        len: usize,
+        patience: P,
+    ) -> Sent<Claim<'_>, P> {
         // Room in the segment in hand implies that the record fits a segment: test that first.
         // (Written so that no sum can wrap, whatever `len` is.)
         let fits_here = matches!(&self.cur,
             Some(c) if self.seg_size - c.wpos >= HEADER && len <= self.seg_size - c.wpos - HEADER);
         if !fits_here && len > self.seg_size - HEADER {
-            return Err(Error::too_large(
+            return Err(too_large(
                 &self.shared.name,
                 "a claimed record",
                 len as u64,
                 self.max_unspanned_len() as u64,
-            ));
+            )
+            .into());
         }
         if !fits_here {
-            self.ensure_room_slow(HEADER + len, deadline)?;
+            self.ensure_room_slow(HEADER + len, patience)?;
         }
         let c = self.cur.as_ref().expect("a segment in hand");
         let at = c.wpos;
@@ -60,7 +69,7 @@ impl Producer {
     /// ```
     #[inline]
     pub fn claim(&mut self, len: usize) -> Result<Claim<'_>, SendError> {
-        op(self.claim_inner(len, Deadline::Never))
+        self.claim_inner(len, Forever).map_err(Into::into)
     }
 
     /// [`Producer::claim`] without waiting ([`TrySendError::Full`]).
@@ -68,7 +77,7 @@ impl Producer {
     /// # Errors
     /// [`TrySendError::Full`] if no segment is free now; otherwise as [`Producer::claim`].
     pub fn try_claim(&mut self, len: usize) -> Result<Claim<'_>, TrySendError> {
-        op(self.claim_inner(len, Deadline::Now))
+        self.claim_inner(len, Immediately).map_err(Into::into)
     }
 
     /// [`Producer::claim`] waiting at most `timeout` ([`SendTimeoutError::Timeout`]).
@@ -81,7 +90,8 @@ impl Producer {
         len: usize,
         timeout: Duration,
     ) -> Result<Claim<'_>, SendTimeoutError> {
-        op(self.claim_inner(len, Deadline::after(timeout)))
+        self.claim_inner(len, Until::after(timeout))
+            .map_err(Into::into)
     }
 
     /// [`Producer::claim`] waiting until `deadline` at most.
@@ -94,14 +104,15 @@ impl Producer {
         len: usize,
         deadline: Instant,
     ) -> Result<Claim<'_>, SendTimeoutError> {
-        op(self.claim_inner(len, Deadline::at(deadline)))
+        self.claim_inner(len, Until::at(deadline))
+            .map_err(Into::into)
     }
 
     /// Starts a record whose length is not known up front, written through `std::io::Write`
     /// and ended by [`RecordWriter::finish`]. If it outgrows its segment it moves to a fresh
     /// one, and spans segments only if it is larger than a segment. Dropping the writer without
     /// `finish` discards the record (the consumer never sees it, or sees
-    /// [`Error::RecordAborted`] if parts were already handed over). Waits block like `send`.
+    /// [`RecvError::RecordAborted`](crate::RecvError::RecordAborted) if parts were already handed over). Waits block like `send`.
     ///
     /// # Examples
     ///
@@ -120,7 +131,7 @@ impl Producer {
     /// # Errors
     /// As [`Producer::send`]; the writer's own writes fail with a [`WriteError`].
     pub fn stream(&mut self) -> Result<RecordWriter<'_>, SendError> {
-        op(self.stream_inner(Deadline::Never))
+        self.stream_inner(Forever).map_err(Into::into)
     }
 
     /// [`Producer::stream`] whose waits (for the first segment and for every further segment
@@ -135,7 +146,7 @@ impl Producer {
         &mut self,
         timeout: Duration,
     ) -> Result<RecordWriter<'_>, SendTimeoutError> {
-        op(self.stream_inner(Deadline::after(timeout)))
+        self.stream_inner(Until::after(timeout)).map_err(Into::into)
     }
 
     /// As [`Producer::stream_timeout`], with the deadline as an instant.
@@ -143,7 +154,7 @@ impl Producer {
         &mut self,
         deadline: Instant,
     ) -> Result<RecordWriter<'_>, SendTimeoutError> {
-        op(self.stream_inner(Deadline::at(deadline)))
+        self.stream_inner(Until::at(deadline)).map_err(Into::into)
     }
 
     /// [`Producer::stream`] that never waits: [`TrySendError::Full`] (and later
@@ -153,11 +164,14 @@ impl Producer {
     /// # Errors
     /// [`TrySendError::Full`] if no segment is free now; otherwise as [`Producer::stream`].
     pub fn try_stream(&mut self) -> Result<RecordWriter<'_>, TrySendError> {
-        op(self.stream_inner(Deadline::Now))
+        self.stream_inner(Immediately).map_err(Into::into)
     }
 
-    pub(super) fn stream_inner(&mut self, deadline: Deadline) -> Result<RecordWriter<'_>> {
-        self.ensure_room(HEADER, deadline)?;
+    pub(super) fn stream_inner<P: Patience + Into<Deadline>>(
+        &mut self,
+        patience: P,
+    ) -> Sent<RecordWriter<'_>, P> {
+        self.ensure_room(HEADER, patience)?;
         let c = self.cur.as_mut().expect("a segment in hand");
         let frag_start = c.wpos;
         Ok(RecordWriter {
@@ -169,7 +183,7 @@ impl Producer {
             finished: false,
             failed: false,
             interrupted: false,
-            deadline,
+            deadline: patience.into(),
         })
     }
 }
@@ -265,7 +279,7 @@ pub struct RecordWriter<'a> {
 }
 
 impl RecordWriter<'_> {
-    pub(super) fn overflow(&mut self) -> Result<()> {
+    pub(super) fn overflow(&mut self) -> Sent<(), Deadline> {
         let p = &mut *self.producer;
         let seg_size = p.shared.segment_size();
         if !self.spanning && self.frag_start > 0 {
@@ -334,21 +348,21 @@ impl RecordWriter<'_> {
     /// As the call that started the record waits ([`WriteError`]); after a failure every
     /// further write is [`WriteError::RecordAborted`].
     pub fn write_bytes(&mut self, bytes: &[u8]) -> Result<(), WriteError> {
-        op(self.write_checked(bytes))
+        self.write_checked(bytes).map_err(Into::into)
     }
 
     /// A write from outside (`write_bytes`, `io::Write`): refused once an async write was
     /// dropped part-way.
-    fn write_checked(&mut self, bytes: &[u8]) -> Result<()> {
+    fn write_checked(&mut self, bytes: &[u8]) -> Sent<(), Deadline> {
         if self.interrupted {
-            return Err(Error::aborted(&self.producer.shared.name));
+            return Err(aborted(&self.producer.shared.name).into());
         }
         self.write_inner(bytes)
     }
 
-    pub(super) fn write_inner(&mut self, mut bytes: &[u8]) -> Result<()> {
+    pub(super) fn write_inner(&mut self, mut bytes: &[u8]) -> Sent<(), Deadline> {
         if self.failed {
-            return Err(Error::aborted(&self.producer.shared.name));
+            return Err(aborted(&self.producer.shared.name).into());
         }
         let seg_size = self.producer.shared.segment_size();
         while !bytes.is_empty() {
@@ -383,13 +397,14 @@ impl RecordWriter<'_> {
     ///
     /// # Errors
     /// [`WriteError::RecordAborted`] if an earlier write failed.
-    pub fn finish(mut self) -> Result<(), WriteError> {
+    pub fn finish(self) -> Result<(), WriteError> {
+        Ok(self.finish_inner()?)
+    }
+
+    /// As [`RecordWriter::finish`], with the one failure it can meet.
+    pub(super) fn finish_inner(mut self) -> Result<(), Box<RecordAbortedError>> {
         if self.failed || self.interrupted {
-            return Err(WriteError::RecordAborted(Box::new(
-                crate::error::RecordAbortedError {
-                    region: self.producer.shared.name.clone(),
-                },
-            )));
+            return Err(aborted(&self.producer.shared.name));
         }
         self.finished = true;
         let p = &mut *self.producer;
@@ -408,7 +423,7 @@ impl RecordWriter<'_> {
 
 impl io::Write for RecordWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_checked(buf)?;
+        self.write_checked(buf).map_err(WriteError::from)?;
         Ok(buf.len())
     }
 

@@ -12,7 +12,7 @@ use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::producer::Producer;
-use crate::error::Error;
+use crate::error::SendError;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
 use crate::net::link::{self, BoxStream, ChannelEnd, Held, Writer};
 use crate::net::wire::{self, Closed, Codec, Msg};
@@ -397,7 +397,7 @@ async fn receive_channel(
                 _ = stop.cancelled() => break None,
                 r = ch.p.send_priority_event_async(kind, &payload) => match r {
                     Ok(()) => ch.release(),
-                    Err(e) => Err(Stop::Consumer(e.into())),
+                    Err(e) => Err(Stop::Consumer(e)),
                 },
                 m = rx.recv(), if !rx_done => match m {
                     Some(m) => ch.take(m),
@@ -463,10 +463,10 @@ async fn receive_channel(
 
 /// The local consumer left (`Closed`: the sender is sent `Cancel`, and its producer sees the
 /// channel closed) or died (`Error`: its producer sees it dead).
-async fn consumer_gone(p: Producer, id: u32, w: &Writer, e: Error) -> Result<Ended, LinkError> {
+async fn consumer_gone(p: Producer, id: u32, w: &Writer, e: SendError) -> Result<Ended, LinkError> {
     drop(p);
     match e {
-        Error::Closed(_) => {
+        SendError::Closed(_) => {
             let _ = w.send(&Msg::Cancel { channel: id }).await;
             Ok(Ended::ConsumerLeft)
         }

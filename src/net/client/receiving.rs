@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::endpoint::producer::raw::Refused;
 use crate::endpoint::producer::Producer;
-use crate::error::{Error, TrySendError};
+use crate::error::{Halt, NotNow, SendError};
 use crate::net::error::{LinkError, ProtocolError};
 use crate::net::link::Held;
 use crate::net::wire::{self, Closed};
@@ -24,7 +24,7 @@ pub(super) trait Segments {
         offset: usize,
         frames: &[u8],
         ends: bool,
-    ) -> Result<Result<(), Refused>, Error>;
+    ) -> Result<Result<(), Refused>, SendError>;
     /// Free segments: what may be announced as credit (0 if the region cannot say).
     fn free(&mut self) -> u64;
     /// Floating segments asked for and not granted yet.
@@ -32,7 +32,7 @@ pub(super) trait Segments {
     /// Asks the gate for `n` more floating segments.
     fn ask(&mut self, n: u64);
     /// Puts a priority event in the lane if it has room.
-    fn try_priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), TrySendError>;
+    fn try_priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), Halt<NotNow, SendError>>;
 }
 
 impl Segments for Held<Producer> {
@@ -41,7 +41,7 @@ impl Segments for Held<Producer> {
         offset: usize,
         frames: &[u8],
         ends: bool,
-    ) -> Result<Result<(), Refused>, Error> {
+    ) -> Result<Result<(), Refused>, SendError> {
         self.raw_write(offset, frames, ends)
     }
 
@@ -57,8 +57,8 @@ impl Segments for Held<Producer> {
         self.raw_ask(n)
     }
 
-    fn try_priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), TrySendError> {
-        self.try_send_priority_event(kind, payload)
+    fn try_priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), Halt<NotNow, SendError>> {
+        self.priority_inner(kind, payload, crate::protocol::park::Immediately)
     }
 }
 
@@ -152,7 +152,7 @@ pub(super) enum Stop {
     /// The sender's `Close` or `Error`.
     Sender(Last),
     /// The local consumer left or broke.
-    Consumer(Error),
+    Consumer(SendError),
     /// The sender broke the protocol: the channel and the connection fail.
     Broken(LinkError),
     /// The consumer takes no priority events (see `PRIORITY_WAITING`).
@@ -259,8 +259,8 @@ impl<S: Segments> Receiving<S> {
         if self.held.is_empty() {
             match self.p.try_priority(kind, payload) {
                 Ok(()) => return Ok(()),
-                Err(TrySendError::Full) => {}
-                Err(e) => return Err(Stop::Consumer(e.into())),
+                Err(Halt::Expired(NotNow)) => {}
+                Err(Halt::Failed(e)) => return Err(Stop::Consumer(e)),
             }
         }
         self.held_priority += 1;
@@ -336,8 +336,8 @@ impl<S: Segments> Receiving<S> {
             if let Some(Waiting::Priority { kind, payload }) = self.held.front() {
                 match self.p.try_priority(*kind, payload) {
                     Ok(()) => {}
-                    Err(TrySendError::Full) => return Ok(()),
-                    Err(e) => return Err(Stop::Consumer(e.into())),
+                    Err(Halt::Expired(NotNow)) => return Ok(()),
+                    Err(Halt::Failed(e)) => return Err(Stop::Consumer(e)),
                 }
             }
             match self.held.pop_front() {
@@ -395,7 +395,7 @@ mod tests {
             offset: usize,
             frames: &[u8],
             ends: bool,
-        ) -> Result<Result<(), Refused>, Error> {
+        ) -> Result<Result<(), Refused>, SendError> {
             if offset == 0 {
                 if self.free == 0 {
                     return Ok(Err(Refused::NoCredit));
@@ -416,9 +416,13 @@ mod tests {
             self.asked += n;
             self.unmet += n;
         }
-        fn try_priority(&mut self, kind: u32, _payload: &[u8]) -> Result<(), TrySendError> {
+        fn try_priority(
+            &mut self,
+            kind: u32,
+            _payload: &[u8],
+        ) -> Result<(), Halt<NotNow, SendError>> {
             if self.lane.len() >= self.room {
-                return Err(TrySendError::Full);
+                return Err(Halt::Expired(NotNow));
             }
             self.lane.push(kind);
             self.order.push('p');
