@@ -623,13 +623,18 @@ impl Consumer {
         }
     }
 
+    /// The receiving core. Generic over the caller's error `E`, so that the fast path (almost
+    /// every record) builds the caller's own result, with no conversion on its way.
     #[inline]
-    pub(crate) fn recv_inner<P: Patience>(&mut self, patience: P) -> Got<Option<Record<'_>>, P> {
+    pub(crate) fn recv_inner<P: Patience, E: From<Halt<P::Expired, RecvError>>>(
+        &mut self,
+        patience: P,
+    ) -> Result<Option<Record<'_>>, E> {
         if let Some((len, ptr)) = self.fast_whole() {
             self.count_record(len as u64);
             return Ok(Some(Record::single(self, ptr, len)));
         }
-        self.recv_slow(patience)
+        self.recv_slow(patience).map_err(E::from)
     }
 
     #[inline(never)]
@@ -842,7 +847,7 @@ impl Consumer {
     /// ```
     #[inline]
     pub fn recv(&mut self) -> Result<Option<Record<'_>>, RecvError> {
-        self.recv_inner(Forever).map_err(Into::into)
+        self.recv_inner(Forever)
     }
 
     /// Receives the next record if one is committed, else [`TryRecvError::Empty`].
@@ -861,7 +866,7 @@ impl Consumer {
     /// [`TryRecvError::Empty`] if nothing is committed yet; otherwise as [`Consumer::recv`].
     #[inline]
     pub fn try_recv(&mut self) -> Result<Option<Record<'_>>, TryRecvError> {
-        self.recv_inner(Immediately).map_err(Into::into)
+        self.recv_inner(Immediately)
     }
 
     /// Receives the next record, waiting at most `timeout` ([`RecvTimeoutError::Timeout`]).
@@ -873,7 +878,7 @@ impl Consumer {
         &mut self,
         timeout: Duration,
     ) -> Result<Option<Record<'_>>, RecvTimeoutError> {
-        self.recv_inner(Until::after(timeout)).map_err(Into::into)
+        self.recv_inner(Until::after(timeout))
     }
 
     /// Receives the next record, waiting until `deadline` at most.
@@ -885,7 +890,7 @@ impl Consumer {
         &mut self,
         deadline: Instant,
     ) -> Result<Option<Record<'_>>, RecvTimeoutError> {
-        self.recv_inner(Until::at(deadline)).map_err(Into::into)
+        self.recv_inner(Until::at(deadline))
     }
 
     /// Hands every record that is available now (at most `max`) to `f`, without waiting;
@@ -952,7 +957,7 @@ impl Consumer {
                     break;
                 }
             }
-            match self.recv_inner(Immediately) {
+            match self.recv_inner::<_, Halt<_, _>>(Immediately) {
                 Ok(Some(r)) => {
                     f(r)?;
                     n += 1;

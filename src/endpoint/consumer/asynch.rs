@@ -8,7 +8,7 @@
 use super::{Consumer, Message, Record};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
-use crate::error::{settled, RecvError};
+use crate::error::{settled, Halt, RecvError};
 use crate::protocol::park::{self, Immediately, Look, WaitStrategy};
 use crate::region::bridge::Bridges;
 use crate::region::os::Host;
@@ -110,7 +110,8 @@ impl Consumer {
                 // call on every path but the `return`, which returns it for the lifetime of
                 // `self`; the compiler cannot see that the "not now" path holds no borrow
                 // (a known limit of its borrow checker), so it is reborrowed through a pointer.
-                if let Some(r) = settled(unsafe { &mut *this }.recv_inner(Immediately)) {
+                let got = unsafe { &mut *this }.recv_inner::<_, Halt<_, _>>(Immediately);
+                if let Some(r) = settled(got) {
                     return r;
                 }
             }
@@ -275,11 +276,16 @@ impl<'a> std::future::Future for RecvAsync<'a> {
             this.consumer = Some(c);
             return std::task::Poll::Pending;
         }
+        // The fast path first, building the future's own output (almost every record).
+        if let Some((len, ptr)) = c.fast_whole() {
+            c.count_record(len as u64);
+            return std::task::Poll::Ready(Ok(Some(Record::single(c, ptr, len))));
+        }
         {
             let p: *mut Consumer = c;
             // SAFETY: as in `recv_async_slow`: `p` is `c`, reborrowed for one call whose
             // result borrows it only on the path that returns it.
-            if let Some(r) = settled(unsafe { &mut *p }.recv_inner(Immediately)) {
+            if let Some(r) = settled(unsafe { &mut *p }.recv_slow(Immediately)) {
                 return std::task::Poll::Ready(r);
             }
         }

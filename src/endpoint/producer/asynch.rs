@@ -8,7 +8,7 @@
 use super::{Claim, Producer, RecordWriter};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{segment_budget, spend_budget, start_slow, Slow};
-use crate::error::{aborted, settled, Halt, SendError, WriteError};
+use crate::error::{aborted, settled, Halt, NotNow, SendError, WriteError};
 use crate::protocol::frame::HEADER;
 use crate::protocol::park::{self, Deadline, Immediately, Look};
 
@@ -337,8 +337,11 @@ impl std::future::Future for SendAsync<'_> {
         // Within a segment, the `try_` form either sends or changes nothing (records that
         // span go through the slow path, which first waits for all their segments).
         if HEADER + bytes.len() <= p.seg_size {
-            if let Some(r) = settled(p.send_inner(bytes, Immediately)) {
-                return std::task::Poll::Ready(r);
+            // (Matched here rather than through `settled`: the hot path.)
+            match p.send_inner(bytes, Immediately) {
+                Ok(()) => return std::task::Poll::Ready(Ok(())),
+                Err(Halt::Failed(e)) => return std::task::Poll::Ready(Err(e)),
+                Err(Halt::Expired(NotNow)) => {}
             }
         }
         start_slow(&mut this.slow, Box::pin(p.send_async_slow(bytes)), cx)
