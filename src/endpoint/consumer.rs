@@ -9,6 +9,7 @@
 //! Loops are bounded: one call moves past at most `N + 1` segments before it reports "nothing
 //! yet", so a peer that floods empty segments cannot trap the reader.
 
+use std::convert::Infallible;
 #[cfg(not(shmflow_loom))]
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -19,7 +20,8 @@ use crate::endpoint::metrics::Waiting;
 use crate::error::RegionKind;
 use crate::error::{
     corrupt, peer_lost, producer_failed, too_large, CorruptError, End, Halt, OpenError,
-    RecordTooLargeError, RecvError, RecvTimeoutError, TryRecvError,
+    PeerDeadError, ProducerFailedError, RecordTooLargeError, RecvError, RecvTimeoutError,
+    TryRecvError,
 };
 #[cfg(not(shmflow_loom))]
 use crate::protocol::abi::Geometry;
@@ -115,8 +117,6 @@ pub struct Consumer {
     /// Priority lane: next slot to read, and the payload of the last one read.
     prio_head: u64,
     prio_buf: [u8; crate::protocol::abi::PRIO_PAYLOAD],
-    /// While waiting: report a pending priority event as a frame of kind `PRIORITY_PENDING`.
-    watch_prio: bool,
     /// The spanning record handed out last.
     span: Span,
     /// The state this end leaves in when dropped: `DETACHED`, or `LOST` for a network bridge
@@ -133,7 +133,7 @@ pub struct Consumer {
 
 /// The reading path's result for a call with patience `P`: a blocking call's halt is a
 /// [`RecvError`], a `try_` call's adds "nothing yet", a timed call's "out of time".
-pub(crate) type Got<T, P> = Result<T, Halt<<P as Patience>::Expired, RecvError>>;
+type Got<T, P> = Result<T, Halt<<P as Patience>::Expired, RecvError>>;
 
 /// What the slow path found next, before anything borrows the consumer. `S` comes with an
 /// event: `()` for a caller that takes events, `Infallible` for one that skips them (so it
@@ -145,6 +145,30 @@ enum Next<S> {
     End,
 }
 
+/// What a wait for the next frame found.
+enum Waited<S> {
+    Frame(Frame),
+    /// A pending priority event (only for a read that takes events: `S` is its witness).
+    Priority(S),
+    End,
+}
+
+/// How a stream ended other than cleanly: the producer failed, or it was a network bridge
+/// that lost its remote peer.
+pub(crate) enum UncleanEnd {
+    Failed(Box<ProducerFailedError>),
+    Lost(Box<PeerDeadError>),
+}
+
+impl From<UncleanEnd> for RecvError {
+    fn from(e: UncleanEnd) -> RecvError {
+        match e {
+            UncleanEnd::Failed(b) => RecvError::ProducerFailed(b),
+            UncleanEnd::Lost(b) => RecvError::PeerDead(b),
+        }
+    }
+}
+
 /// Whether a read takes events: `Some` of the witness that comes with one, or `None`.
 trait Seen: Sized {
     const TAKE: Option<Self>;
@@ -154,7 +178,7 @@ impl Seen for () {
     const TAKE: Option<()> = Some(());
 }
 
-impl Seen for std::convert::Infallible {
+impl Seen for Infallible {
     const TAKE: Option<Self> = None;
 }
 
@@ -258,7 +282,6 @@ impl Consumer {
             recycler,
             prio_head: 0,
             prio_buf: [0; crate::protocol::abi::PRIO_PAYLOAD],
-            watch_prio: false,
             detach_as: crate::protocol::ends::Leave::Clean,
             span: Span::default(),
             seg_size: shared_seg_size,
@@ -306,12 +329,19 @@ impl Consumer {
     /// `Some(ProducerFailed)` if the producer ended the stream as failed (it was dropped while
     /// its thread unwound from a panic), `Some(PeerDead)` if it was a network bridge that lost
     /// its remote peer.
-    pub(crate) fn producer_failed(&self) -> Option<RecvError> {
+    pub(crate) fn producer_end(&self) -> Option<UncleanEnd> {
         let p = &self.shared.header().producer;
         let pid = || p.pid();
         match p.state() {
-            EndState::Failed => Some(producer_failed(&self.shared.name, pid()).into()),
-            EndState::Lost => Some(peer_lost(&self.shared.name, End::Producer, pid()).into()),
+            EndState::Failed => Some(UncleanEnd::Failed(producer_failed(
+                &self.shared.name,
+                pid(),
+            ))),
+            EndState::Lost => Some(UncleanEnd::Lost(peer_lost(
+                &self.shared.name,
+                End::Producer,
+                pid(),
+            ))),
             _ => None,
         }
     }
@@ -435,13 +465,14 @@ impl Consumer {
         c.rd = frame::next_frame(f.at, f.len);
     }
 
-    /// The next frame, waiting as `patience` allows; `None` at end of stream.
-    fn wait_frame<P: Patience>(&mut self, patience: P) -> Got<Option<Frame>, P> {
-        if self.watch_prio && self.prio_pending() {
-            return Ok(Some(PRIO));
+    /// The next frame (or, if `S` takes them, a pending priority event), waiting as
+    /// `patience` allows; `Waited::End` at end of stream.
+    fn wait_frame<P: Patience, S: Seen>(&mut self, patience: P) -> Got<Waited<S>, P> {
+        if let Some(seen) = S::TAKE.filter(|_| self.prio_pending()) {
+            return Ok(Waited::Priority(seen));
         }
         if let Some(f) = self.poll_frame()? {
-            return Ok(Some(f));
+            return Ok(Waited::Frame(f));
         }
         // Nothing to read: a good moment to publish what was read so far.
         self.publish_counts();
@@ -455,7 +486,7 @@ impl Consumer {
             for _ in 0..FAST_POLLS {
                 crate::sync::spin_loop();
                 if let Some(f) = self.poll_frame()? {
-                    return Ok(Some(f));
+                    return Ok(Waited::Frame(f));
                 }
             }
         }
@@ -479,7 +510,7 @@ impl Consumer {
             patience,
             park::Notifier::Light,
             pace,
-            |look| self.poll_wait(look),
+            |look| self.poll_wait::<S>(look),
         );
         drop(idle);
         if timed {
@@ -488,25 +519,28 @@ impl Consumer {
         got
     }
 
-    /// What a waiting reader looks at: a frame (or a pending priority event, if watched), the
-    /// end of the stream (`Some(None)`), or the producer's death once nothing it committed is
+    /// What a waiting reader looks at: a frame (or a pending priority event, if `S` takes
+    /// them), the end of the stream, or the producer's death once nothing it committed is
     /// left. `None`: nothing yet.
-    fn poll_wait(&mut self, look: Look) -> Result<Option<Option<Frame>>, RecvError> {
-        if self.watch_prio && self.prio_pending() {
-            return Ok(Some(Some(PRIO)));
+    fn poll_wait<S: Seen>(&mut self, look: Look) -> Result<Option<Waited<S>>, RecvError> {
+        if let Some(seen) = S::TAKE.filter(|_| self.prio_pending()) {
+            return Ok(Some(Waited::Priority(seen)));
         }
         if let Some(f) = self.poll_frame()? {
-            return Ok(Some(Some(f)));
+            return Ok(Some(Waited::Frame(f)));
         }
         if self.producer_detached() {
             // Everything sealed before the detach is visible now: look once more.
-            return Ok(Some(self.poll_frame()?));
+            return Ok(Some(match self.poll_frame()? {
+                Some(f) => Waited::Frame(f),
+                None => Waited::End,
+            }));
         }
         if let Some(l) = &mut self.liveness {
             if let Err(e) = l.check(self.shared.header(), &self.shared.name, look) {
                 // Drain first: whatever it committed before dying is delivered.
                 return match self.poll_frame()? {
-                    Some(f) => Ok(Some(Some(f))),
+                    Some(f) => Ok(Some(Waited::Frame(f))),
                     None => Err(e.into()),
                 };
             }
@@ -564,10 +598,14 @@ impl Consumer {
     /// Moves past the rest of a spanning record that was dropped unread.
     fn skip_rest<P: Patience>(&mut self, patience: P) -> Got<(), P> {
         while self.skipping {
-            let Some(f) = self.wait_frame(patience)? else {
-                self.skipping = false;
-                self.in_span = false;
-                return Ok(());
+            let f = match self.wait_frame::<P, Infallible>(patience)? {
+                Waited::Frame(f) => f,
+                Waited::End => {
+                    self.skipping = false;
+                    self.in_span = false;
+                    return Ok(());
+                }
+                Waited::Priority(never) => match never {},
             };
             self.advance(f);
             if f.kind != frame::MIDDLE {
@@ -626,10 +664,11 @@ impl Consumer {
     /// The receiving core. Generic over the caller's error `E`, so that the fast path (almost
     /// every record) builds the caller's own result, with no conversion on its way.
     #[inline]
-    pub(crate) fn recv_inner<P: Patience, E: From<Halt<P::Expired, RecvError>>>(
+    fn recv_inner<P: Patience, E: From<Halt<P::Expired, RecvError>>>(
         &mut self,
         patience: P,
     ) -> Result<Option<Record<'_>>, E> {
+        // (`RecvAsync::poll` has the same fast path: keep them alike.)
         if let Some((len, ptr)) = self.fast_whole() {
             self.count_record(len as u64);
             return Ok(Some(Record::single(self, ptr, len)));
@@ -639,7 +678,7 @@ impl Consumer {
 
     #[inline(never)]
     fn recv_slow<P: Patience>(&mut self, patience: P) -> Got<Option<Record<'_>>, P> {
-        match self.next_slow::<P, std::convert::Infallible>(patience)? {
+        match self.next_slow::<P, Infallible>(patience)? {
             Next::Record(kind) => Ok(Some(Record::new(self, kind))),
             Next::End => Ok(None),
             Next::Event { seen, .. } | Next::Priority(seen) => match seen {},
@@ -650,36 +689,27 @@ impl Consumer {
     /// skipped otherwise (and the priority lane drained), so that a plain `recv` never stalls
     /// a producer that sends them.
     fn next_slow<P: Patience, S: Seen>(&mut self, patience: P) -> Got<Next<S>, P> {
-        let events = S::TAKE.is_some();
         loop {
             // Skipping the rest of a record never stops at a priority event.
-            self.watch_prio = false;
             if self.skipping {
                 self.skip_rest(patience)?;
             }
-            if !events {
+            if S::TAKE.is_none() {
                 while self.pop_priority()?.is_some() {}
             }
-            self.watch_prio = events;
-            let got = self.wait_frame(patience);
-            self.watch_prio = false;
-            let Some(f) = got? else {
-                return match self.producer_failed() {
-                    Some(e) => Err(e.into()),
-                    None => {
-                        self.ended = true;
-                        Ok(Next::End)
+            let f = match self.wait_frame::<P, S>(patience)? {
+                Waited::Frame(f) => f,
+                Waited::Priority(seen) => return Ok(Next::Priority(seen)),
+                Waited::End => {
+                    return match self.producer_end() {
+                        Some(e) => Err(RecvError::from(e).into()),
+                        None => {
+                            self.ended = true;
+                            Ok(Next::End)
+                        }
                     }
-                };
-            };
-            if f.kind == frame::PRIORITY_PENDING {
-                if let Some(seen) = S::TAKE {
-                    return Ok(Next::Priority(seen));
                 }
-                // (Not watched when events are skipped; were it seen, the loop drains the
-                // lane again.)
-                continue;
-            }
+            };
             self.advance(f);
             match f.kind {
                 frame::EVENT => match S::TAKE {
@@ -740,10 +770,7 @@ impl Consumer {
     }
 
     #[inline]
-    pub(crate) fn message_inner<P: Patience>(
-        &mut self,
-        patience: P,
-    ) -> Got<Option<Message<'_>>, P> {
+    fn message_inner<P: Patience>(&mut self, patience: P) -> Got<Option<Message<'_>>, P> {
         let next = if self.prio_pending() {
             Next::Priority(())
         } else if let Some((len, ptr)) = self.fast_whole() {
@@ -819,8 +846,10 @@ impl Consumer {
         too_large(&self.shared.name, "a record", len, self.max_record_len)
     }
 
-    // Every receiving operation has one deadline-taking core (`recv_inner`, `message_inner`);
-    // the blocking, `try_`, `_timeout` and `_deadline` forms are one-line wrappers.
+    // Every receiving operation has one core (`recv_inner`, `message_inner`) that takes its
+    // patience as a type; the blocking, `try_`, `_timeout` and `_deadline` forms are
+    // one-line wrappers that pick it (`Forever`, `Immediately`, `Until`), and the error type
+    // follows from it.
 
     /// Receives the next record, blocking until one is committed. `Ok(None)` is end of
     /// stream: the producer detached and every record it committed has been read.
@@ -1031,13 +1060,6 @@ impl Consumer {
 /// Polls of a waiting consumer before it reads the clock to account idle time.
 #[cfg(not(shmflow_loom))]
 const FAST_POLLS: u32 = 8;
-
-/// What [`Consumer::poll_wait`] gives for a pending priority event.
-const PRIO: Frame = Frame {
-    at: 0,
-    len: 0,
-    kind: frame::PRIORITY_PENDING,
-};
 
 /// Read this far or farther since the last wait, the writer is taken to be streaming (see
 /// `Consumer::pace`): about 14 records of 64 bytes, or one record of a few kilobytes.

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::endpoint::consumer::Message;
 use crate::endpoint::consumer::Record;
-use crate::endpoint::consumer::{Consumer, Ready};
+use crate::endpoint::consumer::{Consumer, Ready, UncleanEnd};
 use crate::endpoint::event::Event;
 use crate::endpoint::gate_stats::{self as stats, GateSnapshot};
 use crate::endpoint::metrics::Waiting;
@@ -492,17 +492,15 @@ impl Gate {
             Pick::AllDone => return Ok(None),
             Pick::Ended(c) => {
                 // The producer detached: it will never use the floating segments it holds.
-                let failed = self.chans[c].producer_failed();
+                let failed = self.chans[c].producer_end();
                 self.retire(c, true);
                 return Ok(Some(match failed {
-                    Some(RecvError::ProducerFailed(error)) => {
+                    Some(UncleanEnd::Failed(error)) => {
                         GateMessage::ChannelFailed { channel: c, error }
                     }
                     // A network bridge that lost its remote producer.
-                    Some(RecvError::PeerDead(error)) => {
-                        GateMessage::ChannelDead { channel: c, error }
-                    }
-                    _ => GateMessage::EndOfPartition { channel: c },
+                    Some(UncleanEnd::Lost(error)) => GateMessage::ChannelDead { channel: c, error },
+                    None => GateMessage::EndOfPartition { channel: c },
                 }));
             }
             Pick::Dead(c, error) => {
@@ -542,15 +540,16 @@ impl Gate {
                 self.state[c] = State::Ended;
                 Ok(Some(GateMessage::ChannelFailed { channel: c, error }))
             }
-            // `ready` saw a committed frame; only a producer rewriting what it committed
-            // makes it vanish.
+            // `ready` saw a committed frame (or a priority event); only a producer rewriting
+            // what it committed makes it vanish: the header (or the lane's tail) reads as
+            // nothing now.
             Err(Halt::Expired(_)) => {
                 self.state[c] = State::Failed;
                 Err(corrupt(
                     &self.shared.name,
-                    "channel contents",
-                    format!("the frame channel {c} had committed to stay"),
-                    c as u64,
+                    "frame header or priority lane tail",
+                    format!("what channel {c} had committed to stay committed"),
+                    0,
                 )
                 .into())
             }

@@ -461,7 +461,7 @@ impl Producer {
     /// records, so that they either go whole or not at all).
     fn wait_free<P: Patience>(&mut self, k: u64, patience: P) -> Sent<(), P> {
         let shared = self.shared.clone();
-        let mut last_ready = u64::MAX;
+        let mut last_ready = None;
         park::wait_for::<Host, _, _, _>(
             &shared.header().producer_park,
             self.wait,
@@ -473,22 +473,22 @@ impl Producer {
     }
 
     /// What a producer waiting for `k` free segments looks at (`last_ready`: what the last
-    /// look found, `u64::MAX` at first).
+    /// look found, `None` at first).
     fn poll_free(
         &mut self,
         k: u64,
-        last_ready: &mut u64,
+        last_ready: &mut Option<u64>,
         look: Look,
     ) -> Result<Option<()>, SendError> {
         let ready = self.ret.ready(&self.shared.return_ring())?;
         if ready >= k {
             return Ok(Some(()));
         }
-        if ready > *last_ready {
+        if last_ready.is_some_and(|last| ready > last) {
             // The last ask was granted and it is not enough yet: ask again.
             self.supply.got();
         }
-        *last_ready = ready;
+        *last_ready = Some(ready);
         self.ask_for_segment();
         if self.consumer_detached() {
             return Err(self.closed_error());
@@ -837,9 +837,9 @@ impl Producer {
 
     // ----- public writing API ----------------------------------------------------------------
     //
-    // Every operation has one deadline-taking core (`*_inner`); the blocking, `try_`,
-    // `_timeout` and `_deadline` forms below are one-line wrappers that pick the deadline and
-    // the error type.
+    // Every operation has one core (`*_inner`) that takes its patience as a type; the
+    // blocking, `try_`, `_timeout` and `_deadline` forms below are one-line wrappers that pick
+    // it (`Forever`, `Immediately`, `Until`), and the error type follows from it.
 
     /// Sends one record, blocking while no segment is free (backpressure).
     ///

@@ -95,12 +95,6 @@ impl From<TimedOut> for Expiry {
     }
 }
 
-impl From<Infallible> for Expiry {
-    fn from(never: Infallible) -> Expiry {
-        match never {}
-    }
-}
-
 // ----- the details, built where they happen ---------------------------------------------------
 
 /// The region holds `found` where a correct peer writes `expected`.

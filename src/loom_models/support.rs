@@ -106,9 +106,9 @@ pub(crate) fn ring(capacity: u32) -> (RingSender, RingReceiver) {
 }
 
 impl RingSender {
-    /// Pushes; an error means the ring was full (which the channel never lets happen).
-    pub(crate) fn push(&mut self, v: u32) -> Result<(), Box<crate::error::CorruptError>> {
-        self.tx.push(&self.region.0.data_ring(), v)
+    /// Pushes if there is room (`Ok(false)`: full, which the channel never lets happen).
+    pub(crate) fn push(&mut self, v: u32) -> Result<bool, Box<crate::error::CorruptError>> {
+        self.tx.try_push(&self.region.0.data_ring(), v)
     }
 }
 

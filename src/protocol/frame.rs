@@ -9,7 +9,7 @@
 //! next. A larger record is a `FIRST` frame that fills its segment to the end, `MIDDLE` frames
 //! that fill whole segments, and a `LAST` frame at the start of a segment. `ABORT` (at the start
 //! of a segment, or in place of the frame that was being written) ends a spanning record that
-//! the producer gave up; the reader reports [`crate::Error::RecordAborted`] for it.
+//! the producer gave up; the reader reports [`crate::RecvError::RecordAborted`] for it.
 //!
 //! `EVENT` frames carry in-band events between records (see [`crate::Event`]). A `SEAL` frame
 //! (length 0) ends a segment that the producer leaves before its end; a segment filled to its
@@ -38,8 +38,6 @@ pub(crate) const ABORT: u32 = 0x5346_0005;
 pub(crate) const EVENT: u32 = 0x5346_0006;
 /// Ends a segment before its last byte: the producer moved on to the next segment.
 pub(crate) const SEAL: u32 = 0x5346_0007;
-/// Not a frame: what the reader's poll reports when a priority event is waiting.
-pub(crate) const PRIORITY_PENDING: u32 = 0;
 
 #[inline]
 pub(crate) const fn align8(x: usize) -> usize {

@@ -142,9 +142,14 @@ pub(crate) enum Look {
 pub(crate) trait Patience: Copy {
     /// What running out of time yields.
     type Expired;
-    /// False for a call that must not wait at all: it looks once (and at the peer's liveness
-    /// if that look is due), counts no idle time and never parks.
-    fn waits(self) -> bool;
+    /// `Some` for a call that must not wait at all (what it yields): it looks once (and at the
+    /// peer's liveness if that look is due), counts no idle time and never parks.
+    fn immediate(self) -> Option<Self::Expired>;
+    /// True for a call that may wait.
+    #[inline]
+    fn waits(self) -> bool {
+        self.immediate().is_none()
+    }
     /// True for a call that waits as long as it takes (a spanning record then goes part by
     /// part instead of whole or not at all).
     fn forever(self) -> bool;
@@ -159,8 +164,8 @@ pub(crate) struct Forever;
 impl Patience for Forever {
     type Expired = Infallible;
     #[inline]
-    fn waits(self) -> bool {
-        true
+    fn immediate(self) -> Option<Infallible> {
+        None
     }
     #[inline]
     fn forever(self) -> bool {
@@ -179,8 +184,8 @@ pub(crate) struct Immediately;
 impl Patience for Immediately {
     type Expired = NotNow;
     #[inline]
-    fn waits(self) -> bool {
-        false
+    fn immediate(self) -> Option<NotNow> {
+        Some(NotNow)
     }
     #[inline]
     fn forever(self) -> bool {
@@ -209,8 +214,8 @@ impl Until {
 impl Patience for Until {
     type Expired = TimedOut;
     #[inline]
-    fn waits(self) -> bool {
-        true
+    fn immediate(self) -> Option<TimedOut> {
+        None
     }
     #[inline]
     fn forever(self) -> bool {
@@ -260,8 +265,8 @@ impl From<Until> for Deadline {
 impl Patience for Deadline {
     type Expired = Expiry;
     #[inline]
-    fn waits(self) -> bool {
-        !matches!(self, Deadline::Now)
+    fn immediate(self) -> Option<Expiry> {
+        matches!(self, Deadline::Now).then_some(Expiry::NotNow)
     }
     #[inline]
     fn forever(self) -> bool {
@@ -529,13 +534,11 @@ pub(crate) fn wait_for<O: Os, T, P: Patience, F>(
             return Ok(v);
         }
     }
-    if !patience.waits() {
+    if let Some(x) = patience.immediate() {
         if let Some(v) = poll(Look::IfDue)? {
             return Ok(v);
         }
-        if let Err(x) = patience.remaining() {
-            return Err(Halt::Expired(x));
-        }
+        return Err(Halt::Expired(x));
     }
     if let Some(v) = spin_phase::<O, T, F>(strategy, pace, &mut poll)? {
         return Ok(v);

@@ -60,7 +60,24 @@ impl RingTx {
         self.tail
     }
 
+    /// Pushes `value`. A full ring is corruption: every segment is in one place, so a ring
+    /// sized for all of them never fills.
     pub(crate) fn push(&mut self, ring: &RingRef<'_>, value: u32) -> Result<()> {
+        if self.try_push(ring, value)? {
+            return Ok(());
+        }
+        let cap = ring.slots.len() as u64;
+        Err(corrupt(
+            ring.region,
+            ring.name,
+            format!("a free slot: a ring of {cap} never fills when every segment is in one place"),
+            cap,
+        ))
+    }
+
+    /// Pushes `value` if the ring has room (`Ok(false)`: full); a head that makes no sense
+    /// is corruption.
+    pub(crate) fn try_push(&mut self, ring: &RingRef<'_>, value: u32) -> Result<bool> {
         let cap = ring.slots.len() as u64;
         if self.tail - self.head_cache >= cap {
             // Acquire: the peer's read of the slot we are about to overwrite happened before.
@@ -76,12 +93,7 @@ impl RingTx {
             }
             self.head_cache = head;
             if used == cap {
-                return Err(corrupt(
-                    ring.region,
-                    ring.name,
-                    format!("a free slot: a ring of {cap} never fills when every segment is in one place"),
-                    used,
-                ));
+                return Ok(false);
             }
         }
         ring.slots[(self.tail % cap) as usize].store(value as u64, Ordering::Relaxed);
@@ -91,7 +103,7 @@ impl RingTx {
         ring.tail.store(self.tail, Ordering::Release);
         #[cfg(shmflow_broken = "ring_relaxed")]
         ring.tail.store(self.tail, Ordering::Relaxed);
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -250,6 +262,7 @@ mod tests {
             tx.push(&r(&o), 3).is_err(),
             "a corrupt cursor or slot is an error"
         );
+        assert!(!tx.try_push(&r(&o), 3).unwrap(), "full, said as such");
     }
 
     #[test]

@@ -45,8 +45,7 @@ impl Consumer {
 
     /// Waits in the executor until a `try_` read would not block: a frame (or, with `prio`, a
     /// pending priority event), the end of the stream, or the producer's death. The time counts
-    /// as idle, as a thread's wait does. `watch_prio` is set only within each look, never
-    /// across an `.await`: a dropped future cannot leave it set.
+    /// as idle, as a thread's wait does.
     pub(super) async fn readable(&mut self, prio: bool) -> Result<(), RecvError> {
         let shared = self.shared.clone();
         let h = shared.header();
@@ -57,10 +56,11 @@ impl Consumer {
             );
             let pace = self.pace();
             self.park_async(self.wait, pace, |c, look| {
-                c.watch_prio = prio;
-                let r = c.poll_wait(look);
-                c.watch_prio = false;
-                r
+                Ok(if prio {
+                    c.poll_wait::<()>(look)?.map(|_| ())
+                } else {
+                    c.poll_wait::<std::convert::Infallible>(look)?.map(|_| ())
+                })
             })
             .await
         };
@@ -197,7 +197,7 @@ impl Consumer {
         loop {
             {
                 let this: *mut Consumer = self;
-                // SAFETY: as in `recv_async`.
+                // SAFETY: as in `recv_async_slow`.
                 if let Some(r) = settled(unsafe { &mut *this }.message_inner(Immediately)) {
                     return r;
                 }
@@ -276,7 +276,8 @@ impl<'a> std::future::Future for RecvAsync<'a> {
             this.consumer = Some(c);
             return std::task::Poll::Pending;
         }
-        // The fast path first, building the future's own output (almost every record).
+        // The fast path first, building the future's own output (almost every record): the
+        // same as `Consumer::recv_inner`'s, which this must follow.
         if let Some((len, ptr)) = c.fast_whole() {
             c.count_record(len as u64);
             return std::task::Poll::Ready(Ok(Some(Record::single(c, ptr, len))));

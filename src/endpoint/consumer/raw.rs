@@ -4,7 +4,7 @@
 //! part of a segment, byte for byte, so the receiver writes it into a segment of its own at
 //! the same offset.
 
-use super::Consumer;
+use super::{Consumer, UncleanEnd};
 use crate::endpoint::metrics::Waiting;
 use crate::error::RecvError;
 
@@ -64,9 +64,9 @@ impl Consumer {
                     // Detached, then nothing in the ring: the ring is read after the state,
                     // so nothing sealed before the detach can be missed.
                     if self.producer_detached() && self.data.ready(&self.shared.data_ring())? == 0 {
-                        return Ok(RawPoll::Ended(match self.producer_failed() {
-                            Some(RecvError::ProducerFailed(_)) => RawEnd::Failed,
-                            Some(_) => RawEnd::Dead,
+                        return Ok(RawPoll::Ended(match self.producer_end() {
+                            Some(UncleanEnd::Failed(_)) => RawEnd::Failed,
+                            Some(UncleanEnd::Lost(_)) => RawEnd::Dead,
                             None => RawEnd::Clean,
                         }));
                     }

@@ -11,7 +11,8 @@ use crate::error::{aborted, Halt, RecvError, RecvTimeoutError, TryRecvError};
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{Forever, Immediately, Patience, Until};
 
-use super::Got;
+use super::{Got, Waited};
+use std::convert::Infallible;
 
 /// What the slow path hands out, before it is turned into a [`Record`].
 pub(super) enum RecordKind {
@@ -161,8 +162,8 @@ impl Record<'_> {
         self.spanning
     }
 
-    /// The next part's place. Waiting for a part that is not committed yet ends at
-    /// `patience` ends and leaves the record as it was, so the call can be repeated.
+    /// The next part's place. A wait for a part that is not committed yet ends when
+    /// `patience` runs out and leaves the record as it was, so the call can be repeated.
     pub(super) fn next_part_at<P: Patience>(
         &mut self,
         patience: P,
@@ -185,11 +186,15 @@ impl Record<'_> {
         if c.span.ended {
             return Ok(None);
         }
-        let Some(f) = c.wait_frame(patience)? else {
-            // The producer detached in the middle of the record.
-            c.in_span = false;
-            c.span.ended = true;
-            return Err(aborted(&c.shared.name).into());
+        let f = match c.wait_frame::<P, Infallible>(patience)? {
+            Waited::Frame(f) => f,
+            Waited::End => {
+                // The producer detached in the middle of the record.
+                c.in_span = false;
+                c.span.ended = true;
+                return Err(aborted(&c.shared.name).into());
+            }
+            Waited::Priority(never) => match never {},
         };
         c.advance(f);
         match f.kind {

@@ -51,7 +51,7 @@ impl Producer {
 
     /// Waits until `k` segments are free (or the consumer is gone).
     async fn free_async(&mut self, k: u64) -> Result<(), SendError> {
-        let mut last_ready = u64::MAX;
+        let mut last_ready = None;
         self.wait_async(|p, look| p.poll_free(k, &mut last_ready, look))
             .await
     }
