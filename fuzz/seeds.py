@@ -26,6 +26,17 @@ def whole(payload):
     return f + b"\0" * (-len(f) % 8)
 
 
+def barrier(ckpt, emitted, timeout, payload=b""):
+    """An in-band checkpoint barrier: an EVENT frame whose kind word has the barrier tag."""
+    body = struct.pack("<QQQQ", 0x42525252 << 32, ckpt, emitted, timeout) + payload
+    f = struct.pack("<II", len(body), 0x53460006) + body
+    return f + b"\0" * (-len(f) % 8)
+
+
+def announce(ch, ckpt, emitted, timeout, payload=b""):
+    return frame(9, struct.pack("<IQQQ", ch, ckpt, emitted, timeout) + payload)
+
+
 SEAL = struct.pack("<II", 0, 0x53460007)
 FIRST = struct.pack("<II", 4096 - 8, 0x53460002) + b"\x11" * (4096 - 8)
 LAST = struct.pack("<II", 100, 0x53460004) + b"\x22" * 100 + b"\0" * 4
@@ -37,6 +48,10 @@ seeds = {
     "client-span": b"\0" + buffer(1, 2, 0, FIRST) + buffer(1, 0, 0, LAST + SEAL) +
     frame(8, struct.pack("<II", 1, 9) + b"barrier") + frame(4, struct.pack("<II", 1, 1)),
     "client-error": b"\0" + frame(7, b"") + frame(6, struct.pack("<IIH", 0, 1, 3) + b"bad"),
+    "client-barriers": b"\0" + announce(0, 5, 1000, 0, b"u") +
+    buffer(0, 0, 0, whole(b"a") + barrier(4, 900, 2**64 - 1) + whole(b"b") +
+           barrier(5, 1000, 0, b"u")) + announce(0, 6, 2000, 50_000_000) +
+    buffer(0, 0, 120, barrier(6, 2000, 50_000_000)) + frame(4, struct.pack("<II", 0, 0)),
     # Odd first byte: a server reads these as a client's requests.
     "server-request": b"\1" + request(0, 2, 4096, "a") + frame(3, struct.pack("<II", 0, 3)) +
     frame(7, b"") + frame(5, struct.pack("<I", 0)),

@@ -34,6 +34,32 @@ check() {
     echo "   caught: $(grep -m1 -F "$expected" <<<"$out" | cut -c1-150)"
 }
 
+# The gate's checkpoint alignment is single-threaded: a deterministic model (every order of a
+# few channels' records, barriers, announcements, closings and ticks) checks it instead of loom.
+check_model() {
+    local broken=$1 test=$2 expected=$3
+    echo "== shmflow_broken=\"$broken\": $test must fail with \"$expected\""
+    local out exe status=0
+    exe=$(cargo rustc -q -p shmflow --lib --profile test --target-dir target/model-broken \
+        --message-format=json -- --cfg "shmflow_broken=\"$broken\"" |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+    if [[ -z "$exe" ]]; then
+        echo "FAILED: the library did not build with shmflow_broken=\"$broken\""
+        exit 1
+    fi
+    out=$("$exe" --exact "endpoint::gate::align::tests::$test" 2>&1) || status=$?
+    if [[ $status -eq 0 ]]; then
+        echo "FAILED: the model passed; it did not catch shmflow_broken=\"$broken\""
+        exit 1
+    fi
+    if ! grep -qF "$expected" <<<"$out"; then
+        echo "$out" | tail -20
+        echo "FAILED: $test failed, but not with \"$expected\""
+        exit 1
+    fi
+    echo "   caught: $(grep -m1 -F "$expected" <<<"$out" | cut -c1-150)"
+}
+
 check commit_relaxed consumer_never_reads_uncommitted_bytes "Causality violation"
 check no_recheck consumer_waiting_for_data_always_wakes "deadlock;"
 check no_recheck producer_waiting_for_a_segment_always_wakes "deadlock;"
@@ -45,4 +71,6 @@ check async_no_recheck async_waiter_through_the_bridge_always_wakes "deadlock;"
 check bridge_late_nudge async_waiter_through_the_bridge_always_wakes "deadlock;"
 check doorbell_unrung async_waiter_on_the_doorbell_always_wakes "deadlock;"
 check async_no_recheck async_waiter_on_the_doorbell_always_wakes "deadlock;"
-echo "all 11 broken variants were caught"
+check_model align_silent_cancel mixed_modes_and_a_newer_barrier_cancel_cleanly "vanished"
+check_model align_keep_holding unaligned_barriers_hand_back_what_they_overtook_exactly_once "released twice"
+echo "all 13 broken variants were caught"

@@ -134,8 +134,8 @@ mod sys;
 #[cfg(not(shmflow_loom))]
 pub use endpoint::builder::{ConsumerBuilder, GateBuilder, ProducerBuilder};
 pub use endpoint::consumer::{Consumer, Message, Record, DEFAULT_MAX_RECORD_LEN};
-pub use endpoint::event::{Event, MAX_EVENT_PAYLOAD};
-pub use endpoint::gate::{Gate, GateMessage};
+pub use endpoint::event::{Alignment, Barrier, Event, MAX_BARRIER_PAYLOAD, MAX_EVENT_PAYLOAD};
+pub use endpoint::gate::{Gate, GateMessage, Released};
 pub use endpoint::partition::{KeyFn, Partition, Partitioner};
 pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};
 #[cfg(feature = "tokio")]

@@ -406,7 +406,7 @@ fn one_child_takes_two_channels_of_a_gate() {
                 next[channel] += 1;
             }
             shmflow::GateMessage::EndOfPartition { channel } => ended[channel] = true,
-            other => panic!("unexpected message on channel {}", other.channel()),
+            other => panic!("unexpected message on channel {:?}", other.channel()),
         }
     }
     assert_eq!(next, [N, 2 * N]);

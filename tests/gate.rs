@@ -63,7 +63,7 @@ fn records_from_every_channel_arrive_in_order_per_channel_then_end() {
                 assert!(!ended[channel]);
                 ended[channel] = true;
             }
-            other => panic!("unexpected message on channel {}", other.channel()),
+            other => panic!("unexpected message on channel {:?}", other.channel()),
         }
     }
     assert_eq!(ended, [true; 3]);

@@ -60,7 +60,10 @@ fn write(p: &mut Producer, seed: u8) {
         let _ = match i % 4 {
             0 => p.try_send(&rec).is_ok(),
             1 => p.flush().is_ok(),
-            2 => p.try_send_event(7, &[seed; 9]).is_ok(),
+            2 if seed % 2 == 0 => p.try_send_event(7, &[seed; 9]).is_ok(),
+            2 => p
+                .try_send_barrier(u64::from(seed), shmflow::Alignment::Aligned, &[seed; 2])
+                .is_ok(),
             _ => p.try_send_priority_event(8, &[seed; 3]).is_ok(),
         };
     }
@@ -88,6 +91,10 @@ fuzz_target!(|data: &[u8]| {
     let _ = prods[0].try_send(&[9; 3000]); // out of exclusive segments: asks for a loan
     prods[1].send_event(1, b"in order").unwrap();
     prods[1].send_priority_event(2, b"overtakes").unwrap();
+    // A checkpoint in progress: announced and in place on channel 1, not yet on the others.
+    prods[1]
+        .send_barrier(1, shmflow::Alignment::Unaligned, b"ckpt")
+        .unwrap();
     prods[1].flush().unwrap();
     drop(prods.pop());
     for _ in 0..3 {

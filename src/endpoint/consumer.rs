@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use crate::endpoint::event::Event;
+use crate::endpoint::event::{Alignment, Barrier, Event};
 use crate::endpoint::metrics::Waiting;
 #[cfg(not(shmflow_loom))]
 use crate::error::RegionKind;
@@ -25,6 +25,7 @@ use crate::error::{
 };
 #[cfg(not(shmflow_loom))]
 use crate::protocol::abi::Geometry;
+use crate::protocol::barrier;
 use crate::protocol::counters::Local;
 use crate::protocol::ends::EndState;
 use crate::protocol::frame::{self, HEADER};
@@ -753,7 +754,9 @@ impl Consumer {
     }
 
     /// Reads the next priority event into `prio_buf`: `(kind, len)`.
-    fn pop_priority(&mut self) -> Result<Option<(u32, usize)>, Box<CorruptError>> {
+    fn pop_priority(
+        &mut self,
+    ) -> Result<Option<(crate::protocol::lane::Entry, usize)>, Box<CorruptError>> {
         let h = self.shared.header();
         let got = crate::protocol::lane::lane_pop(
             h,
@@ -767,6 +770,28 @@ impl Consumer {
             park::notify::<Host>(&h.producer_park, self.shared.producer_bell());
         }
         Ok(got)
+    }
+
+    /// A barrier's body (past the kind word), checked.
+    fn barrier<'b>(
+        &self,
+        body: &'b [u8],
+        priority: bool,
+    ) -> Result<Barrier<'b>, Box<CorruptError>> {
+        match barrier::Head::decode(body) {
+            Some((h, payload)) => Ok(Barrier {
+                id: h.id,
+                emitted_ns: h.emitted_ns,
+                alignment: Alignment::from_wire(h.timeout_ns),
+                payload,
+                priority,
+            }),
+            None => Err(self.corrupt(
+                "barrier length",
+                format!("at least {} bytes", barrier::HEAD),
+                body.len() as u64,
+            )),
+        }
     }
 
     #[inline]
@@ -783,15 +808,35 @@ impl Consumer {
             Next::Record(kind) => Some(Message::Record(Record::new(self, kind))),
             Next::Event { at, len, .. } => {
                 let bytes = self.view(at, len);
-                Some(Message::Event(Event {
-                    kind: u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")),
-                    payload: &bytes[8..],
-                    priority: false,
-                }))
+                let word = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+                match barrier::kind_word(word) {
+                    barrier::KindWord::Event(kind) => Some(Message::Event(Event {
+                        kind,
+                        payload: &bytes[8..],
+                        priority: false,
+                    })),
+                    barrier::KindWord::Barrier => {
+                        Some(Message::Barrier(self.barrier(&bytes[8..], false)?))
+                    }
+                    barrier::KindWord::Bad => {
+                        return Err(self
+                            .corrupt(
+                                "event kind word",
+                                "a kind in the low half and 0 (an event) or the barrier tag \
+                                 in the high half"
+                                    .into(),
+                                word,
+                            )
+                            .into())
+                    }
+                }
             }
             Next::Priority(()) => match self.pop_priority()? {
-                Some((kind, len)) => Some(Message::Event(Event {
-                    kind,
+                Some((e, len)) if e.barrier => {
+                    Some(Message::Barrier(self.barrier(&self.prio_buf[..len], true)?))
+                }
+                Some((e, len)) => Some(Message::Event(Event {
+                    kind: e.kind,
                     payload: &self.prio_buf[..len],
                     priority: true,
                 })),

@@ -14,13 +14,19 @@
 //! delivered) or [`GateMessage::ChannelDead`] (its producer died; everything it committed was
 //! delivered first, and its floating segments went back to the pool). After every channel has
 //! ended, `recv` returns `Ok(None)`.
+//!
+//! Checkpoint barriers ([`Producer::send_barrier`](crate::Producer::send_barrier)) are
+//! aligned across the channels and handed out once per checkpoint
+//! ([`GateMessage::Barrier`]); the rules — holding, the switch to unaligned, the in-flight
+//! records handed back ([`GateMessage::InFlight`]), cancellation by a newer id, channels that
+//! close during an alignment, ids that go backwards — are on [`GateMessage::Barrier`].
 
 use std::time::Duration;
 
 use crate::endpoint::consumer::Message;
 use crate::endpoint::consumer::Record;
 use crate::endpoint::consumer::{Consumer, Ready, UncleanEnd};
-use crate::endpoint::event::Event;
+use crate::endpoint::event::{Barrier, Event};
 use crate::endpoint::gate_stats::{self as stats, GateSnapshot};
 use crate::endpoint::metrics::Waiting;
 use std::convert::Infallible;
@@ -74,17 +80,75 @@ pub enum GateMessage<'a> {
         /// What died, naming the pid.
         error: Box<crate::error::PeerDeadError>,
     },
+    /// Checkpoint barrier `id` is released: take the checkpoint now. Every record handed out
+    /// before belongs before it. `Released::Aligned`: every open channel's barrier had
+    /// arrived, and what follows belongs after it. `Released::Unaligned`: it was released
+    /// early (an unaligned barrier, or an aligned one whose alignment timeout passed); the
+    /// records still queued in front of the barrier on the channels where it had not arrived
+    /// follow as [`GateMessage::InFlight`] (to process, and to persist with the checkpoint),
+    /// then [`GateMessage::InFlightEnd`].
+    ///
+    /// The rules where a choice is left: a channel whose barrier has arrived is held (its
+    /// records and in-band barriers are not read; its priority events and announcements are,
+    /// since they overtake its data); a channel that ends, fails or dies during the alignment
+    /// no longer counts; a barrier with a newer id cancels the checkpoint in progress
+    /// ([`GateMessage::BarrierCancelled`]), and an older barrier arriving later is ignored; an
+    /// id at or below a channel's last is that channel's protocol error
+    /// ([`RecvError::Corrupt`], and the channel is closed); an aligned barrier sent with an
+    /// alignment timeout switches once that time has passed since it was sent (the emitter's
+    /// clock), counted from its announcement, which overtakes the queued records.
+    Barrier {
+        /// The checkpoint id.
+        id: u64,
+        /// How it was released.
+        released: Released,
+        /// The emitter's monotonic clock when it sent the barrier (the first barrier or
+        /// announcement of this id the gate saw).
+        emitted_ns: u64,
+        /// Nanoseconds from the first barrier (or announcement) of this id the gate saw to its
+        /// release: the alignment time (Flink's `checkpointAlignmentTime`).
+        alignment_ns: u64,
+        /// The payload of the first barrier of this id the gate saw.
+        payload: &'a [u8],
+    },
+    /// Checkpoint `id` was abandoned for a newer one before it was complete (before its
+    /// release, or before its in-flight records were all handed out).
+    BarrierCancelled {
+        /// The abandoned checkpoint.
+        id: u64,
+    },
+    /// A record from `channel` that an unaligned barrier overtook: process it as any record,
+    /// and persist it as part of `checkpoint`'s in-flight data (handed out once, in order).
+    InFlight {
+        /// The channel it came through.
+        channel: usize,
+        /// The checkpoint whose in-flight data it is.
+        checkpoint: u64,
+        /// The record, in place.
+        record: Record<'a>,
+    },
+    /// Every in-flight record of checkpoint `id` has been handed out: the checkpoint is
+    /// complete.
+    InFlightEnd {
+        /// The checkpoint.
+        id: u64,
+    },
 }
 
 impl GateMessage<'_> {
-    /// The channel the message is about.
-    pub fn channel(&self) -> usize {
+    /// The channel the message is about (`None` for a checkpoint's messages, which are about
+    /// every channel).
+    pub fn channel(&self) -> Option<usize> {
         match self {
             GateMessage::Record { channel, .. }
             | GateMessage::Event { channel, .. }
             | GateMessage::EndOfPartition { channel }
             | GateMessage::ChannelFailed { channel, .. }
-            | GateMessage::ChannelDead { channel, .. } => *channel,
+            | GateMessage::ChannelDead { channel, .. }
+            | GateMessage::InFlight { channel, .. } => Some(*channel),
+            GateMessage::Barrier { .. }
+            | GateMessage::BarrierCancelled { .. }
+            | GateMessage::InFlightEnd { .. } => None,
         }
     }
 }
@@ -111,6 +175,16 @@ enum Pick {
     Dead(usize, Lost),
     Failed(usize, RecvError),
     AllDone,
+    /// An alignment's timeout passed: switch it.
+    Switch,
+}
+
+/// What one delivery gave: a message, the end of every channel, or nothing to hand out
+/// (a barrier the gate took in): look again.
+enum Delivered<'a> {
+    Message(GateMessage<'a>),
+    AllDone,
+    Again,
 }
 
 /// The reading end of a gate. Single-threaded (`Send`, not `Sync`).
@@ -131,10 +205,89 @@ pub struct Gate {
     /// Async calls since the last look at the executor's budget.
     #[cfg(any(feature = "tokio", shmflow_loom))]
     coop: u8,
+    /// Checkpoint alignment.
+    cp: Checkpoints,
 }
 
+/// The gate's checkpoint state: the alignment, what it said that the caller has not been told
+/// yet, and what a release reports.
+struct Checkpoints {
+    align: align::Aligner,
+    /// Oldest first.
+    steps: std::collections::VecDeque<align::Step>,
+    scratch: Vec<align::Step>,
+    /// The payload of the newest checkpoint seen (its id), for its release.
+    payload: (u64, Vec<u8>),
+    /// The checkpoint last in progress: id, when the gate first saw it, when it was sent.
+    last: Option<(u64, u64, u64)>,
+}
+
+impl Checkpoints {
+    fn new(channels: usize) -> Checkpoints {
+        Checkpoints {
+            align: align::Aligner::new(channels),
+            steps: std::collections::VecDeque::new(),
+            scratch: Vec::new(),
+            payload: (0, Vec::new()),
+            last: None,
+        }
+    }
+
+    /// Runs one input through the alignment and queues what it says.
+    fn input(&mut self, f: impl FnOnce(&mut align::Aligner, u64, &mut Vec<align::Step>)) {
+        let mut out = std::mem::take(&mut self.scratch);
+        f(&mut self.align, monotonic_ns(), &mut out);
+        if let Some(cur) = self.align.current() {
+            self.last = Some(cur);
+        }
+        self.steps.extend(out.drain(..));
+        self.scratch = out;
+    }
+
+    /// Channel `c`'s barrier (in band) or announcement (`b.priority`).
+    fn barrier(&mut self, c: usize, b: &Barrier<'_>) {
+        if b.id > self.payload.0 {
+            self.payload.0 = b.id;
+            self.payload.1.clear();
+            self.payload.1.extend_from_slice(b.payload);
+        }
+        let seen = align::Seen {
+            id: b.id,
+            emitted_ns: b.emitted_ns,
+            alignment: b.alignment,
+        };
+        if b.priority {
+            self.input(|al, now, out| al.announcement(c, seen, now, out));
+        } else {
+            self.input(|al, now, out| al.barrier(c, seen, now, out));
+        }
+    }
+
+    /// Channel `c` ended, failed or died.
+    fn closed(&mut self, c: usize) {
+        self.input(|al, now, out| al.closed(c, now, out));
+    }
+
+    /// Lets the alignment see the clock: a timeout that passed switches it.
+    fn tick(&mut self) {
+        if self.align.switch_at_ns().is_some() {
+            self.input(|al, now, out| al.tick(now, out));
+        }
+    }
+
+    /// When the gate first saw checkpoint `id`, and when it was sent.
+    fn times(&self, id: u64) -> (u64, u64) {
+        match self.last {
+            Some((i, started, emitted)) if i == id => (started, emitted),
+            _ => (monotonic_ns(), 0),
+        }
+    }
+}
+
+mod align;
 #[cfg(any(feature = "tokio", shmflow_loom))]
 mod asynch;
+pub use align::Released;
 
 impl Gate {
     /// Creates a named gate (`/name`, mode 0600, fails if it exists) and attaches as its
@@ -201,7 +354,7 @@ impl Gate {
     /// }
     /// drop(handles);
     /// while let Some(m) = gate.recv()? {
-    ///     println!("channel {}", m.channel());
+    ///     println!("channel {:?}", m.channel());
     /// }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -228,6 +381,7 @@ impl Gate {
         let shared = chans[0].clone();
         let geometry = shared.gate.as_ref().expect("gate channels").geometry;
         let pool = pool::Pool::new(geometry.floating_range());
+        let n_channels = chans.len();
         let mut consumers = Vec::with_capacity(chans.len());
         for (c, s) in chans.into_iter().enumerate() {
             let lending = pool::Lending::new(geometry.exclusive_range(c as u32));
@@ -261,6 +415,7 @@ impl Gate {
             last_check_ns: 0,
             #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,
+            cp: Checkpoints::new(n_channels),
         })
     }
 
@@ -372,6 +527,14 @@ impl Gate {
                 continue;
             }
             all_done = false;
+            if !self.cp.align.readable(c) {
+                // Held by an alignment: its priority lane only (priority events and
+                // announcements overtake the data it holds).
+                if self.chans[c].prio_waiting() {
+                    return Some(Pick::Read(c));
+                }
+                continue;
+            }
             match self.chans[c].ready() {
                 Ok(Ready::Message) => {
                     if c != self.rr {
@@ -419,6 +582,27 @@ impl Gate {
     /// What to deliver next, waiting as `patience` allows (a scan fails no call: a channel's
     /// failure is its pick).
     fn decide<P: Patience>(&mut self, patience: P) -> Result<Pick, P::Expired> {
+        match self.switch_instant() {
+            Some(at) => match self.decide_until(park::Sooner {
+                inner: patience,
+                at,
+            }) {
+                Ok(p) => Ok(p),
+                Err(None) => Ok(Pick::Switch),
+                Err(Some(x)) => Err(x),
+            },
+            None => self.decide_until(patience),
+        }
+    }
+
+    /// When the alignment in progress switches to unaligned, as an instant, if it can.
+    fn switch_instant(&self) -> Option<std::time::Instant> {
+        let at = self.cp.align.switch_at_ns()?;
+        let now = monotonic_ns();
+        Some(std::time::Instant::now() + Duration::from_nanos(at.saturating_sub(now)))
+    }
+
+    fn decide_until<P: Patience>(&mut self, patience: P) -> Result<Pick, P::Expired> {
         self.lend();
         self.scans = self.scans.wrapping_add(1);
         if self.scans % 1024 == 0
@@ -470,8 +654,64 @@ impl Gate {
         patience: P,
     ) -> Result<Option<GateMessage<'_>>, Halt<P::Expired, RecvError>> {
         self.retire_finished();
-        let pick = self.decide(patience).map_err(Halt::Expired)?;
-        Ok(self.deliver(pick)?)
+        loop {
+            if let Some(step) = self.cp.steps.pop_front() {
+                return Ok(Some(self.step_message(step)?));
+            }
+            self.cp.tick();
+            if !self.cp.steps.is_empty() {
+                continue;
+            }
+            let pick = self.decide(patience).map_err(Halt::Expired)?;
+            let this: *mut Gate = self;
+            // SAFETY: `this` is `self`, reborrowed for one call. The borrow ends with the
+            // call on every path but the `return`, which returns it for the lifetime of
+            // `self`; the compiler cannot see that the `Again` path holds no borrow (a known
+            // limit of its borrow checker), so it is reborrowed through a pointer.
+            match unsafe { &mut *this }.deliver(pick)? {
+                Delivered::Message(m) => return Ok(Some(m)),
+                Delivered::AllDone => return Ok(None),
+                Delivered::Again => {}
+            }
+        }
+    }
+
+    /// The message for what the alignment said.
+    fn step_message(&mut self, step: align::Step) -> Result<GateMessage<'_>, RecvError> {
+        Ok(match step {
+            align::Step::Release { id, how } => {
+                let (started_ns, emitted_ns) = self.cp.times(id);
+                let payload: &[u8] = if self.cp.payload.0 == id {
+                    &self.cp.payload.1
+                } else {
+                    &[]
+                };
+                GateMessage::Barrier {
+                    id,
+                    released: how,
+                    emitted_ns,
+                    alignment_ns: monotonic_ns().saturating_sub(started_ns),
+                    payload,
+                }
+            }
+            align::Step::Cancelled { id } => GateMessage::BarrierCancelled { id },
+            align::Step::InFlightEnd { id } => GateMessage::InFlightEnd { id },
+            align::Step::Backwards {
+                channel,
+                found,
+                least,
+            } => {
+                self.state[channel] = State::Failed;
+                self.cp.closed(channel);
+                return Err(corrupt(
+                    &self.shared.name,
+                    "checkpoint barrier id",
+                    format!("channel {channel}: an id of at least {least} (ids only grow)"),
+                    found,
+                )
+                .into());
+            }
+        })
     }
 
     /// Channels that ended or failed on the last call are closed now (the message borrowed
@@ -487,14 +727,19 @@ impl Gate {
     }
 
     /// The message of what the scan picked.
-    fn deliver(&mut self, pick: Pick) -> Result<Option<GateMessage<'_>>, RecvError> {
+    fn deliver(&mut self, pick: Pick) -> Result<Delivered<'_>, RecvError> {
         let c = match pick {
-            Pick::AllDone => return Ok(None),
+            Pick::AllDone => return Ok(Delivered::AllDone),
+            Pick::Switch => {
+                self.cp.tick();
+                return Ok(Delivered::Again);
+            }
             Pick::Ended(c) => {
                 // The producer detached: it will never use the floating segments it holds.
                 let failed = self.chans[c].producer_end();
                 self.retire(c, true);
-                return Ok(Some(match failed {
+                self.cp.closed(c);
+                return Ok(Delivered::Message(match failed {
                     Some(UncleanEnd::Failed(error)) => {
                         GateMessage::ChannelFailed { channel: c, error }
                     }
@@ -504,6 +749,7 @@ impl Gate {
                 }));
             }
             Pick::Dead(c, error) => {
+                self.cp.closed(c);
                 let error = match error {
                     Lost::PeerDead(e) => e,
                     // A failed liveness look (a syscall error): the producer may be alive.
@@ -514,53 +760,72 @@ impl Gate {
                 };
                 // Dead: it will never write the floating segments it holds again.
                 self.retire(c, true);
-                return Ok(Some(GateMessage::ChannelDead { channel: c, error }));
+                return Ok(Delivered::Message(GateMessage::ChannelDead {
+                    channel: c,
+                    error,
+                }));
             }
             Pick::Failed(c, e) => {
                 // A channel that broke the protocol is closed; the others go on.
                 self.state[c] = State::Failed;
+                self.cp.closed(c);
                 return Err(e);
             }
             Pick::Read(c) => c,
         };
         self.burst += 1;
         // `ready` said a message (or an error) is there, so this does not block.
-        match self.chans[c].message_now() {
-            Ok(Some(Message::Record(record))) => {
-                Ok(Some(GateMessage::Record { channel: c, record }))
+        // (Only fields other than `chans` are touched while a message borrows a channel.)
+        let m = match self.chans[c].message_now() {
+            Ok(Some(Message::Record(record))) => match self.cp.align.in_flight(c) {
+                Some(checkpoint) => GateMessage::InFlight {
+                    channel: c,
+                    checkpoint,
+                    record,
+                },
+                None => GateMessage::Record { channel: c, record },
+            },
+            Ok(Some(Message::Event(event))) => GateMessage::Event { channel: c, event },
+            Ok(Some(Message::Barrier(b))) => {
+                self.cp.barrier(c, &b);
+                return Ok(Delivered::Again);
             }
-            Ok(Some(Message::Event(event))) => Ok(Some(GateMessage::Event { channel: c, event })),
             Ok(None) => {
                 // Reclaimed at the next call (the borrow of the channel lives until here).
                 self.state[c] = State::Ended;
-                Ok(Some(GateMessage::EndOfPartition { channel: c }))
+                self.cp.closed(c);
+                GateMessage::EndOfPartition { channel: c }
             }
             // The producer ended the stream as failed (dropped while panicking).
             Err(Halt::Failed(RecvError::ProducerFailed(error))) => {
                 self.state[c] = State::Ended;
-                Ok(Some(GateMessage::ChannelFailed { channel: c, error }))
+                self.cp.closed(c);
+                GateMessage::ChannelFailed { channel: c, error }
             }
             // `ready` saw a committed frame (or a priority event); only a producer rewriting
             // what it committed makes it vanish: the header (or the lane's tail) reads as
             // nothing now.
             Err(Halt::Expired(_)) => {
                 self.state[c] = State::Failed;
-                Err(corrupt(
+                self.cp.closed(c);
+                return Err(corrupt(
                     &self.shared.name,
                     "frame header or priority lane tail",
                     format!("what channel {c} had committed to stay committed"),
                     0,
                 )
-                .into())
+                .into());
             }
             // Over the reader's limit: the record is skipped, as on a plain channel, and the
             // channel goes on.
-            Err(Halt::Failed(e @ RecvError::RecordTooLarge(_))) => Err(e),
+            Err(Halt::Failed(e @ RecvError::RecordTooLarge(_))) => return Err(e),
             Err(Halt::Failed(e)) => {
                 self.state[c] = State::Failed;
-                Err(e)
+                self.cp.closed(c);
+                return Err(e);
             }
-        }
+        };
+        Ok(Delivered::Message(m))
     }
 
     /// Closes channel `c` for good. `reclaim`: its producer is gone (detached or dead), so its
@@ -696,6 +961,36 @@ impl std::fmt::Debug for GateMessage<'_> {
                 .field("channel", channel)
                 .field("error", error)
                 .finish(),
+            GateMessage::Barrier {
+                id,
+                released,
+                emitted_ns,
+                alignment_ns,
+                payload,
+            } => f
+                .debug_struct("Barrier")
+                .field("id", id)
+                .field("released", released)
+                .field("emitted_ns", emitted_ns)
+                .field("alignment_ns", alignment_ns)
+                .field("payload", payload)
+                .finish(),
+            GateMessage::BarrierCancelled { id } => {
+                f.debug_struct("BarrierCancelled").field("id", id).finish()
+            }
+            GateMessage::InFlight {
+                channel,
+                checkpoint,
+                record,
+            } => f
+                .debug_struct("InFlight")
+                .field("channel", channel)
+                .field("checkpoint", checkpoint)
+                .field("record", record)
+                .finish(),
+            GateMessage::InFlightEnd { id } => {
+                f.debug_struct("InFlightEnd").field("id", id).finish()
+            }
         }
     }
 }

@@ -278,6 +278,24 @@ impl Partition {
             .try_for_each(|p| p.send_event(kind, payload))
     }
 
+    /// Sends checkpoint barrier `id` to every channel (as
+    /// [`Producer::send_barrier`]), each after the records already sent to it: every
+    /// downstream gate aligns on it.
+    ///
+    /// # Errors
+    /// As [`Producer::send_barrier`], from the first channel that fails (the channels before
+    /// it have the barrier).
+    pub fn send_barrier(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.send_barrier(id, alignment, payload))
+    }
+
     /// Sends a priority event to every channel (see [`Producer::send_priority_event`]).
     ///
     /// # Errors

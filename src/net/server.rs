@@ -449,6 +449,19 @@ impl From<RecvError> for Fail {
     }
 }
 
+/// The message that forwards a lane entry: a priority event, or a barrier's announcement.
+fn lane_message(channel: u32, entry: crate::protocol::lane::Entry, payload: bytes::Bytes) -> Msg {
+    if entry.barrier {
+        Msg::Announce { channel, payload }
+    } else {
+        Msg::Priority {
+            channel,
+            kind: entry.kind,
+            payload,
+        }
+    }
+}
+
 /// What a sending channel publishes for `shmflow stat`.
 #[derive(Default)]
 struct Figures {
@@ -497,13 +510,8 @@ async fn forward(
         if ctl.cancelled.load(Ordering::Acquire) {
             return Ok(Ended::ConsumerLeft);
         }
-        if let Some((kind, payload)) = c.raw_priority()? {
-            w.send(&Msg::Priority {
-                channel: id,
-                kind,
-                payload,
-            })
-            .await?;
+        if let Some((entry, payload)) = c.raw_priority()? {
+            w.send(&lane_message(id, entry, payload)).await?;
             continue;
         }
         let credit = ctl.unspent.load(Ordering::Acquire);
@@ -559,13 +567,8 @@ async fn forward(
             RawPoll::Ended(how) => {
                 // A priority event sent just before the end is visible now (the state's
                 // Acquire): it goes before the Close.
-                while let Some((kind, payload)) = c.raw_priority()? {
-                    w.send(&Msg::Priority {
-                        channel: id,
-                        kind,
-                        payload,
-                    })
-                    .await?;
+                while let Some((entry, payload)) = c.raw_priority()? {
+                    w.send(&lane_message(id, entry, payload)).await?;
                 }
                 let (how, ended) = match how {
                     RawEnd::Clean => (Closed::Clean, Ended::Clean),

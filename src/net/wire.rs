@@ -20,6 +20,7 @@
 //! | 6 | `Error` | both | channel u32 (`CONNECTION` for all), code u32, len u16, message |
 //! | 7 | `Heartbeat` | both | empty |
 //! | 8 | `Priority` | sender → receiver | channel u32, kind u32, payload (≤ 248 bytes) |
+//! | 9 | `Announce` | sender → receiver | channel u32, a barrier's announcement: id u64, sent u64, timeout u64, payload (24 to 248 bytes in all) |
 //!
 //! A `Buffer` carries published frames of one segment, byte for byte as they lie in the
 //! sender's segment, to be written at `offset` of a segment of the receiver's: `offset` 0
@@ -53,6 +54,7 @@ const K_CANCEL: u8 = 5;
 const K_ERROR: u8 = 6;
 const K_HEARTBEAT: u8 = 7;
 const K_PRIORITY: u8 = 8;
+const K_ANNOUNCE: u8 = 9;
 
 /// How a sender's stream ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +138,12 @@ pub(crate) enum Msg {
         kind: u32,
         payload: Bytes,
     },
+    /// A checkpoint barrier's announcement from the sender's priority lane (its body, as
+    /// `protocol::barrier` lays it out).
+    Announce {
+        channel: u32,
+        payload: Bytes,
+    },
 }
 
 fn put_prefix(dst: &mut BytesMut, kind: u8, body: usize) {
@@ -171,7 +179,8 @@ impl Msg {
             | Msg::Close { channel, .. }
             | Msg::Cancel { channel }
             | Msg::Error { channel, .. }
-            | Msg::Priority { channel, .. } => *channel,
+            | Msg::Priority { channel, .. }
+            | Msg::Announce { channel, .. } => *channel,
             Msg::Heartbeat => CONNECTION,
         }
     }
@@ -187,6 +196,7 @@ impl Msg {
             Msg::Error { .. } => "Error",
             Msg::Heartbeat => "Heartbeat",
             Msg::Priority { .. } => "Priority",
+            Msg::Announce { .. } => "Announce",
         }
     }
 
@@ -267,6 +277,11 @@ impl Msg {
                 put_prefix(dst, K_PRIORITY, 8 + payload.len());
                 dst.put_u32_le(*channel);
                 dst.put_u32_le(*kind);
+                dst.put_slice(payload);
+            }
+            Msg::Announce { channel, payload } => {
+                put_prefix(dst, K_ANNOUNCE, 4 + payload.len());
+                dst.put_u32_le(*channel);
                 dst.put_slice(payload);
             }
         }
@@ -470,6 +485,24 @@ impl Codec {
                     payload: b,
                 }
             }
+            K_ANNOUNCE => {
+                need(&b, 4, "Announce")?;
+                let channel = b.get_u32_le();
+                if b.len() < crate::protocol::barrier::HEAD || b.len() > PRIO_PAYLOAD {
+                    return Err(ProtocolError::Malformed {
+                        what: "Announce",
+                        detail: format!(
+                            "a barrier of {} bytes, from {} to {PRIO_PAYLOAD}",
+                            b.len(),
+                            crate::protocol::barrier::HEAD
+                        ),
+                    });
+                }
+                Msg::Announce {
+                    channel,
+                    payload: b,
+                }
+            }
             other => return Err(ProtocolError::Kind { found: other }),
         };
         Ok(Some(msg))
@@ -600,6 +633,10 @@ mod tests {
             channel: 2,
             kind: 11,
             payload: Bytes::from_static(b"barrier"),
+        });
+        round_trip(Msg::Announce {
+            channel: 3,
+            payload: Bytes::from(vec![7u8; 30]),
         });
     }
 

@@ -6,6 +6,24 @@ use crate::error::{corrupt, CorruptError};
 /// What a broken cursor or slot is.
 type Result<T> = std::result::Result<T, Box<CorruptError>>;
 use crate::protocol::abi::{Header, PRIO_PAYLOAD, PRIO_SLOTS};
+use crate::protocol::barrier::{HEAD, LANE_FLAG};
+
+/// What a lane slot holds besides its payload: a priority event of `kind`, or (`barrier`) a
+/// barrier's announcement (kind 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub(crate) kind: u32,
+    pub(crate) barrier: bool,
+}
+
+impl Entry {
+    pub(crate) fn event(kind: u32) -> Entry {
+        Entry {
+            kind,
+            barrier: false,
+        }
+    }
+}
 use crate::sync::Ordering;
 
 /// Producer side of the lane: writes slot `tail` if there is room (`Ok(false)` if the lane is
@@ -14,7 +32,7 @@ use crate::sync::Ordering;
 pub(crate) fn lane_push(
     h: &Header,
     tail: u64,
-    kind: u32,
+    entry: Entry,
     payload: &[u8],
     region: &str,
 ) -> Result<bool> {
@@ -46,8 +64,9 @@ pub(crate) fn lane_push(
             break;
         }
     }
+    let flag = if entry.barrier { LANE_FLAG } else { 0 };
     slot.kind_len.store(
-        ((kind as u64) << 32) | payload.len() as u64,
+        ((entry.kind as u64) << 32) | flag | payload.len() as u64,
         Ordering::Relaxed,
     );
     // Release: the slot's words are visible to whoever loads the tail with Acquire.
@@ -65,7 +84,6 @@ pub(crate) fn lane_pending(h: &Header, head: u64) -> bool {
 /// Producer side: true if the lane has room at `tail` (the producer's own cursor), without
 /// checking the consumer's head (a head that makes no sense is left for [`lane_push`] to
 /// report). Acquire: as in `lane_push`.
-#[cfg_attr(not(any(feature = "tokio", shmflow_loom)), allow(dead_code))]
 pub(crate) fn lane_has_room(h: &Header, tail: u64) -> bool {
     tail.wrapping_sub(h.cons.prio_head.load(Ordering::Acquire)) != PRIO_SLOTS as u64
 }
@@ -88,7 +106,7 @@ pub(crate) fn lane_pop(
     head: u64,
     buf: &mut [u8; PRIO_PAYLOAD],
     region: &str,
-) -> Result<Option<(u32, usize)>> {
+) -> Result<Option<(Entry, usize)>> {
     // Acquire: pairs with the producer's Release of the tail.
     let tail = h.prio_tail.load(Ordering::Acquire);
     if tail == head {
@@ -104,13 +122,17 @@ pub(crate) fn lane_pop(
     }
     let slot = &h.prio[(head % PRIO_SLOTS as u64) as usize];
     let kl = slot.kind_len.load(Ordering::Relaxed);
-    let (kind, len) = ((kl >> 32) as u32, (kl & 0xffff_ffff) as usize);
-    if len > PRIO_PAYLOAD {
+    let barrier = kl & LANE_FLAG != 0;
+    let (kind, len) = ((kl >> 32) as u32, (kl & 0xffff_ffff & !LANE_FLAG) as usize);
+    if len > PRIO_PAYLOAD || (barrier && (kind != 0 || len < HEAD)) {
         return Err(corrupt(
             region,
             "priority event length",
-            format!("at most {PRIO_PAYLOAD}"),
-            len as u64,
+            format!(
+                "at most {PRIO_PAYLOAD} (at least {HEAD} and kind 0 for a barrier's \
+                 announcement)"
+            ),
+            kl & 0xffff_ffff,
         ));
     }
     for (i, w) in slot.words.iter().enumerate().take(len.div_ceil(8)) {
@@ -120,7 +142,7 @@ pub(crate) fn lane_pop(
     }
     // Release: our reads of the slot happen before the producer reuses it.
     h.cons.prio_head.store(head + 1, Ordering::Release);
-    Ok(Some((kind, len)))
+    Ok(Some((Entry { kind, barrier }, len)))
 }
 
 #[cfg(all(test, not(shmflow_loom)))]
@@ -141,23 +163,39 @@ mod tests {
         let slots = PRIO_SLOTS as u64;
         for t in 0..slots {
             let payload = vec![t as u8; t as usize * 5];
-            assert!(lane_push(&h, t, 100 + t as u32, &payload, "t").unwrap());
+            assert!(lane_push(&h, t, Entry::event(100 + t as u32), &payload, "t").unwrap());
         }
-        assert!(!lane_push(&h, slots, 9, b"", "t").unwrap(), "full");
+        assert!(
+            !lane_push(&h, slots, Entry::event(9), b"", "t").unwrap(),
+            "full"
+        );
         for head in 0..slots {
-            let (kind, len) = lane_pop(&h, head, &mut buf, "t").unwrap().unwrap();
-            assert_eq!((kind, len), (100 + head as u32, head as usize * 5));
+            let (e, len) = lane_pop(&h, head, &mut buf, "t").unwrap().unwrap();
+            assert_eq!(
+                (e, len),
+                (Entry::event(100 + head as u32), head as usize * 5)
+            );
             assert!(buf[..len].iter().all(|&b| b == head as u8));
         }
         assert_eq!(lane_pop(&h, slots, &mut buf, "t").unwrap(), None, "empty");
         // Room again after the pops, in the reused slots; a payload of the largest size.
         let big = [0xEE; PRIO_PAYLOAD];
-        assert!(lane_push(&h, slots, 7, &big, "t").unwrap());
+        assert!(lane_push(&h, slots, Entry::event(7), &big, "t").unwrap());
         assert_eq!(
             lane_pop(&h, slots, &mut buf, "t").unwrap(),
-            Some((7, PRIO_PAYLOAD))
+            Some((Entry::event(7), PRIO_PAYLOAD))
         );
         assert_eq!(buf, big);
+        // A barrier's announcement keeps its flag, and must be kind 0 and hold its head.
+        let ann = Entry {
+            kind: 0,
+            barrier: true,
+        };
+        assert!(lane_push(&h, slots + 1, ann, &[1; HEAD], "t").unwrap());
+        assert_eq!(
+            lane_pop(&h, slots + 1, &mut buf, "t").unwrap(),
+            Some((ann, HEAD))
+        );
     }
 
     #[test]
@@ -166,9 +204,15 @@ mod tests {
         let mut buf = [0u8; PRIO_PAYLOAD];
         // A consumer head past the producer's tail, or further behind than the lane holds.
         h.cons.prio_head.store(5, Ordering::Relaxed);
-        assert!(corrupt(lane_push(&h, 3, 1, b"", "t")).contains("priority lane head"));
+        assert!(corrupt(lane_push(&h, 3, Entry::event(1), b"", "t")).contains("priority lane head"));
         h.cons.prio_head.store(0, Ordering::Relaxed);
-        corrupt(lane_push(&h, PRIO_SLOTS as u64 + 1, 1, b"", "t"));
+        corrupt(lane_push(
+            &h,
+            PRIO_SLOTS as u64 + 1,
+            Entry::event(1),
+            b"",
+            "t",
+        ));
         // A producer tail behind the head, or too far ahead.
         h.prio_tail.store(2, Ordering::Relaxed);
         assert!(corrupt(lane_pop(&h, 3, &mut buf, "t")).contains("priority lane tail"));
@@ -181,6 +225,11 @@ mod tests {
             .kind_len
             .store((1 << 32) | (PRIO_PAYLOAD as u64 + 1), Ordering::Relaxed);
         assert!(corrupt(lane_pop(&h, 0, &mut buf, "t")).contains("priority event length"));
+        // An announcement with a kind, or shorter than a barrier's head.
+        for kl in [(1 << 32) | LANE_FLAG | HEAD as u64, LANE_FLAG | 3] {
+            h.prio[0].kind_len.store(kl, Ordering::Relaxed);
+            assert!(corrupt(lane_pop(&h, 0, &mut buf, "t")).contains("for a barrier"));
+        }
         assert_eq!(
             h.cons.prio_head.load(Ordering::Relaxed),
             0,

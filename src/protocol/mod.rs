@@ -5,6 +5,7 @@
 //! through the `sync::Os` it is given (`region::os::Host`).
 
 pub(crate) mod abi;
+pub(crate) mod barrier;
 pub(crate) mod counters;
 pub(crate) mod ends;
 pub(crate) mod flush_signal;

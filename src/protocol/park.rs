@@ -233,6 +233,36 @@ impl Patience for Until {
     }
 }
 
+/// `inner`, or until `at` if that comes sooner: running out at `at` is `None`, `inner`'s own
+/// running out is `Some`. For a wait that must also wake at an instant of its own (a gate's
+/// alignment timeout).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sooner<P> {
+    pub(crate) inner: P,
+    pub(crate) at: Instant,
+}
+
+impl<P: Patience> Patience for Sooner<P> {
+    type Expired = Option<P::Expired>;
+    #[inline]
+    fn immediate(self) -> Option<Option<P::Expired>> {
+        self.inner.immediate().map(Some)
+    }
+    #[inline]
+    fn forever(self) -> bool {
+        false
+    }
+    fn remaining(self) -> Result<Option<Duration>, Option<P::Expired>> {
+        let inner = self.inner.remaining().map_err(Some)?;
+        let left = self
+            .at
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or(None)?;
+        Ok(Some(inner.map_or(left, |d| d.min(left))))
+    }
+}
+
 /// Patience chosen at run time: each of the three.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Deadline {

@@ -36,6 +36,12 @@ impl Consumer {
         self.message_inner(Immediately)
     }
 
+    /// Gates: is a priority event (or a barrier's announcement) waiting in the lane? For a
+    /// channel held by an alignment, whose records are not read.
+    pub(crate) fn prio_waiting(&self) -> bool {
+        self.prio_pending()
+    }
+
     /// Gates: is there something to read on this channel, without reading it?
     /// `Message` means a `try_recv_message` now returns a message, the end, or an error —
     /// never "nothing yet".

@@ -7,6 +7,7 @@
 use super::{Consumer, UncleanEnd};
 use crate::endpoint::metrics::Waiting;
 use crate::error::RecvError;
+use crate::protocol::lane::Entry;
 
 /// The forwarding read fails as a reader does.
 type Result<T> = std::result::Result<T, RecvError>;
@@ -160,15 +161,15 @@ impl Consumer {
         Ok(())
     }
 
-    /// A priority event waiting in the lane, taken out (the bridge forwards it at once: it
-    /// overtakes the segments, as it does on one machine).
-    pub(crate) fn raw_priority(&mut self) -> Result<Option<(u32, bytes::Bytes)>> {
+    /// A priority event (or a barrier's announcement) waiting in the lane, taken out (the
+    /// bridge forwards it at once: it overtakes the segments, as it does on one machine).
+    pub(crate) fn raw_priority(&mut self) -> Result<Option<(Entry, bytes::Bytes)>> {
         if !self.prio_pending() {
             return Ok(None);
         }
         Ok(self
             .pop_priority()?
-            .map(|(kind, len)| (kind, bytes::Bytes::copy_from_slice(&self.prio_buf[..len]))))
+            .map(|(e, len)| (e, bytes::Bytes::copy_from_slice(&self.prio_buf[..len]))))
     }
 
     /// Segments published after the one in hand (the backlog the bridge announces).

@@ -6,7 +6,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use super::Consumer;
-use crate::endpoint::event::Event;
+use crate::endpoint::event::{Barrier, Event};
 use crate::error::{aborted, Halt, RecvError, RecvTimeoutError, TryRecvError};
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{Forever, Immediately, Patience, Until};
@@ -383,6 +383,8 @@ pub enum Message<'a> {
     Record(Record<'a>),
     /// An event (ordinary or priority).
     Event(Event<'a>),
+    /// A checkpoint barrier (in its place, or its announcement through the priority lane).
+    Barrier(Barrier<'a>),
 }
 
 impl std::fmt::Debug for Message<'_> {
@@ -390,6 +392,7 @@ impl std::fmt::Debug for Message<'_> {
         match self {
             Message::Record(r) => f.debug_tuple("Record").field(r).finish(),
             Message::Event(e) => f.debug_tuple("Event").field(e).finish(),
+            Message::Barrier(b) => f.debug_tuple("Barrier").field(b).finish(),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! scan finds something, which is then delivered. A scan that finds nothing changes nothing,
 //! so dropping the future loses no message.
 
-use super::{Gate, GateMessage, Pick};
+use super::{Delivered, Gate, GateMessage, Pick};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::spend_budget;
 use crate::error::RecvError;
@@ -15,6 +15,18 @@ impl Gate {
     /// Waits in the executor until a channel has something (a record, an event, its end or
     /// its producer's death). The time counts as the gate's idle time.
     async fn readable(&mut self) -> Result<Pick, RecvError> {
+        // An alignment that may switch wakes the wait when its timeout passes.
+        #[cfg(all(feature = "tokio", not(shmflow_loom)))]
+        if let Some(at) = self.switch_instant() {
+            return match tokio::time::timeout_at(at.into(), self.readable_any()).await {
+                Ok(r) => r,
+                Err(_) => Ok(Pick::Switch),
+            };
+        }
+        self.readable_any().await
+    }
+
+    async fn readable_any(&mut self) -> Result<Pick, RecvError> {
         let shared = self.shared.clone();
         let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
         let _idle = Waiting::start(&figures.idle_since_ns, &figures.idle_ns);
@@ -46,12 +58,28 @@ impl Gate {
     pub async fn recv_async(&mut self) -> Result<Option<GateMessage<'_>>, RecvError> {
         spend_budget(&mut self.coop).await;
         self.retire_finished();
-        // What the scan picks is acted on once: a dead channel's pick, for one, is its only
-        // report.
-        let pick = match self.decide(Immediately) {
-            Ok(pick) => pick,
-            Err(crate::error::NotNow) => self.readable().await?,
-        };
-        self.deliver(pick)
+        loop {
+            if let Some(step) = self.cp.steps.pop_front() {
+                return self.step_message(step).map(Some);
+            }
+            self.cp.tick();
+            if !self.cp.steps.is_empty() {
+                continue;
+            }
+            // What the scan picks is acted on once: a dead channel's pick, for one, is its
+            // only report.
+            let pick = match self.decide(Immediately) {
+                Ok(pick) => pick,
+                Err(crate::error::NotNow) => self.readable().await?,
+            };
+            let this: *mut Gate = self;
+            // SAFETY: as in `Gate::recv_inner`: `this` is `self`, reborrowed for one call whose
+            // result borrows it only on the path that returns it.
+            match unsafe { &mut *this }.deliver(pick)? {
+                Delivered::Message(m) => return Ok(Some(m)),
+                Delivered::AllDone => return Ok(None),
+                Delivered::Again => {}
+            }
+        }
     }
 }

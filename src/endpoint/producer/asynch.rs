@@ -10,6 +10,7 @@ use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{segment_budget, spend_budget, start_slow, Slow};
 use crate::error::{aborted, settled, Halt, NotNow, SendError, WriteError};
 use crate::protocol::frame::HEADER;
+use crate::protocol::lane::Entry;
 use crate::protocol::park::{self, Deadline, Immediately, Look};
 
 use super::Sent;
@@ -223,8 +224,18 @@ impl Producer {
         kind: u32,
         payload: &[u8],
     ) -> Result<(), SendError> {
+        self.priority_async(Entry::event(kind), payload).await
+    }
+
+    /// A lane entry (a priority event or a barrier's announcement), waiting in the executor
+    /// for room.
+    pub(crate) async fn priority_async(
+        &mut self,
+        entry: Entry,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
         loop {
-            match settled(self.priority_inner(kind, payload, Immediately)) {
+            match settled(self.priority_inner(entry, payload, Immediately)) {
                 None => {
                     self.wait_async(|p, look| {
                         // Room in the lane, without pushing: the `try_` form pushes.

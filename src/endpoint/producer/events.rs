@@ -4,8 +4,11 @@
 use std::time::{Duration, Instant};
 
 use super::Producer;
+use crate::endpoint::event::Alignment;
 use crate::error::{SendError, SendTimeoutError, TrySendError};
+use crate::protocol::barrier;
 use crate::protocol::frame::{self, HEADER};
+use crate::protocol::lane::{self, Entry};
 use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until};
 
 use super::Sent;
@@ -109,7 +112,7 @@ impl Producer {
     /// [`SendError::RecordTooLarge`] for a payload over
     /// [`MAX_EVENT_PAYLOAD`](crate::MAX_EVENT_PAYLOAD); otherwise as [`Producer::send`].
     pub fn send_priority_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
-        self.priority_inner(kind, payload, Forever)
+        self.priority_inner(Entry::event(kind), payload, Forever)
             .map_err(Into::into)
     }
 
@@ -119,7 +122,7 @@ impl Producer {
         kind: u32,
         payload: &[u8],
     ) -> Result<(), TrySendError> {
-        self.priority_inner(kind, payload, Immediately)
+        self.priority_inner(Entry::event(kind), payload, Immediately)
             .map_err(Into::into)
     }
 
@@ -130,7 +133,7 @@ impl Producer {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<(), SendTimeoutError> {
-        self.priority_inner(kind, payload, Until::after(timeout))
+        self.priority_inner(Entry::event(kind), payload, Until::after(timeout))
             .map_err(Into::into)
     }
 
@@ -141,13 +144,13 @@ impl Producer {
         payload: &[u8],
         deadline: Instant,
     ) -> Result<(), SendTimeoutError> {
-        self.priority_inner(kind, payload, Until::at(deadline))
+        self.priority_inner(Entry::event(kind), payload, Until::at(deadline))
             .map_err(Into::into)
     }
 
     pub(crate) fn priority_inner<P: Patience>(
         &mut self,
-        kind: u32,
+        entry: Entry,
         payload: &[u8],
         patience: P,
     ) -> Sent<(), P> {
@@ -163,7 +166,7 @@ impl Producer {
             patience,
             park::Notifier::Rmw,
             park::Pace::Sparse,
-            |look| self.poll_priority(kind, payload, look),
+            |look| self.poll_priority(entry, payload, look),
         )
     }
 
@@ -171,14 +174,169 @@ impl Producer {
     /// a producer waiting for room looks at.
     fn poll_priority(
         &mut self,
-        kind: u32,
+        entry: Entry,
         payload: &[u8],
         look: Look,
     ) -> Result<Option<()>, SendError> {
         let h = self.shared.header();
-        if crate::protocol::lane::lane_push(h, self.prio_tail, kind, payload, &self.shared.name)? {
+        if lane::lane_push(h, self.prio_tail, entry, payload, &self.shared.name)? {
             self.prio_tail += 1;
             self.notify_consumer();
+            return Ok(Some(()));
+        }
+        if self.consumer_detached() {
+            return Err(self.closed_error());
+        }
+        self.check_peer(look)?;
+        Ok(None)
+    }
+
+    // ----- checkpoint barriers -----------------------------------------------------------
+
+    /// Sends checkpoint barrier `id` in its place after every record sent so far, published at
+    /// once, blocking while no segment (or, for an announced barrier, no lane slot) is free.
+    /// [`Alignment::Unaligned`] and [`Alignment::AlignedWithTimeout`] also announce it through
+    /// the priority lane, so that it reaches the consumer before the records queued in front of
+    /// it (see [`Barrier`](crate::Barrier)). Ids must strictly increase: a gate takes an id at
+    /// or below the channel's last as the channel's protocol error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Alignment, Message};
+    ///
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.send(b"before")?;
+    /// tx.send_barrier(1, Alignment::Aligned, b"")?;
+    /// tx.send(b"after")?;
+    /// let mut seen = Vec::new();
+    /// while let Some(Ok(m)) = rx.try_recv_message().transpose() {
+    ///     seen.push(match m {
+    ///         Message::Record(r) => String::from_utf8(r.to_vec()?).unwrap(),
+    ///         Message::Barrier(b) => format!("barrier {}", b.id),
+    ///         _ => unreachable!(),
+    ///     });
+    ///     if seen.len() == 3 {
+    ///         break;
+    ///     }
+    /// }
+    /// assert_eq!(seen, ["before", "barrier 1", "after"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Producer::send`]; [`SendError::RecordTooLarge`] for a payload over
+    /// [`MAX_BARRIER_PAYLOAD`](crate::MAX_BARRIER_PAYLOAD).
+    pub fn send_barrier(
+        &mut self,
+        id: u64,
+        alignment: Alignment,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        self.barrier_inner(id, alignment, payload, Forever)
+            .map_err(Into::into)
+    }
+
+    /// As [`Producer::send_barrier`], or [`TrySendError::Full`] — with nothing sent — if no
+    /// segment (or lane slot) is free now.
+    pub fn try_send_barrier(
+        &mut self,
+        id: u64,
+        alignment: Alignment,
+        payload: &[u8],
+    ) -> Result<(), TrySendError> {
+        self.barrier_inner(id, alignment, payload, Immediately)
+            .map_err(Into::into)
+    }
+
+    /// As [`Producer::send_barrier`], waiting at most `timeout`
+    /// ([`SendTimeoutError::Timeout`], with nothing sent).
+    pub fn send_barrier_timeout(
+        &mut self,
+        id: u64,
+        alignment: Alignment,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        self.barrier_inner(id, alignment, payload, Until::after(timeout))
+            .map_err(Into::into)
+    }
+
+    pub(crate) fn barrier_inner<P: Patience>(
+        &mut self,
+        id: u64,
+        alignment: Alignment,
+        payload: &[u8],
+        patience: P,
+    ) -> Sent<(), P> {
+        crate::endpoint::event::check_barrier_payload(&self.shared.name, payload)?;
+        if self.closed {
+            return Err(self.closed_error().into());
+        }
+        self.check_gone()?;
+        let head = barrier::Head {
+            id,
+            emitted_ns: crate::sys::clock::monotonic_ns(),
+            timeout_ns: alignment.to_wire(),
+        }
+        .encode();
+        let announce = alignment.announced();
+        if announce {
+            // Room in the lane first, so that a call that gives up has sent nothing (only
+            // this producer fills the lane: the room stays).
+            let shared = self.shared.clone();
+            park::wait_for::<Host, _, _, _>(
+                &shared.header().producer_park,
+                self.wait,
+                patience,
+                park::Notifier::Rmw,
+                park::Pace::Sparse,
+                |look| self.poll_lane_room(look),
+            )?;
+        }
+        let len = 8 + barrier::HEAD + payload.len();
+        self.ensure_room(HEADER + len, patience)?;
+        let c = self
+            .cur
+            .as_mut()
+            .expect("ensure_room leaves a segment in hand");
+        let at = c.wpos;
+        c.wpos = frame::next_frame(at, len);
+        self.write_header(at, len as u32, frame::EVENT);
+        self.write_bytes(at + HEADER, &barrier::barrier_word().to_le_bytes());
+        self.write_bytes(at + 2 * HEADER, &head);
+        self.write_bytes(at + 2 * HEADER + barrier::HEAD, payload);
+        // A barrier that waits to be published holds a checkpoint up: publish it now.
+        self.publish();
+        if announce {
+            let mut body = [0u8; crate::protocol::abi::PRIO_PAYLOAD];
+            body[..barrier::HEAD].copy_from_slice(&head);
+            body[barrier::HEAD..barrier::HEAD + payload.len()].copy_from_slice(payload);
+            let entry = Entry {
+                kind: 0,
+                barrier: true,
+            };
+            let h = self.shared.header();
+            let body = &body[..barrier::HEAD + payload.len()];
+            if !lane::lane_push(h, self.prio_tail, entry, body, &self.shared.name)? {
+                // The room seen above can only go if the consumer moved its head back.
+                return Err(crate::error::corrupt(
+                    &self.shared.name,
+                    "priority lane head",
+                    "a head that never moves back".into(),
+                    self.prio_tail,
+                )
+                .into());
+            }
+            self.prio_tail += 1;
+            self.notify_consumer();
+        }
+        Ok(())
+    }
+
+    /// What a producer waiting for a free lane slot looks at.
+    fn poll_lane_room(&mut self, look: Look) -> Result<Option<()>, SendError> {
+        if lane::lane_has_room(self.shared.header(), self.prio_tail) {
             return Ok(Some(()));
         }
         if self.consumer_detached() {

@@ -19,7 +19,7 @@ use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended};
 
 mod receiving;
-use receiving::{Credit, In, Last, Receiving, Stop, Waiting};
+use receiving::{Credit, Entry, In, Last, Receiving, Stop, Waiting};
 
 /// Bytes the connection's reader asks the socket for at once.
 const READ_BUFFER: usize = 256 << 10;
@@ -244,7 +244,16 @@ impl Client {
                         Msg::Buffer { channel, backlog, offset, frames } => {
                             (channel, In::Buffer { backlog, offset, frames })
                         }
-                        Msg::Priority { channel, kind, payload } => (channel, In::Priority { kind, payload }),
+                        Msg::Priority { channel, kind, payload } => {
+                            (channel, In::Priority { entry: Entry::event(kind), payload })
+                        }
+                        Msg::Announce { channel, payload } => (
+                            channel,
+                            In::Priority {
+                                entry: Entry { kind: 0, barrier: true },
+                                payload,
+                            },
+                        ),
                         Msg::Close { channel, how } => (channel, In::Close(how)),
                         Msg::Error { channel, code, message } => (channel, In::Error { code, message }),
                         other => {
@@ -390,12 +399,12 @@ async fn receive_channel(
     let mut rx_done = false;
     // `None`: the connection ended under the channel.
     let failure: Option<LinkError> = loop {
-        if let Some(Waiting::Priority { kind, payload }) = ch.held.front() {
+        if let Some(Waiting::Priority { entry, payload }) = ch.held.front() {
             // A priority event waits for room in the lane: take what comes meanwhile.
-            let (kind, payload) = (*kind, payload.clone());
+            let (entry, payload) = (*entry, payload.clone());
             let r = tokio::select! {
                 _ = stop.cancelled() => break None,
-                r = ch.p.send_priority_event_async(kind, &payload) => match r {
+                r = ch.p.priority_async(entry, &payload) => match r {
                     Ok(()) => ch.release(),
                     Err(e) => Err(Stop::Consumer(e)),
                 },

@@ -15,6 +15,7 @@ use crate::error::{Halt, NotNow, SendError};
 use crate::net::error::{LinkError, ProtocolError};
 use crate::net::link::Held;
 use crate::net::wire::{self, Closed};
+pub(super) use crate::protocol::lane::Entry;
 
 /// What the machine writes into: the local producer's raw operations.
 pub(super) trait Segments {
@@ -32,7 +33,8 @@ pub(super) trait Segments {
     /// Asks the gate for `n` more floating segments.
     fn ask(&mut self, n: u64);
     /// Puts a priority event in the lane if it has room.
-    fn try_priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), Halt<NotNow, SendError>>;
+    fn try_priority(&mut self, entry: Entry, payload: &[u8])
+        -> Result<(), Halt<NotNow, SendError>>;
 }
 
 impl Segments for Held<Producer> {
@@ -57,8 +59,12 @@ impl Segments for Held<Producer> {
         self.raw_ask(n)
     }
 
-    fn try_priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), Halt<NotNow, SendError>> {
-        self.priority_inner(kind, payload, crate::protocol::park::Immediately)
+    fn try_priority(
+        &mut self,
+        entry: Entry,
+        payload: &[u8],
+    ) -> Result<(), Halt<NotNow, SendError>> {
+        self.priority_inner(entry, payload, crate::protocol::park::Immediately)
     }
 }
 
@@ -70,7 +76,7 @@ pub(super) enum In {
         frames: Bytes,
     },
     Priority {
-        kind: u32,
+        entry: Entry,
         payload: Bytes,
     },
     Close(Closed),
@@ -132,7 +138,7 @@ pub(super) enum Waiting {
         ends: bool,
     },
     Priority {
-        kind: u32,
+        entry: Entry,
         payload: Bytes,
     },
     /// The channel's end.
@@ -255,9 +261,9 @@ impl<S: Segments> Receiving<S> {
 
     /// Puts a priority event in the lane if there is room and nothing waits before it, else
     /// holds it.
-    pub(super) fn priority(&mut self, kind: u32, payload: &[u8]) -> Result<(), Stop> {
+    pub(super) fn priority(&mut self, entry: Entry, payload: &[u8]) -> Result<(), Stop> {
         if self.held.is_empty() {
-            match self.p.try_priority(kind, payload) {
+            match self.p.try_priority(entry, payload) {
                 Ok(()) => return Ok(()),
                 Err(Halt::Expired(NotNow)) => {}
                 Err(Halt::Failed(e)) => return Err(Stop::Consumer(e)),
@@ -269,7 +275,7 @@ impl<S: Segments> Receiving<S> {
         }
         // Copied: a slice of the connection's read buffer would keep the whole buffer alive.
         self.held.push_back(Waiting::Priority {
-            kind,
+            entry,
             payload: Bytes::copy_from_slice(payload),
         });
         Ok(())
@@ -312,7 +318,7 @@ impl<S: Segments> Receiving<S> {
                 });
                 Ok(())
             }
-            In::Priority { kind, payload } => self.priority(kind, &payload),
+            In::Priority { entry, payload } => self.priority(entry, &payload),
             In::Close(how) => self.last(Last::Close(how)),
             In::Error { code, message } => self.last(Last::Error { code, message }),
         }
@@ -333,8 +339,8 @@ impl<S: Segments> Receiving<S> {
         self.held.pop_front();
         self.held_priority -= 1;
         loop {
-            if let Some(Waiting::Priority { kind, payload }) = self.held.front() {
-                match self.p.try_priority(*kind, payload) {
+            if let Some(Waiting::Priority { entry, payload }) = self.held.front() {
+                match self.p.try_priority(*entry, payload) {
                     Ok(()) => {}
                     Err(Halt::Expired(NotNow)) => return Ok(()),
                     Err(Halt::Failed(e)) => return Err(Stop::Consumer(e)),
@@ -418,9 +424,10 @@ mod tests {
         }
         fn try_priority(
             &mut self,
-            kind: u32,
+            entry: Entry,
             _payload: &[u8],
         ) -> Result<(), Halt<NotNow, SendError>> {
+            let kind = entry.kind;
             if self.lane.len() >= self.room {
                 return Err(Halt::Expired(NotNow));
             }
@@ -560,14 +567,14 @@ mod tests {
             },
         );
         m.take(In::Priority {
-            kind: 1,
+            entry: Entry::event(1),
             payload: Bytes::new(),
         })
         .unwrap();
         assert_eq!(m.p.lane, [1], "room for one: it goes in at once");
         // The lane is full: the next event waits, and the buffers after it wait behind it.
         m.take(In::Priority {
-            kind: 2,
+            entry: Entry::event(2),
             payload: Bytes::new(),
         })
         .unwrap();
@@ -600,13 +607,13 @@ mod tests {
             },
         );
         m.held.push_back(Waiting::Priority {
-            kind: 1,
+            entry: Entry::event(1),
             payload: Bytes::new(),
         });
         m.held_priority = 1;
         m.take(buffer(0, 0, frames(8, true))).unwrap();
         m.take(In::Priority {
-            kind: 2,
+            entry: Entry::event(2),
             payload: Bytes::new(),
         })
         .unwrap();
@@ -617,7 +624,10 @@ mod tests {
         assert_eq!(m.held.len(), 2);
         assert!(matches!(
             m.held.front(),
-            Some(Waiting::Priority { kind: 2, .. })
+            Some(Waiting::Priority {
+                entry: Entry { kind: 2, .. },
+                ..
+            })
         ));
         m.p.room = 1;
         m.release().unwrap();
@@ -636,14 +646,14 @@ mod tests {
         );
         for k in 0..PRIORITY_WAITING as u32 {
             m.take(In::Priority {
-                kind: k,
+                entry: Entry::event(k),
                 payload: Bytes::new(),
             })
             .unwrap();
         }
         assert!(matches!(
             m.take(In::Priority {
-                kind: 0,
+                entry: Entry::event(0),
                 payload: Bytes::new()
             }),
             Err(Stop::PriorityUnread)

@@ -1,0 +1,277 @@
+//! Checkpoint barriers: a consumer sees them in order (and their announcements first); a gate
+//! aligns them, switches to unaligned on a timeout, hands back overtaken records once, cancels
+//! on a newer id, refuses ids that go backwards, and lets a channel that closes stop counting.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use shmflow::{
+    Alignment, Gate, GateGeometry, GateMessage, Message, Producer, Released, TryRecvError,
+};
+
+fn geometry(channels: u32) -> GateGeometry {
+    GateGeometry::new(channels)
+        .with_exclusive(4)
+        .with_floating(0)
+        .with_segment_size(4096)
+}
+
+/// What a gate hands out, as text: `r<channel>:<payload>`, `i<channel>@<checkpoint>:<payload>`
+/// (in flight), `B<id>:<how>`, `C<id>` (cancelled), `E<id>` (in-flight end), `end<channel>`,
+/// `dead<channel>`, `err`; `None` when nothing is there now.
+fn next(gate: &mut Gate) -> Option<String> {
+    match gate.try_recv() {
+        Ok(Some(m)) => Some(describe(m)),
+        Ok(None) => Some("closed".into()),
+        Err(TryRecvError::Empty) => None,
+        Err(_) => Some("err".into()),
+    }
+}
+
+fn describe(m: GateMessage<'_>) -> String {
+    match m {
+        GateMessage::Record { channel, record } => format!(
+            "r{channel}:{}",
+            String::from_utf8(record.to_vec().unwrap()).unwrap()
+        ),
+        GateMessage::InFlight {
+            channel,
+            checkpoint,
+            record,
+        } => format!(
+            "i{channel}@{checkpoint}:{}",
+            String::from_utf8(record.to_vec().unwrap()).unwrap()
+        ),
+        GateMessage::Barrier { id, released, .. } => match released {
+            Released::Aligned => format!("B{id}:aligned"),
+            Released::Unaligned { timed_out: true } => format!("B{id}:timeout"),
+            Released::Unaligned { .. } => format!("B{id}:unaligned"),
+            _ => format!("B{id}:?"),
+        },
+        GateMessage::BarrierCancelled { id } => format!("C{id}"),
+        GateMessage::InFlightEnd { id } => format!("E{id}"),
+        GateMessage::EndOfPartition { channel } => format!("end{channel}"),
+        GateMessage::ChannelDead { channel, .. } => format!("dead{channel}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Everything the gate has now.
+fn drain(gate: &mut Gate) -> Vec<String> {
+    let mut out = Vec::new();
+    while let Some(m) = next(gate) {
+        let closed = m == "closed";
+        out.push(m);
+        if closed {
+            break;
+        }
+    }
+    out
+}
+
+#[test]
+fn a_consumer_sees_barriers_in_order_and_announcements_first() {
+    let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default()).unwrap();
+    tx.send(b"a").unwrap();
+    tx.send_barrier(1, Alignment::Aligned, b"p1").unwrap();
+    tx.send(b"b").unwrap();
+    tx.send_barrier(2, Alignment::Unaligned, b"").unwrap();
+    tx.send(b"c").unwrap();
+    tx.flush().unwrap();
+    let mut seen = Vec::new();
+    while let Ok(Some(m)) = rx.try_recv_message() {
+        seen.push(match m {
+            Message::Record(r) => String::from_utf8(r.to_vec().unwrap()).unwrap(),
+            Message::Barrier(b) => {
+                assert!(b.emitted_ns > 0);
+                format!(
+                    "B{}{}{}",
+                    b.id,
+                    if b.priority { "!" } else { "" },
+                    String::from_utf8_lossy(b.payload)
+                )
+            }
+            other => format!("{other:?}"),
+        });
+    }
+    // The announcement of 2 overtakes everything not yet read; 2 itself keeps its place.
+    assert_eq!(seen, ["B2!", "a", "B1p1", "b", "B2", "c"]);
+    // A plain `recv` skips barriers as it skips events.
+    tx.send_barrier(3, Alignment::Unaligned, b"").unwrap();
+    tx.send(b"d").unwrap();
+    tx.flush().unwrap();
+    assert_eq!(rx.try_recv().unwrap().unwrap().to_vec().unwrap(), b"d");
+}
+
+#[test]
+fn an_aligned_barrier_holds_the_channels_it_arrived_on_until_all_have_it() {
+    let name = unique_name("barrier-aligned");
+    let mut gate = Gate::create(&name, geometry(2)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    let mut b = Producer::open_channel(&name, 1).unwrap();
+    a.send(b"a1").unwrap();
+    a.send_barrier(1, Alignment::Aligned, b"ckpt").unwrap();
+    a.send(b"a2").unwrap();
+    a.flush().unwrap();
+    b.send(b"b1").unwrap();
+    b.flush().unwrap();
+    let got = drain(&mut gate);
+    assert!(
+        got.contains(&"r0:a1".into()) && got.contains(&"r1:b1".into()),
+        "{got:?}"
+    );
+    assert!(
+        !got.iter().any(|m| m == "r0:a2" || m.starts_with('B')),
+        "held: {got:?}"
+    );
+    b.send_barrier(1, Alignment::Aligned, b"").unwrap();
+    b.send(b"b2").unwrap();
+    b.flush().unwrap();
+    let got = drain(&mut gate);
+    assert_eq!(got[0], "B1:aligned", "{got:?}");
+    let mut rest = got[1..].to_vec();
+    rest.sort();
+    assert_eq!(rest, ["r0:a2", "r1:b2"]);
+    // The payload comes with the release.
+    a.send_barrier(2, Alignment::Aligned, b"two").unwrap();
+    b.send_barrier(2, Alignment::Aligned, b"two").unwrap();
+    let m = gate.recv().unwrap().unwrap();
+    match m {
+        GateMessage::Barrier { id: 2, payload, .. } => assert_eq!(payload, b"two"),
+        other => panic!("{other:?}"),
+    };
+}
+
+#[test]
+fn an_unaligned_barrier_overtakes_and_hands_back_what_it_overtook_once() {
+    let name = unique_name("barrier-unaligned");
+    let mut gate = Gate::create(&name, geometry(2)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    let mut b = Producer::open_channel(&name, 1).unwrap();
+    for i in 0..3 {
+        a.send(format!("a{i}").as_bytes()).unwrap();
+        b.send(format!("b{i}").as_bytes()).unwrap();
+    }
+    a.send_barrier(7, Alignment::Unaligned, b"").unwrap();
+    a.send(b"a-after").unwrap();
+    a.flush().unwrap();
+    b.flush().unwrap();
+    let got = drain(&mut gate);
+    // Released at once, before the queued records; channel 0's queued records come back as
+    // its in-flight data up to its barrier, channel 1's until its barrier arrives.
+    assert_eq!(got[0], "B7:unaligned", "{got:?}");
+    let inflight0: Vec<_> = got.iter().filter(|m| m.starts_with("i0@7:")).collect();
+    assert_eq!(inflight0, ["i0@7:a0", "i0@7:a1", "i0@7:a2"]);
+    let inflight1: Vec<_> = got.iter().filter(|m| m.starts_with("i1@7:")).collect();
+    assert_eq!(inflight1, ["i1@7:b0", "i1@7:b1", "i1@7:b2"]);
+    assert!(
+        got.contains(&"r0:a-after".into()),
+        "after its barrier: a plain record"
+    );
+    assert!(
+        !got.iter().any(|m| m.starts_with('E')),
+        "channel 1 has not had 7 yet"
+    );
+    b.send(b"b3").unwrap();
+    b.send_barrier(7, Alignment::Unaligned, b"").unwrap();
+    b.send(b"b-after").unwrap();
+    b.flush().unwrap();
+    let got = drain(&mut gate);
+    assert_eq!(got, ["i1@7:b3", "E7", "r1:b-after"]);
+}
+
+#[test]
+fn an_alignment_timeout_switches_to_unaligned() {
+    let name = unique_name("barrier-timeout");
+    let mut gate = Gate::create(&name, geometry(2)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    let mut b = Producer::open_channel(&name, 1).unwrap();
+    let t = Duration::from_millis(50);
+    a.send_barrier(3, Alignment::AlignedWithTimeout(t), b"")
+        .unwrap();
+    a.send(b"a-after").unwrap();
+    a.flush().unwrap();
+    b.send(b"b0").unwrap();
+    b.flush().unwrap();
+    let start = Instant::now();
+    // Aligning: channel 1's record is read, channel 0's is held; then the timeout passes.
+    let mut got = Vec::new();
+    while !got.iter().any(|m: &String| m.starts_with("B3")) {
+        if let Some(m) = gate.recv_timeout(Duration::from_secs(5)).unwrap() {
+            got.push(describe(m));
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{got:?}");
+    }
+    got.extend(drain(&mut gate));
+    assert!(start.elapsed() >= t, "not before the timeout");
+    let i = got
+        .iter()
+        .position(|m| m == "B3:timeout")
+        .expect("switched");
+    assert!(
+        !got[..i].contains(&"r0:a-after".into()),
+        "held until the switch: {got:?}"
+    );
+    b.send(b"b1").unwrap();
+    b.send_barrier(3, Alignment::AlignedWithTimeout(t), b"")
+        .unwrap();
+    b.flush().unwrap();
+    let got = drain(&mut gate);
+    assert!(
+        got.contains(&"i1@3:b1".into()) && got.ends_with(&["E3".into()]),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn a_newer_barrier_cancels_and_an_older_one_is_ignored() {
+    let name = unique_name("barrier-cancel");
+    let mut gate = Gate::create(&name, geometry(2)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    let mut b = Producer::open_channel(&name, 1).unwrap();
+    a.send_barrier(1, Alignment::Aligned, b"").unwrap();
+    a.send(b"a1").unwrap();
+    a.send_barrier(2, Alignment::Aligned, b"").unwrap();
+    a.flush().unwrap();
+    assert!(drain(&mut gate).is_empty(), "channel 0 held at 1");
+    // Channel 1 skipped checkpoint 1: its 2 cancels 1, releasing channel 0, whose 2 then
+    // completes checkpoint 2.
+    b.send_barrier(2, Alignment::Aligned, b"").unwrap();
+    b.flush().unwrap();
+    assert_eq!(drain(&mut gate), ["C1", "r0:a1", "B2:aligned"]);
+}
+
+#[test]
+fn a_barrier_id_that_goes_backwards_closes_its_channel() {
+    let name = unique_name("barrier-backwards");
+    let mut gate = Gate::create(&name, geometry(1)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    a.send_barrier(5, Alignment::Aligned, b"").unwrap();
+    a.send_barrier(4, Alignment::Aligned, b"").unwrap();
+    a.flush().unwrap();
+    assert_eq!(
+        gate.recv()
+            .unwrap()
+            .map(|m| format!("{m:?}").starts_with("Barrier")),
+        Some(true)
+    );
+    let e = gate.recv().unwrap_err();
+    assert!(e.to_string().contains("barrier id"), "{e}");
+    assert!(gate.recv().unwrap().is_none(), "its only channel is closed");
+}
+
+#[test]
+fn a_channel_that_ends_during_alignment_no_longer_counts() {
+    let name = unique_name("barrier-end");
+    let mut gate = Gate::create(&name, geometry(2)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    let b = Producer::open_channel(&name, 1).unwrap();
+    a.send_barrier(1, Alignment::Aligned, b"").unwrap();
+    a.send(b"a1").unwrap();
+    a.flush().unwrap();
+    assert!(drain(&mut gate).is_empty());
+    drop(b);
+    assert_eq!(drain(&mut gate), ["end1", "B1:aligned", "r0:a1"]);
+}
