@@ -134,8 +134,10 @@ mod sys;
 #[cfg(not(shmflow_loom))]
 pub use endpoint::builder::{ConsumerBuilder, GateBuilder, ProducerBuilder};
 pub use endpoint::consumer::{Consumer, Message, Record, DEFAULT_MAX_RECORD_LEN};
-pub use endpoint::event::{Alignment, Barrier, Event, MAX_BARRIER_PAYLOAD, MAX_EVENT_PAYLOAD};
-pub use endpoint::gate::{Gate, GateMessage, Released};
+pub use endpoint::event::{
+    Alignment, Barrier, Event, Released, MAX_BARRIER_PAYLOAD, MAX_EVENT_PAYLOAD,
+};
+pub use endpoint::gate::{Gate, GateMessage};
 pub use endpoint::partition::{KeyFn, Partition, Partitioner};
 pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};
 #[cfg(feature = "tokio")]
@@ -160,7 +162,7 @@ pub use region::handoff::PeerHandle;
 /// `#[non_exhaustive]`: new figures can be added without breaking a caller (build one with
 /// `Default::default()` and set its fields, in tests).
 pub mod metrics {
-    pub use crate::endpoint::gate_stats::{ChannelStats, GateSnapshot};
+    pub use crate::endpoint::gate_stats::{ChannelStats, CheckpointStats, GateSnapshot};
     pub use crate::endpoint::metrics::{
         monotonic_now_ns, BackpressureLevel, EndState, LinkSnapshot, Rates, Snapshot,
     };

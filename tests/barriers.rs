@@ -275,3 +275,56 @@ fn a_channel_that_ends_during_alignment_no_longer_counts() {
     drop(b);
     assert_eq!(drain(&mut gate), ["end1", "B1:aligned", "r0:a1"]);
 }
+
+#[test]
+fn a_gate_publishes_its_checkpoints_figures() {
+    let name = unique_name("barrier-figures");
+    let mut gate = Gate::create(&name, geometry(2)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    let mut b = Producer::open_channel(&name, 1).unwrap();
+    assert_eq!(gate.metrics().checkpoints, Default::default());
+    // Aligned: channel 0 is held with three records behind its barrier.
+    a.send_barrier(1, Alignment::Aligned, b"").unwrap();
+    for _ in 0..3 {
+        a.send(b"held").unwrap();
+    }
+    a.flush().unwrap();
+    assert!(drain(&mut gate).is_empty());
+    std::thread::sleep(Duration::from_millis(20));
+    b.send_barrier(1, Alignment::Aligned, b"").unwrap();
+    assert_eq!(drain(&mut gate)[0], "B1:aligned");
+    let k = gate.metrics().checkpoints;
+    assert_eq!((k.released, k.last_id), (1, 1));
+    assert_eq!(k.last_released, Some(Released::Aligned));
+    assert!(k.checkpoint_alignment_time_ns >= 20_000_000, "{k:?}");
+    assert!(
+        k.checkpoint_start_delay_nanos >= k.checkpoint_alignment_time_ns,
+        "{k:?}"
+    );
+    assert_eq!((k.last_held_records, k.last_held_bytes), (3, 12), "{k:?}");
+    let m = gate.metrics();
+    assert_eq!(
+        (m.channels[0].held_records, m.channels[1].held_records),
+        (3, 0)
+    );
+    // Unaligned: two records overtaken on channel 1; a newer id cancels it.
+    b.send(b"x1").unwrap();
+    b.send(b"x2").unwrap();
+    b.send_barrier(2, Alignment::Unaligned, b"").unwrap();
+    assert_eq!(drain(&mut gate), ["B2:unaligned", "i1@2:x1", "i1@2:x2"]);
+    a.send_barrier(3, Alignment::Aligned, b"").unwrap();
+    b.send_barrier(3, Alignment::Aligned, b"").unwrap();
+    let got = drain(&mut gate);
+    assert!(
+        got.contains(&"C2".into()) && got.contains(&"B3:aligned".into()),
+        "{got:?}"
+    );
+    let m = gate.metrics();
+    let k = &m.checkpoints;
+    assert_eq!((k.released, k.cancelled, k.last_id), (3, 1, 3), "{k:?}");
+    assert_eq!((k.inflight_records, k.inflight_bytes), (2, 4), "{k:?}");
+    assert_eq!(
+        (m.channels[1].inflight_records, m.channels[1].inflight_bytes),
+        (2, 4)
+    );
+}

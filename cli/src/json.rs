@@ -32,6 +32,10 @@ pub(crate) fn gate(
             f.insert("backlog".into(), json!(n.backlog));
             f.insert("floating_held".into(), json!(n.floating_held));
             f.insert("exclusive_in_use".into(), json!(n.exclusive_in_use));
+            f.insert("inflight_records".into(), json!(n.inflight_records));
+            f.insert("inflight_bytes".into(), json!(n.inflight_bytes));
+            f.insert("held_records".into(), json!(n.held_records));
+            f.insert("held_bytes".into(), json!(n.held_bytes));
             let alive = producers_alive.get(c).copied().unwrap_or(false);
             f.insert("producer_alive".into(), json!(alive));
             Value::Object(f)
@@ -51,6 +55,7 @@ pub(crate) fn gate(
         "inputExclusiveBuffersUsage": num(now.input_exclusive_buffers_usage()),
         "inputFloatingBuffersUsage": num(now.input_floating_buffers_usage()),
         "likelySkew": now.likely_skew(),
+        "checkpoints": checkpoints(&now.checkpoints),
         "channel_stats": chans,
     })
     .to_string()
@@ -115,4 +120,20 @@ fn fields(name: &str, prev: &Snapshot, now: &Snapshot) -> Map<String, Value> {
         );
     }
     m
+}
+
+/// A gate's checkpoint figures, with Flink's names where Flink has one.
+fn checkpoints(c: &shmflow::metrics::CheckpointStats) -> Value {
+    json!({
+        "released": c.released,
+        "cancelled": c.cancelled,
+        "last_id": c.last_id,
+        "last_released": crate::released_name(c.last_released),
+        "checkpointAlignmentTime": c.checkpoint_alignment_time_ns,
+        "checkpointStartDelayNanos": c.checkpoint_start_delay_nanos,
+        "last_held_records": c.last_held_records,
+        "last_held_bytes": c.last_held_bytes,
+        "inflight_records": c.inflight_records,
+        "inflight_bytes": c.inflight_bytes,
+    })
 }

@@ -479,6 +479,34 @@ fn stat_gate(
     Ok(())
 }
 
+/// How a checkpoint was released, as `stat` says it.
+pub(crate) fn released_name(r: Option<shmflow::Released>) -> &'static str {
+    match r {
+        None => "none",
+        Some(shmflow::Released::Aligned) => "aligned",
+        Some(shmflow::Released::Unaligned { timed_out: true }) => "unaligned (alignment timed out)",
+        Some(shmflow::Released::Unaligned { .. }) => "unaligned",
+        Some(_) => "other",
+    }
+}
+
+fn duration_ns(ns: u64) -> String {
+    match ns {
+        0..=9_999 => format!("{ns} ns"),
+        10_000..=9_999_999 => format!("{:.1} µs", ns as f64 / 1e3),
+        10_000_000..=9_999_999_999 => format!("{:.1} ms", ns as f64 / 1e6),
+        _ => format!("{:.2} s", ns as f64 / 1e9),
+    }
+}
+
+fn bytes_text(b: u64) -> String {
+    match b {
+        0..=9_999 => format!("{b} B"),
+        10_000..=9_999_999 => format!("{:.1} KiB", b as f64 / 1024.0),
+        _ => format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0)),
+    }
+}
+
 fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool]) {
     println!(
         "shmflow stat {name}   (gate: {} channels × {} exclusive + {} floating segments of {} B)",
@@ -498,6 +526,26 @@ fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool
             ""
         }
     );
+    let k = &now.checkpoints;
+    if k.released + k.cancelled > 0 || k.inflight_records > 0 {
+        println!(
+            "  checkpoints: {} released, {} cancelled; last #{} {}\n    checkpointAlignmentTime {}   \
+             checkpointStartDelayNanos {}   held back {} records / {}   in flight (all) {} \
+             records / {}",
+            k.released,
+            k.cancelled,
+            k.last_id,
+            released_name(k.last_released),
+            duration_ns(k.checkpoint_alignment_time_ns),
+            duration_ns(k.checkpoint_start_delay_nanos),
+            k.last_held_records,
+            bytes_text(k.last_held_bytes),
+            k.inflight_records,
+            bytes_text(k.inflight_bytes),
+        );
+    } else {
+        println!("  checkpoints: none yet");
+    }
     println!(
         "  {:>3} {:<18} {:>12} {:>12} {:>9} {:>5} {:>7} {:>6} {:>6}",
         "CH", "PRODUCER", "written/s", "read/s", "bp ms/s", "level", "backlog", "float", "excl"

@@ -398,6 +398,49 @@ fn stat_and_list_show_gates_and_flag_skew() {
 }
 
 #[test]
+fn stat_shows_a_gates_checkpoints() {
+    use shmflow::{Alignment, Gate, GateGeometry};
+    let name = unique_name("cli-ckpt");
+    let gg = GateGeometry::new(2)
+        .with_exclusive(4)
+        .with_segment_size(4096);
+    let mut gate = Gate::create(&name, gg).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    let mut b = Producer::open_channel(&name, 1).unwrap();
+    let out = shmflow(&["stat", &name, "--count", "1", "--interval-ms", "50"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("checkpoints: none yet"));
+    a.send_barrier(7, Alignment::Aligned, b"").unwrap();
+    a.send(b"held back").unwrap();
+    a.flush().unwrap();
+    b.send(b"before").unwrap();
+    b.send_barrier(7, Alignment::Aligned, b"").unwrap();
+    let mut released = false;
+    while let Ok(Some(m)) = gate.try_recv() {
+        released |= matches!(m, shmflow::GateMessage::Barrier { id: 7, .. });
+    }
+    assert!(released);
+    let out = shmflow(&["stat", &name, "--json", "--interval-ms", "50"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let k = &v["checkpoints"];
+    assert_eq!(k["released"], 1, "{v}");
+    assert_eq!(k["last_id"], 7);
+    assert_eq!(k["last_released"], "aligned");
+    assert!(k["checkpointAlignmentTime"].as_u64().is_some());
+    assert!(k["checkpointStartDelayNanos"].as_u64().unwrap() > 0);
+    assert_eq!(k["last_held_records"], 1, "{v}");
+    assert_eq!(v["channel_stats"][0]["held_bytes"], 9, "{v}");
+    let out = shmflow(&["stat", &name, "--count", "1", "--interval-ms", "50"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("checkpoints: 1 released, 0 cancelled; last #7 aligned")
+            && text.contains("checkpointStartDelayNanos")
+            && text.contains("held back 1 records / 9 B"),
+        "{text}"
+    );
+    println!("{text}");
+}
+
+#[test]
 fn list_shows_objects_being_created_without_waiting() {
     let name = common::unique_name("cli-empty");
     let path = format!("/dev/shm{name}");

@@ -104,6 +104,20 @@ impl Alignment {
     }
 }
 
+/// How a released barrier was aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Released {
+    /// Every open channel's barrier arrived: the checkpoint has no in-flight data.
+    Aligned,
+    /// Released before alignment (an unaligned barrier, or `timed_out`: an aligned one whose
+    /// alignment timeout passed): in-flight data follows, ending with `InFlightEnd`.
+    Unaligned {
+        /// True if it was an aligned barrier that switched.
+        timed_out: bool,
+    },
+}
+
 /// A checkpoint barrier as received (Flink's `CheckpointBarrier`): see
 /// [`Producer::send_barrier`](crate::Producer::send_barrier).
 ///

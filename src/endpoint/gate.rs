@@ -26,7 +26,7 @@ use std::time::Duration;
 use crate::endpoint::consumer::Message;
 use crate::endpoint::consumer::Record;
 use crate::endpoint::consumer::{Consumer, Ready, UncleanEnd};
-use crate::endpoint::event::{Barrier, Event};
+use crate::endpoint::event::{Barrier, Event, Released};
 use crate::endpoint::gate_stats::{self as stats, GateSnapshot};
 use crate::endpoint::metrics::Waiting;
 use std::convert::Infallible;
@@ -220,6 +220,10 @@ struct Checkpoints {
     payload: (u64, Vec<u8>),
     /// The checkpoint last in progress: id, when the gate first saw it, when it was sent.
     last: Option<(u64, u64, u64)>,
+    /// The channels held when the last checkpoint was released.
+    held_at_release: Vec<usize>,
+    /// In-flight records and bytes handed out per channel, not yet published.
+    inflight: Vec<(u64, u64)>,
 }
 
 impl Checkpoints {
@@ -230,13 +234,19 @@ impl Checkpoints {
             scratch: Vec::new(),
             payload: (0, Vec::new()),
             last: None,
+            held_at_release: Vec::new(),
+            inflight: vec![(0, 0); channels],
         }
     }
 
     /// Runs one input through the alignment and queues what it says.
     fn input(&mut self, f: impl FnOnce(&mut align::Aligner, u64, &mut Vec<align::Step>)) {
         let mut out = std::mem::take(&mut self.scratch);
+        let held = self.align.held();
         f(&mut self.align, monotonic_ns(), &mut out);
+        if out.iter().any(|s| matches!(s, align::Step::Release { .. })) {
+            self.held_at_release = held;
+        }
         if let Some(cur) = self.align.current() {
             self.last = Some(cur);
         }
@@ -287,7 +297,6 @@ impl Checkpoints {
 mod align;
 #[cfg(any(feature = "tokio", shmflow_loom))]
 mod asynch;
-pub use align::Released;
 
 impl Gate {
     /// Creates a named gate (`/name`, mode 0600, fails if it exists) and attaches as its
@@ -676,11 +685,68 @@ impl Gate {
         }
     }
 
+    fn gate_header(&self) -> &crate::protocol::abi::GateHeader {
+        self.shared.gate.as_ref().expect("gate").gate_header()
+    }
+
+    /// Publishes a release's figures (for `shmflow stat`): the gate's, and what each held
+    /// channel held back.
+    fn publish_release(&mut self, id: u64, how: Released, started_ns: u64, emitted_ns: u64) {
+        use crate::protocol::abi::{RELEASED_ALIGNED, RELEASED_TIMED_OUT, RELEASED_UNALIGNED};
+        use crate::protocol::counters::{add_owned, set};
+        let now = monotonic_ns();
+        let (mut records, mut bytes) = (0, 0);
+        for c in 0..self.chans.len() {
+            let (r, b) = if self.cp.held_at_release.contains(&c) {
+                self.chans[c].unread()
+            } else {
+                (0, 0)
+            };
+            self.chans[c].set_held(r, b);
+            records += r;
+            bytes += b;
+        }
+        let f = &self.gate_header().checkpoints;
+        add_owned(&f.released, 1);
+        set(&f.last_id, id);
+        set(
+            &f.last_how,
+            match how {
+                Released::Aligned => RELEASED_ALIGNED,
+                Released::Unaligned { timed_out: false } => RELEASED_UNALIGNED,
+                Released::Unaligned { timed_out: true } => RELEASED_TIMED_OUT,
+            },
+        );
+        set(&f.last_alignment_ns, now.saturating_sub(started_ns));
+        set(&f.last_start_delay_ns, now.saturating_sub(emitted_ns));
+        set(&f.last_held_records, records);
+        set(&f.last_held_bytes, bytes);
+    }
+
+    /// Publishes the in-flight counts handed out since the last call.
+    fn publish_inflight(&mut self) {
+        let (mut records, mut bytes) = (0, 0);
+        for c in 0..self.chans.len() {
+            let (r, b) = std::mem::take(&mut self.cp.inflight[c]);
+            if r > 0 {
+                self.chans[c].count_inflight(r, b);
+                records += r;
+                bytes += b;
+            }
+        }
+        if records > 0 {
+            let f = &self.gate_header().checkpoints;
+            crate::protocol::counters::add_owned(&f.inflight_records, records);
+            crate::protocol::counters::add_owned(&f.inflight_bytes, bytes);
+        }
+    }
+
     /// The message for what the alignment said.
     fn step_message(&mut self, step: align::Step) -> Result<GateMessage<'_>, RecvError> {
         Ok(match step {
             align::Step::Release { id, how } => {
                 let (started_ns, emitted_ns) = self.cp.times(id);
+                self.publish_release(id, how, started_ns, emitted_ns);
                 let payload: &[u8] = if self.cp.payload.0 == id {
                     &self.cp.payload.1
                 } else {
@@ -694,7 +760,11 @@ impl Gate {
                     payload,
                 }
             }
-            align::Step::Cancelled { id } => GateMessage::BarrierCancelled { id },
+            align::Step::Cancelled { id } => {
+                let f = &self.gate_header().checkpoints;
+                crate::protocol::counters::add_owned(&f.abandoned, 1);
+                GateMessage::BarrierCancelled { id }
+            }
             align::Step::InFlightEnd { id } => GateMessage::InFlightEnd { id },
             align::Step::Backwards {
                 channel,
@@ -717,6 +787,7 @@ impl Gate {
     /// Channels that ended or failed on the last call are closed now (the message borrowed
     /// them then).
     fn retire_finished(&mut self) {
+        self.publish_inflight();
         for c in 0..self.chans.len() {
             match self.state[c] {
                 State::Ended => self.retire(c, true),
@@ -778,11 +849,17 @@ impl Gate {
         // (Only fields other than `chans` are touched while a message borrows a channel.)
         let m = match self.chans[c].message_now() {
             Ok(Some(Message::Record(record))) => match self.cp.align.in_flight(c) {
-                Some(checkpoint) => GateMessage::InFlight {
-                    channel: c,
-                    checkpoint,
-                    record,
-                },
+                Some(checkpoint) => {
+                    // (A spanning record's bytes are not known before it is read: counted
+                    // as a record of 0 bytes.)
+                    let n = &mut self.cp.inflight[c];
+                    *n = (n.0 + 1, n.1 + record.len().unwrap_or(0) as u64);
+                    GateMessage::InFlight {
+                        channel: c,
+                        checkpoint,
+                        record,
+                    }
+                }
                 None => GateMessage::Record { channel: c, record },
             },
             Ok(Some(Message::Event(event))) => GateMessage::Event { channel: c, event },

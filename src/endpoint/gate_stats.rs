@@ -20,6 +20,46 @@ pub struct ChannelStats {
     /// Of its exclusive segments, how many are not free (queued for the consumer, being read,
     /// or being written).
     pub exclusive_in_use: u64,
+    /// Records and payload bytes handed out as checkpoints' in-flight data (overtaken by an
+    /// unaligned barrier), in all. A spanning record counts its bytes as 0.
+    pub inflight_records: u64,
+    /// See `inflight_records`.
+    pub inflight_bytes: u64,
+    /// Records and payload bytes its producer had sent beyond what was read when the last
+    /// released checkpoint held this channel (0 if it did not), as the producer's counters
+    /// last said (they are published every few records).
+    pub held_records: u64,
+    /// See `held_records`.
+    pub held_bytes: u64,
+}
+
+/// A gate's checkpoints, with Flink's names where Flink has one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CheckpointStats {
+    /// Checkpoints released.
+    pub released: u64,
+    /// Checkpoints abandoned for a newer one before they were complete.
+    pub cancelled: u64,
+    /// The last released checkpoint's id (0: none yet).
+    pub last_id: u64,
+    /// How it was released: `None` if none was, else `Some(Released)`.
+    pub last_released: Option<crate::endpoint::event::Released>,
+    /// Its alignment time, from the first barrier of it the gate saw to its release
+    /// (`checkpointAlignmentTime`, nanoseconds).
+    pub checkpoint_alignment_time_ns: u64,
+    /// Its delay from its emission to its release (`checkpointStartDelayNanos`): how long the
+    /// barrier took to get through, queues and alignment included.
+    pub checkpoint_start_delay_nanos: u64,
+    /// Records and payload bytes its alignment held back on the held channels at release.
+    pub last_held_records: u64,
+    /// See `last_held_records`.
+    pub last_held_bytes: u64,
+    /// Records and payload bytes handed out as in-flight data, in all (the bytes unaligned
+    /// barriers handed back).
+    pub inflight_records: u64,
+    /// See `inflight_records`.
+    pub inflight_bytes: u64,
 }
 
 /// A gate at one instant.
@@ -41,6 +81,8 @@ pub struct GateSnapshot {
     pub consumer_state: crate::endpoint::metrics::EndState,
     /// Per channel.
     pub channels: Vec<ChannelStats>,
+    /// Its checkpoints.
+    pub checkpoints: CheckpointStats,
 }
 
 impl GateSnapshot {
@@ -97,6 +139,31 @@ pub(crate) fn snapshot(chans: &[Arc<Shared>]) -> GateSnapshot {
         idle_ns: idle,
         consumer_state: g.consumer.state(),
         channels: chans.iter().map(|s| channel(s)).collect(),
+        checkpoints: checkpoints(&g.checkpoints),
+    }
+}
+
+fn checkpoints(f: &crate::protocol::abi::CheckpointFigures) -> CheckpointStats {
+    use crate::endpoint::event::Released;
+    use crate::protocol::abi::{RELEASED_ALIGNED, RELEASED_TIMED_OUT, RELEASED_UNALIGNED};
+    let r = crate::protocol::counters::read;
+    CheckpointStats {
+        released: r(&f.released),
+        cancelled: r(&f.abandoned),
+        last_id: r(&f.last_id),
+        // Untrusted: a value no gate writes reads as none.
+        last_released: match r(&f.last_how) {
+            RELEASED_ALIGNED => Some(Released::Aligned),
+            RELEASED_UNALIGNED => Some(Released::Unaligned { timed_out: false }),
+            RELEASED_TIMED_OUT => Some(Released::Unaligned { timed_out: true }),
+            _ => None,
+        },
+        checkpoint_alignment_time_ns: r(&f.last_alignment_ns),
+        checkpoint_start_delay_nanos: r(&f.last_start_delay_ns),
+        last_held_records: r(&f.last_held_records),
+        last_held_bytes: r(&f.last_held_bytes),
+        inflight_records: r(&f.inflight_records),
+        inflight_bytes: r(&f.inflight_bytes),
     }
 }
 
@@ -123,5 +190,9 @@ fn channel(s: &Shared) -> ChannelStats {
         backlog: r(&h.prod.demand).saturating_sub(r(&h.cons.lent)),
         floating_held: held,
         exclusive_in_use: (m.geometry.exclusive as u64).saturating_sub(free_exclusive),
+        inflight_records: r(&h.consumer_counters.inflight_records),
+        inflight_bytes: r(&h.consumer_counters.inflight_bytes),
+        held_records: r(&h.consumer_counters.held_records),
+        held_bytes: r(&h.consumer_counters.held_bytes),
     }
 }

@@ -16,7 +16,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord, Ordering};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 8;
+pub const LAYOUT_VERSION: u32 = 9;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
@@ -128,6 +128,14 @@ pub(crate) struct ConsumerCounters {
     pub idle_since_ns: AtomicU64,
     /// Segments the consumer has taken from the data ring.
     pub segments_taken: AtomicU64,
+    /// Of a gate's channel: records and payload bytes handed out as a checkpoint's in-flight
+    /// data (overtaken by an unaligned barrier), in all.
+    pub inflight_records: AtomicU64,
+    pub inflight_bytes: AtomicU64,
+    /// Of a gate's channel: records and payload bytes its producer had sent beyond what was
+    /// read when the last checkpoint held it and was released (0 if not held then).
+    pub held_records: AtomicU64,
+    pub held_bytes: AtomicU64,
 }
 
 /// `LinkFigures::role`: the consumer end is a sending bridge.
@@ -455,6 +463,32 @@ pub(crate) struct GateFigures {
     pub idle_since_ns: AtomicU64,
 }
 
+/// Figures the consumer publishes about a gate's checkpoints (for `shmflow stat`).
+#[repr(C)]
+#[derive(Default)]
+pub(crate) struct CheckpointFigures {
+    /// Checkpoints released, and cancelled before they were complete.
+    pub released: AtomicU64,
+    pub abandoned: AtomicU64,
+    /// The last one released: its id, how (`RELEASED_*`), its alignment time (first barrier
+    /// seen to release), its start delay (sent to released), and what its alignment held
+    /// back (records and bytes sent beyond what was read on the held channels).
+    pub last_id: AtomicU64,
+    pub last_how: AtomicU64,
+    pub last_alignment_ns: AtomicU64,
+    pub last_start_delay_ns: AtomicU64,
+    pub last_held_records: AtomicU64,
+    pub last_held_bytes: AtomicU64,
+    /// Records and payload bytes handed out as in-flight data, in all.
+    pub inflight_records: AtomicU64,
+    pub inflight_bytes: AtomicU64,
+}
+
+/// `CheckpointFigures::last_how`.
+pub(crate) const RELEASED_ALIGNED: u64 = 1;
+pub(crate) const RELEASED_UNALIGNED: u64 = 2;
+pub(crate) const RELEASED_TIMED_OUT: u64 = 3;
+
 /// The gate header page.
 #[repr(C)]
 #[derive(Default)]
@@ -475,6 +509,7 @@ pub(crate) struct GateHeader {
     /// channel's producer wakes this one word.
     pub park: Padded<FutexWord>,
     pub pool: Padded<GateFigures>,
+    pub checkpoints: Padded<CheckpointFigures>,
 }
 
 #[cfg(not(shmflow_loom))]
@@ -711,7 +746,8 @@ mod tests {
             blocked_since_ns: AtomicU64, flusher_wakes: AtomicU64, segments_acquired: AtomicU64);
         fields!(v, ConsumerCounters, records: AtomicU64, bytes: AtomicU64,
             segments_returned: AtomicU64, wakes: AtomicU64, idle_ns: AtomicU64,
-            idle_since_ns: AtomicU64, segments_taken: AtomicU64);
+            idle_since_ns: AtomicU64, segments_taken: AtomicU64, inflight_records: AtomicU64,
+            inflight_bytes: AtomicU64, held_records: AtomicU64, held_bytes: AtomicU64);
         fields!(v, PrioSlot, kind_len: AtomicU64, words: [AtomicU64; PRIO_PAYLOAD / 8]);
         fields!(v, Header, magic: AtomicU64, version: AtomicU32, header_size: AtomicU32,
             segment_size: AtomicU32, segment_count: AtomicU32, total_size: AtomicU64,
@@ -729,7 +765,11 @@ mod tests {
             channels: AtomicU32, exclusive: AtomicU32, floating: AtomicU32,
             segment_size: AtomicU32, total_size: AtomicU64, creator_pid: AtomicU32,
             _reserved: AtomicU32, consumer: Padded<EndSlot>, park: Padded<FutexWord>,
-            pool: Padded<GateFigures>);
+            pool: Padded<GateFigures>, checkpoints: Padded<CheckpointFigures>);
+        fields!(v, CheckpointFigures, released: AtomicU64, abandoned: AtomicU64,
+            last_id: AtomicU64, last_how: AtomicU64, last_alignment_ns: AtomicU64,
+            last_start_delay_ns: AtomicU64, last_held_records: AtomicU64,
+            last_held_bytes: AtomicU64, inflight_records: AtomicU64, inflight_bytes: AtomicU64);
         v.push(format!(
             "Header={} GateHeader={}",
             size_of::<Header>(),
@@ -754,7 +794,7 @@ mod tests {
     }
 
     /// The layout version `abi.golden` describes.
-    const GOLDEN_VERSION: u32 = 8;
+    const GOLDEN_VERSION: u32 = 9;
 
     #[test]
     #[ignore = "prints the layout for abi.golden"]

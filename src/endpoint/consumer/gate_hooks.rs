@@ -36,6 +36,33 @@ impl Consumer {
         self.message_inner(Immediately)
     }
 
+    /// Gates: records and payload bytes its producer has published beyond what this end has
+    /// read (this end's counts published first; the producer's are as it last published
+    /// them, at most `COUNTS_EVERY` records or a segment behind).
+    pub(crate) fn unread(&mut self) -> (u64, u64) {
+        self.publish_counts();
+        let h = self.shared.header();
+        let r = crate::protocol::counters::read;
+        (
+            r(&h.producer_counters.records).saturating_sub(r(&h.consumer_counters.records)),
+            r(&h.producer_counters.bytes).saturating_sub(r(&h.consumer_counters.bytes)),
+        )
+    }
+
+    /// Gates: `records` records of `bytes` payload bytes were handed out as in-flight data.
+    pub(crate) fn count_inflight(&self, records: u64, bytes: u64) {
+        let h = self.shared.header();
+        crate::protocol::counters::add_owned(&h.consumer_counters.inflight_records, records);
+        crate::protocol::counters::add_owned(&h.consumer_counters.inflight_bytes, bytes);
+    }
+
+    /// Gates: what the last released checkpoint held back on this channel.
+    pub(crate) fn set_held(&self, records: u64, bytes: u64) {
+        let h = self.shared.header();
+        crate::protocol::counters::set(&h.consumer_counters.held_records, records);
+        crate::protocol::counters::set(&h.consumer_counters.held_bytes, bytes);
+    }
+
     /// Gates: is a priority event (or a barrier's announcement) waiting in the lane? For a
     /// channel held by an alignment, whose records are not read.
     pub(crate) fn prio_waiting(&self) -> bool {

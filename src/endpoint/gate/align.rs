@@ -34,21 +34,7 @@
 //!   and so do announcement ids; an id at or below that channel's last is that channel's
 //!   protocol error (the gate closes it, as for any other corruption).
 
-use crate::endpoint::event::Alignment;
-
-/// How a released barrier was aligned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Released {
-    /// Every open channel's barrier arrived: the checkpoint has no in-flight data.
-    Aligned,
-    /// Released before alignment (an unaligned barrier, or `timed_out`: an aligned one whose
-    /// alignment timeout passed): in-flight data follows, ending with `InFlightEnd`.
-    Unaligned {
-        /// True if it was an aligned barrier that switched.
-        timed_out: bool,
-    },
-}
+use crate::endpoint::event::{Alignment, Released};
 
 /// What the gate must do (or say) after an input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,6 +128,16 @@ impl Aligner {
         self.cur
             .as_ref()
             .map(|k| (k.id, k.started_ns, k.emitted_ns))
+    }
+
+    /// Channels held now (aligning, barrier arrived, open).
+    pub(crate) fn held(&self) -> Vec<usize> {
+        match &self.cur {
+            Some(k) if matches!(k.phase, Phase::Aligning { .. }) => (0..self.open.len())
+                .filter(|&c| k.arrived[c] && self.open[c])
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// When the alignment in progress switches to unaligned (monotonic ns), if it can.
