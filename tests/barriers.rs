@@ -328,3 +328,21 @@ fn a_gate_publishes_its_checkpoints_figures() {
         (2, 4)
     );
 }
+
+#[test]
+fn an_unaligned_barrier_that_overtakes_an_older_one_subsumes_it() {
+    let name = unique_name("barrier-subsume");
+    let mut gate = Gate::create(&name, geometry(1)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    a.send(b"a0").unwrap();
+    a.send_barrier(1, Alignment::Aligned, b"").unwrap();
+    a.send(b"a1").unwrap();
+    a.send_barrier(2, Alignment::Unaligned, b"").unwrap();
+    a.send(b"a2").unwrap();
+    a.flush().unwrap();
+    // 2's announcement overtakes 1: checkpoint 1 never begins here and is not reported.
+    assert_eq!(
+        drain(&mut gate),
+        ["B2:unaligned", "i0@2:a0", "i0@2:a1", "E2", "r0:a2"]
+    );
+}

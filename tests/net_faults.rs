@@ -764,6 +764,122 @@ fn a_gate_reads_a_local_and_a_remote_channel() {
 }
 
 #[test]
+fn a_remote_channel_in_a_gate_carries_aligned_and_unaligned_barriers() {
+    use shmflow::{Alignment, Released};
+    let name = common::unique_name("netbarrier");
+    let mut gate = Gate::create(
+        &name,
+        GateGeometry::new(2)
+            .with_exclusive(2)
+            .with_floating(2)
+            .with_segment_size(4096),
+    )
+    .unwrap();
+    let local = Producer::open_channel(&name, 0).unwrap();
+    let remote_in = Producer::open_channel(&name, 1).unwrap();
+    let (remote_out, rx) = shmflow::pair(geometry()).unwrap();
+    let rt = runtime();
+    let bridge = rt.spawn(async move {
+        let mut s = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+            .await
+            .unwrap();
+        s.export("far", rx).unwrap();
+        let addr = s.local_addr().unwrap();
+        let server = tokio::spawn(s.run());
+        let mut c = Client::connect(addr, Config::default()).await.unwrap();
+        c.import("far", remote_in).unwrap();
+        (c.run().await, server.await.unwrap())
+    });
+    // Each side: 50 records and aligned barrier 1; once the gate has released 1, 50 records,
+    // unaligned barrier 2 and 50 records (sent at once, 2 could overtake 1, which a gate then
+    // takes as subsumed by 2).
+    let go = std::sync::Arc::new(std::sync::Barrier::new(3));
+    let writers: Vec<_> = [local, remote_out]
+        .into_iter()
+        .map(|mut p| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                let mut seq = 0u64;
+                let mut records = |p: &mut Producer| {
+                    for _ in 0..50 {
+                        p.send(&seq.to_le_bytes()).unwrap();
+                        seq += 1;
+                    }
+                };
+                records(&mut p);
+                p.send_barrier(1, Alignment::Aligned, b"").unwrap();
+                go.wait();
+                records(&mut p);
+                p.send_barrier(2, Alignment::Unaligned, b"").unwrap();
+                records(&mut p);
+            })
+        })
+        .collect();
+    let seq =
+        |r: &shmflow::Record<'_>| u64::from_le_bytes(r.as_bytes().unwrap().try_into().unwrap());
+    let mut next = [0u64; 2];
+    let (mut released, mut ended, mut inflight_end) = (Vec::new(), 0, false);
+    let mut unaligned = false;
+    while let Some(m) = gate.recv_timeout(Duration::from_secs(30)).unwrap() {
+        match m {
+            GateMessage::Record { channel, record } => {
+                let s = seq(&record);
+                assert_eq!(s, next[channel]);
+                // Before 2's release: anything; after it, only what follows a channel's barrier.
+                assert!(!unaligned || inflight_end || s >= 100, "{channel}:{s}");
+                next[channel] += 1;
+            }
+            GateMessage::InFlight {
+                channel,
+                checkpoint: 2,
+                record,
+            } => {
+                let s = seq(&record);
+                assert_eq!(s, next[channel]);
+                assert!((50..100).contains(&s), "{channel}:{s}");
+                next[channel] += 1;
+            }
+            GateMessage::Barrier {
+                id: 1, released: r, ..
+            } => {
+                assert_eq!(r, Released::Aligned);
+                assert_eq!(
+                    next,
+                    [50, 50],
+                    "aligned across the local and the remote channel"
+                );
+                released.push(1);
+                go.wait();
+            }
+            GateMessage::Barrier {
+                id: 2, released: r, ..
+            } => {
+                assert_eq!(r, Released::Unaligned { timed_out: false });
+                released.push(2);
+                unaligned = true;
+            }
+            GateMessage::InFlightEnd { id: 2 } => {
+                assert!(next.iter().all(|&n| n >= 100), "{next:?}");
+                inflight_end = true;
+            }
+            GateMessage::EndOfPartition { .. } => ended += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert_eq!(released, [1, 2]);
+    assert!(inflight_end);
+    assert_eq!((next, ended), ([150, 150], 2));
+    let (outcomes, _) = rt.block_on(bridge).unwrap();
+    assert!(
+        matches!(outcomes[0].result, Ok(Ended::Clean)),
+        "{outcomes:?}"
+    );
+}
+
+#[test]
 fn a_client_claiming_absurd_credit_ends_that_channel_with_a_typed_error() {
     let rt = runtime();
     let (_tx, rx) = shmflow::pair(geometry()).unwrap();

@@ -92,7 +92,9 @@ pub enum GateMessage<'a> {
     /// records and in-band barriers are not read; its priority events and announcements are,
     /// since they overtake its data); a channel that ends, fails or dies during the alignment
     /// no longer counts; a barrier with a newer id cancels the checkpoint in progress
-    /// ([`GateMessage::BarrierCancelled`]), and an older barrier arriving later is ignored; an
+    /// ([`GateMessage::BarrierCancelled`]), and an older barrier arriving later is ignored
+    /// (a checkpoint never begun because a newer one began first — an unaligned barrier can
+    /// overtake an older in-band one — is subsumed by it, and never reported); an
     /// id at or below a channel's last is that channel's protocol error
     /// ([`RecvError::Corrupt`], and the channel is closed); an aligned barrier sent with an
     /// alignment timeout switches once that time has passed since it was sent (the emitter's

@@ -29,7 +29,10 @@
 //!   released (or its in-flight data be complete) without it.
 //! - **Newer cancels.** A barrier or announcement with an id above the checkpoint in progress
 //!   cancels it (`Cancelled { id }`, once) and starts the newer one. A barrier of an older
-//!   checkpoint arriving later (one that was cancelled or is complete) is ignored.
+//!   checkpoint arriving later is ignored: one that was cancelled or is complete, and one
+//!   never begun here because a newer one began first (an unaligned barrier can overtake an
+//!   older in-band one): that checkpoint is subsumed by the newer one, as Flink subsumes
+//!   checkpoints, and the gate says nothing of it.
 //! - **Backwards is a protocol error.** On one channel, in-band barrier ids strictly increase,
 //!   and so do announcement ids; an id at or below that channel's last is that channel's
 //!   protocol error (the gate closes it, as for any other corruption).
