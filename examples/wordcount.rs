@@ -29,6 +29,19 @@
 //! Options: `--lines N` per source (default 200000), `--slow-counter K` and `--slow-ns N`
 //! (busy work per word in counter K, default 3000 ns when slowed), `--skew`.
 //!
+//! `--barriers aligned|unaligned|timeout:MS` makes the sources send a checkpoint barrier every
+//! `--barrier-interval-ms` (default 500): the tokenizers pass each on when their gate releases
+//! it (`forward_barrier`, keeping the source's send time, so that the alignment timeout counts
+//! from the source as Flink's checkpoint start delay does), and each counter reports, per
+//! checkpoint, how it was released and how long the barrier took from its source to the
+//! counter's release:
+//!
+//! ```text
+//! cargo run --release --example wordcount -- --slow-counter 1 --barriers aligned
+//! cargo run --release --example wordcount -- --slow-counter 1 --barriers unaligned
+//! cargo run --release --example wordcount -- --slow-counter 1 --barriers timeout:100
+//! ```
+//!
 //! When a stage fails, the failure travels: a stage that gives up ends its outputs as failed
 //! (`Producer::fail`), a stage downstream of a dead or failed one gives up in turn, and one
 //! upstream of it finds its sends refused (`Closed`, `PeerDead`). Every stage then exits
@@ -46,7 +59,9 @@ use std::time::{Duration, Instant};
 
 use shmflow::metrics::{BackpressureLevel, GateSnapshot};
 use shmflow::monitor::GateMonitor;
-use shmflow::{Gate, GateGeometry, GateMessage, Partition, Partitioner, Producer};
+use shmflow::{
+    Alignment, Gate, GateGeometry, GateMessage, Partition, Partitioner, Producer, Released,
+};
 
 const SOURCES: usize = 2;
 const TOKENIZERS: usize = 3;
@@ -65,6 +80,9 @@ struct Opts {
     kill_stage: Option<(String, usize)>,
     /// `--remote`: tokenizers and counters talk through TCP on loopback, on this port.
     remote: Option<u16>,
+    /// `--barriers`: how the sources' checkpoint barriers are aligned, and how often.
+    barriers: Option<Alignment>,
+    barrier_interval: Duration,
 }
 
 const USAGE: &str = "usage: wordcount [--lines N] [--slow-counter K [--slow-ns N]] [--skew] [--remote]
@@ -77,7 +95,10 @@ const USAGE: &str = "usage: wordcount [--lines N] [--slow-counter K [--slow-ns N
   --remote               tokenizers and counters talk over TCP on loopback (needs the net feature)
   --kill-stage ROLE:I    SIGKILL stage ROLE:I (source, tokenizer, counter, sink) mid-run and check
                          that every other stage stops non-zero and only its gate is left
-  --prefix /NAME         prefix of the gates' names (default /shmflow-wc-PID)";
+  --prefix /NAME         prefix of the gates' names (default /shmflow-wc-PID)
+  --barriers MODE        the sources send checkpoint barriers: aligned, unaligned or timeout:MS
+                         (aligned, switching to unaligned after MS ms); counters report their delay
+  --barrier-interval-ms N  time between barriers (default 500)";
 
 fn main() {
     let parsed = args::parse(
@@ -91,6 +112,8 @@ fn main() {
             "--port",
             "--role",
             "--index",
+            "--barriers",
+            "--barrier-interval-ms",
         ],
         &["--skew", "--remote"],
         0,
@@ -116,6 +139,15 @@ fn main() {
             None if parsed.has("--remote") => Some(free_port()),
             None => None,
         },
+        barriers: get("--barriers").map(|m| match m.as_str() {
+            "aligned" => Alignment::Aligned,
+            "unaligned" => Alignment::Unaligned,
+            t => match t.strip_prefix("timeout:").and_then(|ms| ms.parse().ok()) {
+                Some(ms) => Alignment::AlignedWithTimeout(Duration::from_millis(ms)),
+                None => parsed.fail("--barriers takes aligned, unaligned or timeout:MS"),
+            },
+        }),
+        barrier_interval: Duration::from_millis(parsed.num("--barrier-interval-ms", 500)),
     };
     let result = match get("--role").as_deref() {
         None if opts.kill_stage.is_some() => kill_and_check(&opts, &args),
@@ -235,7 +267,15 @@ fn source(opts: &Opts, s: usize) -> Result<(), String> {
         .collect::<Result<Vec<_>, _>>()?;
     let mut part = Partition::new(outs, Partitioner::RoundRobin).map_err(err)?;
     let mut l = String::new();
+    let (mut next_barrier, mut id) = (Instant::now() + opts.barrier_interval, 0u64);
     let sent = (0..opts.lines).try_for_each(|i| {
+        if let Some(alignment) = opts.barriers {
+            if i % 64 == 0 && Instant::now() >= next_barrier {
+                id += 1;
+                part.send_barrier(id, alignment, b"").map_err(err)?;
+                next_barrier += opts.barrier_interval;
+            }
+        }
         line(s, i, opts.skew, &mut l);
         part.send(l.as_bytes()).map_err(err)
     });
@@ -263,11 +303,24 @@ fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
     let done = (|| {
         while let Some(m) = gate.recv().map_err(err)? {
             match m {
-                GateMessage::Record { record, .. } => {
+                // An in-flight record (overtaken by an unaligned barrier) is processed as any;
+                // a stage with state would also store it with the checkpoint.
+                GateMessage::Record { record, .. } | GateMessage::InFlight { record, .. } => {
                     let text = record.as_bytes().ok_or("a line spans segments")?;
                     for w in text.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
                         part.send(w).map_err(err)?;
                     }
+                }
+                GateMessage::Barrier {
+                    id,
+                    emitted_ns,
+                    payload,
+                    ..
+                } => {
+                    // Released: pass it on, with the source's send time.
+                    let alignment = opts.barriers.unwrap_or(Alignment::Aligned);
+                    part.forward_barrier(id, alignment, emitted_ns, payload)
+                        .map_err(err)?;
                 }
                 GateMessage::ChannelDead { channel, error } => {
                     return Err(format!("source {channel} died: {error}"))
@@ -302,9 +355,32 @@ fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(
     let slow = (opts.slow_counter == Some(k)).then(|| Duration::from_nanos(opts.slow_ns));
     let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut words = 0u64;
+    let mut delays = Vec::new();
     while let Some(m) = gate.recv().map_err(err)? {
         match m {
-            GateMessage::Record { record, .. } => {
+            GateMessage::Barrier {
+                id,
+                released,
+                alignment_ns,
+                emitted_ns,
+                ..
+            } => {
+                // From the source's send to this counter's release: every queue and alignment
+                // on the way (the sources' and this process's clocks are the same clock).
+                let delay = shmflow::metrics::monotonic_now_ns().saturating_sub(emitted_ns);
+                delays.push(delay);
+                println!(
+                    "counter {k}: checkpoint {id:>3} {:<9} delay {:>7.1} ms   alignment {:>7.1} ms",
+                    match released {
+                        Released::Aligned => "aligned",
+                        Released::Unaligned { timed_out: true } => "timed out",
+                        _ => "unaligned",
+                    },
+                    delay as f64 / 1e6,
+                    alignment_ns as f64 / 1e6,
+                );
+            }
+            GateMessage::Record { record, .. } | GateMessage::InFlight { record, .. } => {
                 let w = record.as_bytes().ok_or("a word spans segments")?;
                 words += 1;
                 if words % 16384 == 0 {
@@ -335,6 +411,17 @@ fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(
             // The end of a partition, events, and kinds of message a later version may add.
             _ => {}
         }
+    }
+    if !delays.is_empty() {
+        delays.sort_unstable();
+        let q = |p: f64| delays[((delays.len() - 1) as f64 * p).round() as usize] as f64 / 1e6;
+        println!(
+            "counter {k}: {} checkpoints, barrier delay p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+            delays.len(),
+            q(0.5),
+            q(0.99),
+            q(1.0)
+        );
     }
     let mut rec = Vec::new();
     for (w, n) in counts {

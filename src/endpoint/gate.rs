@@ -220,8 +220,6 @@ struct Checkpoints {
     scratch: Vec<align::Step>,
     /// The payload of the newest checkpoint seen (its id), for its release.
     payload: (u64, Vec<u8>),
-    /// The checkpoint last in progress: id, when the gate first saw it, when it was sent.
-    last: Option<(u64, u64, u64)>,
     /// The channels held when the last checkpoint was released.
     held_at_release: Vec<usize>,
     /// In-flight records and bytes handed out per channel, not yet published.
@@ -235,7 +233,6 @@ impl Checkpoints {
             steps: std::collections::VecDeque::new(),
             scratch: Vec::new(),
             payload: (0, Vec::new()),
-            last: None,
             held_at_release: Vec::new(),
             inflight: vec![(0, 0); channels],
         }
@@ -248,9 +245,6 @@ impl Checkpoints {
         f(&mut self.align, monotonic_ns(), &mut out);
         if out.iter().any(|s| matches!(s, align::Step::Release { .. })) {
             self.held_at_release = held;
-        }
-        if let Some(cur) = self.align.current() {
-            self.last = Some(cur);
         }
         self.steps.extend(out.drain(..));
         self.scratch = out;
@@ -284,14 +278,6 @@ impl Checkpoints {
     fn tick(&mut self) {
         if self.align.switch_at_ns().is_some() {
             self.input(|al, now, out| al.tick(now, out));
-        }
-    }
-
-    /// When the gate first saw checkpoint `id`, and when it was sent.
-    fn times(&self, id: u64) -> (u64, u64) {
-        match self.last {
-            Some((i, started, emitted)) if i == id => (started, emitted),
-            _ => (monotonic_ns(), 0),
         }
     }
 }
@@ -746,8 +732,12 @@ impl Gate {
     /// The message for what the alignment said.
     fn step_message(&mut self, step: align::Step) -> Result<GateMessage<'_>, RecvError> {
         Ok(match step {
-            align::Step::Release { id, how } => {
-                let (started_ns, emitted_ns) = self.cp.times(id);
+            align::Step::Release {
+                id,
+                how,
+                started_ns,
+                emitted_ns,
+            } => {
                 self.publish_release(id, how, started_ns, emitted_ns);
                 let payload: &[u8] = if self.cp.payload.0 == id {
                     &self.cp.payload.1

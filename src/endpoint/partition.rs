@@ -296,6 +296,23 @@ impl Partition {
             .try_for_each(|p| p.send_barrier(id, alignment, payload))
     }
 
+    /// Passes a released barrier on to every channel, keeping its first sender's time (as
+    /// [`Producer::forward_barrier`]).
+    ///
+    /// # Errors
+    /// As [`Partition::send_barrier`].
+    pub fn forward_barrier(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.forward_barrier(id, alignment, emitted_ns, payload))
+    }
+
     /// Sends a priority event to every channel (see [`Producer::send_priority_event`]).
     ///
     /// # Errors

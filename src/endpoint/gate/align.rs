@@ -42,8 +42,14 @@ use crate::endpoint::event::{Alignment, Released};
 /// What the gate must do (or say) after an input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
-    /// Release barrier `id` to the caller.
-    Release { id: u64, how: Released },
+    /// Release barrier `id` to the caller: the gate first saw it at `started_ns`, and its
+    /// first barrier or announcement seen was sent at `emitted_ns`.
+    Release {
+        id: u64,
+        how: Released,
+        started_ns: u64,
+        emitted_ns: u64,
+    },
     /// Tell the caller that checkpoint `id` was abandoned for a newer one.
     Cancelled { id: u64 },
     /// Every in-flight record of checkpoint `id` has been handed out.
@@ -127,6 +133,7 @@ impl Aligner {
     }
 
     /// The checkpoint in progress: its id, when the gate first saw it, and its emission time.
+    #[cfg(test)]
     pub(crate) fn current(&self) -> Option<(u64, u64, u64)> {
         self.cur
             .as_ref()
@@ -262,6 +269,8 @@ impl Aligner {
                     out.push(Step::Release {
                         id: k.id,
                         how: Released::Aligned,
+                        started_ns: k.started_ns,
+                        emitted_ns: k.emitted_ns,
                     });
                     self.newest_done = Some(k.id);
                     self.cur = None;
@@ -271,6 +280,8 @@ impl Aligner {
                     out.push(Step::Release {
                         id: k.id,
                         how: Released::Unaligned { timed_out },
+                        started_ns: k.started_ns,
+                        emitted_ns: k.emitted_ns,
                     });
                     #[cfg(not(shmflow_broken = "align_keep_holding"))]
                     {

@@ -233,7 +233,7 @@ impl Producer {
         alignment: Alignment,
         payload: &[u8],
     ) -> Result<(), SendError> {
-        self.barrier_inner(id, alignment, payload, Forever)
+        self.barrier_inner(id, alignment, None, payload, Forever)
             .map_err(Into::into)
     }
 
@@ -245,7 +245,7 @@ impl Producer {
         alignment: Alignment,
         payload: &[u8],
     ) -> Result<(), TrySendError> {
-        self.barrier_inner(id, alignment, payload, Immediately)
+        self.barrier_inner(id, alignment, None, payload, Immediately)
             .map_err(Into::into)
     }
 
@@ -258,7 +258,26 @@ impl Producer {
         payload: &[u8],
         timeout: Duration,
     ) -> Result<(), SendTimeoutError> {
-        self.barrier_inner(id, alignment, payload, Until::after(timeout))
+        self.barrier_inner(id, alignment, None, payload, Until::after(timeout))
+            .map_err(Into::into)
+    }
+
+    /// Passes on a barrier that a gate released (as [`Producer::send_barrier`]), keeping the
+    /// time its first sender sent it (`emitted_ns`, from
+    /// [`GateMessage::Barrier`](crate::GateMessage::Barrier)): the alignment timeout and the
+    /// start delay downstream then count from the source, as Flink's checkpoint start delay
+    /// does, not from this stage.
+    ///
+    /// # Errors
+    /// As [`Producer::send_barrier`].
+    pub fn forward_barrier(
+        &mut self,
+        id: u64,
+        alignment: Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        self.barrier_inner(id, alignment, Some(emitted_ns), payload, Forever)
             .map_err(Into::into)
     }
 
@@ -266,6 +285,7 @@ impl Producer {
         &mut self,
         id: u64,
         alignment: Alignment,
+        emitted_ns: Option<u64>,
         payload: &[u8],
         patience: P,
     ) -> Sent<(), P> {
@@ -276,7 +296,7 @@ impl Producer {
         self.check_gone()?;
         let head = barrier::Head {
             id,
-            emitted_ns: crate::sys::clock::monotonic_ns(),
+            emitted_ns: emitted_ns.unwrap_or_else(crate::sys::clock::monotonic_ns),
             timeout_ns: alignment.to_wire(),
         }
         .encode();

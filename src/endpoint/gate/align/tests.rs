@@ -86,7 +86,7 @@ impl Model<'_> {
     fn steps(&self, s: &mut State, steps: &[Step], path: &[String]) {
         for st in steps {
             match *st {
-                Step::Release { id, how } => {
+                Step::Release { id, how, .. } => {
                     assert!(
                         !s.released.iter().any(|r| r.0 == id),
                         "{id} released twice: {path:?}"
@@ -374,7 +374,9 @@ fn a_backwards_id_is_the_channel_s_protocol_error() {
         out,
         [Step::Release {
             id: 5,
-            how: Released::Aligned
+            how: Released::Aligned,
+            started_ns: 1,
+            emitted_ns: 0,
         }]
     );
     out.clear();
@@ -390,7 +392,9 @@ fn a_backwards_id_is_the_channel_s_protocol_error() {
         [
             Step::Release {
                 id: 7,
-                how: Released::Unaligned { timed_out: false }
+                how: Released::Unaligned { timed_out: false },
+                started_ns: 5,
+                emitted_ns: 0,
             },
             Step::Backwards {
                 channel: 1,
