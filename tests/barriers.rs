@@ -189,13 +189,14 @@ fn an_alignment_timeout_switches_to_unaligned() {
     let mut a = Producer::open_channel(&name, 0).unwrap();
     let mut b = Producer::open_channel(&name, 1).unwrap();
     let t = Duration::from_millis(50);
+    // (The timeout counts from the barrier's sending: the clock is read before it.)
+    let start = Instant::now();
     a.send_barrier(3, Alignment::AlignedWithTimeout(t), b"")
         .unwrap();
     a.send(b"a-after").unwrap();
     a.flush().unwrap();
     b.send(b"b0").unwrap();
     b.flush().unwrap();
-    let start = Instant::now();
     // Aligning: channel 1's record is read, channel 0's is held; then the timeout passes.
     let mut got = Vec::new();
     while !got.iter().any(|m: &String| m.starts_with("B3")) {
@@ -345,4 +346,88 @@ fn an_unaligned_barrier_that_overtakes_an_older_one_subsumes_it() {
         drain(&mut gate),
         ["B2:unaligned", "i0@2:a0", "i0@2:a1", "E2", "r0:a2"]
     );
+}
+
+/// A gate with channel 0 held by a barrier with a 50 ms alignment timeout and channel 1 idle.
+fn held_with_timeout(tag: &str) -> (Gate, Producer, Producer, Instant) {
+    let name = unique_name(tag);
+    let gate = Gate::create(&name, geometry(2)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    let b = Producer::open_channel(&name, 1).unwrap();
+    let start = Instant::now();
+    a.send_barrier(
+        1,
+        Alignment::AlignedWithTimeout(Duration::from_millis(50)),
+        b"",
+    )
+    .unwrap();
+    a.send(b"held").unwrap();
+    a.flush().unwrap();
+    (gate, a, b, start)
+}
+
+#[test]
+fn a_blocking_recv_wakes_for_the_switch() {
+    let (mut gate, _a, _b, start) = held_with_timeout("barrier-switch-recv");
+    let m = describe(gate.recv().unwrap().unwrap());
+    assert_eq!(m, "B1:timeout");
+    assert!(start.elapsed() >= Duration::from_millis(50));
+    assert_eq!(describe(gate.recv().unwrap().unwrap()), "r0:held");
+}
+
+#[test]
+fn try_recv_switches_once_the_timeout_passed() {
+    let (mut gate, _a, _b, start) = held_with_timeout("barrier-switch-try");
+    let mut got = Vec::new();
+    while got.is_empty() {
+        got = drain(&mut gate);
+        assert!(start.elapsed() < Duration::from_secs(10), "never switched");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(start.elapsed() >= Duration::from_millis(50));
+    assert_eq!(got, ["B1:timeout", "r0:held"]);
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn recv_async_wakes_for_the_switch() {
+    let (mut gate, _a, _b, start) = held_with_timeout("barrier-switch-async");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let m = rt.block_on(async {
+        let m = gate.recv_async().await.unwrap().unwrap();
+        describe(m)
+    });
+    assert_eq!(m, "B1:timeout");
+    assert!(start.elapsed() >= Duration::from_millis(50));
+}
+
+#[test]
+fn priority_events_of_a_held_channel_still_overtake() {
+    let name = unique_name("barrier-prio");
+    let mut gate = Gate::create(&name, geometry(2)).unwrap();
+    let mut a = Producer::open_channel(&name, 0).unwrap();
+    let mut b = Producer::open_channel(&name, 1).unwrap();
+    a.send_barrier(1, Alignment::Aligned, b"").unwrap();
+    a.send(b"after").unwrap();
+    a.flush().unwrap();
+    assert!(drain(&mut gate).is_empty(), "held");
+    // A priority event sent while the channel is held overtakes its held data (and the hold);
+    // an ordinary event waits behind the hold, in its place.
+    a.send_event(5, b"in place").unwrap();
+    a.send_priority_event(6, b"now").unwrap();
+    a.flush().unwrap();
+    let got = drain(&mut gate);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(got[0].contains("kind: 6"), "{got:?}");
+    b.send_barrier(1, Alignment::Aligned, b"").unwrap();
+    let got = drain(&mut gate);
+    assert_eq!(
+        got[..2],
+        ["B1:aligned".to_string(), "r0:after".to_string()],
+        "{got:?}"
+    );
+    assert!(got[2].contains("kind: 5"), "{got:?}");
 }

@@ -201,6 +201,40 @@ fn a_producer_killed_during_an_alignment_no_longer_counts() {
 }
 
 #[test]
+fn a_producer_that_ends_during_an_alignment_no_longer_counts() {
+    if role().is_some() {
+        child_main(play);
+    }
+    let (mut g, handles) = gate(2);
+    let kids = children(
+        "a_producer_that_ends_during_an_alignment_no_longer_counts",
+        handles,
+        // Channel 1 ends cleanly, without the barrier, after channel 0 is held.
+        &["r:10,b:1:a,r:10", "r:10,s:500"],
+    );
+    let out = read_all(&mut g);
+    reap(kids);
+    let at = |x: &Got| {
+        out.iter()
+            .position(|m| m == x)
+            .unwrap_or_else(|| panic!("{x:?}: {out:?}"))
+    };
+    assert!(
+        at(&Got::End(1)) < at(&Got::Barrier(1, Released::Aligned)),
+        "{out:?}"
+    );
+    assert!(
+        at(&Got::Barrier(1, Released::Aligned)) < at(&Got::Rec(0, 10)),
+        "{out:?}"
+    );
+    assert!(
+        at(&Got::Rec(0, 9)) < at(&Got::Barrier(1, Released::Aligned)),
+        "{out:?}"
+    );
+    assert_eq!(out.last(), Some(&Got::End(0)));
+}
+
+#[test]
 fn a_newer_barrier_cancels_across_processes() {
     if role().is_some() {
         child_main(play);

@@ -36,6 +36,8 @@ pub(crate) fn gate(
             f.insert("inflight_bytes".into(), json!(n.inflight_bytes));
             f.insert("held_records".into(), json!(n.held_records));
             f.insert("held_bytes".into(), json!(n.held_bytes));
+            f.insert("held_ns".into(), json!(n.held_ns));
+            f.insert("barrier_delay_ns".into(), json!(n.barrier_delay_ns));
             let alive = producers_alive.get(c).copied().unwrap_or(false);
             f.insert("producer_alive".into(), json!(alive));
             Value::Object(f)

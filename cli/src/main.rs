@@ -546,16 +546,42 @@ fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool
     } else {
         println!("  checkpoints: none yet");
     }
+    let checkpoints = now.checkpoints.released > 0;
     println!(
-        "  {:>3} {:<18} {:>12} {:>12} {:>9} {:>5} {:>7} {:>6} {:>6}",
-        "CH", "PRODUCER", "written/s", "read/s", "bp ms/s", "level", "backlog", "float", "excl"
+        "  {:>3} {:<18} {:>12} {:>12} {:>9} {:>5} {:>7} {:>6} {:>6}{}",
+        "CH",
+        "PRODUCER",
+        "written/s",
+        "read/s",
+        "bp ms/s",
+        "level",
+        "backlog",
+        "float",
+        "excl",
+        if checkpoints {
+            "  held(last)  delay(last)  in flight"
+        } else {
+            ""
+        }
     );
     for (c, (p, n)) in prev.channels.iter().zip(&now.channels).enumerate() {
         let r = n.snapshot.rates_since(&p.snapshot);
         let a = alive.get(c).copied().unwrap_or(false);
         let here = a && n.snapshot.producer_state == EndState::Attached;
+        // Per channel, for the last checkpoint: how long it was held, its barrier's delay;
+        // and the records it handed back as in-flight data, in all.
+        let ckpt = if checkpoints {
+            format!(
+                "  {:>10}  {:>11}  {:>9}",
+                duration_ns(n.held_ns),
+                duration_ns(n.barrier_delay_ns),
+                n.inflight_records
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "  {:>3} {:<18} {} {:>12.0} {} {:>5} {:>7} {:>6} {:>6}",
+            "  {:>3} {:<18} {} {:>12.0} {} {:>5} {:>7} {:>6} {:>6}{}",
             c,
             end(n.snapshot.producer_state, n.snapshot.producer_pid, a),
             fig(here, r.records_written_per_s, 12, 0),
@@ -565,6 +591,7 @@ fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool
             n.backlog,
             n.floating_held,
             format!("{}/{}", n.exclusive_in_use, now.exclusive),
+            ckpt,
         );
     }
 }

@@ -429,12 +429,24 @@ fn stat_shows_a_gates_checkpoints() {
     assert!(k["checkpointStartDelayNanos"].as_u64().unwrap() > 0);
     assert_eq!(k["last_held_records"], 1, "{v}");
     assert_eq!(v["channel_stats"][0]["held_bytes"], 9, "{v}");
+    assert!(
+        v["channel_stats"][0]["held_ns"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    assert!(
+        v["channel_stats"][1]["barrier_delay_ns"].as_u64().unwrap() > 0,
+        "{v}"
+    );
+    // Channel 0 was held until channel 1's barrier came, which released it at once.
+    let held = |c: usize| v["channel_stats"][c]["held_ns"].as_u64().unwrap();
+    assert!(held(0) > held(1), "{v}");
     let out = shmflow(&["stat", &name, "--count", "1", "--interval-ms", "50"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("checkpoints: 1 released, 0 cancelled; last #7 aligned")
             && text.contains("checkpointStartDelayNanos")
-            && text.contains("held back 1 records / 9 B"),
+            && text.contains("held back 1 records / 9 B")
+            && text.contains("held(last)  delay(last)  in flight"),
         "{text}"
     );
     println!("{text}");

@@ -772,6 +772,27 @@ impl Consumer {
         Ok(got)
     }
 
+    /// The priority event or barrier announcement at the lane's head, which `prio_pending`
+    /// said is there.
+    pub(crate) fn lane_message(&mut self) -> Result<Message<'_>, Box<CorruptError>> {
+        match self.pop_priority()? {
+            Some((e, len)) if e.barrier => {
+                Ok(Message::Barrier(self.barrier(&self.prio_buf[..len], true)?))
+            }
+            Some((e, len)) => Ok(Message::Event(Event {
+                kind: e.kind,
+                payload: &self.prio_buf[..len],
+                priority: true,
+            })),
+            // Only a producer that moves its tail back makes a pending event vanish.
+            None => Err(self.corrupt(
+                "priority lane tail",
+                "a tail that never moves back".into(),
+                crate::protocol::lane::lane_tail(self.shared.header()),
+            )),
+        }
+    }
+
     /// A barrier's body (past the kind word), checked.
     fn barrier<'b>(
         &self,
@@ -831,26 +852,7 @@ impl Consumer {
                     }
                 }
             }
-            Next::Priority(()) => match self.pop_priority()? {
-                Some((e, len)) if e.barrier => {
-                    Some(Message::Barrier(self.barrier(&self.prio_buf[..len], true)?))
-                }
-                Some((e, len)) => Some(Message::Event(Event {
-                    kind: e.kind,
-                    payload: &self.prio_buf[..len],
-                    priority: true,
-                })),
-                // Only a producer that moves its tail back makes a pending event vanish.
-                None => {
-                    return Err(self
-                        .corrupt(
-                            "priority lane tail",
-                            "a tail that never moves back".into(),
-                            crate::protocol::lane::lane_tail(self.shared.header()),
-                        )
-                        .into())
-                }
-            },
+            Next::Priority(()) => Some(self.lane_message()?),
             Next::End => None,
         })
     }

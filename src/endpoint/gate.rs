@@ -219,11 +219,14 @@ struct Checkpoints {
     steps: std::collections::VecDeque<align::Step>,
     scratch: Vec<align::Step>,
     /// The payload of the newest checkpoint seen (its id), for its release.
-    payload: (u64, Vec<u8>),
-    /// The channels held when the last checkpoint was released.
+    payload: Option<(u64, Vec<u8>)>,
+    /// The channels held when the last checkpoint was released (and a buffer for the next).
     held_at_release: Vec<usize>,
+    held_scratch: Vec<usize>,
     /// In-flight records and bytes handed out per channel, not yet published.
     inflight: Vec<(u64, u64)>,
+    /// Per channel, its last in-band barrier: id, when the gate read it, when it was sent.
+    arrivals: Vec<Option<(u64, u64, u64)>>,
 }
 
 impl Checkpoints {
@@ -232,30 +235,38 @@ impl Checkpoints {
             align: align::Aligner::new(channels),
             steps: std::collections::VecDeque::new(),
             scratch: Vec::new(),
-            payload: (0, Vec::new()),
+            payload: None,
             held_at_release: Vec::new(),
+            held_scratch: Vec::new(),
             inflight: vec![(0, 0); channels],
+            arrivals: vec![None; channels],
         }
     }
 
     /// Runs one input through the alignment and queues what it says.
     fn input(&mut self, f: impl FnOnce(&mut align::Aligner, u64, &mut Vec<align::Step>)) {
         let mut out = std::mem::take(&mut self.scratch);
-        let held = self.align.held();
+        let mut held = std::mem::take(&mut self.held_scratch);
+        self.align.held_into(&mut held);
         f(&mut self.align, monotonic_ns(), &mut out);
         if out.iter().any(|s| matches!(s, align::Step::Release { .. })) {
-            self.held_at_release = held;
+            std::mem::swap(&mut self.held_at_release, &mut held);
         }
+        self.held_scratch = held;
         self.steps.extend(out.drain(..));
         self.scratch = out;
     }
 
     /// Channel `c`'s barrier (in band) or announcement (`b.priority`).
     fn barrier(&mut self, c: usize, b: &Barrier<'_>) {
-        if b.id > self.payload.0 {
-            self.payload.0 = b.id;
-            self.payload.1.clear();
-            self.payload.1.extend_from_slice(b.payload);
+        match &mut self.payload {
+            Some((id, p)) if b.id > *id => {
+                *id = b.id;
+                p.clear();
+                p.extend_from_slice(b.payload);
+            }
+            Some(_) => {}
+            none => *none = Some((b.id, b.payload.to_vec())),
         }
         let seen = align::Seen {
             id: b.id,
@@ -265,6 +276,7 @@ impl Checkpoints {
         if b.priority {
             self.input(|al, now, out| al.announcement(c, seen, now, out));
         } else {
+            self.arrivals[c] = Some((b.id, monotonic_ns(), b.emitted_ns));
             self.input(|al, now, out| al.barrier(c, seen, now, out));
         }
     }
@@ -679,10 +691,16 @@ impl Gate {
 
     /// Publishes a release's figures (for `shmflow stat`): the gate's, and what each held
     /// channel held back.
-    fn publish_release(&mut self, id: u64, how: Released, started_ns: u64, emitted_ns: u64) {
+    fn publish_release(
+        &mut self,
+        id: u64,
+        how: Released,
+        started_ns: u64,
+        emitted_ns: u64,
+        now: u64,
+    ) {
         use crate::protocol::abi::{RELEASED_ALIGNED, RELEASED_TIMED_OUT, RELEASED_UNALIGNED};
         use crate::protocol::counters::{add_owned, set};
-        let now = monotonic_ns();
         let (mut records, mut bytes) = (0, 0);
         for c in 0..self.chans.len() {
             let (r, b) = if self.cp.held_at_release.contains(&c) {
@@ -690,7 +708,13 @@ impl Gate {
             } else {
                 (0, 0)
             };
-            self.chans[c].set_held(r, b);
+            let (held_ns, delay_ns) = match self.cp.arrivals[c] {
+                Some((i, arrived, sent)) if i == id => {
+                    (now.saturating_sub(arrived), now.saturating_sub(sent))
+                }
+                _ => (0, 0),
+            };
+            self.chans[c].set_held(r, b, held_ns, delay_ns);
             records += r;
             bytes += b;
         }
@@ -737,18 +761,18 @@ impl Gate {
                 how,
                 started_ns,
                 emitted_ns,
+                released_ns,
             } => {
-                self.publish_release(id, how, started_ns, emitted_ns);
-                let payload: &[u8] = if self.cp.payload.0 == id {
-                    &self.cp.payload.1
-                } else {
-                    &[]
+                self.publish_release(id, how, started_ns, emitted_ns, released_ns);
+                let payload: &[u8] = match &self.cp.payload {
+                    Some((i, p)) if *i == id => p,
+                    _ => &[],
                 };
                 GateMessage::Barrier {
                     id,
                     released: how,
                     emitted_ns,
-                    alignment_ns: monotonic_ns().saturating_sub(started_ns),
+                    alignment_ns: released_ns.saturating_sub(started_ns),
                     payload,
                 }
             }
@@ -839,7 +863,17 @@ impl Gate {
         self.burst += 1;
         // `ready` said a message (or an error) is there, so this does not block.
         // (Only fields other than `chans` are touched while a message borrows a channel.)
-        let m = match self.chans[c].message_now() {
+        // A held channel gives its lane only (never a record or an in-band barrier, even if
+        // its producer rewinds the lane's tail after the scan saw an entry).
+        let got = if self.cp.align.readable(c) {
+            self.chans[c].message_now()
+        } else {
+            self.chans[c]
+                .lane_message()
+                .map(Some)
+                .map_err(|e| Halt::Failed(e.into()))
+        };
+        let m = match got {
             Ok(Some(Message::Record(record))) => match self.cp.align.in_flight(c) {
                 Some(checkpoint) => {
                     // (A spanning record's bytes are not known before it is read: counted

@@ -31,6 +31,12 @@ pub struct ChannelStats {
     pub held_records: u64,
     /// See `held_records`.
     pub held_bytes: u64,
+    /// For the last released checkpoint: how long this channel was held (its barrier's
+    /// arrival to the release), in nanoseconds; 0 if its barrier had not arrived.
+    pub held_ns: u64,
+    /// For the last released checkpoint: its barrier's delay on this channel, sent to
+    /// released, in nanoseconds; 0 if its barrier had not arrived.
+    pub barrier_delay_ns: u64,
 }
 
 /// A gate's checkpoints, with Flink's names where Flink has one.
@@ -39,7 +45,9 @@ pub struct ChannelStats {
 pub struct CheckpointStats {
     /// Checkpoints released.
     pub released: u64,
-    /// Checkpoints abandoned for a newer one before they were complete.
+    /// Checkpoints abandoned for a newer one before they were complete (an unaligned one
+    /// cancelled after its release, before its in-flight data ended, counts in `released`
+    /// too).
     pub cancelled: u64,
     /// The last released checkpoint's id (0: none yet).
     pub last_id: u64,
@@ -194,5 +202,7 @@ fn channel(s: &Shared) -> ChannelStats {
         inflight_bytes: r(&h.consumer_counters.inflight_bytes),
         held_records: r(&h.consumer_counters.held_records),
         held_bytes: r(&h.consumer_counters.held_bytes),
+        held_ns: r(&h.consumer_counters.held_ns),
+        barrier_delay_ns: r(&h.consumer_counters.barrier_delay_ns),
     }
 }

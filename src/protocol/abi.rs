@@ -136,6 +136,11 @@ pub(crate) struct ConsumerCounters {
     /// read when the last checkpoint held it and was released (0 if not held then).
     pub held_records: AtomicU64,
     pub held_bytes: AtomicU64,
+    /// Of a gate's channel, for the last released checkpoint: how long it was held (its
+    /// barrier's arrival to the release), and its barrier's delay (sent to released); 0 if its
+    /// barrier had not arrived.
+    pub held_ns: AtomicU64,
+    pub barrier_delay_ns: AtomicU64,
 }
 
 /// `LinkFigures::role`: the consumer end is a sending bridge.
@@ -747,7 +752,8 @@ mod tests {
         fields!(v, ConsumerCounters, records: AtomicU64, bytes: AtomicU64,
             segments_returned: AtomicU64, wakes: AtomicU64, idle_ns: AtomicU64,
             idle_since_ns: AtomicU64, segments_taken: AtomicU64, inflight_records: AtomicU64,
-            inflight_bytes: AtomicU64, held_records: AtomicU64, held_bytes: AtomicU64);
+            inflight_bytes: AtomicU64, held_records: AtomicU64, held_bytes: AtomicU64,
+            held_ns: AtomicU64, barrier_delay_ns: AtomicU64);
         fields!(v, PrioSlot, kind_len: AtomicU64, words: [AtomicU64; PRIO_PAYLOAD / 8]);
         fields!(v, Header, magic: AtomicU64, version: AtomicU32, header_size: AtomicU32,
             segment_size: AtomicU32, segment_count: AtomicU32, total_size: AtomicU64,

@@ -56,11 +56,15 @@ impl Consumer {
         crate::protocol::counters::add_owned(&h.consumer_counters.inflight_bytes, bytes);
     }
 
-    /// Gates: what the last released checkpoint held back on this channel.
-    pub(crate) fn set_held(&self, records: u64, bytes: u64) {
+    /// Gates: what the last released checkpoint held back on this channel, how long it held
+    /// it, and its barrier's delay on this channel.
+    pub(crate) fn set_held(&self, records: u64, bytes: u64, held_ns: u64, delay_ns: u64) {
         let h = self.shared.header();
-        crate::protocol::counters::set(&h.consumer_counters.held_records, records);
-        crate::protocol::counters::set(&h.consumer_counters.held_bytes, bytes);
+        let set = crate::protocol::counters::set;
+        set(&h.consumer_counters.held_records, records);
+        set(&h.consumer_counters.held_bytes, bytes);
+        set(&h.consumer_counters.held_ns, held_ns);
+        set(&h.consumer_counters.barrier_delay_ns, delay_ns);
     }
 
     /// Gates: is a priority event (or a barrier's announcement) waiting in the lane? For a

@@ -22,9 +22,13 @@
 //!   barrier belongs after the checkpoint.
 //! - **The switch.** An aligned barrier sent with an alignment timeout `T` switches to
 //!   unaligned, as above, once `T` has passed since its emission (the emitter's monotonic
-//!   clock, the same on one machine) while it is still aligning — so its release waits at most
-//!   `T` plus the time to notice, however much data is queued. Only an announced barrier can
-//!   switch early: one that arrived in-band only is noticed when it arrives.
+//!   clock, the same on one machine) while it is still aligning. A blocking `send_barrier`
+//!   announces at once, before it waits for room for the barrier itself, so the release waits
+//!   at most `T` plus the time to notice, however much data is queued; a `try_` or timed send
+//!   announces once it has room for both (so that giving up sends nothing), and an alignment
+//!   whose first sight at the gate comes later switches later. Across machines the sender's
+//!   clock is not the gate's: a sending time in the gate's future counts from now, and the
+//!   timeout (and the start delay) mean little between hosts.
 //! - **Closing.** A channel that ends, fails or dies no longer counts: the barrier may be
 //!   released (or its in-flight data be complete) without it.
 //! - **Newer cancels.** A barrier or announcement with an id above the checkpoint in progress
@@ -49,6 +53,8 @@ pub(crate) enum Step {
         how: Released,
         started_ns: u64,
         emitted_ns: u64,
+        /// When it was released.
+        released_ns: u64,
     },
     /// Tell the caller that checkpoint `id` was abandoned for a newer one.
     Cancelled { id: u64 },
@@ -140,13 +146,13 @@ impl Aligner {
             .map(|k| (k.id, k.started_ns, k.emitted_ns))
     }
 
-    /// Channels held now (aligning, barrier arrived, open).
-    pub(crate) fn held(&self) -> Vec<usize> {
-        match &self.cur {
-            Some(k) if matches!(k.phase, Phase::Aligning { .. }) => (0..self.open.len())
-                .filter(|&c| k.arrived[c] && self.open[c])
-                .collect(),
-            _ => Vec::new(),
+    /// Channels held now (aligning, barrier arrived, open), into `out` (cleared first).
+    pub(crate) fn held_into(&self, out: &mut Vec<usize>) {
+        out.clear();
+        if let Some(k) = &self.cur {
+            if matches!(k.phase, Phase::Aligning { .. }) {
+                out.extend((0..self.open.len()).filter(|&c| k.arrived[c] && self.open[c]));
+            }
         }
     }
 
@@ -168,7 +174,7 @@ impl Aligner {
                 out.push(Step::Backwards {
                     channel: c,
                     found: b.id,
-                    least: last + 1,
+                    least: last.saturating_add(1),
                 });
                 return;
             }
@@ -189,7 +195,7 @@ impl Aligner {
                 out.push(Step::Backwards {
                     channel: c,
                     found: b.id,
-                    least: last + 1,
+                    least: last.saturating_add(1),
                 });
                 return;
             }
@@ -222,8 +228,11 @@ impl Aligner {
         }
         let switch = match b.alignment {
             Alignment::Aligned => None,
+            // From the sender's clock, which is this machine's; one in the future (a clock
+            // that is not) counts from now.
             Alignment::AlignedWithTimeout(t) => Some(
                 b.emitted_ns
+                    .min(now_ns)
                     .saturating_add(t.as_nanos().min(u64::MAX as u128) as u64),
             ),
             Alignment::Unaligned => Some(0),
@@ -271,6 +280,7 @@ impl Aligner {
                         how: Released::Aligned,
                         started_ns: k.started_ns,
                         emitted_ns: k.emitted_ns,
+                        released_ns: now_ns,
                     });
                     self.newest_done = Some(k.id);
                     self.cur = None;
@@ -282,6 +292,7 @@ impl Aligner {
                         how: Released::Unaligned { timed_out },
                         started_ns: k.started_ns,
                         emitted_ns: k.emitted_ns,
+                        released_ns: now_ns,
                     });
                     #[cfg(not(shmflow_broken = "align_keep_holding"))]
                     {

@@ -197,8 +197,10 @@ impl Producer {
     /// once, blocking while no segment (or, for an announced barrier, no lane slot) is free.
     /// [`Alignment::Unaligned`] and [`Alignment::AlignedWithTimeout`] also announce it through
     /// the priority lane, so that it reaches the consumer before the records queued in front of
-    /// it (see [`Barrier`](crate::Barrier)). Ids must strictly increase: a gate takes an id at
-    /// or below the channel's last as the channel's protocol error.
+    /// it (see [`Barrier`](crate::Barrier)); this blocking form announces at once, before it
+    /// waits for room for the barrier itself. Ids must strictly increase: a gate takes an id at
+    /// or below the channel's last as the channel's protocol error (and after id `u64::MAX`
+    /// every barrier is older: the gate ignores them).
     ///
     /// # Examples
     ///
@@ -301,6 +303,7 @@ impl Producer {
         }
         .encode();
         let announce = alignment.announced();
+        let mut announced = false;
         if announce {
             // Room in the lane first, so that a call that gives up has sent nothing (only
             // this producer fills the lane: the room stays).
@@ -313,9 +316,20 @@ impl Producer {
                 park::Pace::Sparse,
                 |look| self.poll_lane_room(look),
             )?;
+            if patience.forever() {
+                // A blocking call announces at once: the announcement overtakes the queued
+                // records even while this call waits for room for the barrier itself.
+                self.announce(&head, payload)?;
+                announced = true;
+            }
         }
         let len = 8 + barrier::HEAD + payload.len();
         self.ensure_room(HEADER + len, patience)?;
+        if announce && !announced {
+            // Room for both now: the announcement goes first, so that no reader sees the
+            // barrier in its place before its announcement.
+            self.announce(&head, payload)?;
+        }
         let c = self
             .cur
             .as_mut()
@@ -328,29 +342,32 @@ impl Producer {
         self.write_bytes(at + 2 * HEADER + barrier::HEAD, payload);
         // A barrier that waits to be published holds a checkpoint up: publish it now.
         self.publish();
-        if announce {
-            let mut body = [0u8; crate::protocol::abi::PRIO_PAYLOAD];
-            body[..barrier::HEAD].copy_from_slice(&head);
-            body[barrier::HEAD..barrier::HEAD + payload.len()].copy_from_slice(payload);
-            let entry = Entry {
-                kind: 0,
-                barrier: true,
-            };
-            let h = self.shared.header();
-            let body = &body[..barrier::HEAD + payload.len()];
-            if !lane::lane_push(h, self.prio_tail, entry, body, &self.shared.name)? {
-                // The room seen above can only go if the consumer moved its head back.
-                return Err(crate::error::corrupt(
-                    &self.shared.name,
-                    "priority lane head",
-                    "a head that never moves back".into(),
-                    self.prio_tail,
-                )
-                .into());
-            }
-            self.prio_tail += 1;
-            self.notify_consumer();
+        Ok(())
+    }
+
+    /// Puts a barrier's announcement in the lane, whose room the caller has seen.
+    fn announce(&mut self, head: &[u8; barrier::HEAD], payload: &[u8]) -> Result<(), SendError> {
+        let mut body = [0u8; crate::protocol::abi::PRIO_PAYLOAD];
+        body[..barrier::HEAD].copy_from_slice(head);
+        body[barrier::HEAD..barrier::HEAD + payload.len()].copy_from_slice(payload);
+        let entry = Entry {
+            kind: 0,
+            barrier: true,
+        };
+        let h = self.shared.header();
+        let body = &body[..barrier::HEAD + payload.len()];
+        if !lane::lane_push(h, self.prio_tail, entry, body, &self.shared.name)? {
+            // The room seen before can only go if the consumer moved its head back.
+            return Err(crate::error::corrupt(
+                &self.shared.name,
+                "priority lane head",
+                "a head that never moves back".into(),
+                self.prio_tail,
+            )
+            .into());
         }
+        self.prio_tail += 1;
+        self.notify_consumer();
         Ok(())
     }
 

@@ -377,6 +377,7 @@ fn a_backwards_id_is_the_channel_s_protocol_error() {
             how: Released::Aligned,
             started_ns: 1,
             emitted_ns: 0,
+            released_ns: 4,
         }]
     );
     out.clear();
@@ -395,6 +396,7 @@ fn a_backwards_id_is_the_channel_s_protocol_error() {
                 how: Released::Unaligned { timed_out: false },
                 started_ns: 5,
                 emitted_ns: 0,
+                released_ns: 5,
             },
             Step::Backwards {
                 channel: 1,
