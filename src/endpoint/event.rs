@@ -49,13 +49,17 @@ pub struct Event<'a> {
 }
 
 pub(crate) fn check_payload(region: &str, payload: &[u8]) -> Result<(), Box<RecordTooLargeError>> {
-    if payload.len() > MAX_EVENT_PAYLOAD {
-        return Err(too_large(
-            region,
-            "an event payload",
-            payload.len() as u64,
-            MAX_EVENT_PAYLOAD as u64,
-        ));
+    check_len(region, "an event payload", payload, MAX_EVENT_PAYLOAD)
+}
+
+fn check_len(
+    region: &str,
+    what: &'static str,
+    payload: &[u8],
+    max: usize,
+) -> Result<(), Box<RecordTooLargeError>> {
+    if payload.len() > max {
+        return Err(too_large(region, what, payload.len() as u64, max as u64));
     }
     Ok(())
 }
@@ -157,13 +161,5 @@ pub(crate) fn check_barrier_payload(
     region: &str,
     payload: &[u8],
 ) -> Result<(), Box<RecordTooLargeError>> {
-    if payload.len() > MAX_BARRIER_PAYLOAD {
-        return Err(too_large(
-            region,
-            "a barrier payload",
-            payload.len() as u64,
-            MAX_BARRIER_PAYLOAD as u64,
-        ));
-    }
-    Ok(())
+    check_len(region, "a barrier payload", payload, MAX_BARRIER_PAYLOAD)
 }

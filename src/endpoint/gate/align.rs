@@ -169,17 +169,9 @@ impl Aligner {
 
     /// Channel `c`'s in-band barrier, read at `now_ns`.
     pub(crate) fn barrier(&mut self, c: usize, b: Seen, now_ns: u64, out: &mut Vec<Step>) {
-        if let Some(last) = self.last_barrier[c] {
-            if b.id <= last {
-                out.push(Step::Backwards {
-                    channel: c,
-                    found: b.id,
-                    least: last.saturating_add(1),
-                });
-                return;
-            }
+        if !moves_on(&mut self.last_barrier[c], c, b.id, out) {
+            return;
         }
-        self.last_barrier[c] = Some(b.id);
         if !self.begin(b, now_ns, out) {
             return;
         }
@@ -190,17 +182,9 @@ impl Aligner {
 
     /// Channel `c`'s announcement of a barrier that follows in its records, read at `now_ns`.
     pub(crate) fn announcement(&mut self, c: usize, b: Seen, now_ns: u64, out: &mut Vec<Step>) {
-        if let Some(last) = self.last_announced[c] {
-            if b.id <= last {
-                out.push(Step::Backwards {
-                    channel: c,
-                    found: b.id,
-                    least: last.saturating_add(1),
-                });
-                return;
-            }
+        if !moves_on(&mut self.last_announced[c], c, b.id, out) {
+            return;
         }
-        self.last_announced[c] = Some(b.id);
         if !self.begin(b, now_ns, out) {
             return;
         }
@@ -313,6 +297,23 @@ impl Aligner {
             }
         }
     }
+}
+
+/// Channel `c`'s ids (in-band, or announced) strictly increase: records `id` as its last and
+/// says true, or says `Backwards` and false.
+fn moves_on(last: &mut Option<u64>, c: usize, id: u64, out: &mut Vec<Step>) -> bool {
+    if let Some(l) = *last {
+        if id <= l {
+            out.push(Step::Backwards {
+                channel: c,
+                found: id,
+                least: l.saturating_add(1),
+            });
+            return false;
+        }
+    }
+    *last = Some(id);
+    true
 }
 
 #[cfg(all(test, not(shmflow_loom)))]
