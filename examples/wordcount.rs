@@ -356,6 +356,7 @@ fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(
     let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut words = 0u64;
     let mut delays = Vec::new();
+    let mut last_id = None;
     while let Some(m) = gate.recv().map_err(err)? {
         match m {
             GateMessage::Barrier {
@@ -365,6 +366,14 @@ fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(
                 emitted_ns,
                 ..
             } => {
+                // Each checkpoint is released once, in order; an aligned one only aligned.
+                if last_id.is_some_and(|l| id <= l) {
+                    return Err(format!("checkpoint {id} released after {last_id:?}"));
+                }
+                last_id = Some(id);
+                if opts.barriers == Some(Alignment::Aligned) && released != Released::Aligned {
+                    return Err(format!("aligned checkpoint {id} released as {released:?}"));
+                }
                 // From the source's send to this counter's release: every queue and alignment
                 // on the way (the sources' and this process's clocks are the same clock).
                 let delay = shmflow::metrics::monotonic_now_ns().saturating_sub(emitted_ns);
