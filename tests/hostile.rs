@@ -146,6 +146,7 @@ fn reader_survives_a_scribbled_region() {
         let writes = scrib.join().unwrap();
         drop(c);
         peer_exit_ok(child.wait_with_output().unwrap().status);
+        forget_name(&name);
         println!("seed {seed}: {writes} scribbles, reader saw {seen:?}");
     }
 }
@@ -212,8 +213,7 @@ fn writer_survives_a_scribbled_region() {
         let writes = scrib.join().unwrap();
         drop(p);
         peer_exit_ok(child.wait_with_output().unwrap().status);
-        // A scribbled header can say anything about who removes the name: remove it here.
-        let _ = shmflow::monitor::remove_stale_and_unread(&name);
+        forget_name(&name);
         println!("seed {seed}: {writes} scribbles, writer saw {seen:?}");
     }
 }
@@ -303,6 +303,13 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
                 Ok(Some(shmflow::GateMessage::EndOfPartition { .. })) => "end",
                 Ok(Some(shmflow::GateMessage::ChannelDead { .. })) => "dead",
                 Ok(Some(shmflow::GateMessage::ChannelFailed { .. })) => "failed",
+                // (Scribbles that happen to form a barrier and its checkpoint's messages.)
+                Ok(Some(
+                    shmflow::GateMessage::Barrier { .. }
+                    | shmflow::GateMessage::BarrierCancelled { .. }
+                    | shmflow::GateMessage::InFlightEnd { .. },
+                )) => "barrier",
+                Ok(Some(shmflow::GateMessage::InFlight { .. })) => "record",
                 Ok(Some(other)) => panic!("unexpected message {other:?}"),
                 Ok(None) => "all-ended",
                 Err(e) => outcome(e),
@@ -320,6 +327,14 @@ fn gate_and_its_producers_survive_a_scribbled_region() {
         for k in kids {
             peer_exit_ok(k.wait_with_output().unwrap().status);
         }
+        forget_name(&name);
         println!("seed {seed}: {writes} scribbles, gate saw {seen:?}");
     }
+}
+
+/// Removes the test's own name once both ends are gone: a scribbled header can say anything
+/// about who removes it, or make it no shmflow region at all (which `shmflow clean` leaves).
+fn forget_name(name: &str) {
+    let _ = shmflow::monitor::remove_stale_and_unread(name);
+    let _ = std::fs::remove_file(format!("/dev/shm{name}"));
 }
