@@ -104,11 +104,25 @@ fn fields(name: &str, prev: &Snapshot, now: &Snapshot) -> Map<String, Value> {
         "outPoolUsage": num(r.out_pool_usage),
         "inPoolUsage": num(r.in_pool_usage),
         "backpressureLevel": r.level.as_str(),
+        "segments_in_flight": now.segments_in_flight,
     });
     let mut m = match v {
         Value::Object(m) => m,
         _ => unreachable!("json! of an object literal is an object"),
     };
+    if now.segment_cap != 0 {
+        // Buffer debloating, with Flink's names where Flink has one.
+        m.insert(
+            "debloat".into(),
+            json!({
+                "target_ns": now.debloat_target_ns,
+                "rate_bytes_per_s": now.debloat_rate,
+                "segment_cap": now.segment_cap,
+                "inFlightLimitBytes": now.in_flight_limit_bytes(),
+                "estimatedTimeToConsumeBuffersMs": now.estimated_time_to_consume_ms().map(num),
+            }),
+        );
+    }
     if let Some(l) = &now.link {
         m.insert(
             "link".into(),

@@ -429,6 +429,9 @@ fn print_view(name: &str, prev: &Snapshot, now: &Snapshot, alive: (bool, bool)) 
         "  totals: {} records written, {} read; segments {} committed, {} returned; wake-ups {} by producer, {} by consumer",
         now.records_written, now.records_read, now.segments_committed, now.segments_returned, now.producer_wakes, now.consumer_wakes
     );
+    if let Some(line) = debloat_line(now) {
+        println!("  {line}");
+    }
     if let Some(l) = &now.link {
         let (who, in_flight) = if l.sending {
             (
@@ -443,6 +446,23 @@ fn print_view(name: &str, prev: &Snapshot, now: &Snapshot, alive: (bool, bool)) 
             l.credit, l.backlog, l.wire_bytes
         );
     }
+}
+
+/// Buffer debloating's figures, if it is on: the target, the rate measured, the cap (Flink's
+/// in-flight limit) and how long what is in flight takes to read.
+fn debloat_line(s: &Snapshot) -> Option<String> {
+    let limit = s.in_flight_limit_bytes()?;
+    Some(format!(
+        "debloating  target {}   rate {:.2} MB/s   in-flight limit {} segments ({})   in flight {} \
+         segments   estimatedTimeToConsumeBuffersMs {}",
+        duration_ns(s.debloat_target_ns),
+        s.debloat_rate as f64 / 1e6,
+        s.segment_cap,
+        bytes_text(limit),
+        s.segments_in_flight,
+        s.estimated_time_to_consume_ms()
+            .map_or("—".into(), |ms| format!("{ms:.1}")),
+    ))
 }
 
 fn stat_gate(
@@ -546,9 +566,16 @@ fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool
     } else {
         println!("  checkpoints: none yet");
     }
+    let debloat = now.channels.iter().any(|c| c.snapshot.segment_cap != 0);
+    if let Some(c) = now.channels.first().filter(|_| debloat) {
+        println!(
+            "  debloating  target {}   per channel: in-flight limit (cap) and in flight, in segments",
+            duration_ns(c.snapshot.debloat_target_ns)
+        );
+    }
     let checkpoints = now.checkpoints.released > 0;
     println!(
-        "  {:>3} {:<18} {:>12} {:>12} {:>9} {:>5} {:>7} {:>6} {:>6}{}",
+        "  {:>3} {:<18} {:>12} {:>12} {:>9} {:>5} {:>7} {:>6} {:>6}{}{}",
         "CH",
         "PRODUCER",
         "written/s",
@@ -562,7 +589,8 @@ fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool
             "  held(last)  delay(last)  in flight"
         } else {
             ""
-        }
+        },
+        if debloat { "    MB/s  cap  now" } else { "" }
     );
     for (c, (p, n)) in prev.channels.iter().zip(&now.channels).enumerate() {
         let r = n.snapshot.rates_since(&p.snapshot);
@@ -580,8 +608,18 @@ fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool
         } else {
             String::new()
         };
+        let cap = if debloat {
+            format!(
+                "  {:>6.1} {:>4} {:>4}",
+                n.snapshot.debloat_rate as f64 / 1e6,
+                n.snapshot.segment_cap,
+                n.snapshot.segments_in_flight
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "  {:>3} {:<18} {} {:>12.0} {} {:>5} {:>7} {:>6} {:>6}{}",
+            "  {:>3} {:<18} {} {:>12.0} {} {:>5} {:>7} {:>6} {:>6}{}{}",
             c,
             end(n.snapshot.producer_state, n.snapshot.producer_pid, a),
             fig(here, r.records_written_per_s, 12, 0),
@@ -592,6 +630,7 @@ fn print_gate(name: &str, prev: &GateSnapshot, now: &GateSnapshot, alive: &[bool
             n.floating_held,
             format!("{}/{}", n.exclusive_in_use, now.exclusive),
             ckpt,
+            cap,
         );
     }
 }

@@ -451,6 +451,7 @@ pub struct ConsumerBuilder {
     wait: WaitStrategy,
     max_record_len: u64,
     metrics: bool,
+    debloat: Option<std::time::Duration>,
 }
 
 impl Default for ConsumerBuilder {
@@ -460,6 +461,7 @@ impl Default for ConsumerBuilder {
             wait: WaitStrategy::default(),
             max_record_len: DEFAULT_MAX_RECORD_LEN,
             metrics: true,
+            debloat: None,
         }
     }
 }
@@ -489,10 +491,20 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Buffer debloating with this target time (see [`Consumer::set_debloat_target`]); off by
+    /// default.
+    pub fn debloat_target(mut self, target: std::time::Duration) -> Self {
+        self.debloat = Some(target);
+        self
+    }
+
     fn apply(&self, mut c: Consumer) -> Consumer {
         c.set_wait_strategy(self.wait);
         c.set_max_record_len(self.max_record_len);
         c.set_metrics(self.metrics);
+        if self.debloat.is_some() {
+            c.set_debloat_target(self.debloat);
+        }
         c
     }
 
@@ -596,6 +608,7 @@ pub struct GateBuilder {
     geometry: crate::protocol::abi::GateGeometry,
     wait: WaitStrategy,
     max_record_len: u64,
+    debloat: Option<std::time::Duration>,
 }
 
 impl Default for GateBuilder {
@@ -605,6 +618,7 @@ impl Default for GateBuilder {
             geometry: crate::protocol::abi::GateGeometry::new(1),
             wait: WaitStrategy::default(),
             max_record_len: DEFAULT_MAX_RECORD_LEN,
+            debloat: None,
         }
     }
 }
@@ -653,9 +667,19 @@ impl GateBuilder {
         self
     }
 
+    /// Buffer debloating on every channel, with this target time (see
+    /// [`Gate::set_debloat_target`](crate::Gate::set_debloat_target)); off by default.
+    pub fn debloat_target(mut self, target: std::time::Duration) -> Self {
+        self.debloat = Some(target);
+        self
+    }
+
     fn apply(&self, mut g: crate::endpoint::gate::Gate) -> crate::endpoint::gate::Gate {
         g.set_wait_strategy(self.wait);
         g.set_max_record_len(self.max_record_len);
+        if self.debloat.is_some() {
+            g.set_debloat_target(self.debloat);
+        }
         g
     }
 

@@ -27,6 +27,7 @@ use crate::error::{
 use crate::protocol::abi::Geometry;
 use crate::protocol::barrier;
 use crate::protocol::counters::Local;
+use crate::protocol::debloat::{self, Debloat};
 use crate::protocol::ends::EndState;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until, WaitStrategy};
@@ -38,6 +39,7 @@ use crate::region::liveness::{EndLock, Liveness};
 use crate::region::os::Host;
 use crate::region::view::Shared;
 use crate::sync::Arc;
+use crate::sys::clock::monotonic_ns;
 
 #[cfg(any(feature = "tokio", shmflow_loom))]
 mod asynch;
@@ -123,6 +125,9 @@ pub struct Consumer {
     /// The state this end leaves in when dropped: `DETACHED`, or `LOST` for a network bridge
     /// that lost its remote peer.
     detach_as: crate::protocol::ends::Leave,
+    /// Buffer debloating, when on: sets the producer's segment cap from the rate this end
+    /// reads at (see `protocol::debloat`).
+    debloat: Option<Debloat>,
     /// Async calls since the last look at the executor's budget.
     #[cfg(any(feature = "tokio", shmflow_loom))]
     coop: u8,
@@ -284,6 +289,7 @@ impl Consumer {
             prio_head: 0,
             prio_buf: [0; crate::protocol::abi::PRIO_PAYLOAD],
             detach_as: crate::protocol::ends::Leave::Clean,
+            debloat: None,
             span: Span::default(),
             seg_size: shared_seg_size,
             fast_max: usize::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(usize::MAX),
@@ -363,20 +369,140 @@ impl Consumer {
         self.counters
             .returned
             .add(&h.consumer_counters.segments_returned, 1);
-        if let Some(seg) = back {
-            self.give(seg)?;
+        // Before the wake-up below (see `publish_done`).
+        #[cfg(not(shmflow_broken = "debloat_done_late"))]
+        debloat::publish_done(h, self.counters.returned.0);
+        match back {
+            Some(seg) => self.give(seg)?,
+            // Back to the gate: a producer held back by the cap still learns of it.
+            None if self.debloat.is_some() => self.wake_producer(),
+            None => {}
+        }
+        #[cfg(shmflow_broken = "debloat_done_late")]
+        debloat::publish_done(self.shared.header(), self.counters.returned.0);
+        if self.debloat.is_some() {
+            self.debloat_sample(c.rd.min(self.seg_size) as u64);
         }
         Ok(())
+    }
+
+    /// Buffer debloating: counts a finished segment of `bytes` into the rate, and publishes
+    /// a new cap when the rule says so.
+    #[cold]
+    fn debloat_sample(&mut self, bytes: u64) {
+        let idle = self.idle_total();
+        let Some(d) = &mut self.debloat else {
+            return;
+        };
+        let Some(s) = d.finished(bytes, monotonic_ns(), idle) else {
+            return;
+        };
+        crate::protocol::counters::set(
+            &self.shared.header().consumer_counters.debloat_rate,
+            s.rate,
+        );
+        if let Some(cap) = s.cap {
+            self.publish_cap(cap);
+        }
+    }
+
+    /// Publishes the producer's segment cap (0: none) and wakes it if the cap rose or went.
+    pub(crate) fn publish_cap(&mut self, cap: u64) {
+        let wake = debloat::publish_cap(self.shared.header(), cap);
+        #[cfg(not(shmflow_broken = "debloat_silent_raise"))]
+        if wake {
+            self.wake_producer();
+        }
+        #[cfg(shmflow_broken = "debloat_silent_raise")]
+        let _ = wake;
+    }
+
+    /// What this end has waited for data in all: its own idle time, or its gate's for a
+    /// channel of a gate (the gate waits for all its channels at once).
+    fn idle_total(&self) -> u64 {
+        match &self.shared.gate {
+            Some(g) => crate::protocol::counters::read(&g.gate_header().pool.idle_ns),
+            None => {
+                crate::protocol::counters::read(&self.shared.header().consumer_counters.idle_ns)
+            }
+        }
+    }
+
+    /// Turns buffer debloating on with a target time (Flink's
+    /// `taskmanager.network.memory.buffer-debloat.target`), or off with `None`.
+    ///
+    /// When on, this end measures the rate at which it reads (bytes per second of the time it
+    /// is not waiting for data) and lets its producer have in flight only the segments that
+    /// hold what it reads in `target`: a record starts a new segment only while fewer are
+    /// taken and not yet read. A checkpoint barrier then waits behind about `target` of data
+    /// instead of the whole pool. The cap follows the rate, smoothed (a change of less than a
+    /// quarter is ignored), is never below two segments (one read while one is written) nor
+    /// above the channel's, and is every segment until the first measurement (50 ms of
+    /// reading). A record larger than what the cap leaves still goes whole, and a producer
+    /// across the network gets no more credit than the cap leaves. The figures are in
+    /// [`Snapshot`](crate::metrics::Snapshot) (`debloat_*`, `segment_cap`) and `shmflow stat`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// rx.set_debloat_target(Some(Duration::from_millis(100)));
+    /// tx.send(b"x")?;
+    /// tx.flush()?;
+    /// assert!(rx.recv()?.is_some());
+    /// assert_eq!(rx.metrics().debloat_target_ns, 100_000_000);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    pub fn set_debloat_target(&mut self, target: Option<std::time::Duration>) {
+        let h = self.shared.header();
+        match target {
+            Some(t) => {
+                let d = Debloat::new(
+                    t,
+                    self.seg_size as u64,
+                    self.shared.n() as u64,
+                    monotonic_ns(),
+                    self.idle_total(),
+                );
+                crate::protocol::counters::set(
+                    &h.consumer_counters.debloat_target_ns,
+                    d.target_ns(),
+                );
+                crate::protocol::counters::set(&h.consumer_counters.debloat_rate, 0);
+                let cap = d.cap();
+                self.debloat = Some(d);
+                self.publish_cap(cap);
+            }
+            None => {
+                crate::protocol::counters::set(&h.consumer_counters.debloat_target_ns, 0);
+                crate::protocol::counters::set(&h.consumer_counters.debloat_rate, 0);
+                self.debloat = None;
+                self.publish_cap(0);
+            }
+        }
+    }
+
+    /// The debloating target in force (`None`: off).
+    pub fn debloat_target(&self) -> Option<std::time::Duration> {
+        self.debloat
+            .as_ref()
+            .map(|d| std::time::Duration::from_nanos(d.target_ns()))
+    }
+
+    /// Wakes the producer if it waits.
+    fn wake_producer(&mut self) {
+        let h = self.shared.header();
+        if park::notify::<Host>(&h.producer_park, self.shared.producer_bell()) {
+            self.counters.wakes.add(&h.consumer_counters.wakes, 1);
+        }
     }
 
     /// Pushes a segment into the return ring and wakes the producer.
     fn give(&mut self, seg: u32) -> Result<(), Box<CorruptError>> {
         // Release (inside push): our reads of the segment happen before the producer reuses it.
         self.ret.push(&self.shared.return_ring(), seg)?;
-        let h = self.shared.header();
-        if park::notify::<Host>(&h.producer_park, self.shared.producer_bell()) {
-            self.counters.wakes.add(&h.consumer_counters.wakes, 1);
-        }
+        self.wake_producer();
         Ok(())
     }
 

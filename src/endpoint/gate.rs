@@ -459,6 +459,37 @@ impl Gate {
         }
     }
 
+    /// Turns buffer debloating on for every channel with a target time, or off with `None`
+    /// (see [`Consumer::set_debloat_target`]). Each channel's cap follows the rate at which
+    /// the gate reads that channel while it is not waiting for data, so that what is in flight
+    /// on all channels together holds about `target` of the gate's reading: a checkpoint
+    /// barrier waits behind about that much, however many floating segments there are.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let name = format!("/shmflow-doc-gate-debloat-{}", std::process::id());
+    /// let mut gate = shmflow::Gate::builder()
+    ///     .channels(2)
+    ///     .debloat_target(Duration::from_millis(100))
+    ///     .create(&name)?;
+    /// assert_eq!(gate.debloat_target(), Some(Duration::from_millis(100)));
+    /// gate.set_debloat_target(None);
+    /// assert_eq!(gate.debloat_target(), None);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    pub fn set_debloat_target(&mut self, target: Option<Duration>) {
+        for c in &mut self.chans {
+            c.set_debloat_target(target);
+        }
+    }
+
+    /// The debloating target in force (`None`: off).
+    pub fn debloat_target(&self) -> Option<Duration> {
+        self.chans.first().and_then(Consumer::debloat_target)
+    }
+
     /// True once every channel has reported its end (or death): `recv` returns `Ok(None)`
     /// from then on.
     pub fn is_closed(&self) -> bool {

@@ -63,6 +63,19 @@ pub struct Snapshot {
     pub consumer_pid: u32,
     /// A network bridge attached as one end (feature `net`), with its figures.
     pub link: Option<LinkSnapshot>,
+    /// Segments the producer took that the consumer has not finished reading (the segment
+    /// being written included).
+    pub segments_in_flight: u64,
+    /// Buffer debloating ([`Consumer::set_debloat_target`](crate::Consumer::set_debloat_target)):
+    /// the most segments the producer may have in flight before a record waits (Flink's
+    /// in-flight limit, which its `debloatedBufferSize` spreads over the buffers); 0 when off.
+    pub segment_cap: u64,
+    /// Buffer debloating: the target time to read what is in flight, in nanoseconds; 0 when
+    /// off.
+    pub debloat_target_ns: u64,
+    /// Buffer debloating: the rate the consumer reads at while it is not waiting for data,
+    /// smoothed, in bytes per second (0 until measured).
+    pub debloat_rate: u64,
 }
 
 /// What a network bridge attached to a channel reports (`shmflow stat`).
@@ -149,6 +162,21 @@ pub struct Rates {
 }
 
 impl Snapshot {
+    /// Buffer debloating: the bytes the cap lets be in flight (`segment_cap` segments), or
+    /// `None` when off.
+    pub fn in_flight_limit_bytes(&self) -> Option<u64> {
+        (self.segment_cap != 0).then(|| self.segment_cap.saturating_mul(self.segment_size))
+    }
+
+    /// Flink's `estimatedTimeToConsumeBuffersMs`: how long the consumer, at its measured
+    /// rate, takes to read the segments in flight (`None` before a rate is measured).
+    pub fn estimated_time_to_consume_ms(&self) -> Option<f64> {
+        (self.debloat_rate != 0).then(|| {
+            (self.segments_in_flight.saturating_mul(self.segment_size)) as f64 * 1e3
+                / self.debloat_rate as f64
+        })
+    }
+
     /// Segments not free / total (`outPoolUsage`).
     pub fn out_pool_usage(&self) -> f64 {
         self.segments_not_free as f64 / self.segment_count.max(1) as f64
@@ -238,6 +266,12 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
         idle_ns: with_ongoing(r(&cc.idle_ns), r(&cc.idle_since_ns)),
         segments_not_free: n - free,
         segments_at_consumer: at_consumer,
+        segments_in_flight: r(&pc.segments_acquired)
+            .saturating_sub(r(&h.cons.segments_done))
+            .min(shared.n() as u64),
+        segment_cap: r(&h.cons.segment_cap),
+        debloat_target_ns: r(&cc.debloat_target_ns),
+        debloat_rate: r(&cc.debloat_rate),
         producer_state: h.producer.state(),
         consumer_state: h.consumer.state(),
         producer_pid: h.producer.pid(),

@@ -32,6 +32,7 @@ use crate::error::{
 };
 use crate::protocol::abi::Geometry;
 use crate::protocol::counters::Local;
+use crate::protocol::debloat;
 use crate::protocol::ends::EndState;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until, WaitStrategy};
@@ -175,6 +176,15 @@ pub struct Producer {
     /// Async calls since the last look at the executor's budget.
     #[cfg(any(feature = "tokio", shmflow_loom))]
     coop: u8,
+}
+
+/// Whether taking a segment waits for the consumer's cap (buffer debloating).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bound {
+    /// A record starts in it: within the cap.
+    Capped,
+    /// The rest of a record, or an abort notice: never held back by the cap.
+    Free,
 }
 
 /// What [`FlushPolicy`] asks of the end of each record.
@@ -410,17 +420,49 @@ impl Producer {
         }))
     }
 
+    /// Segments taken and not yet finished by the consumer (the one in hand included).
+    #[inline]
+    fn in_flight(&self) -> u64 {
+        debloat::in_flight(self.shared.header(), self.counters.acquired.0)
+    }
+
+    /// Buffer debloating: true while as many segments are in flight as the consumer's cap
+    /// allows, so that a record may not start a new one.
+    #[inline]
+    fn capped(&self) -> bool {
+        let cap = debloat::cap(self.shared.header());
+        cap != 0 && self.in_flight() >= cap
+    }
+
+    /// Segments a record could take now: the free ones, as far as the consumer's cap allows.
+    #[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
+    pub(crate) fn free_now(&mut self) -> Result<u64, Box<CorruptError>> {
+        let ready = self.ret.ready(&self.shared.return_ring())?;
+        Ok(match debloat::cap(self.shared.header()) {
+            0 => ready,
+            cap => ready.min(cap.saturating_sub(self.in_flight())),
+        })
+    }
+
     /// Takes a segment, waiting for the consumer to return one (this wait is backpressure).
-    fn take<P: Patience>(&mut self, patience: P) -> Sent<(), P> {
+    /// `Bound::Capped`: a record that starts here waits for the consumer's cap too (buffer
+    /// debloating); the rest of a record that spans segments, and an abort notice, do not, so
+    /// the cap never cuts a record.
+    fn take<P: Patience>(&mut self, patience: P, bound: Bound) -> Sent<(), P> {
         debug_assert!(self.cur.is_none());
-        if let Some(c) = self.try_take()? {
-            self.cur = Some(c);
-            return Ok(());
+        let capped = bound == Bound::Capped && self.capped();
+        if !capped {
+            if let Some(c) = self.try_take()? {
+                self.cur = Some(c);
+                return Ok(());
+            }
         }
         if self.consumer_detached() {
             return Err(self.closed_error().into());
         }
-        self.ask_for_segment();
+        if !capped {
+            self.ask_for_segment();
+        }
         let shared = self.shared.clone();
         let h = shared.header();
         let blocked = Waiting::start(
@@ -434,8 +476,12 @@ impl Producer {
             park::Notifier::Rmw,
             park::Pace::Sparse,
             |look| {
-                if let Some(c) = self.try_take()? {
-                    return Ok(Some(c));
+                if !(bound == Bound::Capped && self.capped()) {
+                    if let Some(c) = self.try_take()? {
+                        return Ok(Some(c));
+                    }
+                    // (Once per wait: a cap that lifted may leave the producer short.)
+                    self.ask_for_segment();
                 }
                 if self.consumer_detached() {
                     return Err(self.closed_error());
@@ -481,15 +527,19 @@ impl Producer {
         look: Look,
     ) -> Result<Option<()>, SendError> {
         let ready = self.ret.ready(&self.shared.return_ring())?;
-        if ready >= k {
+        // Held back by the consumer's cap: wait for it, without asking for more segments.
+        let capped = self.capped();
+        if ready >= k && !capped {
             return Ok(Some(()));
         }
-        if last_ready.is_some_and(|last| ready > last) {
-            // The last ask was granted and it is not enough yet: ask again.
-            self.supply.got();
+        if !capped {
+            if last_ready.is_some_and(|last| ready > last) {
+                // The last ask was granted and it is not enough yet: ask again.
+                self.supply.got();
+            }
+            *last_ready = Some(ready);
+            self.ask_for_segment();
         }
-        *last_ready = Some(ready);
-        self.ask_for_segment();
         if self.consumer_detached() {
             return Err(self.closed_error());
         }
@@ -611,12 +661,12 @@ impl Producer {
             }
             self.seal();
         }
-        self.take(patience)
+        self.take(patience, Bound::Capped)
     }
 
     fn write_pending_abort<P: Patience>(&mut self, patience: P) -> Sent<(), P> {
         debug_assert!(self.cur.is_none());
-        self.take(patience)?;
+        self.take(patience, Bound::Free)?;
         let c = self.cur.as_mut().expect("just taken");
         let at = c.wpos;
         c.wpos = frame::next_frame(at, 0);
@@ -825,7 +875,7 @@ impl Producer {
                 break;
             }
             self.seal();
-            if let Err(e) = self.take(patience) {
+            if let Err(e) = self.take(patience, Bound::Free) {
                 // Parts are out; the consumer must learn that no more will come.
                 self.pending_abort = true;
                 return Err(e);

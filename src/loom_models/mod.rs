@@ -400,3 +400,65 @@ fn async_consumer_waiting_through_the_bridge_always_wakes() {
         bridge.join().unwrap();
     });
 }
+
+/// Model 12a (buffer debloating): the consumer caps the producer at one segment in flight; the
+/// producer's second record needs a second segment and waits for the cap. The consumer reads
+/// the first record and finishes its segment (publishing its count of finished segments, then
+/// returning the segment and waking the producer): the producer always wakes, finds room under
+/// the cap and sends; both records arrive in order.
+#[test]
+fn producer_held_back_by_the_cap_wakes_when_a_segment_is_done() {
+    model(|| {
+        let region = Region::new(SEG, 3);
+        let mut p = region.producer();
+        let mut c = region.consumer();
+        c.publish_cap(1);
+        p.set_flush_policy(FlushPolicy::EveryRecord);
+        send(&mut p, 0, 40);
+        let t = thread::spawn(move || {
+            send(&mut p, 1, 40); // a second segment: beyond the cap until the first is done
+            p
+        });
+        for seq in 0..2u8 {
+            let r = c.recv().unwrap().expect("record");
+            assert_eq!(r.as_bytes().unwrap(), &pattern(seq, 40)[..]);
+        }
+        drop(t.join().unwrap());
+    });
+}
+
+/// Model 12b (buffer debloating): the producer waits at a cap of one segment while free
+/// segments sit in its return ring; the consumer, reading nothing, raises the cap (as it does
+/// when it reads faster) once the producer has announced that it parks (or at once: both
+/// orders are explored): the producer always wakes and sends. (Without the wait for the
+/// announcement, loom's yields in the producer's spin phase always let the raise in first.)
+#[test]
+fn producer_held_back_by_the_cap_wakes_when_it_rises() {
+    model(|| {
+        let region = Region::new(SEG, 3);
+        let mut p = region.producer();
+        let mut c = region.consumer();
+        c.publish_cap(1);
+        p.set_flush_policy(FlushPolicy::EveryRecord);
+        send(&mut p, 0, 40);
+        let t = thread::spawn(move || {
+            send(&mut p, 1, 40);
+            p
+        });
+        let park = region.producer_park();
+        let mut looks = 0;
+        while park.load(loom::sync::atomic::Ordering::Relaxed) & crate::protocol::park::PARKED == 0
+            && looks < 3
+        {
+            looks += 1;
+            thread::yield_now();
+        }
+        c.publish_cap(2);
+        let p = t.join().unwrap();
+        for seq in 0..2u8 {
+            let r = c.recv().unwrap().expect("record");
+            assert_eq!(r.as_bytes().unwrap(), &pattern(seq, 40)[..]);
+        }
+        drop(p);
+    });
+}

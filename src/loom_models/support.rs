@@ -33,6 +33,11 @@ impl Region {
         Producer::attach(self.0.clone()).unwrap()
     }
 
+    /// The word the producer parks on.
+    pub(crate) fn producer_park(&self) -> &loom::sync::atomic::AtomicU32 {
+        self.0.header().producer_park.0.atomic()
+    }
+
     /// Attaches the consumer end.
     pub(crate) fn consumer(&self) -> Consumer {
         Consumer::attach(self.0.clone()).unwrap()

@@ -16,7 +16,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord, Ordering};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 9;
+pub const LAYOUT_VERSION: u32 = 10;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// Default segment size: Flink's network buffer size.
@@ -94,6 +94,14 @@ pub(crate) struct ConsumerCursors {
     pub floating_held: AtomicU64,
     /// Priority lane: next slot the consumer reads.
     pub prio_head: AtomicU64,
+    /// Segments the consumer has finished reading (monotonic; into the return ring or back to
+    /// the gate). With `segment_cap`, the producer's in-flight count is the segments it took
+    /// less these.
+    pub segments_done: AtomicU64,
+    /// Buffer debloating: the most segments the producer may have in flight (taken and not
+    /// yet finished by the consumer) before a record may start a new one; 0 when off. The
+    /// consumer derives it from the rate at which it reads (`protocol::debloat`).
+    pub segment_cap: AtomicU64,
 }
 
 /// Producer-side counters (one padded block, written only by the producer).
@@ -141,6 +149,11 @@ pub(crate) struct ConsumerCounters {
     /// barrier had not arrived.
     pub held_ns: AtomicU64,
     pub barrier_delay_ns: AtomicU64,
+    /// Buffer debloating (0 when off): the target time to read what is in flight, and the
+    /// rate the consumer reads at while busy (bytes per second, smoothed), which set
+    /// `ConsumerCursors::segment_cap`.
+    pub debloat_target_ns: AtomicU64,
+    pub debloat_rate: AtomicU64,
 }
 
 /// `LinkFigures::role`: the consumer end is a sending bridge.
@@ -745,7 +758,8 @@ mod tests {
         fields!(v, EndSlot, state: AtomicU32, pid: AtomicU32);
         fields!(v, ProducerCursors, data_tail: AtomicU64, ret_head: AtomicU64, demand: AtomicU64);
         fields!(v, ConsumerCursors, data_head: AtomicU64, ret_tail: AtomicU64, lent: AtomicU64,
-            floating_held: AtomicU64, prio_head: AtomicU64);
+            floating_held: AtomicU64, prio_head: AtomicU64, segments_done: AtomicU64,
+            segment_cap: AtomicU64);
         fields!(v, ProducerCounters, records: AtomicU64, bytes: AtomicU64,
             segments_committed: AtomicU64, wakes: AtomicU64, backpressured_ns: AtomicU64,
             blocked_since_ns: AtomicU64, flusher_wakes: AtomicU64, segments_acquired: AtomicU64);
@@ -753,7 +767,8 @@ mod tests {
             segments_returned: AtomicU64, wakes: AtomicU64, idle_ns: AtomicU64,
             idle_since_ns: AtomicU64, segments_taken: AtomicU64, inflight_records: AtomicU64,
             inflight_bytes: AtomicU64, held_records: AtomicU64, held_bytes: AtomicU64,
-            held_ns: AtomicU64, barrier_delay_ns: AtomicU64);
+            held_ns: AtomicU64, barrier_delay_ns: AtomicU64, debloat_target_ns: AtomicU64,
+            debloat_rate: AtomicU64);
         fields!(v, PrioSlot, kind_len: AtomicU64, words: [AtomicU64; PRIO_PAYLOAD / 8]);
         fields!(v, Header, magic: AtomicU64, version: AtomicU32, header_size: AtomicU32,
             segment_size: AtomicU32, segment_count: AtomicU32, total_size: AtomicU64,
@@ -800,7 +815,7 @@ mod tests {
     }
 
     /// The layout version `abi.golden` describes.
-    const GOLDEN_VERSION: u32 = 9;
+    const GOLDEN_VERSION: u32 = 10;
 
     #[test]
     #[ignore = "prints the layout for abi.golden"]

@@ -7,6 +7,7 @@
 pub(crate) mod abi;
 pub(crate) mod barrier;
 pub(crate) mod counters;
+pub(crate) mod debloat;
 pub(crate) mod ends;
 pub(crate) mod flush_signal;
 pub(crate) mod frame;

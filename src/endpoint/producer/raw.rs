@@ -25,7 +25,8 @@ pub(crate) enum Refused {
 impl Producer {
     /// Free segments in the return ring: what the bridge may announce as credit.
     pub(crate) fn raw_free(&mut self) -> Result<u64> {
-        Ok(self.ret.ready(&self.shared.return_ring())?)
+        // Within the consumer's cap (buffer debloating): credit is never more than it allows.
+        Ok(self.free_now()?)
     }
 
     /// Writes `bytes` (whole frames, checked by the caller with `frame::check`) at offset `at`
@@ -122,7 +123,7 @@ impl Producer {
     /// (`Closed`) or dies (`PeerDead`). Counted as backpressure.
     pub(crate) async fn raw_wait_free(&mut self, k: u64) -> Result<()> {
         self.wait_async(|p, look| {
-            if p.ret.ready(&p.shared.return_ring())? > k {
+            if p.free_now()? > k {
                 return Ok(Some(()));
             }
             if p.consumer_detached() {

@@ -302,7 +302,7 @@ impl RecordWriter<'_> {
             });
             p.cur.as_mut().expect("in hand").wpos = self.frag_start;
             p.seal();
-            if let Err(e) = p.take(self.deadline) {
+            if let Err(e) = p.take(self.deadline, super::Bound::Free) {
                 // Nothing of it was published (the seal stopped before it): just lost.
                 self.failed = true;
                 return Err(e);
@@ -332,7 +332,7 @@ impl RecordWriter<'_> {
         p.cur.as_mut().expect("in hand").wpos = seg_size;
         self.spanning = true;
         p.seal();
-        if let Err(e) = p.take(self.deadline) {
+        if let Err(e) = p.take(self.deadline, super::Bound::Free) {
             p.pending_abort = true;
             self.failed = true;
             return Err(e);
