@@ -749,3 +749,78 @@ fn export_serves_flink_named_metrics_that_agree_with_stat_during_a_running_pipel
         "shmflow_backlog{{region=\"{gate}\",channel=\"1\"}}"
     )));
 }
+
+#[test]
+fn stat_shows_buffer_debloating() {
+    let name = unique_name("cli-debloat");
+    let mut rx = Consumer::builder()
+        .geometry(Geometry {
+            segment_size: 4096,
+            segment_count: 16,
+        })
+        .debloat_target(std::time::Duration::from_millis(20))
+        .create(&name)
+        .unwrap();
+    let mut tx = Producer::open(&name).unwrap();
+    let out = shmflow(&["stat", &name, "--count", "1", "--interval-ms", "50"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("debloating  target 20.0 ms")
+            && text.contains("in-flight limit 16 segments (64.0 KiB)"),
+        "before a rate is measured the cap is every segment:\n{text}"
+    );
+    let writer = std::thread::spawn(move || {
+        let rec = [1u8; 1000];
+        while tx.send(&rec).is_ok() {}
+    });
+    // Read at about 2 MB/s (500 µs of work per 1000-byte record) for half a second: 20 ms of
+    // that is about 40 KB, ten segments of 4 KiB.
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_millis(500) {
+        drop(rx.recv().unwrap().expect("the writer streams"));
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_micros(500) {
+            std::hint::spin_loop();
+        }
+    }
+    let out = shmflow(&["stat", &name, "--json", "--interval-ms", "50"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d = &v["debloat"];
+    let cap = d["segment_cap"].as_u64().unwrap();
+    assert!((2..16).contains(&cap), "{v}");
+    assert_eq!(d["target_ns"], 20_000_000, "{v}");
+    assert!(d["rate_bytes_per_s"].as_u64().unwrap() > 100_000, "{v}");
+    assert_eq!(d["inFlightLimitBytes"], cap * 4096, "{v}");
+    assert!(
+        d["estimatedTimeToConsumeBuffersMs"].as_f64().is_some(),
+        "{v}"
+    );
+    let out = shmflow(&["stat", &name, "--count", "1", "--interval-ms", "50"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("in-flight limit {cap} segments"))
+            && text.contains("estimatedTimeToConsumeBuffersMs"),
+        "{text}"
+    );
+    println!("{text}");
+    drop(rx);
+    writer.join().unwrap();
+}
+
+#[test]
+fn stat_shows_a_gates_debloating_per_channel() {
+    use shmflow::Gate;
+    let name = unique_name("cli-gate-debloat");
+    let _gate = Gate::builder()
+        .channels(2)
+        .segment_size(4096)
+        .debloat_target(std::time::Duration::from_millis(50))
+        .create(&name)
+        .unwrap();
+    let out = shmflow(&["stat", &name, "--count", "1", "--interval-ms", "50"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("debloating  target 50.0 ms") && text.contains("MB/s  cap  now"),
+        "{text}"
+    );
+}
