@@ -142,11 +142,19 @@ fn the_cap_follows_a_consumer_that_slows_down_and_speeds_up() {
         "{worst} segments in flight under a cap of {}",
         slow.segment_cap
     );
+    // 100 KB is less than two segments: records start only in part of each
+    // (`debloatedBufferSize`), about 50 KB.
+    assert!(
+        slow.segment_fill < u64::from(SEG) && slow.segment_fill >= 4096,
+        "fill {} of {SEG}",
+        slow.segment_fill
+    );
     println!(
-        "reading fast: cap {} (rate {:.0} MB/s); slowly: cap {} (rate {:.1} MB/s), at most {worst} segments in flight",
+        "reading fast: cap {} (rate {:.0} MB/s); slowly: cap {} × {} B (rate {:.1} MB/s), at most {worst} segments in flight",
         fast.segment_cap,
         fast.debloat_rate as f64 / 1e6,
         slow.segment_cap,
+        slow.segment_fill,
         slow.debloat_rate as f64 / 1e6
     );
     // Fast again: the cap rises back (the rate is measured over the time the consumer
@@ -157,6 +165,7 @@ fn the_cap_follows_a_consumer_that_slows_down_and_speeds_up() {
     })
     .unwrap();
     let again = c.metrics();
+    assert_eq!(again.segment_fill, u64::from(SEG), "whole segments again");
     assert!(
         again.segment_cap >= 12,
         "reading at full speed for 20 s left the cap at {} (rate {} B/s)",
@@ -338,4 +347,47 @@ fn a_gate_caps_each_channel_and_leaves_the_floating_segments_alone() {
     for k in kids {
         common::expect_success(k, "producer");
     }
+}
+
+#[test]
+fn records_longer_than_a_debloated_fill_still_go_whole() {
+    // A zero target: two segments, each filled with at most 4 KiB of records, once the first
+    // rate is measured. Records of 20 000 bytes then start in fresh segments of 64 KiB and go
+    // whole; 70 000 bytes span segments; every one arrives intact and in order.
+    let (mut tx, mut rx) = shmflow::pair(geometry()).unwrap();
+    rx.set_debloat_target(Some(Duration::ZERO));
+    let sizes = |seq: u64| match seq % 10 {
+        3 => 20_000,
+        7 if seq % 100 == 7 => 70_000,
+        _ => LEN,
+    };
+    let writer = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        for seq in 0..3000u64 {
+            make_record(seq, sizes(seq), &mut buf);
+            tx.send(&buf).unwrap();
+        }
+    });
+    let mut scratch = Vec::new();
+    let mut fill = u64::MAX;
+    for seq in 0..3000u64 {
+        let r = rx.recv().unwrap().expect("a record");
+        let bytes = r.to_vec().expect("whole");
+        check_record(seq, sizes(seq), &bytes, &mut scratch).unwrap();
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(100) {
+            std::hint::spin_loop();
+        }
+        fill = fill.min(rx.metrics().segment_fill);
+    }
+    writer.join().unwrap();
+    assert_eq!(fill, 4096, "the fill never came down to its least");
+    // About 10.5 MB: some 170 whole segments of 64 KiB; sealed at 4 KiB for most of the run,
+    // several times as many.
+    let m = rx.metrics();
+    assert!(
+        m.segments_acquired > 400,
+        "{} segments for 10.5 MB: the producer did not seal at the fill",
+        m.segments_acquired
+    );
 }

@@ -58,6 +58,9 @@ struct Families {
     gate_floating: F64Gauge,
     floating_held: F64Gauge,
     backlog: F64Gauge,
+    debloated_size: F64Gauge,
+    segment_cap: F64Gauge,
+    time_to_consume: F64Gauge,
 }
 
 impl Families {
@@ -148,6 +151,21 @@ impl Families {
             "Segments a gate channel's producer asked for and was not granted",
             self.backlog,
         );
+        r.register(
+            "debloatedBufferSize",
+            "Buffer debloating: bytes of a segment records start in (the segment size when whole)",
+            self.debloated_size,
+        );
+        r.register(
+            "inFlightSegmentsLimit",
+            "Buffer debloating: segments the producer may have in flight before a record waits",
+            self.segment_cap,
+        );
+        r.register(
+            "estimatedTimeToConsumeBuffersMs",
+            "Buffer debloating: what is written and not read, over the consumer's measured rate",
+            self.time_to_consume,
+        );
     }
 
     fn channel(
@@ -182,6 +200,13 @@ impl Families {
             if alive.1 && now.consumer_state == EndState::Attached {
                 set(&self.idle, r.idle_time_ms_per_second);
                 set(&self.busy, r.consumer_busy_time_ms_per_second);
+            }
+        }
+        if now.segment_cap != 0 {
+            set(&self.debloated_size, now.segment_fill as f64);
+            set(&self.segment_cap, now.segment_cap as f64);
+            if let Some(ms) = now.estimated_time_to_consume_ms() {
+                set(&self.time_to_consume, ms);
             }
         }
         if let Some(link) = now.link {

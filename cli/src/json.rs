@@ -118,6 +118,7 @@ fn fields(name: &str, prev: &Snapshot, now: &Snapshot) -> Map<String, Value> {
                 "target_ns": now.debloat_target_ns,
                 "rate_bytes_per_s": now.debloat_rate,
                 "segment_cap": now.segment_cap,
+                "debloatedBufferSize": now.segment_fill,
                 "inFlightLimitBytes": now.in_flight_limit_bytes(),
                 "estimatedTimeToConsumeBuffersMs": now.estimated_time_to_consume_ms().map(num),
             }),

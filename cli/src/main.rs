@@ -516,11 +516,12 @@ fn print_view(name: &str, prev: &Snapshot, now: &Snapshot, alive: (bool, bool)) 
 fn debloat_line(s: &Snapshot) -> Option<String> {
     let limit = s.in_flight_limit_bytes()?;
     Some(format!(
-        "debloating  target {}   rate {:.2} MB/s   in-flight limit {} segments ({})   in flight {} \
-         segments   estimatedTimeToConsumeBuffersMs {}",
+        "debloating  target {}   rate {:.2} MB/s   in-flight limit {} segments × {} \
+         (debloatedBufferSize) = {}   in flight {} segments   estimatedTimeToConsumeBuffersMs {}",
         duration_ns(s.debloat_target_ns),
         s.debloat_rate as f64 / 1e6,
         s.segment_cap,
+        bytes_text(s.segment_fill),
         bytes_text(limit),
         s.segments_in_flight,
         s.estimated_time_to_consume_ms()

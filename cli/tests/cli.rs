@@ -672,7 +672,11 @@ fn export_serves_flink_named_metrics_that_agree_with_stat_during_a_running_pipel
     let gate = unique_name("cli-export-gate");
     let mut p = Producer::create(&name, Geometry::default()).unwrap();
     let mut c = Consumer::open(&name).unwrap();
-    let _g = shmflow::Gate::create(&gate, shmflow::GateGeometry::new(2)).unwrap();
+    let _g = shmflow::Gate::builder()
+        .channels(2)
+        .debloat_target(std::time::Duration::from_millis(100))
+        .create(&gate)
+        .unwrap();
     let stop = std::sync::Arc::new(AtomicBool::new(false));
     let (s1, s2) = (stop.clone(), stop.clone());
     let writer = std::thread::spawn(move || {
@@ -748,6 +752,16 @@ fn export_serves_flink_named_metrics_that_agree_with_stat_during_a_running_pipel
     assert!(second.contains(&format!(
         "shmflow_backlog{{region=\"{gate}\",channel=\"1\"}}"
     )));
+    // The gate debloats: every segment, whole, until a rate is measured.
+    assert_eq!(
+        metric(&second, "shmflow_inFlightSegmentsLimit", &gate),
+        f64::from(shmflow::GateGeometry::new(2).exclusive + shmflow::GateGeometry::new(2).floating)
+    );
+    assert_eq!(
+        metric(&second, "shmflow_debloatedBufferSize", &gate),
+        f64::from(shmflow::GateGeometry::new(2).segment_size)
+    );
+    assert!(!second.contains(&format!("shmflow_inFlightSegmentsLimit{{region=\"{name}\"")));
 }
 
 #[test]
@@ -766,7 +780,7 @@ fn stat_shows_buffer_debloating() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("debloating  target 20.0 ms")
-            && text.contains("in-flight limit 16 segments (64.0 KiB)"),
+            && text.contains("in-flight limit 16 segments × 4.0 KiB (debloatedBufferSize) = 64.0 KiB"),
         "before a rate is measured the cap is every segment:\n{text}"
     );
     let writer = std::thread::spawn(move || {

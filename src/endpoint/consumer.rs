@@ -401,12 +401,23 @@ impl Consumer {
             &self.shared.header().consumer_counters.debloat_rate,
             s.rate,
         );
-        if let Some(cap) = s.cap {
-            self.publish_cap(cap);
+        if let Some(l) = s.limit {
+            self.publish_limit(l);
         }
     }
 
     /// Publishes the producer's segment cap (0: none) and wakes it if the cap rose or went.
+    /// Publishes a limit: the fill first (it is read as each segment is taken), then the cap.
+    fn publish_limit(&mut self, l: debloat::Limit) {
+        let fill = if l.fill >= self.seg_size as u64 {
+            0
+        } else {
+            l.fill
+        };
+        debloat::publish_fill(self.shared.header(), fill);
+        self.publish_cap(l.cap);
+    }
+
     pub(crate) fn publish_cap(&mut self, cap: u64) {
         let wake = debloat::publish_cap(self.shared.header(), cap);
         #[cfg(not(shmflow_broken = "debloat_silent_raise"))]
@@ -470,14 +481,15 @@ impl Consumer {
                     d.target_ns(),
                 );
                 crate::protocol::counters::set(&h.consumer_counters.debloat_rate, 0);
-                let cap = d.cap();
+                let limit = d.limit();
                 self.debloat = Some(d);
-                self.publish_cap(cap);
+                self.publish_limit(limit);
             }
             None => {
                 crate::protocol::counters::set(&h.consumer_counters.debloat_target_ns, 0);
                 crate::protocol::counters::set(&h.consumer_counters.debloat_rate, 0);
                 self.debloat = None;
+                debloat::publish_fill(h, 0);
                 self.publish_cap(0);
             }
         }

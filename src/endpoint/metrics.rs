@@ -67,9 +67,11 @@ pub struct Snapshot {
     /// being written included).
     pub segments_in_flight: u64,
     /// Buffer debloating ([`Consumer::set_debloat_target`](crate::Consumer::set_debloat_target)):
-    /// the most segments the producer may have in flight before a record waits (Flink's
-    /// in-flight limit, which its `debloatedBufferSize` spreads over the buffers); 0 when off.
+    /// the most segments the producer may have in flight before a record waits; 0 when off.
     pub segment_cap: u64,
+    /// Buffer debloating: the bytes of a segment records start in (Flink's
+    /// `debloatedBufferSize`); the segment size when whole or off.
+    pub segment_fill: u64,
     /// Buffer debloating: the target time to read what is in flight, in nanoseconds; 0 when
     /// off.
     pub debloat_target_ns: u64,
@@ -162,17 +164,19 @@ pub struct Rates {
 }
 
 impl Snapshot {
-    /// Buffer debloating: the bytes the cap lets be in flight (`segment_cap` segments), or
-    /// `None` when off.
+    /// Buffer debloating: about the bytes the limit lets be in flight (`segment_cap` segments
+    /// of `segment_fill` bytes; a record that starts near a segment's fill may end past it),
+    /// or `None` when off.
     pub fn in_flight_limit_bytes(&self) -> Option<u64> {
-        (self.segment_cap != 0).then(|| self.segment_cap.saturating_mul(self.segment_size))
+        (self.segment_cap != 0).then(|| self.segment_cap.saturating_mul(self.segment_fill))
     }
 
     /// Flink's `estimatedTimeToConsumeBuffersMs`: how long the consumer, at its measured
-    /// rate, takes to read the segments in flight (`None` before a rate is measured).
+    /// rate, takes to read what is written and not yet read (`None` before a rate is
+    /// measured).
     pub fn estimated_time_to_consume_ms(&self) -> Option<f64> {
         (self.debloat_rate != 0).then(|| {
-            (self.segments_in_flight.saturating_mul(self.segment_size)) as f64 * 1e3
+            self.bytes_written.saturating_sub(self.bytes_read) as f64 * 1e3
                 / self.debloat_rate as f64
         })
     }
@@ -270,6 +274,10 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
             .saturating_sub(r(&h.cons.segments_done))
             .min(shared.n() as u64),
         segment_cap: r(&h.cons.segment_cap),
+        segment_fill: match r(&h.cons.segment_fill) {
+            f @ 1.. if f < shared.segment_size() as u64 => f,
+            _ => shared.segment_size() as u64,
+        },
         debloat_target_ns: r(&cc.debloat_target_ns),
         debloat_rate: r(&cc.debloat_rate),
         producer_state: h.producer.state(),

@@ -171,6 +171,12 @@ pub struct Producer {
     /// The segment size (fixed for the region's life; kept here so the hot path does not
     /// follow the `Arc`).
     seg_size: usize,
+    /// No record starts in the segment in hand unless it ends by `seg_end`: the segment size,
+    /// or less when the consumer debloats (its fill, set as each segment is taken, and widened
+    /// to hold a longer record whole, and alone, in a fresh one). Parts of a record that spans
+    /// segments may pass it, so the writer position may be past it: every test of room is
+    /// written so that it cannot wrap.
+    seg_end: usize,
     /// What a record's end does, from `policy` (a plain byte for the hot path to test).
     per_record: PerRecord,
     /// Async calls since the last look at the executor's budget.
@@ -302,6 +308,7 @@ impl Producer {
             scratch: Vec::new(),
             light: <crate::region::os::Host as crate::sync::Os>::light_notify_available(),
             seg_size: shared_seg_size,
+            seg_end: shared_seg_size,
             per_record: PerRecord::of(FlushPolicy::default()),
             #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,
@@ -409,6 +416,7 @@ impl Producer {
         frame::clear(self.shared.word(seg, 0));
         self.data.push(&self.shared.data_ring(), seg)?;
         let h = self.shared.header();
+        self.seg_end = debloat::end_of(debloat::fill(h), self.seg_size);
         self.counters
             .acquired
             .add(&h.producer_counters.segments_acquired, 1);
@@ -641,7 +649,7 @@ impl Producer {
         // (A pending abort comes only with no segment in hand: it goes the slow way.)
         debug_assert!(!(self.pending_abort && self.cur.is_some()));
         if let Some(c) = &self.cur {
-            if self.seg_size - c.wpos >= need {
+            if c.wpos + need <= self.seg_end {
                 return Ok(());
             }
         }
@@ -656,12 +664,20 @@ impl Producer {
             self.write_pending_abort(patience)?;
         }
         if let Some(c) = &self.cur {
-            if self.seg_size - c.wpos >= need {
+            if c.wpos + need <= self.seg_end {
                 return Ok(());
             }
             self.seal();
         }
-        self.take(patience, Bound::Capped)
+        self.take(patience, Bound::Capped)?;
+        // A record longer than a debloated segment's fill goes whole in the fresh one, and
+        // alone: the next record starts in the next segment.
+        if let Some(c) = &self.cur {
+            if c.wpos + need > self.seg_end {
+                self.seg_end = frame::align8(c.wpos + need).min(self.seg_size);
+            }
+        }
+        Ok(())
     }
 
     fn write_pending_abort<P: Patience>(&mut self, patience: P) -> Sent<(), P> {

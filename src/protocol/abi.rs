@@ -102,6 +102,9 @@ pub(crate) struct ConsumerCursors {
     /// yet finished by the consumer) before a record may start a new one; 0 when off. The
     /// consumer derives it from the rate at which it reads (`protocol::debloat`).
     pub segment_cap: AtomicU64,
+    /// Buffer debloating: the bytes of a segment past which the producer starts no record
+    /// (it seals the segment and takes the next); 0 or the segment size for the whole segment.
+    pub segment_fill: AtomicU64,
 }
 
 /// Producer-side counters (one padded block, written only by the producer).
@@ -759,7 +762,7 @@ mod tests {
         fields!(v, ProducerCursors, data_tail: AtomicU64, ret_head: AtomicU64, demand: AtomicU64);
         fields!(v, ConsumerCursors, data_head: AtomicU64, ret_tail: AtomicU64, lent: AtomicU64,
             floating_held: AtomicU64, prio_head: AtomicU64, segments_done: AtomicU64,
-            segment_cap: AtomicU64);
+            segment_cap: AtomicU64, segment_fill: AtomicU64);
         fields!(v, ProducerCounters, records: AtomicU64, bytes: AtomicU64,
             segments_committed: AtomicU64, wakes: AtomicU64, backpressured_ns: AtomicU64,
             blocked_since_ns: AtomicU64, flusher_wakes: AtomicU64, segments_acquired: AtomicU64);

@@ -340,7 +340,7 @@ impl std::future::Future for SendAsync<'_> {
         // A record that goes into the segment in hand costs no look at the executor's budget:
         // the budget is spent by the segment (see `segment_budget`), when a record does not
         // fit in the one in hand.
-        let in_hand = matches!(&p.cur, Some(c) if p.seg_size - c.wpos >= HEADER + bytes.len());
+        let in_hand = matches!(&p.cur, Some(c) if c.wpos + HEADER + bytes.len() <= p.seg_end);
         if !in_hand && segment_budget(p.seg_size, cx).is_pending() {
             this.producer = Some(p);
             return std::task::Poll::Pending;

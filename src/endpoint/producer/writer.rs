@@ -23,7 +23,8 @@ impl Producer {
         // Room in the segment in hand implies that the record fits a segment: test that first.
         // (Written so that no sum can wrap, whatever `len` is.)
         let fits_here = matches!(&self.cur,
-            Some(c) if self.seg_size - c.wpos >= HEADER && len <= self.seg_size - c.wpos - HEADER);
+            Some(c) if self.seg_end >= c.wpos && self.seg_end - c.wpos >= HEADER
+                && len <= self.seg_end - c.wpos - HEADER);
         if !fits_here && len > self.seg_size - HEADER {
             return Err(too_large(
                 &self.shared.name,
