@@ -42,6 +42,33 @@
 //! cargo run --release --example wordcount -- --slow-counter 1 --barriers timeout:100
 //! ```
 //!
+//! `--checkpoint-dir DIR` (with `--barriers`) makes the count exactly-once across a crash, as
+//! Flink's checkpoints do, and shows it with a real one:
+//!
+//! ```text
+//! cargo run --release --example wordcount -- --lines 300000 --slow-counter 1 \
+//!     --barriers unaligned --barrier-interval-ms 100 --checkpoint-dir target/wc-chk --crash-seed random
+//! ```
+//!
+//! The orchestrator writes each source's corpus to `DIR/input-S.txt` once; a source reads its
+//! lines from there, and its replay position is its byte offset in that file (as Flink records
+//! a Kafka offset). At each barrier every stage but the sink acknowledges the checkpoint by
+//! writing its state atomically to `DIR/chk-ID/STAGE` (each stage's duty is told at its
+//! function): a source its offset, a tokenizer the in-flight lines an unaligned release handed
+//! back, a counter its count map and the in-flight words. The counters do not forward barriers
+//! and send their counts only at the end of their input, so the sink has nothing to checkpoint
+//! and takes part in none. The orchestrator's coordinator marks a checkpoint complete once every
+//! stage acknowledged it (`DIR/completed`, written the same way) and removes the older ones; the
+//! sources start a checkpoint only once the last is complete. At a moment drawn from the crash
+//! seed (after the first complete checkpoint) it SIGKILLs a stage drawn from it, then fails over
+//! as Flink's full restart does: it kills every other stage, removes the run's names from
+//! `/dev/shm`, and starts the whole pipeline again from the last complete checkpoint — sources
+//! seek to their offsets, tokenizers tokenize their in-flight lines again, counters load their
+//! counts and count their in-flight words, before reading anything new. The sink's check then
+//! tells whether a word was lost or counted twice. `--crash-seed random` (the default) prints
+//! the seed it draws, to run the same crash again with `--crash-seed S`; `--crash-seed none`
+//! kills nothing; `--crashes N` crashes N attempts in a row. (Not with `--remote`.)
+//!
 //! When a stage fails, the failure travels: a stage that gives up ends its outputs as failed
 //! (`Producer::fail`), a stage downstream of a dead or failed one gives up in turn, and one
 //! upstream of it finds its sends refused (`Closed`, `PeerDead`). Every stage then exits
@@ -54,6 +81,9 @@
 mod args;
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -83,10 +113,30 @@ struct Opts {
     /// `--barriers`: how the sources' checkpoint barriers are aligned, and how often.
     barriers: Option<Alignment>,
     barrier_interval: Duration,
+    /// `--checkpoint-dir`: exactly-once mode, with the checkpoints kept in this directory.
+    checkpoint_dir: Option<PathBuf>,
+    /// `--crash-seed`: which stage the orchestrator kills, and when.
+    crash_seed: CrashSeed,
+    /// `--crashes`: how many attempts in a row get a crash.
+    crashes: u32,
+    /// `--restore ID` (given to the stages by the orchestrator): the checkpoint to start from.
+    restore: Option<u64>,
+}
+
+/// `--crash-seed S|random|none`.
+#[derive(Clone, Copy)]
+enum CrashSeed {
+    /// A seed drawn from the clock (and printed).
+    Random,
+    Seed(u64),
+    /// No crash: checkpoints only.
+    None,
 }
 
 const USAGE: &str = "usage: wordcount [--lines N] [--slow-counter K [--slow-ns N]] [--skew] [--remote]
                  [--kill-stage ROLE:INDEX] [--prefix /NAME]
+                 [--barriers MODE [--barrier-interval-ms N]]
+                 [--checkpoint-dir DIR [--crash-seed S|random|none] [--crashes N]]
 
   --lines N              lines per source (default 200000)
   --slow-counter K       counter K does busy work per word: backpressure reaches the sources
@@ -98,7 +148,14 @@ const USAGE: &str = "usage: wordcount [--lines N] [--slow-counter K [--slow-ns N
   --prefix /NAME         prefix of the gates' names (default /shmflow-wc-PID)
   --barriers MODE        the sources send checkpoint barriers: aligned, unaligned or timeout:MS
                          (aligned, switching to unaligned after MS ms); counters report their delay
-  --barrier-interval-ms N  time between barriers (default 500)";
+  --barrier-interval-ms N  time between barriers (default 500)
+  --checkpoint-dir DIR   exactly-once: the sources read their input from files in DIR, every stage
+                         acknowledges each checkpoint there with its state, and after a crash the
+                         whole pipeline restarts from the last complete checkpoint (needs --barriers)
+  --crash-seed S         with --checkpoint-dir: kill the stage drawn from seed S at a moment drawn from
+                         it, then recover; `random` (the default) draws a seed and prints it, `none`
+                         kills nothing
+  --crashes N            crash that many attempts in a row (default 1)";
 
 fn main() {
     let parsed = args::parse(
@@ -114,6 +171,10 @@ fn main() {
             "--index",
             "--barriers",
             "--barrier-interval-ms",
+            "--checkpoint-dir",
+            "--crash-seed",
+            "--crashes",
+            "--restore",
         ],
         &["--skew", "--remote"],
         0,
@@ -148,9 +209,28 @@ fn main() {
             },
         }),
         barrier_interval: Duration::from_millis(parsed.num("--barrier-interval-ms", 500)),
+        checkpoint_dir: get("--checkpoint-dir").map(PathBuf::from),
+        crash_seed: match get("--crash-seed").as_deref() {
+            None | Some("random") => CrashSeed::Random,
+            Some("none") => CrashSeed::None,
+            Some(_) => CrashSeed::Seed(parsed.num("--crash-seed", 0)),
+        },
+        crashes: parsed.num("--crashes", 1),
+        restore: parsed.get("--restore").map(|_| parsed.num("--restore", 0)),
     };
+    if opts.checkpoint_dir.is_some() {
+        if opts.barriers.is_none() {
+            parsed.fail("--checkpoint-dir needs --barriers aligned|unaligned|timeout:MS");
+        }
+        if opts.kill_stage.is_some() || parsed.has("--remote") {
+            parsed.fail("--checkpoint-dir goes with neither --kill-stage nor --remote");
+        }
+    } else if parsed.get("--crash-seed").is_some() || parsed.get("--crashes").is_some() {
+        parsed.fail("--crash-seed and --crashes need --checkpoint-dir");
+    }
     let result = match get("--role").as_deref() {
         None if opts.kill_stage.is_some() => kill_and_check(&opts, &args),
+        None if opts.checkpoint_dir.is_some() => exactly_once(&opts, &args),
         None => orchestrate(&opts, &args),
         Some(role) => {
             let index: usize = parsed.num("--index", 0);
@@ -261,24 +341,127 @@ fn err(e: impl std::fmt::Display) -> String {
 
 // ----- the stages ------------------------------------------------------------------------------
 
+/// Where a source's lines come from: generated as it goes, or (with checkpoints) read from its
+/// input file, whose byte offset is its replay position (as Flink records a Kafka offset).
+enum Input {
+    Generated {
+        next: u64,
+        lines: u64,
+    },
+    File {
+        reader: BufReader<File>,
+        offset: u64,
+    },
+}
+
+impl Input {
+    /// The next line into `out` (without its newline); false at the end.
+    fn next_line(&mut self, opts: &Opts, s: usize, out: &mut String) -> Result<bool, String> {
+        match self {
+            Input::Generated { next, lines } => {
+                if next == lines {
+                    return Ok(false);
+                }
+                line(s, *next, opts.skew, out);
+                *next += 1;
+            }
+            Input::File { reader, offset } => {
+                out.clear();
+                let n = reader.read_line(out).map_err(err)?;
+                if n == 0 {
+                    return Ok(false);
+                }
+                *offset += n as u64;
+                if out.ends_with('\n') {
+                    out.pop();
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A source sends its lines round-robin to the tokenizers, and with `--barriers` a barrier
+/// every interval, its ids counting up from the checkpoint restored (or 0), so that the two
+/// sources' ids agree.
+///
+/// Its checkpoint duty: it reads its input file from the offset of the checkpoint it restores,
+/// and before it sends barrier `id` it acknowledges checkpoint `id` with the offset of the
+/// next line to send: every line before that offset goes before the barrier. It sends the
+/// next barrier once the interval has passed since the last *and* the last checkpoint is
+/// complete (`DIR/completed`), one checkpoint at a time as Flink's default
+/// (`max-concurrent-checkpoints` 1): so both sources send the same ids, and no checkpoint is
+/// cancelled by the next. (Barriers every interval regardless would, under backpressure,
+/// complete no unaligned checkpoint: the next barrier's announcement would overtake each
+/// one's in-flight data before its barrier had drained, and a gate cancels a checkpoint for
+/// a newer one.)
 fn source(opts: &Opts, s: usize) -> Result<(), String> {
     let outs = (0..TOKENIZERS)
         .map(|t| open_channel(&gate_name(opts, "tok", t), s))
         .collect::<Result<Vec<_>, _>>()?;
     let mut part = Partition::new(outs, Partitioner::RoundRobin).map_err(err)?;
-    let mut l = String::new();
-    let (mut next_barrier, mut id) = (Instant::now() + opts.barrier_interval, 0u64);
-    let sent = (0..opts.lines).try_for_each(|i| {
-        if let Some(alignment) = opts.barriers {
-            if i % 64 == 0 && Instant::now() >= next_barrier {
-                id += 1;
-                part.send_barrier(id, alignment, b"").map_err(err)?;
-                next_barrier += opts.barrier_interval;
+    let ack_name = format!("source-{s}");
+    let mut input = match &opts.checkpoint_dir {
+        None => Input::Generated {
+            next: 0,
+            lines: opts.lines,
+        },
+        Some(dir) => {
+            let offset = match opts.restore {
+                Some(id) => {
+                    let mut state = checkpoint::load(dir, id, &ack_name)?;
+                    let offset = state.u64()?;
+                    state.end()?;
+                    offset
+                }
+                None => 0,
+            };
+            let path = checkpoint::input(dir, s);
+            let mut file = File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            file.seek(SeekFrom::Start(offset)).map_err(err)?;
+            Input::File {
+                reader: BufReader::new(file),
+                offset,
             }
         }
-        line(s, i, opts.skew, &mut l);
-        part.send(l.as_bytes()).map_err(err)
-    });
+    };
+    let mut l = String::new();
+    let mut next_barrier = Instant::now() + opts.barrier_interval;
+    let mut id = opts.restore.unwrap_or(0);
+    let mut i = 0u64;
+    let sent = (|| loop {
+        // The offset before the line read: where a restore starts if the barrier goes first.
+        let offset = match &input {
+            Input::File { offset, .. } => *offset,
+            Input::Generated { .. } => 0,
+        };
+        if !input.next_line(opts, s, &mut l)? {
+            return Ok(());
+        }
+        if let Some(alignment) = opts.barriers {
+            if i % 64 == 0 && Instant::now() >= next_barrier {
+                match &opts.checkpoint_dir {
+                    None => {
+                        id += 1;
+                        part.send_barrier(id, alignment, b"").map_err(err)?;
+                        next_barrier += opts.barrier_interval;
+                    }
+                    // One checkpoint at a time: the next once the last is complete.
+                    Some(dir) if checkpoint::completed(dir)?.unwrap_or(0) >= id => {
+                        id += 1;
+                        let mut state = checkpoint::Enc::new();
+                        state.u64(offset);
+                        checkpoint::ack(dir, id, &ack_name, &state)?;
+                        part.send_barrier(id, alignment, b"").map_err(err)?;
+                        next_barrier = Instant::now() + opts.barrier_interval;
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        part.send(l.as_bytes()).map_err(err)?;
+        i += 1;
+    })();
     // Dropping the producers ends each channel cleanly: the tokenizers see EndOfPartition.
     // A stage that gives up ends them as failed instead, so that the failure travels on.
     if sent.is_err() {
@@ -287,6 +470,14 @@ fn source(opts: &Opts, s: usize) -> Result<(), String> {
     sent
 }
 
+/// A tokenizer splits lines into words and sends each to its counter by word hash.
+///
+/// Its checkpoint duty: it has no state of its own, but a barrier released unaligned hands it
+/// back the in-flight lines (queued before the barrier, so before the sources' offsets, and
+/// their words sent after the barrier it forwarded): it keeps them, and acknowledges the
+/// checkpoint with them at `InFlightEnd` (a checkpoint cancelled before is not acknowledged);
+/// a barrier released aligned it acknowledges at once, with none. Restored, it tokenizes the
+/// checkpoint's in-flight lines again before it reads its gate.
 fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
     let mut gate = Gate::create(&gate_name(opts, "tok", t), geometry(SOURCES)).map_err(err)?;
     let outs = (0..COUNTERS)
@@ -300,19 +491,48 @@ fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut part = Partition::new(outs, Partitioner::Key(Box::new(fnv))).map_err(err)?;
+    let tokenize = |part: &mut Partition, text: &[u8]| -> Result<(), String> {
+        for w in text.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
+            part.send(w).map_err(err)?;
+        }
+        Ok(())
+    };
+    let ack_name = format!("tokenizer-{t}");
     let done = (|| {
+        if let (Some(dir), Some(id)) = (&opts.checkpoint_dir, opts.restore) {
+            let mut state = checkpoint::load(dir, id, &ack_name)?;
+            let mut lines = 0;
+            while !state.at_end() {
+                tokenize(&mut part, state.bytes()?)?;
+                lines += 1;
+            }
+            println!("tokenizer {t}: restored checkpoint {id}: {lines} in-flight lines again");
+        }
+        // The checkpoint released unaligned whose in-flight lines are still coming, and them.
+        let mut pending: Option<(u64, checkpoint::Enc)> = None;
         while let Some(m) = gate.recv().map_err(err)? {
             match m {
-                // An in-flight record (overtaken by an unaligned barrier) is processed as any;
-                // a stage with state would also store it with the checkpoint.
-                GateMessage::Record { record, .. } | GateMessage::InFlight { record, .. } => {
+                GateMessage::Record { record, .. } => {
+                    tokenize(&mut part, record.as_bytes().ok_or("a line spans segments")?)?;
+                }
+                // An in-flight line (overtaken by an unaligned barrier) is processed as any,
+                // and kept with its checkpoint.
+                GateMessage::InFlight {
+                    checkpoint: of,
+                    record,
+                    ..
+                } => {
                     let text = record.as_bytes().ok_or("a line spans segments")?;
-                    for w in text.split(|&b| b == b' ').filter(|w| !w.is_empty()) {
-                        part.send(w).map_err(err)?;
+                    if let Some((id, lines)) = &mut pending {
+                        if *id == of {
+                            lines.bytes(text);
+                        }
                     }
+                    tokenize(&mut part, text)?;
                 }
                 GateMessage::Barrier {
                     id,
+                    released,
                     emitted_ns,
                     payload,
                     ..
@@ -321,6 +541,28 @@ fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
                     let alignment = opts.barriers.unwrap_or(Alignment::Aligned);
                     part.forward_barrier(id, alignment, emitted_ns, payload)
                         .map_err(err)?;
+                    if let Some(dir) = &opts.checkpoint_dir {
+                        match released {
+                            Released::Aligned => {
+                                checkpoint::ack(dir, id, &ack_name, &checkpoint::Enc::new())?
+                            }
+                            _ => pending = Some((id, checkpoint::Enc::new())),
+                        }
+                    }
+                }
+                GateMessage::InFlightEnd { id } => {
+                    if let (Some(dir), Some((p, lines))) = (&opts.checkpoint_dir, &pending) {
+                        if *p == id {
+                            checkpoint::ack(dir, id, &ack_name, lines)?;
+                            pending = None;
+                        }
+                    }
+                }
+                // Abandoned for a newer one: never acknowledged.
+                GateMessage::BarrierCancelled { id }
+                    if pending.as_ref().is_some_and(|(p, _)| *p == id) =>
+                {
+                    pending = None;
                 }
                 GateMessage::ChannelDead { channel, error } => {
                     return Err(format!("source {channel} died: {error}"))
@@ -340,6 +582,16 @@ fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
     done
 }
 
+/// A counter counts the words of its share of the hash range and sends every count to the
+/// sink at the end of its input.
+///
+/// Its checkpoint duty: at a barrier's release it takes its whole count map. Released aligned,
+/// it acknowledges the checkpoint with it at once; released unaligned, it counts the in-flight
+/// words the gate hands back as any and keeps them too, and acknowledges the checkpoint with
+/// the map and them at `InFlightEnd` (a checkpoint cancelled before is not acknowledged).
+/// Restored, it loads the map and counts the in-flight words before it reads its gate. It does
+/// not forward barriers: the sink, which receives nothing before the counters' input ends,
+/// takes part in no checkpoint.
 fn counter(opts: &Opts, k: usize) -> Result<(), String> {
     let mut gate = Gate::create(&gate_name(opts, "cnt", k), geometry(TOKENIZERS)).map_err(err)?;
     // The output is attached from the start, so that a failure here reaches the sink.
@@ -353,7 +605,28 @@ fn counter(opts: &Opts, k: usize) -> Result<(), String> {
 
 fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(), String> {
     let slow = (opts.slow_counter == Some(k)).then(|| Duration::from_nanos(opts.slow_ns));
+    let ack_name = format!("counter-{k}");
     let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+    if let (Some(dir), Some(id)) = (&opts.checkpoint_dir, opts.restore) {
+        let mut state = checkpoint::load(dir, id, &ack_name)?;
+        for _ in 0..state.u64()? {
+            let w = state.bytes()?.to_vec();
+            counts.insert(w, state.u64()?);
+        }
+        // Then the in-flight words, to the end.
+        let mut in_flight = 0;
+        while !state.at_end() {
+            *counts.entry(state.bytes()?.to_vec()).or_insert(0) += 1;
+            in_flight += 1;
+        }
+        println!(
+            "counter {k}: restored checkpoint {id}: {} words counted, {in_flight} of them in flight",
+            counts.values().sum::<u64>()
+        );
+    }
+    // The checkpoint released unaligned whose in-flight words are still coming: the count map
+    // as released, and those words after it.
+    let mut pending: Option<(u64, checkpoint::Enc)> = None;
     let mut words = 0u64;
     let mut delays = Vec::new();
     let mut last_id = None;
@@ -388,28 +661,51 @@ fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(
                     delay as f64 / 1e6,
                     alignment_ns as f64 / 1e6,
                 );
+                if let Some(dir) = &opts.checkpoint_dir {
+                    let mut state = checkpoint::Enc::new();
+                    state.u64(counts.len() as u64);
+                    for (w, n) in &counts {
+                        state.bytes(w);
+                        state.u64(*n);
+                    }
+                    match released {
+                        Released::Aligned => checkpoint::ack(dir, id, &ack_name, &state)?,
+                        _ => pending = Some((id, state)),
+                    }
+                }
             }
-            GateMessage::Record { record, .. } | GateMessage::InFlight { record, .. } => {
+            GateMessage::Record { record, .. } => {
                 let w = record.as_bytes().ok_or("a word spans segments")?;
-                words += 1;
-                if words % 16384 == 0 {
-                    // Nothing is sent before the end; a flush now and then tells a counter
-                    // early that the sink is gone, so that the pipeline stops early too.
-                    out.flush().map_err(err)?;
-                }
-                match counts.get_mut(w) {
-                    Some(n) => *n += 1,
-                    None => {
-                        counts.insert(w.to_vec(), 1);
+                tally(&mut counts, &mut words, w, slow, out)?;
+            }
+            // An in-flight word (overtaken by an unaligned barrier) is counted as any, and
+            // kept with its checkpoint.
+            GateMessage::InFlight {
+                checkpoint: of,
+                record,
+                ..
+            } => {
+                let w = record.as_bytes().ok_or("a word spans segments")?;
+                if let Some((id, state)) = &mut pending {
+                    if *id == of {
+                        state.bytes(w);
                     }
                 }
-                if let Some(d) = slow {
-                    // Busy work, like a costly aggregation (sleeping is far too coarse).
-                    let t = Instant::now();
-                    while t.elapsed() < d {
-                        std::hint::spin_loop();
+                tally(&mut counts, &mut words, w, slow, out)?;
+            }
+            GateMessage::InFlightEnd { id } => {
+                if let (Some(dir), Some((p, state))) = (&opts.checkpoint_dir, &pending) {
+                    if *p == id {
+                        checkpoint::ack(dir, id, &ack_name, state)?;
+                        pending = None;
                     }
                 }
+            }
+            // Abandoned for a newer one: never acknowledged.
+            GateMessage::BarrierCancelled { id }
+                if pending.as_ref().is_some_and(|(p, _)| *p == id) =>
+            {
+                pending = None;
             }
             GateMessage::ChannelDead { channel, error } => {
                 return Err(format!("tokenizer {channel} died: {error}"))
@@ -442,6 +738,37 @@ fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(
     Ok(())
 }
 
+/// Counts word `w`, the `words`th one read (the slowed counter does its busy work here).
+fn tally(
+    counts: &mut HashMap<Vec<u8>, u64>,
+    words: &mut u64,
+    w: &[u8],
+    slow: Option<Duration>,
+    out: &mut Producer,
+) -> Result<(), String> {
+    *words += 1;
+    if *words % 16384 == 0 {
+        // Nothing is sent before the end; a flush now and then tells a counter early that the
+        // sink is gone, so that the pipeline stops early too.
+        out.flush().map_err(err)?;
+    }
+    match counts.get_mut(w) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(w.to_vec(), 1);
+        }
+    }
+    if let Some(d) = slow {
+        // Busy work, like a costly aggregation (sleeping is far too coarse).
+        let t = Instant::now();
+        while t.elapsed() < d {
+            std::hint::spin_loop();
+        }
+    }
+    Ok(())
+}
+
+/// The sink checks the counts against a count of the same corpus made in one process.
 fn sink(opts: &Opts) -> Result<(), String> {
     let mut gate = Gate::create(&gate_name(opts, "sink", 0), geometry(COUNTERS)).map_err(err)?;
     let mut got: HashMap<String, u64> = HashMap::new();
@@ -489,6 +816,260 @@ fn sink(opts: &Opts) -> Result<(), String> {
         want.len()
     );
     Ok(())
+}
+
+// ----- checkpoints -----------------------------------------------------------------------------
+
+/// What `--checkpoint-dir DIR` keeps in `DIR`:
+///
+/// ```text
+/// input-0.txt, input-1.txt     each source's corpus, one line per line, written once
+/// chk-ID/source-S              checkpoint ID: source S's offset in its input file
+/// chk-ID/tokenizer-T           tokenizer T's in-flight lines (none if released aligned)
+/// chk-ID/counter-K             counter K's count map at the release, then its in-flight words
+/// completed                    the id of the newest complete checkpoint, as text
+/// ```
+///
+/// Each file is written atomically: into a temporary file in the same directory (`.NAME.tmp`),
+/// synced, renamed to its name, and the directory synced, so that a name present always holds
+/// the whole file. Its contents: 8 bytes of magic, then little-endian `u64`s and byte strings
+/// (a `u32` length, then the bytes); the in-flight records are byte strings up to the end.
+mod checkpoint {
+    use super::*;
+    use std::fs;
+    use std::io::Write;
+
+    const MAGIC: &[u8; 8] = b"wcchk-1\n";
+
+    /// The stages that acknowledge a checkpoint: it is complete once every one has.
+    pub(super) fn stages() -> impl Iterator<Item = String> {
+        (0..SOURCES)
+            .map(|s| format!("source-{s}"))
+            .chain((0..TOKENIZERS).map(|t| format!("tokenizer-{t}")))
+            .chain((0..COUNTERS).map(|k| format!("counter-{k}")))
+    }
+
+    pub(super) fn input(dir: &Path, s: usize) -> PathBuf {
+        dir.join(format!("input-{s}.txt"))
+    }
+
+    fn chk(dir: &Path, id: u64) -> PathBuf {
+        dir.join(format!("chk-{id}"))
+    }
+
+    fn io(path: &Path) -> impl Fn(std::io::Error) -> String + '_ {
+        move |e| format!("{}: {e}", path.display())
+    }
+
+    /// Writes `bytes` as `dir/name`: a temporary file, synced, renamed, and the directory
+    /// synced.
+    fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        let mut f = File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(bytes).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        drop(f);
+        fs::rename(&tmp, dir.join(name)).map_err(io(&tmp))?;
+        sync_dir(dir)
+    }
+
+    fn sync_dir(dir: &Path) -> Result<(), String> {
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+    }
+
+    /// Stage `stage` acknowledges checkpoint `id` with its state.
+    pub(super) fn ack(dir: &Path, id: u64, stage: &str, state: &Enc) -> Result<(), String> {
+        let d = chk(dir, id);
+        match fs::create_dir(&d) {
+            Ok(()) => sync_dir(dir)?,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(&d)(e)),
+        }
+        write_atomic(&d, stage, &state.0)
+    }
+
+    /// Stage `stage`'s state in checkpoint `id`.
+    pub(super) fn load(dir: &Path, id: u64, stage: &str) -> Result<Dec, String> {
+        let path = chk(dir, id).join(stage);
+        let buf = fs::read(&path).map_err(io(&path))?;
+        if !buf.starts_with(MAGIC) {
+            return Err(format!("{}: not a checkpoint file", path.display()));
+        }
+        Ok(Dec {
+            buf,
+            at: MAGIC.len(),
+            path,
+        })
+    }
+
+    /// A checkpoint file's contents, as written.
+    pub(super) struct Enc(Vec<u8>);
+
+    impl Enc {
+        pub(super) fn new() -> Enc {
+            Enc(MAGIC.to_vec())
+        }
+
+        pub(super) fn u64(&mut self, v: u64) {
+            self.0.extend_from_slice(&v.to_le_bytes());
+        }
+
+        pub(super) fn bytes(&mut self, b: &[u8]) {
+            self.0.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            self.0.extend_from_slice(b);
+        }
+    }
+
+    /// A checkpoint file's contents, as read.
+    pub(super) struct Dec {
+        buf: Vec<u8>,
+        at: usize,
+        path: PathBuf,
+    }
+
+    impl Dec {
+        fn take(&mut self, n: usize) -> Result<&[u8], String> {
+            let b = self
+                .buf
+                .get(self.at..self.at + n)
+                .ok_or_else(|| format!("{}: cut short", self.path.display()))?;
+            self.at += n;
+            Ok(b)
+        }
+
+        pub(super) fn u64(&mut self) -> Result<u64, String> {
+            Ok(u64::from_le_bytes(
+                self.take(8)?.try_into().expect("8 bytes"),
+            ))
+        }
+
+        pub(super) fn bytes(&mut self) -> Result<&[u8], String> {
+            let n = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
+            self.take(n as usize)
+        }
+
+        pub(super) fn at_end(&self) -> bool {
+            self.at == self.buf.len()
+        }
+
+        /// Nothing may follow.
+        pub(super) fn end(&self) -> Result<(), String> {
+            match self.at_end() {
+                true => Ok(()),
+                false => Err(format!("{}: bytes after the end", self.path.display())),
+            }
+        }
+    }
+
+    /// Empties `dir` of what an earlier run left there, and writes the sources' inputs.
+    pub(super) fn prepare(dir: &Path, opts: &Opts) -> Result<(), String> {
+        fs::create_dir_all(dir).map_err(io(dir))?;
+        discard_after(dir, None)?;
+        for name in ["completed", ".completed.tmp"] {
+            let path = dir.join(name);
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&path)(e)),
+                _ => {}
+            }
+        }
+        let mut text = String::new();
+        let mut l = String::new();
+        for s in 0..SOURCES {
+            text.clear();
+            for i in 0..opts.lines {
+                line(s, i, opts.skew, &mut l);
+                text.push_str(&l);
+                text.push('\n');
+            }
+            write_atomic(dir, &format!("input-{s}.txt"), text.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The checkpoint directories in `dir`, by id.
+    fn list(dir: &Path) -> Result<Vec<u64>, String> {
+        let mut ids: Vec<u64> = fs::read_dir(dir)
+            .map_err(io(dir))?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_prefix("chk-")?.parse().ok())
+            .collect();
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    fn remove(dir: &Path, id: u64) -> Result<(), String> {
+        let d = chk(dir, id);
+        match fs::remove_dir_all(&d) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&d)(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes the checkpoints after `id` (all without one): what a failed attempt
+    /// acknowledged of checkpoints that never completed, so that no acknowledgement of theirs
+    /// counts towards the next attempt's checkpoints of the same ids.
+    pub(super) fn discard_after(dir: &Path, id: Option<u64>) -> Result<(), String> {
+        for c in list(dir)? {
+            if id.is_none_or(|id| c > id) {
+                remove(dir, c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The newest complete checkpoint, if any.
+    pub(super) fn completed(dir: &Path) -> Result<Option<u64>, String> {
+        let path = dir.join("completed");
+        match fs::read_to_string(&path) {
+            Ok(text) => text
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("{}: not a checkpoint id", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io(&path)(e)),
+        }
+    }
+
+    /// The checkpoint coordinator (Flink's `CheckpointCoordinator`, reduced to its ledger): a
+    /// checkpoint is complete once every stage acknowledged it.
+    pub(super) struct Coordinator<'a> {
+        dir: &'a Path,
+        completed: Option<u64>,
+    }
+
+    impl<'a> Coordinator<'a> {
+        pub(super) fn new(dir: &'a Path, completed: Option<u64>) -> Coordinator<'a> {
+            Coordinator { dir, completed }
+        }
+
+        /// Looks for checkpoints complete since the last look: records the newest in
+        /// `completed`, removes the older ones, and returns them with the sources' offsets.
+        pub(super) fn poll(&mut self) -> Result<Vec<(u64, Vec<u64>)>, String> {
+            let mut done = Vec::new();
+            for id in list(self.dir)? {
+                if self.completed.is_some_and(|c| id <= c) {
+                    continue;
+                }
+                if stages().all(|s| chk(self.dir, id).join(s).exists()) {
+                    let offsets = (0..SOURCES)
+                        .map(|s| load(self.dir, id, &format!("source-{s}"))?.u64())
+                        .collect::<Result<_, _>>()?;
+                    done.push((id, offsets));
+                }
+            }
+            if let Some(&(newest, _)) = done.last() {
+                write_atomic(self.dir, "completed", format!("{newest}\n").as_bytes())?;
+                self.completed = Some(newest);
+                // No stage writes into an older one any more: each acknowledged this one
+                // after whatever it did of the older ones.
+                for id in list(self.dir)?.into_iter().filter(|&id| id < newest) {
+                    remove(self.dir, id)?;
+                }
+            }
+            Ok(done)
+        }
+    }
 }
 
 // ----- the orchestrator ------------------------------------------------------------------------
@@ -617,6 +1198,244 @@ fn kill_and_check(opts: &Opts, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// How long after an attempt's first complete checkpoint its crash may come, at most.
+const CRASH_WINDOW: Duration = Duration::from_millis(4000);
+
+/// A crash drawn from the seed: the stage killed, and how long after the attempt's first
+/// complete checkpoint (so that there is usually a checkpoint to restore, and work left).
+struct Crash {
+    role: &'static str,
+    index: usize,
+    after: Duration,
+}
+
+impl Crash {
+    fn draw(seed: u64, attempt: u32) -> Crash {
+        let r = mix(seed ^ mix(u64::from(attempt)));
+        // Each kind of stage as likely as another, however many of it there are.
+        let (role, n) = [
+            ("source", SOURCES),
+            ("tokenizer", TOKENIZERS),
+            ("counter", COUNTERS),
+            ("sink", 1),
+        ][(r % 4) as usize];
+        Crash {
+            role,
+            index: ((r >> 8) % n as u64) as usize,
+            after: Duration::from_millis((r >> 16) % CRASH_WINDOW.as_millis() as u64),
+        }
+    }
+}
+
+/// How an attempt of the exactly-once run ended.
+enum Attempt {
+    /// Every stage exited 0 (the sink's counts matched).
+    Done,
+    /// The crash came.
+    Crashed,
+    /// A stage exited non-zero by itself (this one).
+    Failed(usize),
+}
+
+/// `--checkpoint-dir`: the pipeline survives a crash with its counts exact. The orchestrator
+/// writes the sources' inputs, coordinates the checkpoints (`checkpoint::Coordinator`), kills
+/// the stage drawn from the seed at the moment drawn from it, and then fails over as Flink's
+/// full restart does: it kills every other stage of the attempt, waits for them, removes the
+/// run's names from `/dev/shm`, discards what the attempt acknowledged of checkpoints that did
+/// not complete, and starts the whole pipeline again from the last complete checkpoint (from
+/// the start if none). `--crashes N` attempts crash in a row; the one after them runs to the
+/// end, and the sink's check decides.
+fn exactly_once(opts: &Opts, args: &[String]) -> Result<(), String> {
+    let dir = opts.checkpoint_dir.as_deref().expect("--checkpoint-dir");
+    let seed = match opts.crash_seed {
+        CrashSeed::Random => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            Some(mix(now.as_nanos() as u64 ^ u64::from(std::process::id())))
+        }
+        CrashSeed::Seed(s) => Some(s),
+        CrashSeed::None => None,
+    };
+    println!(
+        "wordcount: exactly-once, {SOURCES} sources × {} lines read from {}, checkpoint every {} ms ({}){}, crash seed {}",
+        opts.lines,
+        dir.display(),
+        opts.barrier_interval.as_millis(),
+        match opts.barriers {
+            Some(Alignment::Aligned) => "aligned".to_owned(),
+            Some(Alignment::AlignedWithTimeout(t)) => format!("aligned, unaligned after {t:?}"),
+            _ => "unaligned".to_owned(),
+        },
+        opts.slow_counter
+            .map_or(String::new(), |k| format!(", counter {k} slowed by {} ns/word", opts.slow_ns)),
+        seed.map_or("none (no crash)".to_owned(), |s| format!("{s} (replay with --crash-seed {s})")),
+    );
+    let seed_text = seed.map_or("none".to_owned(), |s| s.to_string());
+    checkpoint::prepare(dir, opts)?;
+    let start = Instant::now();
+    // What each attempt did, for the last line.
+    let mut story: Vec<String> = Vec::new();
+    let stages: Vec<(&str, usize)> = std::iter::once(("sink", 0))
+        .chain((0..COUNTERS).map(|k| ("counter", k)))
+        .chain((0..TOKENIZERS).map(|t| ("tokenizer", t)))
+        .chain((0..SOURCES).map(|s| ("source", s)))
+        .collect();
+    for attempt in 1..=opts.crashes + 1 {
+        let restore = checkpoint::completed(dir)?;
+        checkpoint::discard_after(dir, restore)?;
+        let from = restore.map_or("from the start".to_owned(), |id| {
+            format!("restoring checkpoint {id}")
+        });
+        println!("attempt {attempt}: {from}");
+        let crash = seed
+            .filter(|_| attempt <= opts.crashes)
+            .map(|s| Crash::draw(s, attempt));
+        let run = Opts {
+            restore,
+            ..opts.clone()
+        };
+        // Consumers first (they create their gates), then producers (which wait for them).
+        let mut kids: Vec<Child> = stages
+            .iter()
+            .map(|(r, i)| spawn(&run, args, r, *i))
+            .collect();
+        let began = Instant::now();
+        let mut coordinator = checkpoint::Coordinator::new(dir, restore);
+        let mut first_complete: Option<Instant> = None;
+        let mut pending = crash.as_ref();
+        let mut what = format!("attempt {attempt} ({from})");
+        let outcome = loop {
+            std::thread::sleep(Duration::from_millis(10));
+            for (id, offsets) in coordinator.poll()? {
+                println!("checkpoint {id} complete: sources at bytes {offsets:?}");
+                first_complete.get_or_insert_with(Instant::now);
+            }
+            if let (Some(c), Some(t)) = (pending, first_complete) {
+                if t.elapsed() >= c.after {
+                    pending = None;
+                    let v = stages
+                        .iter()
+                        .position(|&(r, i)| r == c.role && i == c.index)
+                        .expect("a stage");
+                    let killed = matches!(kids[v].try_wait(), Ok(None)) && {
+                        let _ = kids[v].kill();
+                        // SIGKILL, unless it exited just before.
+                        use std::os::unix::process::ExitStatusExt;
+                        kids[v].wait().is_ok_and(|st| st.signal() == Some(9))
+                    };
+                    let moment = format!(
+                        "{}:{} at {:.2} s ({} ms after the attempt's first complete checkpoint)",
+                        c.role,
+                        c.index,
+                        began.elapsed().as_secs_f64(),
+                        c.after.as_millis()
+                    );
+                    if killed {
+                        println!(
+                            "crash: killed {moment}; last complete checkpoint: {}",
+                            checkpoint::completed(dir)?
+                                .map_or("none".to_owned(), |c| c.to_string())
+                        );
+                        what += &format!(": killed {moment}");
+                        break Attempt::Crashed;
+                    }
+                    println!(
+                        "crash: {}:{} had ended before the moment drawn",
+                        c.role, c.index
+                    );
+                    what += &format!(": {moment} had ended before it could be killed");
+                }
+            }
+            let mut running = false;
+            let mut failed = None;
+            for (i, k) in kids.iter_mut().enumerate() {
+                match k.try_wait().map_err(err)? {
+                    None => running = true,
+                    Some(st) if !st.success() => failed = Some(i),
+                    Some(_) => {}
+                }
+            }
+            if let Some(i) = failed {
+                break Attempt::Failed(i);
+            }
+            if !running {
+                break Attempt::Done;
+            }
+        };
+        match outcome {
+            Attempt::Crashed => {
+                story.push(what);
+                failover(&mut kids, opts).map_err(|e| {
+                    format!(
+                        "exactly-once FAILED, seed {seed_text}: {}; {e}",
+                        story.join("; ")
+                    )
+                })?;
+            }
+            Attempt::Done => {
+                if let Some(c) = pending {
+                    what += &format!(
+                        ": ended before the crash moment ({}:{}, {} ms after the first complete checkpoint{})",
+                        c.role,
+                        c.index,
+                        c.after.as_millis(),
+                        if first_complete.is_none() { ", and none completed" } else { "" }
+                    );
+                }
+                story.push(what + ": ran to the end");
+                println!(
+                    "wordcount: exactly-once OK in {:.1} s, seed {}: {}; the sink's counts match the single-process count",
+                    start.elapsed().as_secs_f64(),
+                    seed_text,
+                    story.join("; ")
+                );
+                return Ok(());
+            }
+            Attempt::Failed(i) => {
+                // The failure travels through the pipeline: every stage stops by itself.
+                let stuck = wait_all(&mut kids, Duration::from_secs(20));
+                story.push(format!(
+                    "{what}: {}:{} failed{}",
+                    stages[i].0,
+                    stages[i].1,
+                    if stuck.is_empty() {
+                        ""
+                    } else {
+                        " and some stages had to be killed"
+                    }
+                ));
+                return Err(format!(
+                    "exactly-once FAILED, seed {seed_text}: {}",
+                    story.join("; ")
+                ));
+            }
+        }
+    }
+    unreachable!("the last attempt has no crash")
+}
+
+/// Global failover: kills every stage of the attempt still running, waits for them, and
+/// removes their gates, which nobody else removes, from `/dev/shm`.
+fn failover(kids: &mut [Child], opts: &Opts) -> Result<(), String> {
+    for k in kids.iter_mut() {
+        if matches!(k.try_wait(), Ok(None)) {
+            let _ = k.kill();
+        }
+    }
+    let stuck = wait_all(kids, Duration::from_secs(20));
+    if !stuck.is_empty() {
+        return Err(format!("stages {stuck:?} did not stop after SIGKILL"));
+    }
+    for name in run_names(opts) {
+        match shmflow::monitor::remove_if_stale(&name) {
+            Ok(true) => {}
+            other => return Err(format!("failover could not remove {name}: {other:?}")),
+        }
+    }
+    Ok(())
+}
+
 fn spawn(opts: &Opts, args: &[String], role: &str, index: usize) -> Child {
     let mut cmd = Command::new(std::env::current_exe().expect("own path"));
     cmd.args(args)
@@ -624,6 +1443,9 @@ fn spawn(opts: &Opts, args: &[String], role: &str, index: usize) -> Child {
         .args(["--prefix", &opts.prefix]);
     if let Some(port) = opts.remote {
         cmd.args(["--port", &port.to_string()]);
+    }
+    if let Some(id) = opts.restore {
+        cmd.args(["--restore", &id.to_string()]);
     }
     cmd.spawn().expect("spawning a stage")
 }
