@@ -780,7 +780,8 @@ fn stat_shows_buffer_debloating() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains("debloating  target 20.0 ms")
-            && text.contains("in-flight limit 16 segments × 4.0 KiB (debloatedBufferSize) = 64.0 KiB"),
+            && text
+                .contains("in-flight limit 16 segments × 4096 B (debloatedBufferSize) = 64.0 KiB"),
         "before a rate is measured the cap is every segment:\n{text}"
     );
     let writer = std::thread::spawn(move || {
