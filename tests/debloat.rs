@@ -97,7 +97,7 @@ fn read_slowly(c: &mut Consumer, next: &mut u64, at_least: Duration) -> Result<u
     let m = c.metrics();
     if m.segment_cap > 6 {
         return Err(format!(
-            "after 20 s of reading at about 5 MB/s with a 20 ms target the cap is {} segments \
+            "after 20 s of reading at about 5 MB/s with a 10 ms target the cap is {} segments \
              of 64 KiB (rate {} B/s)",
             m.segment_cap, m.debloat_rate
         ));
@@ -111,7 +111,7 @@ fn producer_child(test: &str) -> Option<(Consumer, std::process::Child)> {
     }
     let (c, handle) = Consumer::builder()
         .geometry(geometry())
-        .debloat_target(Duration::from_millis(20))
+        .debloat_target(Duration::from_millis(10))
         .create_anonymous()
         .unwrap();
     let child = spawn(test, "producer", &[], Some(&handle));
@@ -127,8 +127,9 @@ fn the_cap_follows_a_consumer_that_slows_down_and_speeds_up() {
     // Fast at first: the cap stays at every segment.
     read(&mut c, &mut next, Duration::ZERO, |_, n| n >= 20_000).unwrap();
     let fast = c.metrics();
-    assert_eq!(fast.debloat_target_ns, 20_000_000);
-    // Slow: about 5 MB/s × 20 ms = 100 KB: two segments of 64 KiB.
+    assert_eq!(fast.debloat_target_ns, 10_000_000);
+    // Slow: about 5 MB/s × 10 ms = 50 KB, less than two segments of 64 KiB (by more than the
+    // quarter the limit may lag the rate by).
     let worst = read_slowly(&mut c, &mut next, Duration::from_millis(500)).unwrap();
     let slow = c.metrics();
     assert!(
@@ -142,8 +143,7 @@ fn the_cap_follows_a_consumer_that_slows_down_and_speeds_up() {
         "{worst} segments in flight under a cap of {}",
         slow.segment_cap
     );
-    // 100 KB is less than two segments: records start only in part of each
-    // (`debloatedBufferSize`), about 50 KB.
+    // Records start only in part of each segment (`debloatedBufferSize`), about 25 KB.
     assert!(
         slow.segment_fill < u64::from(SEG) && slow.segment_fill >= 4096,
         "fill {} of {SEG}",
@@ -206,11 +206,9 @@ fn a_producer_held_back_by_the_cap_goes_on_when_it_lifts() {
         m.segments_in_flight,
         start.elapsed()
     );
-    // Everything it sent arrives, in order.
-    read(&mut c, &mut next, Duration::ZERO, |c, _| {
-        c.metrics().segments_in_flight <= 1
-    })
-    .unwrap();
+    // What it sent arrives, in order (more than the 16 segments it filled).
+    let until = next + 2000;
+    read(&mut c, &mut next, Duration::ZERO, |_, n| n >= until).unwrap();
     drop(c);
     common::expect_success(child, "producer");
 }
@@ -339,9 +337,11 @@ fn a_gate_caps_each_channel_and_leaves_the_floating_segments_alone() {
             worst_in_flight[c]
         );
     }
+    // Capped at two segments, within their two exclusive ones, the channels ask for no
+    // floating segment (one lent before the first measurement may still be held).
     assert!(
-        worst_floating < 12,
-        "the capped channels held every floating segment"
+        worst_floating <= 2,
+        "the capped channels held {worst_floating} floating segments"
     );
     drop(gate);
     for k in kids {
@@ -390,4 +390,69 @@ fn records_longer_than_a_debloated_fill_still_go_whole() {
         "{} segments for 10.5 MB: the producer did not seal at the fill",
         m.segments_acquired
     );
+}
+
+#[test]
+fn a_try_send_under_a_cap_sends_a_spanning_record_whole_or_not_at_all() {
+    use shmflow::{GateMessage, TrySendError};
+    // A gate channel of two 64 KiB segments (Flink's two exclusive buffers), debloated to a
+    // zero target: a cap of two, records starting only in the first 4 KiB of a segment.
+    let name = format!("/shmflow-test-debloat-span-{}", std::process::id());
+    let mut gate = Gate::builder()
+        .channels(1)
+        .exclusive(2)
+        .floating(0)
+        .segment_size(SEG)
+        .debloat_target(Duration::ZERO)
+        .create(&name)
+        .unwrap();
+    let mut tx = Producer::open_channel(&name, 0).unwrap();
+    let mut buf = Vec::new();
+    let mut scratch = Vec::new();
+    let (mut sent, mut got) = (0u64, 0u64);
+    let mut next = move |gate: &mut Gate, got: &mut u64, len: usize| match gate.recv().unwrap() {
+        Some(GateMessage::Record { record, .. }) => {
+            let bytes = record.to_vec().expect("whole");
+            check_record(*got, len, &bytes, &mut scratch).unwrap();
+            *got += 1;
+        }
+        other => panic!("record {got}: {other:?}"),
+    };
+    // Written and read in turn, with work per record, until the fill is measured.
+    let start = Instant::now();
+    while gate.metrics().channels[0].snapshot.segment_fill != 4096 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no fill after 20 s"
+        );
+        make_record(sent, LEN, &mut buf);
+        tx.send(&buf).unwrap();
+        sent += 1;
+        next(&mut gate, &mut got, LEN);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(100) {
+            std::hint::spin_loop();
+        }
+    }
+    // A record of 70 000 bytes spans two segments; its last part ends past the fill of the
+    // second. Read, it leaves one segment free and one in flight.
+    make_record(sent, 70_000, &mut buf);
+    tx.send(&buf).unwrap();
+    sent += 1;
+    next(&mut gate, &mut got, 70_000);
+    // Another such record needs both segments: `try_send` must refuse it whole, not send a
+    // first part and abort it for want of the second.
+    make_record(sent, 70_000, &mut buf);
+    assert!(matches!(tx.try_send(&buf), Err(TrySendError::Full)));
+    match gate.try_recv() {
+        Err(shmflow::TryRecvError::Empty) => {}
+        other => panic!("after a refused try_send the gate holds {other:?}"),
+    }
+    // Sent blocking, it goes whole once the consumer reads.
+    let reader = std::thread::spawn(move || {
+        next(&mut gate, &mut got, 70_000);
+        got
+    });
+    tx.send(&buf).unwrap();
+    assert_eq!(reader.join().unwrap(), sent + 1);
 }

@@ -592,9 +592,10 @@ async fn the_credit_a_receiver_announces_stays_within_its_consumers_cap() {
     println!("cap {cap} segments: at most {worst} in flight or credited over {samples} looks ({read} records read)");
     assert!((2..=4).contains(&cap), "cap {cap}");
     assert!(samples > 100, "{samples} looks at a settled cap");
-    // (One segment of slack: the credit figure is published after the announcement.)
+    // (Two segments of slack: the credit figure is published at the announcement, which may
+    // come after two buffers are written.)
     assert!(
-        worst <= cap + 1,
+        worst <= cap + 2,
         "{worst} segments in flight or credited under a cap of {cap}"
     );
 }

@@ -406,7 +406,6 @@ impl Consumer {
         }
     }
 
-    /// Publishes the producer's segment cap (0: none) and wakes it if the cap rose or went.
     /// Publishes a limit: the fill first (it is read as each segment is taken), then the cap.
     fn publish_limit(&mut self, l: debloat::Limit) {
         let fill = if l.fill >= self.seg_size as u64 {
@@ -418,6 +417,7 @@ impl Consumer {
         self.publish_cap(l.cap);
     }
 
+    /// Publishes the producer's segment cap (0: none) and wakes it if the cap rose or went.
     pub(crate) fn publish_cap(&mut self, cap: u64) {
         let wake = debloat::publish_cap(self.shared.header(), cap);
         #[cfg(not(shmflow_broken = "debloat_silent_raise"))]

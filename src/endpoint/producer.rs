@@ -442,14 +442,20 @@ impl Producer {
         cap != 0 && self.in_flight() >= cap
     }
 
+    /// Segments the consumer's cap lets the producer take now (`u64::MAX` without a cap).
+    #[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
+    pub(crate) fn cap_room(&self) -> u64 {
+        match debloat::cap(self.shared.header()) {
+            0 => u64::MAX,
+            cap => cap.saturating_sub(self.in_flight()),
+        }
+    }
+
     /// Segments a record could take now: the free ones, as far as the consumer's cap allows.
     #[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
     pub(crate) fn free_now(&mut self) -> Result<u64, Box<CorruptError>> {
         let ready = self.ret.ready(&self.shared.return_ring())?;
-        Ok(match debloat::cap(self.shared.header()) {
-            0 => ready,
-            cap => ready.min(cap.saturating_sub(self.in_flight())),
-        })
+        Ok(ready.min(self.cap_room()))
     }
 
     /// Takes a segment, waiting for the consumer to return one (this wait is backpressure).
@@ -511,8 +517,9 @@ impl Producer {
         }
     }
 
-    /// Waits until at least `k` segments are free (for `try_`/`_timeout` sends of spanning
-    /// records, so that they either go whole or not at all).
+    /// Waits until at least `k` segments are free, and the consumer's cap lets a record start
+    /// (for `try_`/`_timeout` sends of spanning records, so that they either go whole or not
+    /// at all).
     fn wait_free<P: Patience>(&mut self, k: u64, patience: P) -> Sent<(), P> {
         let shared = self.shared.clone();
         let mut last_ready = None;
@@ -522,21 +529,23 @@ impl Producer {
             patience,
             park::Notifier::Rmw,
             park::Pace::Sparse,
-            |look| self.poll_free(k, &mut last_ready, look),
+            |look| self.poll_free(k, Bound::Capped, &mut last_ready, look),
         )
     }
 
     /// What a producer waiting for `k` free segments looks at (`last_ready`: what the last
-    /// look found, `None` at first).
-    fn poll_free(
+    /// look found, `None` at first); `Bound::Capped` when a record is to start in them, so the
+    /// consumer's cap must allow it too.
+    pub(super) fn poll_free(
         &mut self,
         k: u64,
+        bound: Bound,
         last_ready: &mut Option<u64>,
         look: Look,
     ) -> Result<Option<()>, SendError> {
         let ready = self.ret.ready(&self.shared.return_ring())?;
         // Held back by the consumer's cap: wait for it, without asking for more segments.
-        let capped = self.capped();
+        let capped = bound == Bound::Capped && self.capped();
         if ready >= k && !capped {
             return Ok(Some(()));
         }
@@ -850,7 +859,7 @@ impl Producer {
         let per_segment = (seg_size - HEADER) as u64;
         // A spanning record starts where it is if at least one word of payload fits there.
         let room_here = match &self.cur {
-            Some(c) if !self.pending_abort && seg_size - c.wpos >= 2 * HEADER => {
+            Some(c) if !self.pending_abort && c.wpos + 2 * HEADER <= self.seg_end => {
                 (seg_size - c.wpos - HEADER) as u64
             }
             _ => 0,
@@ -864,6 +873,11 @@ impl Producer {
     fn send_spanning<P: Patience>(&mut self, bytes: &[u8], patience: P) -> Sent<(), P> {
         let seg_size = self.seg_size;
         if !patience.forever() {
+            // The segment in hand cannot take the start (full, or past a debloated fill): seal
+            // it now, so that it can come back while the record waits for its segments.
+            if matches!(&self.cur, Some(c) if c.wpos + 2 * HEADER > self.seg_end) {
+                self.seal();
+            }
             // Go whole or not at all when the pool can hold the record's segments at once.
             if let Some(needed) = self.spanning_needs(bytes.len()) {
                 self.wait_free(needed, patience)?;
@@ -951,7 +965,9 @@ impl Producer {
     /// ```
     ///
     /// # Errors
-    /// [`TrySendError::Full`] if no segment is free now; otherwise as [`Producer::send`].
+    /// [`TrySendError::Full`] if no segment is free now, or the consumer's buffer-debloating
+    /// cap holds the record back ([`Consumer::set_debloat_target`](crate::Consumer::set_debloat_target));
+    /// otherwise as [`Producer::send`].
     pub fn try_send(&mut self, bytes: &[u8]) -> Result<(), TrySendError> {
         self.send_inner(bytes, Immediately).map_err(Into::into)
     }

@@ -38,7 +38,8 @@ pub(crate) fn publish_done(h: &Header, done: u64) {
     // SYNC POINT: Release, paired with the producer's Acquire in `in_flight`. Stored before
     // the wake-up that follows it (the return ring's push and notify), so that a capped
     // producer that wakes finds the segment done; stored after, it could find it still in
-    // flight and park for good (the loom model catches that order).
+    // flight and park again until its next look at the peer's liveness, tens of milliseconds
+    // later, or for good where nothing else wakes it (the loom model catches that order).
     h.cons.segments_done.store(done, Ordering::Release);
 }
 

@@ -5,7 +5,7 @@
 //! block any more. Until then nothing is written, so dropping the future at its `.await`
 //! publishes nothing. The wait is backpressure, counted as the blocking calls count it.
 
-use super::{Claim, Producer, RecordWriter};
+use super::{Bound, Claim, Producer, RecordWriter};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{segment_budget, spend_budget, start_slow, Slow};
 use crate::error::{aborted, settled, Halt, NotNow, SendError, WriteError};
@@ -50,10 +50,11 @@ impl Producer {
         .await
     }
 
-    /// Waits until `k` segments are free (or the consumer is gone).
-    async fn free_async(&mut self, k: u64) -> Result<(), SendError> {
+    /// Waits until `k` segments are free (or the consumer is gone); with `Bound::Capped`, also
+    /// until the consumer's cap lets a record start.
+    async fn free_async(&mut self, k: u64, bound: Bound) -> Result<(), SendError> {
         let mut last_ready = None;
-        self.wait_async(|p, look| p.poll_free(k, &mut last_ready, look))
+        self.wait_async(|p, look| p.poll_free(k, bound, &mut last_ready, look))
             .await
     }
 
@@ -110,7 +111,7 @@ impl Producer {
                 return self.send_by_parts(bytes).await;
             };
             match settled(self.send_inner(bytes, Immediately)) {
-                None => self.free_async(need).await?,
+                None => self.free_async(need, Bound::Capped).await?,
                 Some(r) => return r,
             }
         }
@@ -172,7 +173,7 @@ impl Producer {
                 }
             }
             let need = 1 + self.pending_abort as u64;
-            self.free_async(need).await?;
+            self.free_async(need, Bound::Capped).await?;
         }
     }
 
@@ -193,7 +194,7 @@ impl Producer {
                 }
             }
             let need = 1 + self.pending_abort as u64;
-            self.free_async(need).await?;
+            self.free_async(need, Bound::Capped).await?;
         }
     }
 
@@ -207,7 +208,7 @@ impl Producer {
             match settled(self.send_event_inner(kind, payload, Immediately)) {
                 None => {
                     let need = 1 + self.pending_abort as u64;
-                    self.free_async(need).await?
+                    self.free_async(need, Bound::Capped).await?
                 }
                 Some(r) => return r,
             }
@@ -263,7 +264,8 @@ impl Producer {
     /// As [`Producer::flush`].
     pub async fn flush_async(&mut self) -> Result<(), SendError> {
         if self.pending_abort && !self.gone {
-            self.free_async(1).await?;
+            // (An abort notice is not held back by the cap.)
+            self.free_async(1, Bound::Free).await?;
         }
         self.flush_inner()
     }
@@ -299,7 +301,8 @@ impl RecordWriter<'_> {
                 // Wait for the next segment here, so that `overflow` finds it free (its
                 // `take` cannot block then). Dropped here, or failing, the writer is left as
                 // it was: dropping it discards or aborts the record.
-                self.producer.free_async(1).await?;
+                // (The rest of a record is not held back by the cap.)
+                self.producer.free_async(1, Bound::Free).await?;
                 self.overflow()?;
             }
             let take = bytes.len().min(seg_size - self.pos);

@@ -28,6 +28,10 @@ pub(super) trait Segments {
     ) -> Result<Result<(), Refused>, SendError>;
     /// Free segments: what may be announced as credit (0 if the region cannot say).
     fn free(&mut self) -> u64;
+    /// Segments the consumer's buffer-debloating cap lets be taken now (`u64::MAX`: no cap).
+    fn cap_room(&self) -> u64 {
+        u64::MAX
+    }
     /// Floating segments asked for and not granted yet.
     fn unmet(&self) -> u64;
     /// Asks the gate for `n` more floating segments.
@@ -49,6 +53,10 @@ impl Segments for Held<Producer> {
 
     fn free(&mut self) -> u64 {
         self.raw_free().unwrap_or(0)
+    }
+
+    fn cap_room(&self) -> u64 {
+        Producer::cap_room(self)
     }
 
     fn unmet(&self) -> u64 {
@@ -249,9 +257,9 @@ impl<S: Segments> Receiving<S> {
         self.backlog = (backlog as u64).min(self.segments);
         self.wire += frames.len() as u64;
         // Flink's floating buffers: ask the gate for what the backlog needs beyond the credit
-        // the sender has or is about to get.
+        // the sender has or is about to get, and no more than the consumer's cap lets in.
         let free = self.p.free();
-        let short = self.backlog.saturating_sub(free);
+        let short = self.backlog.min(self.p.cap_room()).saturating_sub(free);
         let unmet = self.p.unmet();
         if short > unmet {
             self.p.ask(short - unmet);
