@@ -40,7 +40,12 @@
 //! cargo run --release --example wordcount -- --slow-counter 1 --barriers aligned
 //! cargo run --release --example wordcount -- --slow-counter 1 --barriers unaligned
 //! cargo run --release --example wordcount -- --slow-counter 1 --barriers timeout:100
+//! cargo run --release --example wordcount -- --slow-counter 1 --barriers aligned --debloat-ms 20
 //! ```
+//!
+//! `--debloat-ms N` turns buffer debloating on in every gate (`Gate::set_debloat_target`): what
+//! is in flight to each stage is about what it reads in N ms, so an aligned barrier waits behind
+//! that much instead of the whole pool.
 //!
 //! `--checkpoint-dir DIR` (with `--barriers`) makes the count exactly-once across a crash, as
 //! Flink's checkpoints do, and shows it with a real one:
@@ -113,6 +118,8 @@ struct Opts {
     /// `--barriers`: how the sources' checkpoint barriers are aligned, and how often.
     barriers: Option<Alignment>,
     barrier_interval: Duration,
+    /// `--debloat-ms`: buffer debloating on every gate, with this target.
+    debloat: Option<Duration>,
     /// `--checkpoint-dir`: exactly-once mode, with the checkpoints kept in this directory.
     checkpoint_dir: Option<PathBuf>,
     /// `--crash-seed`: which stage the orchestrator kills, and when.
@@ -149,6 +156,8 @@ const USAGE: &str = "usage: wordcount [--lines N] [--slow-counter K [--slow-ns N
   --barriers MODE        the sources send checkpoint barriers: aligned, unaligned or timeout:MS
                          (aligned, switching to unaligned after MS ms); counters report their delay
   --barrier-interval-ms N  time between barriers (default 500)
+  --debloat-ms N         buffer debloating on every gate: what is in flight to a stage is what it
+                         reads in N ms (a barrier waits behind about that much)
   --checkpoint-dir DIR   exactly-once: the sources read their input from files in DIR, every stage
                          acknowledges each checkpoint there with its state, and after a crash the
                          whole pipeline restarts from the last complete checkpoint (needs --barriers)
@@ -171,6 +180,7 @@ fn main() {
             "--index",
             "--barriers",
             "--barrier-interval-ms",
+            "--debloat-ms",
             "--checkpoint-dir",
             "--crash-seed",
             "--crashes",
@@ -209,6 +219,9 @@ fn main() {
             },
         }),
         barrier_interval: Duration::from_millis(parsed.num("--barrier-interval-ms", 500)),
+        debloat: parsed
+            .get("--debloat-ms")
+            .map(|_| Duration::from_millis(parsed.num("--debloat-ms", 100))),
         checkpoint_dir: get("--checkpoint-dir").map(PathBuf::from),
         crash_seed: match get("--crash-seed").as_deref() {
             None | Some("random") => CrashSeed::Random,
@@ -317,6 +330,13 @@ fn gate_name(opts: &Opts, stage: &str, i: usize) -> String {
 
 fn geometry(channels: usize) -> GateGeometry {
     GateGeometry::new(channels as u32)
+}
+
+/// Creates a stage's gate, debloated with `--debloat-ms`.
+fn create_gate(opts: &Opts, name: &str, channels: usize) -> Result<Gate, String> {
+    let mut gate = Gate::create(name, geometry(channels)).map_err(err)?;
+    gate.set_debloat_target(opts.debloat);
+    Ok(gate)
 }
 
 /// Opens channel `c` of a gate its consumer may not have created yet.
@@ -479,7 +499,7 @@ fn source(opts: &Opts, s: usize) -> Result<(), String> {
 /// a barrier released aligned it acknowledges at once, with none. Restored, it tokenizes the
 /// checkpoint's in-flight lines again before it reads its gate.
 fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
-    let mut gate = Gate::create(&gate_name(opts, "tok", t), geometry(SOURCES)).map_err(err)?;
+    let mut gate = create_gate(opts, &gate_name(opts, "tok", t), SOURCES)?;
     let outs = (0..COUNTERS)
         .map(|k| match opts.remote {
             // Across the network: a channel of its own, served by the outgoing bridge.
@@ -593,7 +613,7 @@ fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
 /// not forward barriers: the sink, which receives nothing before the counters' input ends,
 /// takes part in no checkpoint.
 fn counter(opts: &Opts, k: usize) -> Result<(), String> {
-    let mut gate = Gate::create(&gate_name(opts, "cnt", k), geometry(TOKENIZERS)).map_err(err)?;
+    let mut gate = create_gate(opts, &gate_name(opts, "cnt", k), TOKENIZERS)?;
     // The output is attached from the start, so that a failure here reaches the sink.
     let mut out = open_channel(&gate_name(opts, "sink", 0), k)?;
     let done = count(opts, k, &mut gate, &mut out);
