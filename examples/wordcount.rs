@@ -1640,10 +1640,13 @@ mod remote {
                 .map_err(err)?;
             for t in 0..TOKENIZERS {
                 for k in 0..COUNTERS {
-                    let c = Consumer::builder()
+                    let mut c = Consumer::builder()
                         .geometry(channel_geometry())
                         .open_or_create(&channel_name(opts, t, k))
                         .map_err(err)?;
+                    // The sending side debloats too: what waits for the link is what the
+                    // bridge sends in the target time.
+                    c.set_debloat_target(opts.debloat);
                     server.export(&format!("x{t}-{k}"), c).map_err(err)?;
                 }
             }
