@@ -31,16 +31,35 @@ use shmflow::monitor::GateMonitor;
 use shmflow::{Alignment, Gate, GateMessage, Producer, Released};
 
 /// Settings of `shmflow demo checkpoints`.
-#[derive(Debug, Clone)]
+#[derive(clap::Args, Debug, Clone)]
 pub(crate) struct Args {
+    /// Seconds per mode.
+    #[arg(long, default_value_t = 12.0)]
     pub(crate) secs: f64,
-    pub(crate) channels: u32,
-    pub(crate) segments: u32,
-    pub(crate) segment_size: u32,
-    pub(crate) rate_mb: f64,
-    pub(crate) target_ms: u64,
-    pub(crate) interval_ms: u64,
+    /// Seconds at the start of each mode not counted (the queue filling, the cap settling).
+    #[arg(long, default_value_t = 2.0)]
     pub(crate) warmup_secs: f64,
+    /// Channels of the gate, one producer process each.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) channels: u32,
+    /// Segments in all (split evenly between the channels, as exclusive segments).
+    #[arg(long, default_value_t = 16)]
+    pub(crate) segments: u32,
+    /// Bytes per segment.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub(crate) segment_size: u32,
+    /// The rate this process reads at, MB/s.
+    #[arg(long, default_value_t = 20.0)]
+    pub(crate) rate_mb: f64,
+    /// The debloating target, ms.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) target_ms: u64,
+    /// Time between barriers, ms (longer than an unaligned checkpoint's in-flight data takes
+    /// to read, or a newer barrier cancels the one before).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) interval_ms: u64,
+    /// Where the CSVs, the JSON and the SVG go.
+    #[arg(long, default_value = ".")]
     pub(crate) out: PathBuf,
 }
 
@@ -532,18 +551,7 @@ fn plot(
     let (mid, bottom) = rest.split_vertically(220);
     let phase = args.secs;
     let t_max = phase * runs.len() as f64;
-    let colors = [
-        RGBColor(200, 60, 40),
-        RGBColor(20, 110, 60),
-        RGBColor(30, 70, 170),
-    ];
-    let shade = |i: usize| {
-        if i % 2 == 0 {
-            RGBColor(236, 240, 247)
-        } else {
-            RGBColor(250, 250, 250)
-        }
-    };
+    let colors = [mode_color(0), mode_color(1), mode_color(2)];
     let x_of = |i: usize, t: f64| i as f64 * phase + t.clamp(0.0, phase);
 
     // Barrier delay, log scale from 0.01 ms to past the slowest.
@@ -562,7 +570,7 @@ fn plot(
     c.draw_series((0..runs.len()).map(|i| {
         Rectangle::new(
             [(i as f64 * phase, 0.01), ((i + 1) as f64 * phase, y_max)],
-            shade(i).filled(),
+            phase_shade(i).filled(),
         )
     }))?;
     c.configure_mesh()
@@ -657,86 +665,106 @@ fn plot(
         .label_font(("sans-serif", 14))
         .draw()?;
 
-    // Bytes in flight.
+    // Bytes in flight, and throughput read.
+    let mib = |s: &Sample| s.in_flight_bytes as f64 / 1048576.0;
     let mib_max = runs
         .iter()
-        .flat_map(|r| {
-            r.samples
-                .iter()
-                .map(|s| s.in_flight_bytes as f64 / 1048576.0)
-        })
-        .fold(1.0, f64::max)
-        * 1.15;
-    let mut c = ChartBuilder::on(&mid)
-        .margin_left(12)
-        .margin_right(24)
-        .x_label_area_size(10)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..t_max, 0f64..mib_max)?;
-    c.draw_series((0..runs.len()).map(|i| {
-        Rectangle::new(
-            [(i as f64 * phase, 0.0), ((i + 1) as f64 * phase, mib_max)],
-            shade(i).filled(),
-        )
-    }))?;
-    c.configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .y_desc("in flight, MiB")
-        .light_line_style(TRANSPARENT)
-        .bold_line_style(RGBColor(215, 215, 215))
-        .draw()?;
-    for (i, r) in runs.iter().enumerate() {
-        c.draw_series(LineSeries::new(
-            r.samples
-                .iter()
-                .filter(|s| s.t_s >= 0.0 && s.t_s <= phase)
-                .map(|s| (x_of(i, s.t_s), s.in_flight_bytes as f64 / 1048576.0)),
-            colors[i].stroke_width(2),
-        ))?;
-    }
-
-    // Throughput read.
+        .flat_map(|r| r.samples.iter().map(mib))
+        .fold(1.0, f64::max);
+    samples_panel(
+        &mid,
+        runs,
+        phase,
+        mib_max * 1.15,
+        "in flight, MiB",
+        &mib,
+        false,
+    )?;
+    let mb = |s: &Sample| s.read_mb_s;
     let mb_max = runs
         .iter()
-        .flat_map(|r| r.samples.iter().map(|s| s.read_mb_s))
-        .fold(args.rate_mb, f64::max)
-        * 1.2;
-    let mut c = ChartBuilder::on(&bottom)
+        .flat_map(|r| r.samples.iter().map(mb))
+        .fold(args.rate_mb, f64::max);
+    samples_panel(&bottom, runs, phase, mb_max * 1.2, "read, MB/s", &mb, true)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The colour of mode `i`'s points and lines.
+fn mode_color(i: usize) -> plotters::style::RGBColor {
+    use plotters::style::RGBColor;
+    [
+        RGBColor(200, 60, 40),
+        RGBColor(20, 110, 60),
+        RGBColor(30, 70, 170),
+    ][i % 3]
+}
+
+/// The shade of mode `i`'s phase.
+fn phase_shade(i: usize) -> plotters::style::RGBColor {
+    use plotters::style::RGBColor;
+    if i.is_multiple_of(2) {
+        RGBColor(236, 240, 247)
+    } else {
+        RGBColor(250, 250, 250)
+    }
+}
+
+/// A panel of one figure of the 100 ms samples, one line per mode, each mode a shaded phase of
+/// `phase` seconds; `bottom` carries the time axis.
+fn samples_panel(
+    area: &plotters::drawing::DrawingArea<
+        plotters::backend::SVGBackend<'_>,
+        plotters::coord::Shift,
+    >,
+    runs: &[Run],
+    phase: f64,
+    y_max: f64,
+    y_desc: &str,
+    value: &dyn Fn(&Sample) -> f64,
+    bottom: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let t_max = phase * runs.len() as f64;
+    let mut c = ChartBuilder::on(area)
         .margin_left(12)
         .margin_right(24)
-        .margin_bottom(8)
-        .x_label_area_size(40)
+        .margin_bottom(if bottom { 8 } else { 0 })
+        .x_label_area_size(if bottom { 40 } else { 10 })
         .y_label_area_size(70)
-        .build_cartesian_2d(0f64..t_max, 0f64..mb_max)?;
+        .build_cartesian_2d(0f64..t_max, 0f64..y_max)?;
     c.draw_series((0..runs.len()).map(|i| {
         Rectangle::new(
-            [(i as f64 * phase, 0.0), ((i + 1) as f64 * phase, mb_max)],
-            shade(i).filled(),
+            [(i as f64 * phase, 0.0), ((i + 1) as f64 * phase, y_max)],
+            phase_shade(i).filled(),
         )
     }))?;
-    c.configure_mesh()
-        .disable_x_mesh()
-        .x_desc("seconds (each mode from its own start)")
-        .x_labels(t_max as usize + 1)
-        .x_label_formatter(&|v| {
-            // A boundary ends one mode and starts the next; the last ends the last.
-            let t = if *v >= t_max - 1e-9 { phase } else { v % phase };
-            format!("{:.0}", t.round())
-        })
-        .y_desc("read, MB/s")
+    let formatter = |v: &f64| {
+        // A boundary ends one mode and starts the next; the last ends the last.
+        let t = if *v >= t_max - 1e-9 { phase } else { v % phase };
+        format!("{:.0}", t.round())
+    };
+    let mut mesh = c.configure_mesh();
+    mesh.disable_x_mesh()
+        .y_desc(y_desc)
         .light_line_style(TRANSPARENT)
-        .bold_line_style(RGBColor(215, 215, 215))
-        .draw()?;
+        .bold_line_style(RGBColor(215, 215, 215));
+    if bottom {
+        mesh.x_desc("seconds (each mode from its own start)")
+            .x_labels(t_max as usize + 1)
+            .x_label_formatter(&formatter);
+    } else {
+        mesh.x_labels(0);
+    }
+    mesh.draw()?;
     for (i, r) in runs.iter().enumerate() {
         c.draw_series(LineSeries::new(
             r.samples
                 .iter()
                 .filter(|s| s.t_s >= 0.0 && s.t_s <= phase)
-                .map(|s| (x_of(i, s.t_s), s.read_mb_s)),
-            colors[i].stroke_width(2),
+                .map(|s| (i as f64 * phase + s.t_s, value(s))),
+            mode_color(i).stroke_width(2),
         ))?;
     }
-    root.present()?;
     Ok(())
 }

@@ -144,36 +144,7 @@ enum DemoCmd {
     /// buffer debloating, and unaligned ones, one mode after the other. Reports each mode's
     /// barrier delay and checkpoint duration (p50/p99), bytes in flight and throughput, with
     /// the expected shape as goals; writes CSVs, a JSON summary and an SVG.
-    Checkpoints {
-        /// Seconds per mode.
-        #[arg(long, default_value_t = 12.0)]
-        secs: f64,
-        /// Seconds at the start of each mode not counted (the queue filling, the cap settling).
-        #[arg(long, default_value_t = 2.0)]
-        warmup_secs: f64,
-        /// Channels of the gate, one producer process each.
-        #[arg(long, default_value_t = 1)]
-        channels: u32,
-        /// Segments in all (split evenly between the channels, as exclusive segments).
-        #[arg(long, default_value_t = 16)]
-        segments: u32,
-        /// Bytes per segment.
-        #[arg(long, default_value_t = 1024 * 1024)]
-        segment_size: u32,
-        /// The rate this process reads at, MB/s.
-        #[arg(long, default_value_t = 20.0)]
-        rate_mb: f64,
-        /// The debloating target, ms.
-        #[arg(long, default_value_t = 100)]
-        target_ms: u64,
-        /// Time between barriers, ms (longer than an unaligned checkpoint's in-flight data
-        /// takes to read, or a newer barrier cancels the one before).
-        #[arg(long, default_value_t = 1000)]
-        interval_ms: u64,
-        /// Where the CSVs, the JSON and the SVG go.
-        #[arg(long, default_value = ".")]
-        out: PathBuf,
-    },
+    Checkpoints(checkpoints::Args),
 }
 
 fn main() -> ExitCode {
@@ -216,29 +187,8 @@ fn main() -> ExitCode {
             phases,
         }),
         Cmd::Demo {
-            demo:
-                DemoCmd::Checkpoints {
-                    secs,
-                    warmup_secs,
-                    channels,
-                    segments,
-                    segment_size,
-                    rate_mb,
-                    target_ms,
-                    interval_ms,
-                    out,
-                },
-        } => checkpoints::main(&checkpoints::Args {
-            secs,
-            channels,
-            segments,
-            segment_size,
-            rate_mb,
-            target_ms,
-            interval_ms,
-            warmup_secs,
-            out,
-        }),
+            demo: DemoCmd::Checkpoints(args),
+        } => checkpoints::main(&args),
         Cmd::Remote { cmd } => remote::main(cmd),
         Cmd::BenchRole { args } => bench::role(&args),
         Cmd::DemoRole { args } if args.first().is_some_and(|r| r == "checkpoint-producer") => {
