@@ -57,12 +57,11 @@
 //!
 //! The orchestrator writes each source's corpus to `DIR/input-S.txt` once; a source reads its
 //! lines from there, and its replay position is its byte offset in that file (as Flink records
-//! a Kafka offset). At each barrier every stage but the sink acknowledges the checkpoint by
-//! writing its state atomically to `DIR/chk-ID/STAGE` (each stage's duty is told at its
-//! function): a source its offset, a tokenizer the in-flight lines an unaligned release handed
-//! back, a counter its count map and the in-flight words. The counters do not forward barriers
-//! and send their counts only at the end of their input, so the sink has nothing to checkpoint
-//! and takes part in none. The orchestrator's coordinator marks a checkpoint complete once every
+//! a Kafka offset). At each barrier every stage acknowledges the checkpoint by writing its
+//! state atomically to `DIR/chk-ID/STAGE` (each stage's duty is told at its function): a source
+//! its offset, a tokenizer the in-flight lines an unaligned release handed back, a counter its
+//! count map and the in-flight words, the sink the results it has (none: the counters send
+//! theirs only after their last barrier). The orchestrator's coordinator marks a checkpoint complete once every
 //! stage acknowledged it (`DIR/completed`, written the same way) and removes the older ones; the
 //! sources start a checkpoint only once the last is complete. At a moment drawn from the crash
 //! seed (after the first complete checkpoint) it SIGKILLs a stage drawn from it, then fails over
@@ -609,9 +608,9 @@ fn tokenizer(opts: &Opts, t: usize) -> Result<(), String> {
 /// it acknowledges the checkpoint with it at once; released unaligned, it counts the in-flight
 /// words the gate hands back as any and keeps them too, and acknowledges the checkpoint with
 /// the map and them at `InFlightEnd` (a checkpoint cancelled before is not acknowledged).
-/// Restored, it loads the map and counts the in-flight words before it reads its gate. It does
-/// not forward barriers: the sink, which receives nothing before the counters' input ends,
-/// takes part in no checkpoint.
+/// Restored, it loads the map and counts the in-flight words before it reads its gate. It
+/// passes each released barrier on to the sink (its counts go there only at the end, after
+/// every barrier).
 fn counter(opts: &Opts, k: usize) -> Result<(), String> {
     let mut gate = create_gate(opts, &gate_name(opts, "cnt", k), TOKENIZERS)?;
     // The output is attached from the start, so that a failure here reaches the sink.
@@ -657,6 +656,7 @@ fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(
                 released,
                 alignment_ns,
                 emitted_ns,
+                payload,
                 ..
             } => {
                 // Each checkpoint is released once, in order; an aligned one only aligned.
@@ -692,6 +692,9 @@ fn count(opts: &Opts, k: usize, gate: &mut Gate, out: &mut Producer) -> Result<(
                         Released::Aligned => checkpoint::ack(dir, id, &ack_name, &state)?,
                         _ => pending = Some((id, state)),
                     }
+                    let alignment = opts.barriers.unwrap_or(Alignment::Aligned);
+                    out.forward_barrier(id, alignment, emitted_ns, payload)
+                        .map_err(err)?;
                 }
             }
             GateMessage::Record { record, .. } => {
@@ -789,12 +792,39 @@ fn tally(
 }
 
 /// The sink checks the counts against a count of the same corpus made in one process.
+///
+/// Its checkpoint duty: at a barrier's release it acknowledges the checkpoint with the results
+/// it holds. It holds none then: a counter sends its results only after its last barrier, so
+/// a result before a barrier (or handed back as in-flight data) fails the run; the state it
+/// acknowledges and restores is that empty set, checked.
 fn sink(opts: &Opts) -> Result<(), String> {
     let mut gate = Gate::create(&gate_name(opts, "sink", 0), geometry(COUNTERS)).map_err(err)?;
     let mut got: HashMap<String, u64> = HashMap::new();
     let mut per_counter = [0u64; COUNTERS];
+    if let (Some(dir), Some(id)) = (&opts.checkpoint_dir, opts.restore) {
+        let mut state = checkpoint::load(dir, id, "sink-0")?;
+        if state.u64()? != 0 {
+            return Err(format!("checkpoint {id} of the sink holds results"));
+        }
+        state.end()?;
+    }
     while let Some(m) = gate.recv().map_err(err)? {
         match m {
+            GateMessage::Barrier { id, .. } => {
+                if let Some(dir) = &opts.checkpoint_dir {
+                    if !got.is_empty() {
+                        return Err(format!("results arrived before checkpoint {id}"));
+                    }
+                    let mut state = checkpoint::Enc::new();
+                    state.u64(0);
+                    checkpoint::ack(dir, id, "sink-0", &state)?;
+                }
+            }
+            GateMessage::InFlight { checkpoint, .. } => {
+                return Err(format!(
+                    "a result handed back as in-flight data of checkpoint {checkpoint}"
+                ))
+            }
             GateMessage::Record { channel, record } => {
                 let b = record.as_bytes().ok_or("a result spans segments")?;
                 let n = u64::from_le_bytes(b[..8].try_into().map_err(|_| "short result")?);
@@ -847,6 +877,7 @@ fn sink(opts: &Opts) -> Result<(), String> {
 /// chk-ID/source-S              checkpoint ID: source S's offset in its input file
 /// chk-ID/tokenizer-T           tokenizer T's in-flight lines (none if released aligned)
 /// chk-ID/counter-K             counter K's count map at the release, then its in-flight words
+/// chk-ID/sink-0                the sink's results at the release (none, checked)
 /// completed                    the id of the newest complete checkpoint, as text
 /// ```
 ///
@@ -867,6 +898,7 @@ mod checkpoint {
             .map(|s| format!("source-{s}"))
             .chain((0..TOKENIZERS).map(|t| format!("tokenizer-{t}")))
             .chain((0..COUNTERS).map(|k| format!("counter-{k}")))
+            .chain(std::iter::once("sink-0".to_owned()))
     }
 
     pub(super) fn input(dir: &Path, s: usize) -> PathBuf {
