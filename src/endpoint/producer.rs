@@ -483,27 +483,20 @@ impl Producer {
             &h.producer_counters.blocked_since_ns,
             &h.producer_counters.backpressured_ns,
         );
-        let got = park::wait_for::<Host, _, _, SendError>(
-            &h.producer_park,
-            self.wait,
-            patience,
-            park::Notifier::Rmw,
-            park::Pace::Sparse,
-            |look| {
-                if !(bound == Bound::Capped && self.capped()) {
-                    if let Some(c) = self.try_take()? {
-                        return Ok(Some(c));
-                    }
-                    // (Once per wait: a cap that lifted may leave the producer short.)
-                    self.ask_for_segment();
+        let got = self.wait_producer::<P, _, SendError>(patience, |p, look| {
+            if !(bound == Bound::Capped && p.capped()) {
+                if let Some(c) = p.try_take()? {
+                    return Ok(Some(c));
                 }
-                if self.consumer_detached() {
-                    return Err(self.closed_error());
-                }
-                self.check_peer(look)?;
-                Ok(None)
-            },
-        );
+                // (Once per wait: a cap that lifted may leave the producer short.)
+                p.ask_for_segment();
+            }
+            if p.consumer_detached() {
+                return Err(p.closed_error());
+            }
+            p.check_peer(look)?;
+            Ok(None)
+        });
         drop(blocked);
         self.cur = Some(got?);
         Ok(())
@@ -521,15 +514,27 @@ impl Producer {
     /// (for `try_`/`_timeout` sends of spanning records, so that they either go whole or not
     /// at all).
     fn wait_free<P: Patience>(&mut self, k: u64, patience: P) -> Sent<(), P> {
-        let shared = self.shared.clone();
         let mut last_ready = None;
-        park::wait_for::<Host, _, _, _>(
+        self.wait_producer(patience, |p, look| {
+            p.poll_free(k, Bound::Capped, &mut last_ready, look)
+        })
+    }
+
+    /// The producer's wait (for segments, lane room, the cap): parked on its own word, woken
+    /// by the consumer's read-modify-write notify, `poll` looking at each wake-up.
+    pub(super) fn wait_producer<P: Patience, T, F>(
+        &mut self,
+        patience: P,
+        mut poll: impl FnMut(&mut Producer, Look) -> Result<Option<T>, F>,
+    ) -> Result<T, Halt<P::Expired, F>> {
+        let shared = self.shared.clone();
+        park::wait_for::<Host, _, _, F>(
             &shared.header().producer_park,
             self.wait,
             patience,
             park::Notifier::Rmw,
             park::Pace::Sparse,
-            |look| self.poll_free(k, Bound::Capped, &mut last_ready, look),
+            |look| poll(self, look),
         )
     }
 

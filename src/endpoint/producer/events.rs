@@ -9,10 +9,9 @@ use crate::error::{SendError, SendTimeoutError, TrySendError};
 use crate::protocol::barrier;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::lane::{self, Entry};
-use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until};
+use crate::protocol::park::{Forever, Immediately, Look, Patience, Until};
 
 use super::Sent;
-use crate::region::os::Host;
 
 impl Producer {
     pub(super) fn send_event_inner<P: Patience>(
@@ -159,15 +158,7 @@ impl Producer {
             return Err(self.closed_error().into());
         }
         self.check_gone()?;
-        let shared = self.shared.clone();
-        park::wait_for::<Host, _, _, _>(
-            &shared.header().producer_park,
-            self.wait,
-            patience,
-            park::Notifier::Rmw,
-            park::Pace::Sparse,
-            |look| self.poll_priority(entry, payload, look),
-        )
+        self.wait_producer(patience, |p, look| p.poll_priority(entry, payload, look))
     }
 
     /// Pushes a priority event if the lane has room (and then wakes the consumer); else what
@@ -307,15 +298,7 @@ impl Producer {
         if announce {
             // Room in the lane first, so that a call that gives up has sent nothing (only
             // this producer fills the lane: the room stays).
-            let shared = self.shared.clone();
-            park::wait_for::<Host, _, _, _>(
-                &shared.header().producer_park,
-                self.wait,
-                patience,
-                park::Notifier::Rmw,
-                park::Pace::Sparse,
-                |look| self.poll_lane_room(look),
-            )?;
+            self.wait_producer(patience, |p, look| p.poll_lane_room(look))?;
             if patience.forever() {
                 // A blocking call announces at once: the announcement overtakes the queued
                 // records even while this call waits for room for the barrier itself.
