@@ -135,6 +135,10 @@ pub struct Consumer {
     /// streams, and the next call leaves it alone for a gap first (see `drain_async`).
     #[cfg(any(feature = "tokio", shmflow_loom))]
     caught_up: bool,
+    /// A direct network end: its waits read the socket into free segments, and segments
+    /// handed back become credit (see `endpoint::remote`). `None` for a local end.
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    link: Option<Box<dyn crate::endpoint::remote::Inbound>>,
 }
 
 /// The reading path's result for a call with patience `P`: a blocking call's halt is a
@@ -298,7 +302,16 @@ impl Consumer {
             coop: 0,
             #[cfg(any(feature = "tokio", shmflow_loom))]
             caught_up: false,
+            #[cfg(all(feature = "net", not(shmflow_loom)))]
+            link: None,
         })
+    }
+
+    /// Makes this consumer a direct network end: `link` fills its (private) region from the
+    /// socket where a local consumer would park.
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    pub(crate) fn set_link(&mut self, link: Box<dyn crate::endpoint::remote::Inbound>) {
+        self.link = Some(link);
     }
 
     /// Name of the region.
@@ -629,6 +642,10 @@ impl Consumer {
                 }
             }
         }
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if self.link.is_some() {
+            return self.wait_link(patience);
+        }
         let pace = self.pace();
         // SAFETY: `self.shared` is an `Arc` that is never replaced while `self` lives, so the
         // region it points to outlives this call; only the closure's `&mut self` is used to
@@ -656,6 +673,43 @@ impl Consumer {
             self.wait_mark = self.cur.map(|c| (c.seg, c.rd));
         }
         got
+    }
+
+    /// A direct network end's wait: between looks, the link reads from the socket into the
+    /// region (and announces credit) instead of parking.
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    fn wait_link<P: Patience, S: Seen>(&mut self, patience: P) -> Got<Waited<S>, P> {
+        let timed = patience.waits();
+        let shared = self.shared.clone();
+        let h = shared.header();
+        let _idle = timed.then(|| {
+            Waiting::start(
+                &h.consumer_counters.idle_since_ns,
+                &h.consumer_counters.idle_ns,
+            )
+        });
+        let mut looked = false;
+        loop {
+            if let Some(w) = self.poll_wait::<S>(Look::IfDue)? {
+                return Ok(w);
+            }
+            let until = if let Some(e) = patience.immediate() {
+                // A `try_` call: one look at what arrived already.
+                if looked {
+                    return Err(Halt::Expired(e));
+                }
+                looked = true;
+                Some(Instant::now())
+            } else {
+                match patience.remaining() {
+                    Ok(left) => left.and_then(|d| Instant::now().checked_add(d)),
+                    Err(e) => return Err(Halt::Expired(e)),
+                }
+            };
+            if let Some(l) = &mut self.link {
+                l.fill(until);
+            }
+        }
     }
 
     /// What a waiting reader looks at: a frame (or a pending priority event, if `S` takes

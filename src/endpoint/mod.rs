@@ -14,5 +14,7 @@ pub(crate) mod metrics;
 pub(crate) mod monitor;
 pub(crate) mod partition;
 pub(crate) mod producer;
+#[cfg(all(feature = "net", not(shmflow_loom)))]
+pub(crate) mod remote;
 #[cfg(any(feature = "tokio", shmflow_loom))]
 pub(crate) mod waiting;

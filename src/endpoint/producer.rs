@@ -182,6 +182,10 @@ pub struct Producer {
     /// Async calls since the last look at the executor's budget.
     #[cfg(any(feature = "tokio", shmflow_loom))]
     coop: u8,
+    /// A direct network end: what is published goes to the socket from this thread, and
+    /// waits are for the peer (see `endpoint::remote`). `None` for a local end.
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    link: Option<Box<dyn crate::endpoint::remote::Outbound>>,
 }
 
 /// Whether taking a segment waits for the consumer's cap (buffer debloating).
@@ -312,7 +316,28 @@ impl Producer {
             per_record: PerRecord::of(FlushPolicy::default()),
             #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,
+            #[cfg(all(feature = "net", not(shmflow_loom)))]
+            link: None,
         })
+    }
+
+    /// Makes this producer a direct network end: `link` forwards what it publishes and
+    /// stands in for the consumer's wake-ups (the region is private to this process).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    pub(crate) fn set_link(&mut self, link: Box<dyn crate::endpoint::remote::Outbound>) {
+        // Every publication goes through `notify_consumer`, which forwards: the per-record
+        // path's light notification (a load of the consumer's park word) would skip it.
+        self.light = false;
+        self.link = Some(link);
+    }
+
+    /// True for a direct network end.
+    #[inline]
+    fn is_direct(&self) -> bool {
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        return self.link.is_some();
+        #[cfg(not(all(feature = "net", not(shmflow_loom))))]
+        false
     }
 
     /// Name of the region (for messages and `shmflow stat`).
@@ -527,6 +552,10 @@ impl Producer {
         patience: P,
         mut poll: impl FnMut(&mut Producer, Look) -> Result<Option<T>, F>,
     ) -> Result<T, Halt<P::Expired, F>> {
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if self.link.is_some() {
+            return self.wait_link(patience, poll);
+        }
         let shared = self.shared.clone();
         park::wait_for::<Host, _, _, F>(
             &shared.header().producer_park,
@@ -536,6 +565,38 @@ impl Producer {
             park::Pace::Sparse,
             |look| poll(self, look),
         )
+    }
+
+    /// A direct network end's wait: between looks, the link reads what the peer sent
+    /// (credit frees the segments waiting for it) instead of parking.
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    fn wait_link<P: Patience, T, F>(
+        &mut self,
+        patience: P,
+        mut poll: impl FnMut(&mut Producer, Look) -> Result<Option<T>, F>,
+    ) -> Result<T, Halt<P::Expired, F>> {
+        let mut looked = false;
+        loop {
+            if let Some(t) = poll(self, Look::IfDue).map_err(Halt::Failed)? {
+                return Ok(t);
+            }
+            let until = if let Some(e) = patience.immediate() {
+                // A `try_` call: one look at what the peer sent already.
+                if looked {
+                    return Err(Halt::Expired(e));
+                }
+                looked = true;
+                Some(Instant::now())
+            } else {
+                match patience.remaining() {
+                    Ok(left) => left.and_then(|d| Instant::now().checked_add(d)),
+                    Err(e) => return Err(Halt::Expired(e)),
+                }
+            };
+            if let Some(l) = &mut self.link {
+                l.wait(until);
+            }
+        }
     }
 
     /// What a producer waiting for `k` free segments looks at (`last_ready`: what the last
@@ -585,6 +646,12 @@ impl Producer {
 
     #[inline]
     fn notify_consumer(&mut self) {
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if let Some(l) = &mut self.link {
+            // A direct network end: the socket is the consumer.
+            l.pump();
+            return;
+        }
         if park::notify::<Host>(self.shared.consumer_park(), self.shared.consumer_bell()) {
             self.count_wake();
         }
@@ -782,6 +849,9 @@ impl Producer {
         match self.policy {
             FlushPolicy::Explicit => {}
             FlushPolicy::EveryRecord => self.publish(),
+            // A direct network end has no thread to send for an idle producer: it sends
+            // every record as it is committed.
+            FlushPolicy::Timeout(_) if self.is_direct() => self.publish(),
             FlushPolicy::Timeout(_) => {
                 #[cfg(not(shmflow_loom))]
                 {

@@ -38,14 +38,16 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-mod client;
+pub(crate) mod client;
+mod direct;
 mod error;
 mod link;
-mod server;
+pub(crate) mod server;
 mod tls;
 pub(crate) mod wire;
 
 pub use client::Client;
+pub use direct::{connect_consumer, Listener};
 pub use error::{LinkError, ProtocolError, RemoteCode, SetupError};
 pub use server::Server;
 pub use tls::Tls;

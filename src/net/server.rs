@@ -450,7 +450,11 @@ impl From<RecvError> for Fail {
 }
 
 /// The message that forwards a lane entry: a priority event, or a barrier's announcement.
-fn lane_message(channel: u32, entry: crate::protocol::lane::Entry, payload: bytes::Bytes) -> Msg {
+pub(crate) fn lane_message(
+    channel: u32,
+    entry: crate::protocol::lane::Entry,
+    payload: bytes::Bytes,
+) -> Msg {
     if entry.barrier {
         Msg::Announce { channel, payload }
     } else {

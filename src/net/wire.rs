@@ -341,10 +341,48 @@ impl tokio_util::codec::Decoder for Codec {
     }
 }
 
+/// A message found in a read buffer by [`Codec::peek`]: a `Buffer`'s frames borrowed from
+/// it (to be copied once, into a segment), anything else decoded.
+#[derive(Debug)]
+pub(crate) enum Peeked<'a> {
+    Buffer {
+        channel: u32,
+        backlog: u32,
+        offset: u32,
+        frames: &'a [u8],
+    },
+    Other(Msg),
+}
+
+/// The head of a `Buffer`'s body: channel, backlog, offset (the reserved word checked).
+fn buffer_head(b: &[u8]) -> Result<(u32, u32, u32), ProtocolError> {
+    if b.len() < BUFFER_HEAD + HEADER {
+        return Err(ProtocolError::Malformed {
+            what: "Buffer",
+            detail: format!(
+                "body of {} bytes, at least {} needed",
+                b.len(),
+                BUFFER_HEAD + HEADER
+            ),
+        });
+    }
+    let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+    if word(12) != 0 {
+        return Err(ProtocolError::Malformed {
+            what: "Buffer",
+            detail: "reserved word set".into(),
+        });
+    }
+    Ok((word(0), word(4), word(8)))
+}
+
 impl Codec {
-    fn decode_frame(&mut self, src: &mut BytesMut) -> Result<Option<Msg>, ProtocolError> {
+    /// The frame at the start of `src`, checked (length, magic, version, reserved bits):
+    /// `Ok((total bytes, kind))` once all of it is there, `Err(n)` while only `n` bytes of
+    /// it could be (the whole frame once its length is known).
+    fn frame_at(&self, src: &[u8]) -> Result<Result<(usize, u8), usize>, ProtocolError> {
         if src.len() < 4 {
-            return Ok(None);
+            return Ok(Err(4));
         }
         let len = u32::from_le_bytes(src[..4].try_into().expect("4 bytes")) as usize;
         if len < 8 || len - 8 > self.max_body {
@@ -354,31 +392,78 @@ impl Codec {
             });
         }
         if src.len() < 4 + len {
-            // Bounded: `len` was checked above.
-            src.reserve(4 + len - src.len());
-            return Ok(None);
+            return Ok(Err(4 + len));
         }
-        let mut f = src.split_to(4 + len).freeze();
-        f.advance(4);
-        let magic = f.get_u32_le();
+        let magic = u32::from_le_bytes(src[4..8].try_into().expect("4 bytes"));
         if magic != MAGIC {
             return Err(ProtocolError::Magic { found: magic });
         }
-        let version = f.get_u8();
-        if version != VERSION {
+        if src[8] != VERSION {
             return Err(ProtocolError::Version {
-                found: version,
+                found: src[8],
                 supported: VERSION,
             });
         }
-        let kind = f.get_u8();
-        if f.get_u16_le() != 0 {
+        if src[10] != 0 || src[11] != 0 {
             return Err(ProtocolError::Malformed {
                 what: "frame head",
                 detail: "reserved bits set".into(),
             });
         }
-        let mut b = f;
+        Ok(Ok((4 + len, src[9])))
+    }
+
+    /// The length of the message at the start of `src` once all of it is there (its head
+    /// checked).
+    pub(crate) fn peek_len(&self, src: &[u8]) -> Result<Option<usize>, ProtocolError> {
+        Ok(self.frame_at(src)?.ok().map(|(total, _)| total))
+    }
+
+    /// The message at the start of `src`, checked as [`Codec`] checks it, without taking it
+    /// out: its length and the message (`None` until all of it is there). A `Buffer`'s
+    /// frames stay in `src`.
+    pub(crate) fn peek<'a>(
+        &self,
+        src: &'a [u8],
+    ) -> Result<Option<(usize, Peeked<'a>)>, ProtocolError> {
+        let (total, kind) = match self.frame_at(src)? {
+            Ok(f) => f,
+            Err(_) => return Ok(None),
+        };
+        let body = &src[12..total];
+        if kind == K_BUFFER {
+            let (channel, backlog, offset) = buffer_head(body)?;
+            return Ok(Some((
+                total,
+                Peeked::Buffer {
+                    channel,
+                    backlog,
+                    offset,
+                    frames: &body[BUFFER_HEAD..],
+                },
+            )));
+        }
+        let msg = self.body(kind, Bytes::copy_from_slice(body))?;
+        Ok(Some((total, Peeked::Other(msg))))
+    }
+
+    fn decode_frame(&mut self, src: &mut BytesMut) -> Result<Option<Msg>, ProtocolError> {
+        let total = match self.frame_at(src)? {
+            Ok((total, _)) => total,
+            Err(need) => {
+                // Bounded: the length was checked.
+                src.reserve(need.saturating_sub(src.len()));
+                return Ok(None);
+            }
+        };
+        let kind = src[9];
+        let mut f = src.split_to(total).freeze();
+        f.advance(12);
+        self.body(kind, f).map(Some)
+    }
+
+    /// The message of `kind` whose body is `b`.
+    fn body(&self, kind: u8, mut b: Bytes) -> Result<Msg, ProtocolError> {
         let msg = match kind {
             K_REQUEST => {
                 need(&b, 14, "Request")?;
@@ -401,16 +486,8 @@ impl Codec {
                 }
             }
             K_BUFFER => {
-                need(&b, BUFFER_HEAD + HEADER, "Buffer")?;
-                let channel = b.get_u32_le();
-                let backlog = b.get_u32_le();
-                let offset = b.get_u32_le();
-                if b.get_u32_le() != 0 {
-                    return Err(ProtocolError::Malformed {
-                        what: "Buffer",
-                        detail: "reserved word set".into(),
-                    });
-                }
+                let (channel, backlog, offset) = buffer_head(&b)?;
+                b.advance(BUFFER_HEAD);
                 Msg::Buffer {
                     channel,
                     backlog,
@@ -505,7 +582,7 @@ impl Codec {
             }
             other => return Err(ProtocolError::Kind { found: other }),
         };
-        Ok(Some(msg))
+        Ok(msg)
     }
 }
 

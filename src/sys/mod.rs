@@ -14,6 +14,8 @@ pub(crate) mod lock;
 pub(crate) mod mem;
 pub(crate) mod membarrier;
 pub(crate) mod shm;
+#[cfg(feature = "net")]
+pub(crate) mod sock;
 
 /// A nix error as an `io::Error` (nix's `Errno` is the OS error number).
 pub(crate) fn io(e: nix::errno::Errno) -> std::io::Error {

@@ -42,7 +42,7 @@ impl Producer {
     /// Publishes everything, marks the stream ended and wakes the consumer, which reads what
     /// was committed and then gets end-of-stream. Dropping the producer does the same.
     pub fn close(mut self) {
-        self.close_inner(false);
+        self.close_inner(false, None);
     }
 
     /// Ends the stream as [`close`](Producer::close) does, then waits up to `timeout` until the
@@ -99,7 +99,11 @@ impl Producer {
         }
         // A consumer already seen dead is reported at once.
         self.check_peer(Look::Quick)?;
-        self.close_inner(false);
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if self.link.is_some() {
+            return self.close_link(deadline);
+        }
+        self.close_inner(false, None);
         let shared = self.shared.clone();
         let h = shared.header();
         let region = shared.name.clone();
@@ -192,11 +196,37 @@ impl Producer {
     /// # Ok::<(), shmflow::Error>(())
     /// ```
     pub fn fail(mut self) {
-        self.close_inner(true);
+        self.close_inner(true, None);
     }
 
-    /// Ends the stream: cleanly, or as failed (`failed`: dropped while unwinding).
-    fn close_inner(&mut self, failed: bool) {
+    /// A direct network end's `close_deadline`: the rest and the end go out, then the peer's
+    /// consumer hands back every segment (its credit says so).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    fn close_link(mut self, deadline: Instant) -> Result<(), CloseError> {
+        use crate::endpoint::remote::Settled;
+        self.close_inner(false, Some(deadline));
+        let region = self.shared.name.clone();
+        let settled = match &mut self.link {
+            Some(l) => l.settle(deadline),
+            None => Settled::Read,
+        };
+        match settled {
+            Settled::Read => Ok(()),
+            Settled::Pending(unread_segments) => Err(CloseError::Timeout {
+                region,
+                unread_segments,
+            }),
+            Settled::Left(unread_segments) => Err(CloseError::Closed {
+                region,
+                unread_segments,
+            }),
+            Settled::Lost(_) => Err(self.gone_error().into()),
+        }
+    }
+
+    /// Ends the stream: cleanly, or as failed (`failed`: dropped while unwinding). A direct
+    /// network end forwards the rest and the end before it returns (until `until`).
+    fn close_inner(&mut self, failed: bool, until: Option<Instant>) {
         if self.closed {
             return;
         }
@@ -217,6 +247,12 @@ impl Producer {
             crate::protocol::ends::Leave::Clean
         });
         self.notify_consumer();
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if let Some(l) = &mut self.link {
+            l.drain(until);
+        }
+        #[cfg(not(all(feature = "net", not(shmflow_loom))))]
+        let _ = until;
         self.settle_name();
     }
 
@@ -251,7 +287,7 @@ impl Drop for Producer {
         // A producer dropped while its thread unwinds ends the stream as failed, so that the
         // consumer can tell a crash by panic from a finished producer.
         let failed = std::thread::panicking();
-        self.close_inner(failed);
+        self.close_inner(failed, None);
     }
 }
 

@@ -18,7 +18,7 @@ use crate::net::link::{self, BoxStream, ChannelEnd, Held, Writer};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended};
 
-mod receiving;
+pub(crate) mod receiving;
 use receiving::{Credit, Entry, In, Last, Receiving, Stop, Waiting};
 
 /// Bytes the connection's reader asks the socket for at once.

@@ -15,10 +15,10 @@ use crate::error::{Halt, NotNow, SendError};
 use crate::net::error::{LinkError, ProtocolError};
 use crate::net::link::Held;
 use crate::net::wire::{self, Closed};
-pub(super) use crate::protocol::lane::Entry;
+pub(crate) use crate::protocol::lane::Entry;
 
 /// What the machine writes into: the local producer's raw operations.
-pub(super) trait Segments {
+pub(crate) trait Segments {
     /// Writes checked frames at `offset` of the segment in hand (`offset == 0`: a fresh one).
     fn write(
         &mut self,
@@ -77,7 +77,7 @@ impl Segments for Held<Producer> {
 }
 
 /// Messages the connection's reader hands to one channel's task.
-pub(super) enum In {
+pub(crate) enum In {
     Buffer {
         backlog: u32,
         offset: u32,
@@ -96,13 +96,13 @@ pub(super) enum In {
 
 /// The credit a receiving channel has announced and the sender has not spent yet, and the
 /// state of the frames received.
-pub(super) struct Credit {
-    pub(super) announced: u64,
-    pub(super) started: u64,
+pub(crate) struct Credit {
+    pub(crate) announced: u64,
+    pub(crate) started: u64,
 }
 
 impl Credit {
-    pub(super) fn outstanding(&self) -> u64 {
+    pub(crate) fn outstanding(&self) -> u64 {
         self.announced - self.started
     }
 }
@@ -110,33 +110,33 @@ impl Credit {
 /// Priority events that may wait for room in one channel's lane. Priority events are outside
 /// credit: a channel whose consumer takes none while its sender keeps sending them is ended
 /// when this many wait, so that they cannot pile up without bound.
-pub(super) const PRIORITY_WAITING: usize = 256;
+pub(crate) const PRIORITY_WAITING: usize = 256;
 
 /// One channel's state between messages.
-pub(super) struct Receiving<S> {
-    pub(super) p: S,
-    pub(super) id: u32,
-    pub(super) seg_size: usize,
-    pub(super) segments: u64,
-    pub(super) credit: Credit,
+pub(crate) struct Receiving<S> {
+    pub(crate) p: S,
+    pub(crate) id: u32,
+    pub(crate) seg_size: usize,
+    pub(crate) segments: u64,
+    pub(crate) credit: Credit,
     /// Inside a record that spans segments (for the frame check).
-    pub(super) in_span: bool,
+    pub(crate) in_span: bool,
     /// Where the segment being received continues: `None` when the next buffer must start
     /// one (offset 0, with credit).
-    pub(super) cont: Option<usize>,
-    pub(super) backlog: u64,
-    pub(super) wire: u64,
+    pub(crate) cont: Option<usize>,
+    pub(crate) backlog: u64,
+    pub(crate) wire: u64,
     /// What arrived while a priority event waits for room in the lane, in order (the front is
     /// that event). Its buffers were checked as they arrived, within credit, and the parts of
     /// one segment are joined into one entry, so it holds at most the credited segments'
     /// bytes in at most one entry per segment, plus at most `PRIORITY_WAITING` priority
     /// events.
-    pub(super) held: VecDeque<Waiting>,
-    pub(super) held_priority: usize,
+    pub(crate) held: VecDeque<Waiting>,
+    pub(crate) held_priority: usize,
 }
 
 /// A message held behind a priority event.
-pub(super) enum Waiting {
+pub(crate) enum Waiting {
     /// A buffer, checked (`ends`: it ends its segment), or several that continue each other
     /// joined.
     Buffer {
@@ -155,14 +155,14 @@ pub(super) enum Waiting {
 
 /// The sender's end of a channel: `Close` or `Error`.
 #[derive(Debug)]
-pub(super) enum Last {
+pub(crate) enum Last {
     Close(Closed),
     Error { code: u32, message: String },
 }
 
 /// Why a channel ends.
 #[derive(Debug)]
-pub(super) enum Stop {
+pub(crate) enum Stop {
     /// The sender's `Close` or `Error`.
     Sender(Last),
     /// The local consumer left or broke.
@@ -176,7 +176,7 @@ pub(super) enum Stop {
 impl<S: Segments> Receiving<S> {
     /// A channel that writes into `p` (segments of `seg_size` bytes, `segments` of them),
     /// its sender given `credit` segments of credit with the request.
-    pub(super) fn new(p: S, id: u32, seg_size: usize, segments: u64, credit: u64) -> Self {
+    pub(crate) fn new(p: S, id: u32, seg_size: usize, segments: u64, credit: u64) -> Self {
         Receiving {
             p,
             id,
@@ -197,7 +197,7 @@ impl<S: Segments> Receiving<S> {
 
     /// Checks a buffer as it arrives (frames, credit, place in the segment), before it is
     /// written or held. True if it ends its segment.
-    pub(super) fn admit(&mut self, offset: usize, frames: &[u8]) -> Result<bool, Stop> {
+    pub(crate) fn admit(&mut self, offset: usize, frames: &[u8]) -> Result<bool, Stop> {
         let id = self.id;
         let ends = wire::check_frames(offset, frames, self.seg_size, &mut self.in_span)
             .map_err(|e| Stop::Broken(e.into()))?;
@@ -221,7 +221,7 @@ impl<S: Segments> Receiving<S> {
 
     /// Writes an admitted buffer into the producer's segment; asks the gate for floating
     /// segments as the backlog needs.
-    pub(super) fn write(
+    pub(crate) fn write(
         &mut self,
         backlog: u32,
         offset: usize,
@@ -269,7 +269,7 @@ impl<S: Segments> Receiving<S> {
 
     /// Puts a priority event in the lane if there is room and nothing waits before it, else
     /// holds it.
-    pub(super) fn priority(&mut self, entry: Entry, payload: &[u8]) -> Result<(), Stop> {
+    pub(crate) fn priority(&mut self, entry: Entry, payload: &[u8]) -> Result<(), Stop> {
         if self.held.is_empty() {
             match self.p.try_priority(entry, payload) {
                 Ok(()) => return Ok(()),
@@ -291,49 +291,57 @@ impl<S: Segments> Receiving<S> {
 
     /// Handles one message that arrived: written or put in the lane, or held if a priority
     /// event waits (see `held`).
-    pub(super) fn take(&mut self, input: In) -> Result<(), Stop> {
+    pub(crate) fn take(&mut self, input: In) -> Result<(), Stop> {
         match input {
             In::Buffer {
                 backlog,
                 offset,
                 frames,
-            } => {
-                let offset = offset as usize;
-                let ends = self.admit(offset, &frames)?;
-                if self.held.is_empty() {
-                    return self.write(backlog, offset, &frames, ends);
-                }
-                // Copied (a slice of the connection's read buffer would keep the whole buffer
-                // alive), onto the held part of the same segment if it continues it.
-                if let Some(Waiting::Buffer {
-                    backlog: b,
-                    offset: at,
-                    frames: f,
-                    ends: e,
-                }) = self.held.back_mut()
-                {
-                    if !*e && *at + f.len() == offset {
-                        f.extend_from_slice(&frames);
-                        (*b, *e) = (backlog, ends);
-                        return Ok(());
-                    }
-                }
-                self.held.push_back(Waiting::Buffer {
-                    backlog,
-                    offset,
-                    frames: BytesMut::from(&frames[..]),
-                    ends,
-                });
-                Ok(())
-            }
+            } => self.take_buffer(backlog, offset, &frames),
             In::Priority { entry, payload } => self.priority(entry, &payload),
             In::Close(how) => self.last(Last::Close(how)),
             In::Error { code, message } => self.last(Last::Error { code, message }),
         }
     }
 
+    /// Handles a buffer that arrived: written, or held (copied) behind a priority event.
+    pub(crate) fn take_buffer(
+        &mut self,
+        backlog: u32,
+        offset: u32,
+        frames: &[u8],
+    ) -> Result<(), Stop> {
+        let offset = offset as usize;
+        let ends = self.admit(offset, frames)?;
+        if self.held.is_empty() {
+            return self.write(backlog, offset, frames, ends);
+        }
+        // Copied (a slice of the connection's read buffer would keep the whole buffer
+        // alive), onto the held part of the same segment if it continues it.
+        if let Some(Waiting::Buffer {
+            backlog: b,
+            offset: at,
+            frames: f,
+            ends: e,
+        }) = self.held.back_mut()
+        {
+            if !*e && *at + f.len() == offset {
+                f.extend_from_slice(frames);
+                (*b, *e) = (backlog, ends);
+                return Ok(());
+            }
+        }
+        self.held.push_back(Waiting::Buffer {
+            backlog,
+            offset,
+            frames: BytesMut::from(frames),
+            ends,
+        });
+        Ok(())
+    }
+
     /// The sender ended the channel: now, or after what is held.
-    pub(super) fn last(&mut self, last: Last) -> Result<(), Stop> {
+    pub(crate) fn last(&mut self, last: Last) -> Result<(), Stop> {
         if self.held.is_empty() {
             return Err(Stop::Sender(last));
         }
@@ -343,7 +351,7 @@ impl<S: Segments> Receiving<S> {
 
     /// The front priority event went into the lane: what was held behind it goes now, up to
     /// the next priority event that finds no room (it stays at the front).
-    pub(super) fn release(&mut self) -> Result<(), Stop> {
+    pub(crate) fn release(&mut self) -> Result<(), Stop> {
         self.held.pop_front();
         self.held_priority -= 1;
         loop {
@@ -370,7 +378,7 @@ impl<S: Segments> Receiving<S> {
 }
 
 /// A buffer that does not start where the channel's segment continues.
-pub(super) fn misplaced(channel: u32, found: usize, expected: usize) -> Stop {
+pub(crate) fn misplaced(channel: u32, found: usize, expected: usize) -> Stop {
     Stop::Broken(
         ProtocolError::Channel {
             channel,

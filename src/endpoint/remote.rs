@@ -1,0 +1,63 @@
+//! Ends whose peer is across the network, with no bridge thread (feature `net`): the
+//! recycling and waiting strategy of a [`Producer`](super::producer::Producer) whose segments
+//! go to a socket as they are published, and of a [`Consumer`](super::consumer::Consumer)
+//! whose segments are filled from a socket when it has nothing left to read.
+//!
+//! Both ends keep a private region (a channel that only this process maps): the producer
+//! writes into its segments and publishes as on one machine, and its [`Outbound`] forwards
+//! what was published, as credit allows, and hands each segment back once it is on the wire;
+//! the consumer reads in place what its [`Inbound`] wrote into its segments from the socket,
+//! and hands them back, which becomes credit. Nothing else runs between the two: the
+//! thread that sends writes to the socket, the thread that reads reads from it. The network
+//! layer implements both traits; this layer only calls them where a local end would
+//! notify or park.
+
+use std::time::Instant;
+
+/// The sending side's strategy: where a local producer would wake its consumer, it
+/// forwards; where it would park, it waits for the peer.
+pub(crate) trait Outbound: Send {
+    /// Forwards everything published and not sent yet, as far as credit allows (a socket
+    /// write may block while the peer's receive buffer is full, bounded by the link's
+    /// deadline). A failure of the link ends the private consumer as lost, so that the
+    /// producer's next call reports `PeerDead`.
+    fn pump(&mut self);
+
+    /// Waits until the peer says something (credit, an end, a heartbeat), `until` passes,
+    /// or the link fails (then as `pump`), and forwards what the news allows. `Some(now)`
+    /// looks without waiting.
+    fn wait(&mut self, until: Option<Instant>);
+
+    /// The stream ended (its end is published): forwards the rest and the end, waiting for
+    /// credit as long as the peer is alive, or until `until`. True once the end is on the
+    /// wire.
+    fn drain(&mut self, until: Option<Instant>) -> bool;
+
+    /// After [`drain`](Outbound::drain): waits until the peer's consumer has handed back
+    /// every segment it was sent (its credit says so), or `until`.
+    fn settle(&mut self, until: Instant) -> Settled;
+}
+
+/// How the peer's consumer stands once the stream ended on a direct sending end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// It read everything.
+    Read,
+    /// Time ran out with this many segments not handed back (or not sent).
+    Pending(u64),
+    /// It left with this many segments not handed back.
+    Left(u64),
+    /// The link failed with this many segments not handed back.
+    Lost(u64),
+}
+
+/// The receiving side's strategy: where a local consumer would park, it reads from the
+/// socket into free segments and announces the segments handed back as credit.
+pub(crate) trait Inbound: Send {
+    /// Announces credit for the segments handed back, then reads what the peer sent (at
+    /// least one message, or until `until`; `Some(now)`: what is there now) and writes it
+    /// into the private region. A failure of the link, or the peer's end, ends the private
+    /// producer the way a bridge would (lost, failed or closed), so that the consumer reads
+    /// what arrived and then the end.
+    fn fill(&mut self, until: Option<Instant>);
+}

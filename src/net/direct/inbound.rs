@@ -1,0 +1,241 @@
+//! The receiving direct end: the consumer's thread, when it has read everything, reads the
+//! socket and writes what arrived into its free segments (checked as the bridge checks it),
+//! and announces the segments it handed back as credit.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::endpoint::producer::Producer;
+use crate::endpoint::remote::Inbound;
+use crate::error::Halt;
+use crate::net::client::receiving::{Entry, In as Input, Last, Receiving, Segments, Stop, Waiting};
+use crate::net::direct::sock::{Got, Keeper, Reader, Sock};
+use crate::net::error::{LinkError, ProtocolError, PRIORITY_UNREAD};
+use crate::net::link::Held;
+use crate::net::wire::{self, Closed, Msg, Peeked};
+
+pub(crate) struct In {
+    /// The private channel's producer and the receiving state (`None` once the channel
+    /// ended here: the consumer reads what arrived, then the end).
+    ch: Option<Receiving<Held<Producer>>>,
+    sock: Arc<Sock>,
+    reader: Reader,
+    keeper: Keeper,
+}
+
+impl In {
+    pub(crate) fn new(
+        p: Producer,
+        id: u32,
+        credit: u64,
+        sock: Arc<Sock>,
+        reader: Reader,
+        heartbeat: Duration,
+    ) -> std::io::Result<In> {
+        let g = p.geometry();
+        let keeper = Keeper::start(sock.clone(), heartbeat)?;
+        Ok(In {
+            ch: Some(Receiving::new(
+                Held::new(p),
+                id,
+                g.segment_size as usize,
+                g.segment_count as u64,
+                credit,
+            )),
+            sock,
+            reader,
+            keeper,
+        })
+    }
+
+    /// Ends the channel here for `why`, as the bridge does.
+    fn stop(&mut self, why: Stop) {
+        let Some(ch) = self.ch.take() else { return };
+        let id = ch.id;
+        let p = ch.p.take();
+        match why {
+            Stop::Sender(Last::Close(Closed::Clean)) => p.close(),
+            Stop::Sender(Last::Close(Closed::Failed)) | Stop::Sender(Last::Error { .. }) => {
+                p.fail()
+            }
+            Stop::Sender(Last::Close(Closed::ProducerDead)) => p.raw_lose(),
+            Stop::Consumer(e) => {
+                drop(p);
+                let _ = self.sock.send(&Msg::Error {
+                    channel: id,
+                    code: wire::code::LOCAL,
+                    message: e.to_string(),
+                });
+            }
+            Stop::Broken(e) => {
+                p.raw_lose();
+                if matches!(e, LinkError::Protocol(_)) {
+                    let _ = self.sock.send(&Msg::Error {
+                        channel: wire::CONNECTION,
+                        code: wire::code::PROTOCOL,
+                        message: e.to_string(),
+                    });
+                }
+            }
+            Stop::PriorityUnread => {
+                p.fail();
+                let _ = self.sock.send(&Msg::Error {
+                    channel: id,
+                    code: wire::code::LOCAL,
+                    message: PRIORITY_UNREAD.into(),
+                });
+            }
+        }
+        // Everything the sender will send arrived (or nothing more is wanted): the sender
+        // reads the end of the stream.
+        self.keeper.stop();
+        self.sock.shutdown_write();
+    }
+
+    /// Announces the free segments the sender has no credit for yet.
+    fn announce(&mut self) -> Result<(), Stop> {
+        let Some(ch) = self.ch.as_mut() else {
+            return Ok(());
+        };
+        let free = ch.p.free();
+        let out = ch.credit.outstanding();
+        if free > out {
+            let add = (free - out).min(u32::MAX as u64);
+            self.sock
+                .send(&Msg::AddCredit {
+                    channel: ch.id,
+                    credit: add as u32,
+                })
+                .map_err(Stop::Broken)?;
+            ch.credit.announced += add;
+        }
+        Ok(())
+    }
+
+    /// A priority event that waited for room in the lane goes in if it now fits, and what
+    /// was held behind it follows.
+    fn release_held(&mut self) -> Result<(), Stop> {
+        let Some(ch) = self.ch.as_mut() else {
+            return Ok(());
+        };
+        if let Some(Waiting::Priority { entry, payload }) = ch.held.front() {
+            let (entry, payload) = (*entry, payload.clone());
+            match ch.p.try_priority(entry, &payload) {
+                Ok(()) => ch.release()?,
+                Err(Halt::Expired(_)) => {}
+                Err(Halt::Failed(e)) => return Err(Stop::Consumer(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// One message from the sender.
+    fn take(ch: &mut Receiving<Held<Producer>>, msg: Peeked<'_>) -> Result<(), Stop> {
+        let id = ch.id;
+        let (channel, input) = match msg {
+            Peeked::Buffer {
+                channel,
+                backlog,
+                offset,
+                frames,
+            } => {
+                if channel != id {
+                    return Err(not_open(channel));
+                }
+                return ch.take_buffer(backlog, offset, frames);
+            }
+            Peeked::Other(m) => match m {
+                Msg::Heartbeat => return Ok(()),
+                Msg::Error {
+                    channel: wire::CONNECTION,
+                    code,
+                    message,
+                } => {
+                    return Err(Stop::Broken(LinkError::remote(code, message)));
+                }
+                Msg::Priority {
+                    channel,
+                    kind,
+                    payload,
+                } => (
+                    channel,
+                    Input::Priority {
+                        entry: Entry::event(kind),
+                        payload,
+                    },
+                ),
+                Msg::Announce { channel, payload } => (
+                    channel,
+                    Input::Priority {
+                        entry: Entry {
+                            kind: 0,
+                            barrier: true,
+                        },
+                        payload,
+                    },
+                ),
+                Msg::Close { channel, how } => (channel, Input::Close(how)),
+                Msg::Error {
+                    channel,
+                    code,
+                    message,
+                } => (channel, Input::Error { code, message }),
+                other => {
+                    return Err(Stop::Broken(other.wrong_direction("sender").into()));
+                }
+            },
+        };
+        if channel != id {
+            return Err(not_open(channel));
+        }
+        ch.take(input)
+    }
+
+    fn receive(&mut self, until: Option<Instant>) -> Result<(), Stop> {
+        self.release_held()?;
+        self.announce()?;
+        let mut wait = until;
+        loop {
+            let Some(ch) = self.ch.as_mut() else {
+                return Ok(());
+            };
+            match self.reader.next(&self.sock, wait) {
+                Ok(Got::Nothing) => return Ok(()),
+                Ok(Got::Msg(m)) => In::take(ch, m)?,
+                Err(e) => return Err(Stop::Broken(e)),
+            }
+            // Then what else is already there, without waiting.
+            wait = Some(Instant::now());
+        }
+    }
+}
+
+fn not_open(channel: u32) -> Stop {
+    Stop::Broken(
+        ProtocolError::Channel {
+            channel,
+            detail: "a message for a channel that is not open".into(),
+        }
+        .into(),
+    )
+}
+
+impl Inbound for In {
+    fn fill(&mut self, until: Option<Instant>) {
+        if let Err(why) = self.receive(until) {
+            self.stop(why);
+        }
+    }
+}
+
+impl Drop for In {
+    fn drop(&mut self) {
+        if let Some(ch) = self.ch.take() {
+            // The consumer left before the end: the sender sees it closed.
+            let _ = self.sock.send(&Msg::Cancel { channel: ch.id });
+            drop(ch.p.take());
+        }
+        self.keeper.stop();
+        self.sock.shutdown_write();
+    }
+}

@@ -1,0 +1,243 @@
+//! Direct network ends: a [`Producer`] whose segments its own thread writes to the socket as
+//! it publishes them, and a [`Consumer`] that reads the socket into its free segments when it
+//! has read everything — no bridge thread, no shared-memory region between processes.
+//!
+//! They speak the same protocol as the bridges ([`Server`](crate::net::Server) and
+//! [`Client`](crate::net::Client)), so either kind of end can face either kind: Flink's
+//! credits (one per free segment of the receiver), the backlog with each buffer, priority
+//! events and barriers overtaking the segments, heartbeats (from a small keeper thread, so
+//! that an end whose thread is busy elsewhere is not taken as dead), and every byte that
+//! arrives checked before it is used. One connection carries one channel.
+//!
+//! The sockets block: the thread that calls `send` or `recv` does the network work itself,
+//! which is what makes these ends fast on few cores (an async runtime would put a hand-off
+//! between the stage and the socket, which is what the bridges pay for).
+//!
+//! Each end keeps a private region (an anonymous mapping only this process sees): records are
+//! written into its segments and read from them in place, as on one machine. A sending end
+//! forwards what it publishes (every record with [`FlushPolicy::EveryRecord`], the default;
+//! whole segments and flushes with [`FlushPolicy::Explicit`], the throughput setting) and,
+//! out of segments, reads the receiver's credit; a receiving end announces the segments its
+//! reader hands back as credit.
+//!
+//! Plaintext only (loopback, or [`Config::insecure_plaintext`]): a config with TLS is refused
+//! with [`SetupError::Tls`]; TLS goes through the bridges.
+//!
+//! [`FlushPolicy::EveryRecord`]: crate::FlushPolicy::EveryRecord
+//! [`FlushPolicy::Explicit`]: crate::FlushPolicy::Explicit
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Instant;
+
+use crate::endpoint::consumer::Consumer;
+use crate::endpoint::producer::Producer;
+use crate::error::OpenError;
+use crate::net::error::{LinkError, ProtocolError, SetupError};
+use crate::net::wire::{self, Msg, Peeked};
+use crate::net::{check_name, Config};
+use crate::protocol::abi::Geometry;
+
+mod inbound;
+mod out;
+mod sock;
+
+use sock::{Got, Reader, Sock};
+
+/// Credit a request may carry (as the server's bound).
+const MAX_CREDIT: u32 = 1 << 24;
+
+fn plaintext_only(config: &Config) -> Result<(), SetupError> {
+    if config.tls.is_some() {
+        return Err(SetupError::Tls(
+            "direct ends carry plaintext only: use net::Server and net::Client for TLS".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn private_pair(geometry: Geometry) -> Result<(Producer, Consumer), SetupError> {
+    let local = |e: OpenError| SetupError::Handshake(LinkError::local(e));
+    let (p, handle) = Producer::create_anonymous_with(geometry).map_err(local)?;
+    let c = Consumer::from_handle(handle).map_err(local)?;
+    Ok((p, c))
+}
+
+/// Listens for receivers of direct sending ends.
+///
+/// # Examples
+///
+/// ```no_run
+/// use shmflow::net::{connect_consumer, Config, Listener};
+/// use shmflow::Geometry;
+///
+/// let listener = Listener::bind("127.0.0.1:7401".parse()?, Config::default())?;
+/// let addr = listener.local_addr()?;
+/// let reader = std::thread::spawn(move || {
+///     let mut rx = connect_consumer(addr, "events", Geometry::default(), Config::default())?;
+///     let mut n = 0;
+///     while let Some(_record) = rx.recv()? {
+///         n += 1;
+///     }
+///     Ok::<_, shmflow::Error>(n)
+/// });
+/// let mut tx = listener.accept_producer("events", Geometry::default())?;
+/// tx.send(b"hello")?;
+/// tx.close_timeout(std::time::Duration::from_secs(5))?;
+/// assert_eq!(reader.join().unwrap()?, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Listener {
+    listener: TcpListener,
+    config: Config,
+}
+
+impl Listener {
+    /// Listens on `addr` (loopback, or any address with [`Config::insecure_plaintext`]).
+    ///
+    /// # Errors
+    /// [`SetupError::PlaintextRefused`], [`SetupError::Tls`] for a config with TLS, or
+    /// [`SetupError::Io`] if the address cannot be bound.
+    pub fn bind(addr: SocketAddr, config: Config) -> Result<Listener, SetupError> {
+        config.check_addr(addr)?;
+        plaintext_only(&config)?;
+        let listener = TcpListener::bind(addr).map_err(|e| SetupError::Io {
+            context: format!("listening on {addr}"),
+            source: e,
+        })?;
+        Ok(Listener { listener, config })
+    }
+
+    /// The address it listens on (with the port the system chose for port 0).
+    ///
+    /// # Errors
+    /// [`SetupError::Io`] if the system cannot say.
+    pub fn local_addr(&self) -> Result<SocketAddr, SetupError> {
+        self.listener.local_addr().map_err(|e| SetupError::Io {
+            context: "the listening address".into(),
+            source: e,
+        })
+    }
+
+    /// Waits for a receiver that requests the channel `name` (a
+    /// [`connect_consumer`] or a [`Client`](crate::net::Client)), and returns the producer
+    /// whose records go to it, segments of `geometry` (the receiver's segments must be the
+    /// same size). Connections that request another name, or that do not speak the protocol
+    /// within the config's `dead_after`, are told so and closed, and the wait goes on.
+    ///
+    /// # Errors
+    /// - [`SetupError::Name`] for an empty name or one over 255 bytes;
+    /// - [`SetupError::Handshake`] with [`LinkError::SegmentSize`] if the receiver that asked
+    ///   for `name` has segments of another size (it is told so too);
+    /// - [`SetupError::Io`] if accepting fails.
+    pub fn accept_producer(&self, name: &str, geometry: Geometry) -> Result<Producer, SetupError> {
+        check_name(name)?;
+        loop {
+            let (stream, peer) = self.listener.accept().map_err(|e| SetupError::Io {
+                context: "accepting a receiver".into(),
+                source: e,
+            })?;
+            let io = |e: std::io::Error| SetupError::Io {
+                context: format!("the connection from {peer}"),
+                source: e,
+            };
+            let sock = Sock::new(stream, self.config.dead_after).map_err(io)?;
+            let mut reader = Reader::new(0, self.config.dead_after);
+            let until = Instant::now() + self.config.dead_after;
+            let request = match reader.next(&sock, Some(until)) {
+                Ok(Got::Msg(Peeked::Other(Msg::Request {
+                    channel,
+                    credit,
+                    segment_size,
+                    name: asked,
+                }))) => (channel, credit, segment_size, asked),
+                // Not a receiver that speaks the protocol, or a silent one: next.
+                _ => continue,
+            };
+            let (channel, credit, segment_size, asked) = request;
+            if asked != name {
+                let _ = sock.send(&Msg::Error {
+                    channel,
+                    code: wire::code::UNKNOWN_CHANNEL,
+                    message: format!("no channel {asked:?} is offered here"),
+                });
+                continue;
+            }
+            if segment_size != geometry.segment_size {
+                let ours = geometry.segment_size;
+                let _ = sock.send(&Msg::Error {
+                    channel,
+                    code: wire::code::GEOMETRY,
+                    message: format!(
+                        "channel {name:?} has segments of {ours} bytes, the receiver \
+                         {segment_size}: both ends need the same segment size"
+                    ),
+                });
+                return Err(SetupError::Handshake(LinkError::SegmentSize {
+                    ours,
+                    theirs: segment_size,
+                }));
+            }
+            if credit > MAX_CREDIT {
+                let e = LinkError::from(ProtocolError::Credit {
+                    channel,
+                    detail: format!("{credit} segments of credit, more than {MAX_CREDIT}"),
+                });
+                let _ = sock.send(&Msg::Error {
+                    channel,
+                    code: wire::code::PROTOCOL,
+                    message: e.to_string(),
+                });
+                continue;
+            }
+            let (mut p, c) = private_pair(geometry)?;
+            let out = out::Out::new(c, channel, credit, sock, reader, self.config.heartbeat)
+                .map_err(io)?;
+            p.set_link(Box::new(out));
+            return Ok(p);
+        }
+    }
+}
+
+/// Connects to a [`Listener`] (or a [`Server`](crate::net::Server)) at `addr`, requests the
+/// channel `name`, and returns the consumer its records arrive to, in segments of `geometry`
+/// (the sender's segments must be the same size). Every free segment is the sender's credit.
+///
+/// The request is not answered: a sender that offers no such channel, or another segment
+/// size, ends the stream as failed, which the first `recv` reports.
+///
+/// # Errors
+/// [`SetupError::Name`], [`SetupError::PlaintextRefused`], [`SetupError::Tls`] for a config
+/// with TLS, [`SetupError::Io`] if the connection cannot be made within the config's
+/// `dead_after`.
+pub fn connect_consumer(
+    addr: SocketAddr,
+    name: &str,
+    geometry: Geometry,
+    config: Config,
+) -> Result<Consumer, SetupError> {
+    check_name(name)?;
+    config.check_addr(addr)?;
+    plaintext_only(&config)?;
+    let io = |e: std::io::Error| SetupError::Io {
+        context: format!("connecting to {addr}"),
+        source: e,
+    };
+    let stream = TcpStream::connect_timeout(&addr, config.dead_after).map_err(io)?;
+    let sock = Sock::new(stream, config.dead_after).map_err(io)?;
+    let (mut p, mut c) = private_pair(geometry)?;
+    let credit = p
+        .raw_free()
+        .map_err(|e| SetupError::Handshake(LinkError::local(e)))?;
+    sock.send(&Msg::Request {
+        channel: 0,
+        credit: credit.min(u32::MAX as u64) as u32,
+        segment_size: geometry.segment_size,
+        name: name.to_owned(),
+    })
+    .map_err(SetupError::Handshake)?;
+    let reader = Reader::new(geometry.segment_size as usize, config.dead_after);
+    let inbound = inbound::In::new(p, 0, credit, sock, reader, config.heartbeat).map_err(io)?;
+    c.set_link(Box::new(inbound));
+    Ok(c)
+}

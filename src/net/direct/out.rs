@@ -1,0 +1,266 @@
+//! The sending direct end: the producer's thread forwards what it publishes, straight from
+//! its segments, and reads credit from the socket when it has to wait.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
+use crate::endpoint::consumer::Consumer;
+use crate::endpoint::remote::{Outbound, Settled};
+use crate::net::direct::sock::{Got, Keeper, Reader, Sock};
+use crate::net::error::{LinkError, ProtocolError};
+use crate::net::link::Lose;
+use crate::net::wire::{self, Closed, Msg, Peeked};
+
+/// Credit a receiver may hold, beyond which it is taken as hostile (as the server's).
+const MAX_CREDIT: u64 = 1 << 24;
+
+/// How the channel stands.
+#[derive(Debug)]
+enum State {
+    /// Forwarding.
+    Open,
+    /// The end is on the wire.
+    Ended,
+    /// The receiver's consumer left (`Cancel`).
+    Left,
+    /// The link failed.
+    Failed,
+}
+
+pub(crate) struct Out {
+    /// The private channel's consumer: what the producer published, read segment by segment
+    /// (`None` once the channel ended here: its producer then sees it closed or lost).
+    c: Option<Consumer>,
+    id: u32,
+    sock: Arc<Sock>,
+    reader: Reader,
+    /// Segments of credit not spent.
+    credit: u64,
+    /// Segments started (each spent a credit).
+    started: u64,
+    state: State,
+    keeper: Keeper,
+}
+
+impl Out {
+    pub(crate) fn new(
+        c: Consumer,
+        id: u32,
+        credit: u32,
+        sock: Arc<Sock>,
+        reader: Reader,
+        heartbeat: Duration,
+    ) -> std::io::Result<Out> {
+        let keeper = Keeper::start(sock.clone(), heartbeat)?;
+        Ok(Out {
+            c: Some(c),
+            id,
+            sock,
+            reader,
+            credit: credit as u64,
+            started: 0,
+            state: State::Open,
+            keeper,
+        })
+    }
+
+    /// The link failed: the producer sees its consumer lost; a peer that broke the protocol
+    /// is told why.
+    fn fail(&mut self, e: LinkError) {
+        if let Some(c) = self.c.take() {
+            c.lose();
+        }
+        if matches!(e, LinkError::Protocol(_) | LinkError::Local(_)) {
+            let code = match e {
+                LinkError::Protocol(_) => wire::code::PROTOCOL,
+                _ => wire::code::LOCAL,
+            };
+            let _ = self.sock.send(&Msg::Error {
+                channel: wire::CONNECTION,
+                code,
+                message: e.to_string(),
+            });
+        }
+        self.keeper.stop();
+        self.sock.shutdown();
+        self.state = State::Failed;
+    }
+
+    /// Forwards what is published, as far as credit allows.
+    fn forward(&mut self) -> Result<(), LinkError> {
+        let Some(c) = self.c.as_mut() else {
+            return Ok(());
+        };
+        loop {
+            if let Some((entry, payload)) = c.raw_priority().map_err(LinkError::local)? {
+                // A priority event overtakes the segments waiting for credit.
+                self.sock
+                    .send(&crate::net::server::lane_message(self.id, entry, payload))?;
+                continue;
+            }
+            match c.raw_poll(self.credit > 0).map_err(LinkError::local)? {
+                RawPoll::Chunk(ch) if ch.at == 0 && self.credit == 0 => return Ok(()),
+                RawPoll::Chunk(ch) => {
+                    if ch.at == 0 {
+                        self.credit -= 1;
+                        self.started += 1;
+                    }
+                    let backlog = c.raw_backlog().map_err(LinkError::local)?;
+                    let backlog = u32::try_from(backlog).unwrap_or(u32::MAX);
+                    self.sock
+                        .send_buffer(self.id, backlog, ch.at as u32, c.raw_bytes(&ch))?;
+                    c.raw_done(ch).map_err(LinkError::local)?;
+                }
+                RawPoll::NeedCredit | RawPoll::Empty => return Ok(()),
+                RawPoll::Ended(how) => {
+                    let how = match how {
+                        RawEnd::Clean => Closed::Clean,
+                        RawEnd::Failed => Closed::Failed,
+                        RawEnd::Dead => Closed::ProducerDead,
+                    };
+                    self.sock.send(&Msg::Close {
+                        channel: self.id,
+                        how,
+                    })?;
+                    self.state = State::Ended;
+                    // Nothing more to say: the peer's end of stream tells when it has all.
+                    self.keeper.stop();
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// One message from the receiver.
+    fn take(&mut self, msg: Msg) -> Result<(), LinkError> {
+        let id = self.id;
+        match msg {
+            Msg::Heartbeat => {}
+            Msg::AddCredit { channel, credit } if channel == id => {
+                self.credit += credit as u64;
+                if self.credit > MAX_CREDIT {
+                    return Err(ProtocolError::Credit {
+                        channel,
+                        detail: format!(
+                            "{} segments of credit, more than {MAX_CREDIT}",
+                            self.credit
+                        ),
+                    }
+                    .into());
+                }
+            }
+            Msg::Cancel { channel } if channel == id => {
+                // The remote consumer left: the producer sees the channel closed.
+                self.c = None;
+                self.keeper.stop();
+                self.state = State::Left;
+            }
+            Msg::Error {
+                channel,
+                code,
+                message,
+            } if channel == id || channel == wire::CONNECTION => {
+                return Err(LinkError::remote(code, message));
+            }
+            Msg::AddCredit { channel, .. }
+            | Msg::Cancel { channel }
+            | Msg::Error { channel, .. } => {
+                return Err(ProtocolError::Channel {
+                    channel,
+                    detail: "a message for a channel that is not open".into(),
+                }
+                .into())
+            }
+            other => return Err(other.wrong_direction("receiver").into()),
+        }
+        Ok(())
+    }
+
+    /// Reads what the receiver sent (waiting until `until`), then forwards.
+    fn receive(&mut self, until: Option<Instant>) -> Result<(), LinkError> {
+        let mut wait = until;
+        loop {
+            let Some(m) = control(self.reader.next(&self.sock, wait)?)? else {
+                break;
+            };
+            self.take(m)?;
+            // Then what else is already there, without waiting.
+            wait = Some(Instant::now());
+        }
+        self.forward()
+    }
+}
+
+/// What a receiver sent: never a `Buffer`.
+fn control(got: Got<'_>) -> Result<Option<Msg>, LinkError> {
+    match got {
+        Got::Nothing => Ok(None),
+        Got::Msg(Peeked::Other(m)) => Ok(Some(m)),
+        Got::Msg(Peeked::Buffer { channel, .. }) => Err(ProtocolError::Channel {
+            channel,
+            detail: "Buffer is not something a receiver sends".into(),
+        }
+        .into()),
+    }
+}
+
+impl Outbound for Out {
+    fn pump(&mut self) {
+        if matches!(self.state, State::Open) {
+            if let Err(e) = self.forward() {
+                self.fail(e);
+            }
+        }
+    }
+
+    fn wait(&mut self, until: Option<Instant>) {
+        if matches!(self.state, State::Open) {
+            if let Err(e) = self.receive(until) {
+                self.fail(e);
+            }
+        }
+    }
+
+    fn drain(&mut self, until: Option<Instant>) -> bool {
+        loop {
+            self.pump();
+            if !matches!(self.state, State::Open) {
+                return matches!(self.state, State::Ended);
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return false;
+            }
+            self.wait(until);
+        }
+    }
+
+    fn settle(&mut self, until: Instant) -> Settled {
+        loop {
+            match &self.state {
+                State::Ended => {}
+                State::Open => return Settled::Pending(self.started.max(1)),
+                State::Left => return Settled::Left(self.started),
+                State::Failed => return Settled::Lost(self.started),
+            }
+            // The receiver ends its side once everything arrived (credit may come first).
+            match self.reader.next(&self.sock, Some(until)).and_then(control) {
+                Ok(None) => return Settled::Pending(self.started),
+                Ok(Some(m)) => {
+                    if let Err(e) = self.take(m) {
+                        self.fail(e);
+                    }
+                }
+                Err(LinkError::PeerClosed) => return Settled::Read,
+                Err(e) => self.fail(e),
+            }
+        }
+    }
+}
+
+impl Drop for Out {
+    fn drop(&mut self) {
+        self.keeper.stop();
+        self.sock.shutdown_write();
+    }
+}

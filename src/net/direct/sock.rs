@@ -1,0 +1,280 @@
+//! What both direct ends share: the blocking socket, written by one thread at a time (the
+//! end's, and the keeper's heartbeats), and read by the end's thread alone through
+//! [`Reader`].
+
+use std::io::{IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use crate::net::error::{LinkError, ProtocolError};
+use crate::net::wire::{Codec, Msg, Peeked};
+
+/// The connection of a direct end.
+pub(crate) struct Sock {
+    stream: TcpStream,
+    /// One writer at a time, so that messages never interleave; holds the encoding buffer.
+    write: Mutex<BytesMut>,
+    /// Milliseconds from `epoch` to the last write (the keeper's heartbeats fill silence).
+    last_write_ms: AtomicU64,
+    epoch: Instant,
+    /// How long a write may wait for the peer to read.
+    deadline: Duration,
+}
+
+impl Sock {
+    pub(crate) fn new(stream: TcpStream, deadline: Duration) -> std::io::Result<Arc<Sock>> {
+        stream.set_nodelay(true)?;
+        // A peer that reads nothing for `deadline` is stalled: the write fails.
+        stream.set_write_timeout(Some(deadline))?;
+        Ok(Arc::new(Sock {
+            stream,
+            write: Mutex::new(BytesMut::with_capacity(256)),
+            last_write_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            deadline,
+        }))
+    }
+
+    fn stamp(&self) {
+        // Relaxed: a hint for the keeper; a stale value costs one extra heartbeat.
+        self.last_write_ms
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn write_err(&self, e: std::io::Error) -> LinkError {
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                LinkError::PeerNotReading {
+                    stalled_for: self.deadline,
+                }
+            }
+            _ => LinkError::io(e),
+        }
+    }
+
+    /// Sends one message.
+    pub(crate) fn send(&self, msg: &Msg) -> Result<(), LinkError> {
+        let mut buf = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        buf.clear();
+        msg.encode(&mut buf);
+        let r = (&self.stream).write_all(&buf);
+        drop(buf);
+        self.stamp();
+        r.map_err(|e| self.write_err(e))
+    }
+
+    /// Sends a `Buffer` whose frames are `frames` (straight from the segment), in one
+    /// gathering write when the socket takes it all.
+    pub(crate) fn send_buffer(
+        &self,
+        channel: u32,
+        backlog: u32,
+        offset: u32,
+        frames: &[u8],
+    ) -> Result<(), LinkError> {
+        let mut head = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        head.clear();
+        crate::net::wire::put_buffer_head(&mut head, channel, backlog, offset, frames.len());
+        let mut parts = [IoSlice::new(&head), IoSlice::new(frames)];
+        let mut parts = &mut parts[..];
+        let r = loop {
+            if parts.is_empty() {
+                break Ok(());
+            }
+            match (&self.stream).write_vectored(parts) {
+                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut parts, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        drop(head);
+        self.stamp();
+        r.map_err(|e| self.write_err(e))
+    }
+
+    /// Ends the writing side (the peer reads the end of the stream).
+    pub(crate) fn shutdown_write(&self) {
+        let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = self.stream.shutdown(Shutdown::Write);
+    }
+
+    /// Ends both sides.
+    pub(crate) fn shutdown(&self) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+/// Sends a heartbeat whenever the end has written nothing for `every`, so that the peer does
+/// not take an end whose thread is busy elsewhere as dead. Stopped and joined on drop.
+pub(crate) struct Keeper {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Keeper {
+    pub(crate) fn start(sock: Arc<Sock>, every: Duration) -> std::io::Result<Keeper> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("shmflow-heartbeat".into())
+            .spawn(move || {
+                let (lock, cv) = &*s;
+                let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    let (g, _) = cv
+                        .wait_timeout(stopped, every)
+                        .unwrap_or_else(|p| p.into_inner());
+                    stopped = g;
+                    if *stopped {
+                        return;
+                    }
+                    let now = sock.epoch.elapsed().as_millis() as u64;
+                    let last = sock.last_write_ms.load(Ordering::Relaxed);
+                    if now.saturating_sub(last) >= every.as_millis() as u64
+                        && sock.send(&Msg::Heartbeat).is_err()
+                    {
+                        // The end's own calls find out.
+                        return;
+                    }
+                }
+            })?;
+        Ok(Keeper {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the heartbeats (the end has nothing more to say).
+    pub(crate) fn stop(&mut self) {
+        {
+            let (lock, cv) = &*self.stop;
+            *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            cv.notify_one();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Bytes a read asks the socket for at once (more for larger segments: a whole `Buffer`).
+const READ_CHUNK: usize = 256 << 10;
+
+/// The reading side: messages out of a buffer that the socket fills, checked by the
+/// protocol's decoder; a `Buffer`'s frames are handed out in place.
+pub(crate) struct Reader {
+    buf: Box<[u8]>,
+    lo: usize,
+    hi: usize,
+    codec: Codec,
+    dead_after: Duration,
+    /// The read timeout the socket has now.
+    timeout: Option<Duration>,
+}
+
+/// What [`Reader::next`] found.
+pub(crate) enum Got<'a> {
+    Msg(Peeked<'a>),
+    /// Nothing by the deadline.
+    Nothing,
+}
+
+impl Reader {
+    /// A reader for `Buffer`s of up to `max_frames` bytes (0: a side that receives none).
+    pub(crate) fn new(max_frames: usize, dead_after: Duration) -> Reader {
+        let cap = READ_CHUNK.max(2 * (max_frames + 64));
+        Reader {
+            buf: vec![0u8; cap].into_boxed_slice(),
+            lo: 0,
+            hi: 0,
+            codec: Codec::new(max_frames),
+            dead_after,
+            timeout: None,
+        }
+    }
+
+    /// The next message, reading the socket if none is whole in the buffer: waits until
+    /// `until` (`None`: as long as the peer is alive; a peer silent for `dead_after` is
+    /// `PeerSilent`), `Got::Nothing` if it passes. The message borrows the buffer until the
+    /// next call.
+    pub(crate) fn next(
+        &mut self,
+        sock: &Sock,
+        until: Option<Instant>,
+    ) -> Result<Got<'_>, LinkError> {
+        let started = Instant::now();
+        loop {
+            if self.whole()? {
+                break;
+            }
+            if self.lo > 0 {
+                // Move the partial message to the front: the rest lands behind it.
+                self.buf.copy_within(self.lo..self.hi, 0);
+                self.hi -= self.lo;
+                self.lo = 0;
+            }
+            let now = Instant::now();
+            let left = until.map(|u| u.saturating_duration_since(now));
+            let dst = &mut self.buf[self.hi..];
+            let got = if left == Some(Duration::ZERO) {
+                crate::sys::sock::recv_now(sock.stream.as_fd(), dst)
+            } else {
+                let t = left
+                    .map_or(self.dead_after, |l| l.min(self.dead_after))
+                    .max(Duration::from_micros(1));
+                if self.timeout != Some(t) {
+                    sock.stream.set_read_timeout(Some(t))?;
+                    self.timeout = Some(t);
+                }
+                (&sock.stream).read(dst)
+            };
+            match got {
+                Ok(0) => return Err(LinkError::PeerClosed),
+                Ok(n) => self.hi += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if started.elapsed() >= self.dead_after {
+                        return Err(LinkError::PeerSilent {
+                            silent_for: self.dead_after,
+                        });
+                    }
+                    if until.is_some_and(|u| Instant::now() >= u) {
+                        return Ok(Got::Nothing);
+                    }
+                }
+                Err(e) => return Err(LinkError::io(e)),
+            }
+        }
+        let (len, msg) = self
+            .codec
+            .peek(&self.buf[self.lo..self.hi])?
+            .expect("a whole message");
+        self.lo += len;
+        if self.lo == self.hi {
+            (self.lo, self.hi) = (0, 0);
+        }
+        Ok(Got::Msg(msg))
+    }
+
+    /// True if a whole message is in the buffer (checked as far as its head goes).
+    fn whole(&mut self) -> Result<bool, ProtocolError> {
+        Ok(self.codec.peek_len(&self.buf[self.lo..self.hi])?.is_some())
+    }
+}
