@@ -107,3 +107,28 @@ fn a_direct_consumer_sees_a_silent_sender_dead() {
         other => panic!("{:?}", other.map(|r| r.is_some())),
     };
 }
+
+#[test]
+fn round_trips_over_two_direct_channels() {
+    let g = small();
+    let (l, addr) = listener();
+    let (l2, back) = listener();
+    let echo = std::thread::spawn(move || {
+        let mut ping = connect_consumer(addr, "ping", g, Config::default()).unwrap();
+        let mut pong = l2.accept_producer("pong", g).unwrap();
+        while let Some(r) = ping.recv().unwrap() {
+            let v = *r.as_pod::<u64>().unwrap();
+            pong.send_pod(&v).unwrap();
+        }
+    });
+    let mut ping = l.accept_producer("ping", g).unwrap();
+    let mut pong = connect_consumer(back, "pong", g, Config::default()).unwrap();
+    for i in 0..20_000u64 {
+        ping.send_pod(&i).unwrap();
+        let r = pong.recv().unwrap().unwrap();
+        assert_eq!(r.as_pod::<u64>(), Some(&i));
+    }
+    drop(ping);
+    assert!(pong.recv().unwrap().is_none());
+    echo.join().unwrap();
+}

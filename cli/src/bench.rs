@@ -574,6 +574,10 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
         "remote-echo" => {
             return crate::remotebench::remote_echo(port_arg(args, 1)?, port_arg(args, 2)?)
         }
+        "direct-sink" => return crate::remotebench::direct_sink(port_arg(args, 1)?),
+        "direct-echo" => {
+            return crate::remotebench::direct_echo(port_arg(args, 1)?, port_arg(args, 2)?)
+        }
         other => return Err(format!("unknown bench role {other}")),
     }
     Ok(())
@@ -913,31 +917,66 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         );
     }
     if want("remote") {
-        use crate::remotebench::{remote_rtt, remote_stream, tcp_rtt, tcp_stream};
+        use crate::remotebench::{
+            direct_rtt, direct_stream, remote_rtt, remote_stream, tcp_rtt, tcp_stream, Streamed,
+        };
         // Alternating, so that a slow moment of the host falls on both sides of each ratio.
-        let (mut remote, mut tcp) = (Vec::new(), Vec::new());
+        let (mut remote, mut direct, mut tcp) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..2 {
             remote.extend(remote_rtt(cfg.rounds / 4));
+            direct.extend(direct_rtt(cfg.rounds / 4));
             tcp.extend(tcp_rtt(cfg.rounds / 4));
         }
-        remote.sort_unstable();
-        tcp.sort_unstable();
+        for v in [&mut remote, &mut direct, &mut tcp] {
+            v.sort_unstable();
+        }
         note("remote_rtt_p50_ns", pct(&remote, 0.5));
         note("remote_rtt_p99_ns", pct(&remote, 0.99));
+        note("direct_rtt_p50_ns", pct(&direct, 0.5));
+        note("direct_rtt_p99_ns", pct(&direct, 0.99));
         note("tcp_pingpong_rtt_p50_ns", pct(&tcp, 0.5));
-        let (mut small, mut bulk, mut raw) = (0f64, 0f64, 0f64);
+        // Each figure the median of the repeats; CPU per GB from the same runs.
+        let (mut small, mut bulk, mut raw) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut dsmall, mut dsmall_each, mut dbulk) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut cpu_tcp, mut cpu_bridged, mut cpu_direct) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut cpu_bridged_small, mut cpu_direct_small) = (Vec::new(), Vec::new());
         for _ in 0..cfg.repeats {
-            let (n, ns) = remote_stream(cfg.secs, REC);
-            small = small.max(n / ns * 1e9);
-            let (n, ns) = tcp_stream(cfg.secs);
-            raw = raw.max(n / ns);
-            let (n, ns) = remote_stream(cfg.secs, BULK);
-            bulk = bulk.max(n * BULK as f64 / ns);
+            let rate = |s: &Streamed, len: usize| s.count / s.ns * 1e9 * len as f64;
+            let s = tcp_stream(cfg.secs);
+            raw.push(s.count / s.ns);
+            cpu_tcp.push(s.cpu_s_per_gb(s.count));
+            let s = remote_stream(cfg.secs, REC);
+            small.push(rate(&s, 1));
+            cpu_bridged_small.push(s.cpu_s_per_gb(s.count * REC as f64));
+            let s = direct_stream(cfg.secs, REC, true);
+            dsmall.push(rate(&s, 1));
+            cpu_direct_small.push(s.cpu_s_per_gb(s.count * REC as f64));
+            let s = direct_stream(cfg.secs, REC, false);
+            dsmall_each.push(rate(&s, 1));
+            let s = remote_stream(cfg.secs, BULK);
+            bulk.push(rate(&s, BULK) / 1e9);
+            cpu_bridged.push(s.cpu_s_per_gb(s.count * BULK as f64));
+            let s = direct_stream(cfg.secs, BULK, false);
+            dbulk.push(rate(&s, BULK) / 1e9);
+            cpu_direct.push(s.cpu_s_per_gb(s.count * BULK as f64));
         }
-        note("remote_small_rps", small);
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let raw = med(&mut raw);
+        note("remote_small_rps", med(&mut small));
+        note("direct_small_rps", med(&mut dsmall));
+        note("direct_small_every_record_rps", med(&mut dsmall_each));
         note("tcp_64k_rps64", raw * 1e9 / REC as f64);
-        note("remote_bulk_gbps", bulk);
+        note("remote_bulk_gbps", med(&mut bulk));
+        note("direct_bulk_gbps", med(&mut dbulk));
         note("tcp_64k_gbps", raw);
+        note("tcp_64k_cpu_s_per_gb", med(&mut cpu_tcp));
+        note("remote_bulk_cpu_s_per_gb", med(&mut cpu_bridged));
+        note("direct_bulk_cpu_s_per_gb", med(&mut cpu_direct));
+        note("remote_small_cpu_s_per_gb", med(&mut cpu_bridged_small));
+        note("direct_small_cpu_s_per_gb", med(&mut cpu_direct_small));
     }
     if want("pool") {
         note(
@@ -958,7 +997,43 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 16] = [
+const RATIOS: [(&str, &str, &str, &str); 22] = [
+    (
+        "direct_small_vs_tcp_64k",
+        "direct_small_rps",
+        "tcp_64k_rps64",
+        ">= 0.8",
+    ),
+    (
+        "direct_bulk_vs_tcp_64k",
+        "direct_bulk_gbps",
+        "tcp_64k_gbps",
+        ">= 0.8",
+    ),
+    (
+        "direct_rtt_vs_tcp_pingpong",
+        "direct_rtt_p50_ns",
+        "tcp_pingpong_rtt_p50_ns",
+        "<= 1.3",
+    ),
+    (
+        "direct_bulk_cpu_per_gb_vs_tcp",
+        "direct_bulk_cpu_s_per_gb",
+        "tcp_64k_cpu_s_per_gb",
+        "<= 1.3",
+    ),
+    (
+        "remote_bulk_cpu_per_gb_vs_tcp",
+        "remote_bulk_cpu_s_per_gb",
+        "tcp_64k_cpu_s_per_gb",
+        "<= 1.3",
+    ),
+    (
+        "direct_small_cpu_per_gb_vs_tcp",
+        "direct_small_cpu_s_per_gb",
+        "tcp_64k_cpu_s_per_gb",
+        "<= 1.3",
+    ),
     (
         "remote_small_vs_tcp_64k",
         "remote_small_rps",

@@ -16,7 +16,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use shmflow::net::{Client, Config, Server};
+use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::{Geometry, Producer};
 
 use crate::harness::{child, finish, parse_report, touch, RTT_G};
@@ -53,7 +53,11 @@ async fn connect(addr: SocketAddr) -> Client {
 
 /// Records of `len` bytes for `secs`, over a remote channel: (records, nanoseconds) as the
 /// child counted them.
-pub(crate) fn remote_stream(secs: f64, len: usize) -> (f64, f64) {
+pub(crate) fn remote_stream(secs: f64, len: usize) -> Streamed {
+    with_cpu(|| remote_stream_inner(secs, len))
+}
+
+fn remote_stream_inner(secs: f64, len: usize) -> (f64, f64) {
     let rt = runtime();
     let (mut p, c) = shmflow::pair(Geometry::default()).unwrap();
     let (server, port) = rt.block_on(async {
@@ -76,29 +80,161 @@ pub(crate) fn remote_stream(secs: f64, len: usize) -> (f64, f64) {
     parse_report(&finish(kid))
 }
 
+/// Reads every record to the end, touching every byte in place: (records, nanoseconds from
+/// the first).
+fn read_all(rx: &mut shmflow::Consumer) -> (u64, u128) {
+    let (mut n, mut sum, mut start) = (0u64, 0u64, None);
+    while let Some(mut r) = rx.recv().unwrap() {
+        start.get_or_insert_with(Instant::now);
+        match r.as_bytes() {
+            Some(b) => sum = sum.wrapping_add(touch(b)),
+            // A record larger than a segment: every part touched in place, as the TCP
+            // reader touches what it read.
+            None => {
+                while let Some(part) = r.next_part().unwrap() {
+                    sum = sum.wrapping_add(touch(part));
+                }
+            }
+        }
+        n += 1;
+    }
+    std::hint::black_box(sum);
+    (n, start.map(|s| s.elapsed().as_nanos()).unwrap_or(1))
+}
+
+/// CPU time (user + system) of this process's threads and of its waited-for children, in
+/// nanoseconds.
+fn cpu_ns() -> (f64, f64) {
+    let of = |who| {
+        // SAFETY: `getrusage` fills the zeroed struct it is given and reads nothing else.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `u` is a valid, writable `rusage`.
+        unsafe { libc::getrusage(who, &mut u) };
+        let t = |tv: libc::timeval| tv.tv_sec as f64 * 1e9 + tv.tv_usec as f64 * 1e3;
+        t(u.ru_utime) + t(u.ru_stime)
+    };
+    (of(libc::RUSAGE_SELF), of(libc::RUSAGE_CHILDREN))
+}
+
+/// A measured stream: what the reader counted, and the CPU both processes spent.
+pub(crate) struct Streamed {
+    /// Records (or bytes, for raw TCP) the reader counted.
+    pub(crate) count: f64,
+    /// Nanoseconds from the reader's first record to its last.
+    pub(crate) ns: f64,
+    /// CPU nanoseconds of both processes, every thread, over the whole run.
+    pub(crate) cpu_ns: f64,
+}
+
+impl Streamed {
+    /// CPU seconds per GB carried, for `bytes` carried in all.
+    pub(crate) fn cpu_s_per_gb(&self, bytes: f64) -> f64 {
+        self.cpu_ns / 1e9 / (bytes / 1e9)
+    }
+}
+
+/// Runs `run` (which spawns a child and waits for it), and counts the CPU of both processes.
+fn with_cpu(run: impl FnOnce() -> (f64, f64)) -> Streamed {
+    let (s0, c0) = cpu_ns();
+    let (count, ns) = run();
+    let (s1, c1) = cpu_ns();
+    Streamed {
+        count,
+        ns,
+        cpu_ns: (s1 - s0) + (c1 - c0),
+    }
+}
+
+/// Records of `len` bytes for `secs` between direct ends (`net::Listener::accept_producer`
+/// here, `net::connect_consumer` in a child): no bridge, no runtime. `explicit`: the producer
+/// forwards whole segments (`FlushPolicy::Explicit`), else every record as it is sent.
+pub(crate) fn direct_stream(secs: f64, len: usize, explicit: bool) -> Streamed {
+    with_cpu(|| {
+        let l = Listener::bind(loopback(0), Config::default()).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let kid = child("direct-sink", &[port.to_string()], &[], |_| {});
+        let mut p = l.accept_producer("bench", Geometry::default()).unwrap();
+        if explicit {
+            p.set_flush_policy(shmflow::FlushPolicy::Explicit);
+        }
+        let rec = vec![0x5Au8; len];
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        while Instant::now() < end {
+            for _ in 0..64 {
+                p.send(&rec).unwrap();
+            }
+        }
+        p.close_timeout(Duration::from_secs(30)).unwrap();
+        parse_report(&finish(kid))
+    })
+}
+
+/// The child of [`direct_stream`].
+pub(crate) fn direct_sink(port: u16) -> Result<(), String> {
+    let mut rx = connect_consumer(
+        loopback(port),
+        "bench",
+        Geometry::default(),
+        Config::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    let (n, ns) = read_all(&mut rx);
+    println!("{n} {ns}");
+    Ok(())
+}
+
+/// Round trips between direct ends: a number goes to the child over one connection and comes
+/// back over another (sorted nanoseconds).
+pub(crate) fn direct_rtt(rounds: usize) -> Vec<u64> {
+    let l = Listener::bind(loopback(0), Config::default()).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let back = free_port();
+    let kid = child(
+        "direct-echo",
+        &[port.to_string(), back.to_string()],
+        &[],
+        |_| {},
+    );
+    let mut ping = l.accept_producer("ping", RTT_G).unwrap();
+    let start = Instant::now();
+    let mut pong = loop {
+        match connect_consumer(loopback(back), "pong", RTT_G, Config::default()) {
+            Ok(c) => break c,
+            Err(e) if start.elapsed() > Duration::from_secs(20) => panic!("{e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let v = crate::harness::time_rounds(rounds, |i| {
+        ping.send_pod(&i).unwrap();
+        let r = pong.recv().unwrap().unwrap();
+        assert_eq!(r.as_pod::<u64>(), Some(&i));
+    });
+    drop(ping);
+    while pong.recv().unwrap().is_some() {}
+    finish(kid);
+    v
+}
+
+/// The child of [`direct_rtt`]: listens on `back` for "pong", requests "ping", echoes.
+pub(crate) fn direct_echo(port: u16, back: u16) -> Result<(), String> {
+    let l = Listener::bind(loopback(back), Config::default()).map_err(|e| e.to_string())?;
+    let mut ping = connect_consumer(loopback(port), "ping", RTT_G, Config::default())
+        .map_err(|e| e.to_string())?;
+    let mut pong = l
+        .accept_producer("pong", RTT_G)
+        .map_err(|e| e.to_string())?;
+    while let Some(r) = ping.recv().map_err(|e| e.to_string())? {
+        let v = *r.as_pod::<u64>().ok_or("not a number")?;
+        pong.send_pod(&v).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// The child of [`remote_stream`].
 pub(crate) fn remote_sink(port: u16) -> Result<(), String> {
     let rt = runtime();
     let (tx, mut rx) = shmflow::pair(Geometry::default()).map_err(|e| e.to_string())?;
-    let reader = std::thread::spawn(move || {
-        let (mut n, mut sum, mut start) = (0u64, 0u64, None);
-        while let Some(mut r) = rx.recv().unwrap() {
-            start.get_or_insert_with(Instant::now);
-            match r.as_bytes() {
-                Some(b) => sum = sum.wrapping_add(touch(b)),
-                // A record larger than a segment: every part touched in place, as the TCP
-                // reader touches what it read.
-                None => {
-                    while let Some(part) = r.next_part().unwrap() {
-                        sum = sum.wrapping_add(touch(part));
-                    }
-                }
-            }
-            n += 1;
-        }
-        std::hint::black_box(sum);
-        (n, start.map(|s| s.elapsed().as_nanos()).unwrap_or(1))
-    });
+    let reader = std::thread::spawn(move || read_all(&mut rx));
     let outcomes = rt.block_on(async {
         let mut c = connect(loopback(port)).await;
         c.import("bench", tx).unwrap();
@@ -114,7 +250,11 @@ pub(crate) fn remote_sink(port: u16) -> Result<(), String> {
 
 /// A raw TCP stream with 64 KiB writes for `secs`: (bytes, nanoseconds) as the child read
 /// them.
-pub(crate) fn tcp_stream(secs: f64) -> (f64, f64) {
+pub(crate) fn tcp_stream(secs: f64) -> Streamed {
+    with_cpu(|| tcp_stream_inner(secs))
+}
+
+fn tcp_stream_inner(secs: f64) -> (f64, f64) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let kid = child("tcp-sink", &[port.to_string()], &[], |_| {});

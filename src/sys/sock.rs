@@ -10,3 +10,25 @@ use nix::sys::socket::{recv, MsgFlags};
 pub(crate) fn recv_now(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     recv(fd.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(super::io)
 }
+
+/// Waits up to `timeout` until the socket has something to read (or is closed or failed):
+/// true if it has.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid `pollfd`, for a descriptor the caller borrows for the call.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(n > 0)
+}

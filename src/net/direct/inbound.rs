@@ -33,7 +33,7 @@ impl In {
         heartbeat: Duration,
     ) -> std::io::Result<In> {
         let g = p.geometry();
-        let keeper = Keeper::start(sock.clone(), heartbeat)?;
+        let keeper = Keeper::start(sock.clone(), heartbeat, Default::default(), None)?;
         Ok(In {
             ch: Some(Receiving::new(
                 Held::new(p),

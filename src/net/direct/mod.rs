@@ -132,6 +132,8 @@ impl Listener {
     /// - [`SetupError::Io`] if accepting fails.
     pub fn accept_producer(&self, name: &str, geometry: Geometry) -> Result<Producer, SetupError> {
         check_name(name)?;
+        // The region first: a geometry it cannot have fails here, before any peer is met.
+        let (mut p, c) = private_pair(geometry)?;
         loop {
             let (stream, peer) = self.listener.accept().map_err(|e| SetupError::Io {
                 context: "accepting a receiver".into(),
@@ -190,8 +192,7 @@ impl Listener {
                 });
                 continue;
             }
-            let (mut p, c) = private_pair(geometry)?;
-            let out = out::Out::new(c, channel, credit, sock, reader, self.config.heartbeat)
+            let out = out::Direct::new(c, channel, credit, sock, reader, self.config.heartbeat)
                 .map_err(io)?;
             p.set_link(Box::new(out));
             return Ok(p);
@@ -223,9 +224,10 @@ pub fn connect_consumer(
         context: format!("connecting to {addr}"),
         source: e,
     };
+    // The region first: a geometry it cannot have fails here, before the peer is met.
+    let (mut p, mut c) = private_pair(geometry)?;
     let stream = TcpStream::connect_timeout(&addr, config.dead_after).map_err(io)?;
     let sock = Sock::new(stream, config.dead_after).map_err(io)?;
-    let (mut p, mut c) = private_pair(geometry)?;
     let credit = p
         .raw_free()
         .map_err(|e| SetupError::Handshake(LinkError::local(e)))?;

@@ -1,13 +1,14 @@
 //! The sending direct end: the producer's thread forwards what it publishes, straight from
 //! its segments, and reads credit from the socket when it has to wait.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
 use crate::endpoint::consumer::Consumer;
 use crate::endpoint::remote::{Outbound, Settled};
-use crate::net::direct::sock::{Got, Keeper, Reader, Sock};
+use crate::net::direct::sock::{Chore, Got, Keeper, Reader, Sock};
 use crate::net::error::{LinkError, ProtocolError};
 use crate::net::link::Lose;
 use crate::net::wire::{self, Closed, Msg, Peeked};
@@ -28,7 +29,9 @@ enum State {
     Failed,
 }
 
-pub(crate) struct Out {
+/// The sending end's state, shared by the producer's thread and its keeper (which forwards
+/// segments that wait for credit while the producer's thread is away).
+struct Out {
     /// The private channel's consumer: what the producer published, read segment by segment
     /// (`None` once the channel ended here: its producer then sees it closed or lost).
     c: Option<Consumer>,
@@ -40,10 +43,21 @@ pub(crate) struct Out {
     /// Segments started (each spent a credit).
     started: u64,
     state: State,
+    /// Published segments wait for credit: the keeper forwards them when it comes. Stored
+    /// only with the state's lock held (the keeper's chore included), so that it always says
+    /// what the last forward left.
+    pending: Arc<AtomicBool>,
+    /// The last forward stopped for want of credit.
+    waiting: bool,
+}
+
+/// A direct sending end, as its producer holds it.
+pub(crate) struct Direct {
+    out: Arc<Mutex<Out>>,
     keeper: Keeper,
 }
 
-impl Out {
+impl Direct {
     pub(crate) fn new(
         c: Consumer,
         id: u32,
@@ -51,18 +65,65 @@ impl Out {
         sock: Arc<Sock>,
         reader: Reader,
         heartbeat: Duration,
-    ) -> std::io::Result<Out> {
-        let keeper = Keeper::start(sock.clone(), heartbeat)?;
-        Ok(Out {
+    ) -> std::io::Result<Direct> {
+        let pending = Arc::new(AtomicBool::new(false));
+        let out = Arc::new(Mutex::new(Out {
             c: Some(c),
             id,
-            sock,
+            sock: sock.clone(),
             reader,
             credit: credit as u64,
             started: 0,
             state: State::Open,
-            keeper,
-        })
+            pending: pending.clone(),
+            waiting: false,
+        }));
+        let o = out.clone();
+        let chore: Chore = Box::new(move || {
+            // The producer's thread is away (or waiting for this lock): read what the peer
+            // sent and forward what its credit allows.
+            let mut o = o.lock().unwrap_or_else(|p| p.into_inner());
+            o.run(|o| o.receive(Some(Instant::now())));
+        });
+        let keeper = Keeper::start(sock, heartbeat, pending, Some(chore))?;
+        Ok(Direct { out, keeper })
+    }
+
+    /// Runs `f` on the state; wakes the keeper if segments now wait for credit, stops it once
+    /// the channel ended.
+    fn with(&mut self, f: impl FnOnce(&mut Out) -> Result<(), LinkError>) -> bool {
+        let (wake, open) = {
+            let mut o = self.out.lock().unwrap_or_else(|p| p.into_inner());
+            let wake = o.run(f);
+            (wake, matches!(o.state, State::Open))
+        };
+        if wake {
+            self.keeper.wake();
+        }
+        if !open {
+            self.keeper.stop();
+        }
+        open
+    }
+}
+
+impl Out {
+    /// Runs `f`, fails the link if it failed, and sets the pending flag as it leaves the
+    /// segments: true if the keeper must be woken (segments newly wait for credit).
+    fn run(&mut self, f: impl FnOnce(&mut Out) -> Result<(), LinkError>) -> bool {
+        if matches!(self.state, State::Open) {
+            if let Err(e) = f(self) {
+                self.fail(e);
+            }
+        }
+        let waiting = matches!(self.state, State::Open) && self.backlog();
+        // Relaxed: read by the keeper as a hint; this lock orders everything else.
+        !self.pending.swap(waiting, Ordering::Relaxed) && waiting
+    }
+
+    /// Published data not sent for want of credit (as the last forward left it).
+    fn backlog(&mut self) -> bool {
+        self.waiting && self.c.is_some()
     }
 
     /// The link failed: the producer sees its consumer lost; a peer that broke the protocol
@@ -82,7 +143,6 @@ impl Out {
                 message: e.to_string(),
             });
         }
-        self.keeper.stop();
         self.sock.shutdown();
         self.state = State::Failed;
     }
@@ -100,7 +160,10 @@ impl Out {
                 continue;
             }
             match c.raw_poll(self.credit > 0).map_err(LinkError::local)? {
-                RawPoll::Chunk(ch) if ch.at == 0 && self.credit == 0 => return Ok(()),
+                RawPoll::Chunk(ch) if ch.at == 0 && self.credit == 0 => {
+                    self.waiting = true;
+                    return Ok(());
+                }
                 RawPoll::Chunk(ch) => {
                     if ch.at == 0 {
                         self.credit -= 1;
@@ -112,7 +175,14 @@ impl Out {
                         .send_buffer(self.id, backlog, ch.at as u32, c.raw_bytes(&ch))?;
                     c.raw_done(ch).map_err(LinkError::local)?;
                 }
-                RawPoll::NeedCredit | RawPoll::Empty => return Ok(()),
+                RawPoll::NeedCredit => {
+                    self.waiting = true;
+                    return Ok(());
+                }
+                RawPoll::Empty => {
+                    self.waiting = false;
+                    return Ok(());
+                }
                 RawPoll::Ended(how) => {
                     let how = match how {
                         RawEnd::Clean => Closed::Clean,
@@ -123,9 +193,9 @@ impl Out {
                         channel: self.id,
                         how,
                     })?;
-                    self.state = State::Ended;
                     // Nothing more to say: the peer's end of stream tells when it has all.
-                    self.keeper.stop();
+                    self.state = State::Ended;
+                    self.waiting = false;
                     return Ok(());
                 }
             }
@@ -153,7 +223,6 @@ impl Out {
             Msg::Cancel { channel } if channel == id => {
                 // The remote consumer left: the producer sees the channel closed.
                 self.c = None;
-                self.keeper.stop();
                 self.state = State::Left;
             }
             Msg::Error {
@@ -205,36 +274,38 @@ fn control(got: Got<'_>) -> Result<Option<Msg>, LinkError> {
     }
 }
 
-impl Outbound for Out {
+impl Outbound for Direct {
     fn pump(&mut self) {
-        if matches!(self.state, State::Open) {
-            if let Err(e) = self.forward() {
-                self.fail(e);
-            }
-        }
+        self.with(Out::forward);
     }
 
     fn wait(&mut self, until: Option<Instant>) {
-        if matches!(self.state, State::Open) {
-            if let Err(e) = self.receive(until) {
-                self.fail(e);
-            }
-        }
+        self.with(|o| o.receive(until));
     }
 
     fn drain(&mut self, until: Option<Instant>) -> bool {
         loop {
-            self.pump();
-            if !matches!(self.state, State::Open) {
-                return matches!(self.state, State::Ended);
+            if !self.with(Out::forward) {
+                break;
             }
             if until.is_some_and(|u| Instant::now() >= u) {
                 return false;
             }
-            self.wait(until);
+            self.with(|o| o.receive(until));
         }
+        matches!(
+            self.out.lock().unwrap_or_else(|p| p.into_inner()).state,
+            State::Ended
+        )
     }
 
+    fn settle(&mut self, until: Instant) -> Settled {
+        let mut o = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        o.settle(until)
+    }
+}
+
+impl Out {
     fn settle(&mut self, until: Instant) -> Settled {
         loop {
             match &self.state {
@@ -258,9 +329,10 @@ impl Outbound for Out {
     }
 }
 
-impl Drop for Out {
+impl Drop for Direct {
     fn drop(&mut self) {
         self.keeper.stop();
-        self.sock.shutdown_write();
+        let o = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        o.sock.shutdown_write();
     }
 }

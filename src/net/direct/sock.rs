@@ -5,7 +5,7 @@
 use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -110,29 +110,56 @@ impl Sock {
     }
 }
 
-/// Sends a heartbeat whenever the end has written nothing for `every`, so that the peer does
-/// not take an end whose thread is busy elsewhere as dead. Stopped and joined on drop.
+/// Work the keeper does for a sending end while its thread is away (see [`Keeper`]).
+pub(crate) type Chore = Box<dyn FnMut() + Send>;
+
+/// The keeper of a direct end: a thread that sends a heartbeat whenever the end has written
+/// nothing for `every`, so that the peer does not take an end whose thread is busy elsewhere
+/// as dead; and, for a sending end, runs its [`Chore`] whenever the socket has something to
+/// read while [`Keeper::pending`] is set (segments waiting for credit when the producer's
+/// thread returned before the credit came: the chore forwards them). Stopped and joined on
+/// drop.
 pub(crate) struct Keeper {
-    stop: Arc<(Mutex<bool>, Condvar)>,
+    orders: Arc<(Mutex<bool>, Condvar)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Keeper {
-    pub(crate) fn start(sock: Arc<Sock>, every: Duration) -> std::io::Result<Keeper> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let s = stop.clone();
+    /// `pending`: the flag of [`Keeper::wake`] (never set for an end without a chore).
+    pub(crate) fn start(
+        sock: Arc<Sock>,
+        every: Duration,
+        pending: Arc<AtomicBool>,
+        mut chore: Option<Chore>,
+    ) -> std::io::Result<Keeper> {
+        let orders = Arc::new((Mutex::new(false), Condvar::new()));
+        let (o, p) = (orders.clone(), pending.clone());
         let thread = std::thread::Builder::new()
-            .name("shmflow-heartbeat".into())
+            .name("shmflow-keeper".into())
             .spawn(move || {
-                let (lock, cv) = &*s;
-                let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+                let (lock, cv) = &*o;
                 loop {
-                    let (g, _) = cv
-                        .wait_timeout(stopped, every)
-                        .unwrap_or_else(|p| p.into_inner());
-                    stopped = g;
-                    if *stopped {
-                        return;
+                    {
+                        let mut stop = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        // Relaxed: a hint; the chore looks at the state itself, under its lock.
+                        // (Set before the notify, which takes this lock: no wake-up is lost.)
+                        if !*stop && !p.load(Ordering::Relaxed) {
+                            stop = cv
+                                .wait_timeout(stop, every)
+                                .unwrap_or_else(|p| p.into_inner())
+                                .0;
+                        }
+                        if *stop {
+                            return;
+                        }
+                    }
+                    if let (true, Some(chore)) = (p.load(Ordering::Relaxed), chore.as_mut()) {
+                        // Until the peer says something (credit), or a heartbeat is due.
+                        if let Ok(true) =
+                            crate::sys::sock::wait_readable(sock.stream.as_fd(), every)
+                        {
+                            chore();
+                        }
                     }
                     let now = sock.epoch.elapsed().as_millis() as u64;
                     let last = sock.last_write_ms.load(Ordering::Relaxed);
@@ -145,15 +172,23 @@ impl Keeper {
                 }
             })?;
         Ok(Keeper {
-            stop,
+            orders,
             thread: Some(thread),
         })
     }
 
-    /// Stops the heartbeats (the end has nothing more to say).
+    /// Wakes the keeper to look at its `pending` flag (set and cleared by whoever holds the
+    /// end's state, the chore included; this after setting it).
+    pub(crate) fn wake(&self) {
+        let (lock, cv) = &*self.orders;
+        let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+        cv.notify_one();
+    }
+
+    /// Stops the keeper (the end has nothing more to say).
     pub(crate) fn stop(&mut self) {
         {
-            let (lock, cv) = &*self.stop;
+            let (lock, cv) = &*self.orders;
             *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
             cv.notify_one();
         }
