@@ -1,12 +1,16 @@
-//! Direct network ends (`net::Listener::accept_producer`, `net::connect_consumer`): records
-//! cross loopback with no bridge, between threads and between processes, and against the
-//! bridges on the other side.
+//! Direct network ends (`net::Listener::accept_producer`, `net::connect_consumer`): records,
+//! spanning records, events and priority events cross loopback intact and in order, credit
+//! blocks the producer, a consumer that leaves closes the channel, a silent or broken peer is
+//! reported — for two direct ends, and for a direct end facing a bridge on either side
+//! (`net::Client` receiving from a direct producer, `net::Server` sending to a direct
+//! consumer), since both speak one protocol.
 #![cfg(feature = "net")]
 
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
-use shmflow::net::{connect_consumer, Config, Listener};
-use shmflow::{FlushPolicy, Geometry, RecvError};
+use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
+use shmflow::{Consumer, FlushPolicy, Geometry, Message, Producer, RecvError, SendError};
 
 fn small() -> Geometry {
     Geometry {
@@ -15,57 +19,248 @@ fn small() -> Geometry {
     }
 }
 
-fn listener() -> (Listener, std::net::SocketAddr) {
+fn listener() -> (Listener, SocketAddr) {
     let l = Listener::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
     let a = l.local_addr().unwrap();
     (l, a)
 }
 
-#[test]
-fn records_cross_between_direct_ends_in_order() {
-    for policy in [FlushPolicy::EveryRecord, FlushPolicy::Explicit] {
-        let (l, addr) = listener();
-        let reader = std::thread::spawn(move || {
-            let mut rx = connect_consumer(addr, "nums", small(), Config::default()).unwrap();
-            let mut next = 0u64;
-            while let Some(r) = rx.recv().unwrap() {
-                let v = *r.as_pod::<u64>().unwrap();
-                assert_eq!(v, next);
-                next += 1;
-            }
-            next
-        });
-        let mut tx = l.accept_producer("nums", small()).unwrap();
-        tx.set_flush_policy(policy);
-        for i in 0..100_000u64 {
-            tx.send_pod(&i).unwrap();
+/// Which ends face each other.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    /// A direct producer, a direct consumer.
+    Direct,
+    /// A direct producer; a `Client` bridge feeding a local channel.
+    DirectToBridge,
+    /// A local channel a `Server` bridge forwards; a direct consumer.
+    BridgeToDirect,
+}
+
+const KINDS: [Kind; 3] = [Kind::Direct, Kind::DirectToBridge, Kind::BridgeToDirect];
+
+/// A producer here and a consumer there, over loopback, and the thread that runs the bridge
+/// (if any) until its channel ends.
+fn remote_pair(
+    kind: Kind,
+    g: Geometry,
+) -> (Producer, Consumer, Option<std::thread::JoinHandle<()>>) {
+    let rt = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    match kind {
+        Kind::Direct => {
+            let (l, addr) = listener();
+            let rx =
+                std::thread::spawn(move || connect_consumer(addr, "chan", g, Config::default()));
+            let tx = l.accept_producer("chan", g).unwrap();
+            (tx, rx.join().unwrap().unwrap(), None)
         }
+        Kind::DirectToBridge => {
+            let (l, addr) = listener();
+            let (local_tx, rx) = shmflow::pair(g).unwrap();
+            let bridge = std::thread::spawn(move || {
+                rt().block_on(async move {
+                    let mut c = Client::connect(addr, Config::default()).await.unwrap();
+                    c.import("chan", local_tx).unwrap();
+                    let out = c.run().await;
+                    eprintln!("client: {out:?}");
+                })
+            });
+            let tx = l.accept_producer("chan", g).unwrap();
+            (tx, rx, Some(bridge))
+        }
+        Kind::BridgeToDirect => {
+            let (tx, local_rx) = shmflow::pair(g).unwrap();
+            let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+            let bridge = std::thread::spawn(move || {
+                rt().block_on(async move {
+                    let mut s = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+                        .await
+                        .unwrap();
+                    addr_tx.send(s.local_addr().unwrap()).unwrap();
+                    s.export("chan", local_rx).unwrap();
+                    let out = s.run().await;
+                    eprintln!("server: {out:?}");
+                })
+            });
+            let addr = addr_rx.recv().unwrap();
+            let rx = connect_consumer(addr, "chan", g, Config::default()).unwrap();
+            (tx, rx, Some(bridge))
+        }
+    }
+}
+
+fn record(i: u64) -> Vec<u8> {
+    // Sizes from 0 to well past a segment, so that some records span.
+    let len = match i % 7 {
+        0 => 0,
+        1 => 8,
+        2 => 64,
+        3 => 1000,
+        4 => 4088,
+        5 => 9000,
+        _ => 200,
+    };
+    (0..len).map(|k| (i as usize * 31 + k) as u8).collect()
+}
+
+#[test]
+fn records_events_and_spanning_records_arrive_in_order() {
+    for kind in KINDS {
+        for policy in [FlushPolicy::EveryRecord, FlushPolicy::Explicit] {
+            let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+            let n = 3000u64;
+            let reader = std::thread::spawn(move || {
+                let (mut i, mut events) = (0u64, 0u64);
+                while let Some(m) = rx.recv_message().unwrap() {
+                    match m {
+                        Message::Record(r) => {
+                            assert_eq!(r.to_vec().unwrap(), record(i), "record {i}");
+                            i += 1;
+                        }
+                        Message::Event(e) => {
+                            assert_eq!(e.kind, 7);
+                            assert_eq!(e.payload, &(events * 100).to_le_bytes());
+                            events += 1;
+                        }
+                        other => panic!("unexpected message {other:?}"),
+                    }
+                }
+                (i, events)
+            });
+            tx.set_flush_policy(policy);
+            for i in 0..n {
+                if i % 100 == 0 {
+                    tx.send_event(7, &i.to_le_bytes()).unwrap();
+                }
+                tx.send(&record(i)).unwrap();
+            }
+            tx.close_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|e| panic!("{kind:?} {policy:?}: {e}"));
+            assert_eq!(reader.join().unwrap(), (n, n / 100), "{kind:?} {policy:?}");
+            if let Some(b) = bridge {
+                b.join().unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_record_sent_is_on_its_way_when_send_returns() {
+    // A lone record with the default policy arrives while the producer waits elsewhere
+    // (here: for the answer), in a round trip over two channels.
+    for kind in KINDS {
+        let (mut ping, mut ping_rx, b1) = remote_pair(kind, small());
+        let (mut pong_tx, mut pong, b2) = remote_pair(kind, small());
+        let echo = std::thread::spawn(move || {
+            while let Some(r) = ping_rx.recv().unwrap() {
+                let v = *r.as_pod::<u64>().unwrap();
+                pong_tx.send_pod(&v).unwrap();
+            }
+        });
+        // Enough to go round every segment of both channels many times.
+        for i in 0..5_000u64 {
+            ping.send_pod(&i).unwrap();
+            let r = pong.recv().unwrap().unwrap();
+            assert_eq!(r.as_pod::<u64>(), Some(&i), "{kind:?}");
+        }
+        drop(ping);
+        assert!(pong.recv().unwrap().is_none());
+        echo.join().unwrap();
+        for b in [b1, b2].into_iter().flatten() {
+            b.join().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_slow_consumer_blocks_the_remote_producer_and_a_priority_event_overtakes() {
+    for kind in KINDS {
+        let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+        // Nobody reads: the producer fills what credit and its own segments allow (and a
+        // bridge's), then blocks.
+        let mut sent = 0u64;
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(2) {
+            match tx.send_timeout(&[1u8; 1000], Duration::from_millis(200)) {
+                Ok(()) => sent += 1,
+                Err(shmflow::SendTimeoutError::Timeout) => break,
+                Err(e) => panic!("{kind:?}: {e}"),
+            }
+        }
+        // 4 records of 1000 bytes per 4 KiB segment, at most 4 segments per channel on the
+        // way (12 with a bridge's local channel), plus the one being written.
+        let most = if kind == Kind::Direct { 4 * 9 } else { 4 * 13 };
+        assert!(
+            sent <= most,
+            "{kind:?}: sent {sent} records with nobody reading"
+        );
+        assert!(sent >= 4 * 4, "{kind:?}: sent only {sent}");
+        assert!(tx.metrics().backpressured_ns > 0);
+        // A priority event overtakes the records that wait for credit.
+        tx.send_priority_event(5, b"urgent").unwrap();
+        // Time to cross (a bridge puts it in its local lane when it arrives; without the
+        // overtaking it would wait for credit for ever).
+        std::thread::sleep(Duration::from_millis(300));
+        match rx.recv_message_timeout(Duration::from_secs(5)).unwrap() {
+            Some(Message::Event(e)) => assert_eq!((e.kind, e.payload), (5, &b"urgent"[..])),
+            other => panic!("{kind:?}: expected the priority event first, got {other:?}"),
+        }
+        let reader = std::thread::spawn(move || {
+            let mut n = 0;
+            while let Some(r) = rx.recv().unwrap() {
+                assert_eq!(r.as_bytes().unwrap(), &[1u8; 1000][..]);
+                n += 1;
+            }
+            n
+        });
         tx.close_timeout(Duration::from_secs(20)).unwrap();
-        assert_eq!(reader.join().unwrap(), 100_000, "{policy:?}");
+        assert_eq!(reader.join().unwrap(), sent, "{kind:?}");
+        if let Some(b) = bridge {
+            b.join().unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_consumer_that_leaves_closes_the_channel() {
+    for kind in KINDS {
+        let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+        let reader = std::thread::spawn(move || {
+            for n in 0..100u64 {
+                let r = rx.recv().unwrap().unwrap();
+                assert_eq!(r.as_bytes().unwrap(), &n.to_le_bytes());
+            }
+        });
+        let mut n = 0u64;
+        let err = loop {
+            match tx.send(&n.to_le_bytes()) {
+                Ok(()) => n += 1,
+                Err(e) => break e,
+            }
+        };
+        reader.join().unwrap();
+        assert!(n >= 100);
+        assert!(matches!(err, SendError::Closed(_)), "{kind:?}: {err:?}");
+        if let Some(b) = bridge {
+            b.join().unwrap();
+        }
     }
 }
 
 #[test]
 fn a_record_larger_than_a_segment_crosses_whole() {
-    let (l, addr) = listener();
+    let (mut tx, mut rx, _) = remote_pair(Kind::Direct, small());
     let reader = std::thread::spawn(move || {
-        let mut rx = connect_consumer(addr, "big", small(), Config::default()).unwrap();
         let mut got = Vec::new();
-        while let Some(mut r) = rx.recv().unwrap() {
-            let mut v = Vec::new();
-            match r.as_bytes() {
-                Some(b) => v.extend_from_slice(b),
-                None => {
-                    while let Some(part) = r.next_part().unwrap() {
-                        v.extend_from_slice(part);
-                    }
-                }
-            }
-            got.push(v);
+        while let Some(r) = rx.recv().unwrap() {
+            got.push(r.to_vec().unwrap());
         }
         got
     });
-    let mut tx = l.accept_producer("big", small()).unwrap();
     let big: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
     tx.send(&big).unwrap();
     tx.send(b"after").unwrap();
@@ -77,58 +272,115 @@ fn a_record_larger_than_a_segment_crosses_whole() {
 }
 
 #[test]
-fn a_consumer_that_leaves_closes_the_direct_producer() {
-    let (l, addr) = listener();
-    let reader = std::thread::spawn(move || {
-        let mut rx = connect_consumer(addr, "c", small(), Config::default()).unwrap();
-        assert!(rx.recv().unwrap().is_some());
-    });
-    let mut tx = l.accept_producer("c", small()).unwrap();
-    let mut res = Ok(());
-    for _ in 0..1_000_000 {
-        res = tx.send(&[7u8; 100]);
-        if res.is_err() {
-            break;
-        }
-    }
-    reader.join().unwrap();
-    assert!(matches!(res, Err(shmflow::SendError::Closed(_))), "{res:?}");
-}
-
-#[test]
 fn a_direct_consumer_sees_a_silent_sender_dead() {
     let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = raw.local_addr().unwrap();
     let cfg = Config::default().heartbeat(Duration::from_millis(20), Duration::from_millis(200));
     let mut rx = connect_consumer(addr, "s", small(), cfg).unwrap();
     let (_held, _) = raw.accept().unwrap();
+    let start = Instant::now();
     match rx.recv() {
         Err(RecvError::PeerDead(e)) => assert!(e.is_remote(), "{e}"),
         other => panic!("{:?}", other.map(|r| r.is_some())),
     };
+    assert!(start.elapsed() < Duration::from_secs(10));
 }
 
 #[test]
-fn round_trips_over_two_direct_channels() {
-    let g = small();
-    let (l, addr) = listener();
-    let (l2, back) = listener();
-    let echo = std::thread::spawn(move || {
-        let mut ping = connect_consumer(addr, "ping", g, Config::default()).unwrap();
-        let mut pong = l2.accept_producer("pong", g).unwrap();
-        while let Some(r) = ping.recv().unwrap() {
-            let v = *r.as_pod::<u64>().unwrap();
-            pong.send_pod(&v).unwrap();
+fn a_direct_producer_sees_a_silent_receiver_dead() {
+    use std::io::Write;
+    let cfg = Config::default().heartbeat(Duration::from_millis(20), Duration::from_millis(200));
+    let l = Listener::bind("127.0.0.1:0".parse().unwrap(), cfg).unwrap();
+    let addr = l.local_addr().unwrap();
+    // A receiver that requests the channel with one segment of credit, then says nothing.
+    let mut raw = std::net::TcpStream::connect(addr).unwrap();
+    let name = b"chan";
+    let mut req = Vec::new();
+    req.extend_from_slice(&(8u32 + 14 + name.len() as u32).to_le_bytes());
+    req.extend_from_slice(&0x5346_4E54u32.to_le_bytes());
+    req.extend_from_slice(&[1, 1, 0, 0]);
+    req.extend_from_slice(&0u32.to_le_bytes());
+    req.extend_from_slice(&1u32.to_le_bytes());
+    req.extend_from_slice(&4096u32.to_le_bytes());
+    req.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    req.extend_from_slice(name);
+    raw.write_all(&req).unwrap();
+    let mut tx = l.accept_producer("chan", small()).unwrap();
+    let start = Instant::now();
+    let err = loop {
+        if let Err(e) = tx.send(&[3u8; 1000]) {
+            break e;
         }
-    });
-    let mut ping = l.accept_producer("ping", g).unwrap();
-    let mut pong = connect_consumer(back, "pong", g, Config::default()).unwrap();
-    for i in 0..20_000u64 {
-        ping.send_pod(&i).unwrap();
-        let r = pong.recv().unwrap().unwrap();
-        assert_eq!(r.as_pod::<u64>(), Some(&i));
+    };
+    assert!(
+        matches!(err, SendError::PeerDead(ref e) if e.is_remote()),
+        "{err:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn garbage_from_the_sender_is_a_lost_peer_not_a_panic() {
+    use std::io::{Read, Write};
+    let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = raw.local_addr().unwrap();
+    let mut rx = connect_consumer(addr, "g", small(), Config::default()).unwrap();
+    let (mut s, _) = raw.accept().unwrap();
+    let mut req = [0u8; 64];
+    let _ = s.read(&mut req).unwrap();
+    // A Buffer whose frame claims more bytes than its segment has.
+    let mut m = Vec::new();
+    let frames = [0xFFu8; 16];
+    m.extend_from_slice(&(8u32 + 16 + frames.len() as u32).to_le_bytes());
+    m.extend_from_slice(&0x5346_4E54u32.to_le_bytes());
+    m.extend_from_slice(&[1, 2, 0, 0]);
+    for w in [0u32, 0, 0, 0] {
+        m.extend_from_slice(&w.to_le_bytes());
     }
-    drop(ping);
-    assert!(pong.recv().unwrap().is_none());
-    echo.join().unwrap();
+    m.extend_from_slice(&frames);
+    s.write_all(&m).unwrap();
+    match rx.recv() {
+        Err(RecvError::PeerDead(e)) => assert!(e.is_remote(), "{e}"),
+        other => panic!("{:?}", other.map(|r| r.is_some())),
+    };
+    // The sender is told why.
+    let mut said = Vec::new();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = s.read_to_end(&mut said);
+    assert!(
+        String::from_utf8_lossy(&said).contains("frame"),
+        "{:?}",
+        String::from_utf8_lossy(&said)
+    );
+}
+
+#[test]
+fn a_wrong_name_waits_for_the_right_one_and_a_wrong_size_is_an_error() {
+    let (l, addr) = listener();
+    let other = Geometry {
+        segment_size: 8192,
+        segment_count: 4,
+    };
+    let wrong = std::thread::spawn(move || {
+        let mut rx = connect_consumer(addr, "nope", small(), Config::default()).unwrap();
+        // Refused: the stream ends as failed.
+        assert!(rx.recv().is_err());
+        let mut rx = connect_consumer(addr, "chan", other, Config::default()).unwrap();
+        assert!(rx.recv().is_err());
+    });
+    match l.accept_producer("chan", small()) {
+        Err(shmflow::net::SetupError::Handshake(shmflow::net::LinkError::SegmentSize {
+            ours: 4096,
+            theirs: 8192,
+        })) => {}
+        other => panic!("{other:?}"),
+    }
+    wrong.join().unwrap();
+    // A geometry the region cannot have fails before any peer is met.
+    let bad = Geometry {
+        segment_size: 1000,
+        segment_count: 4,
+    };
+    assert!(l.accept_producer("chan", bad).is_err());
+    assert!(connect_consumer(addr, "chan", bad, Config::default()).is_err());
 }

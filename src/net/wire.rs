@@ -34,6 +34,8 @@ use crate::protocol::abi::PRIO_PAYLOAD;
 use crate::protocol::frame::{self, HEADER};
 
 pub(crate) const MAGIC: u32 = 0x5346_4E54;
+/// Bytes of every frame before its body: length, magic, version, kind, zero.
+pub(crate) const PREFIX: usize = 12;
 const VERSION: u8 = 1;
 /// The `channel` of an `Error` about the whole connection.
 pub(crate) const CONNECTION: u32 = u32::MAX;
@@ -42,12 +44,12 @@ pub(crate) const MAX_NAME: usize = 255;
 /// Longest error message (longer ones are cut).
 const MAX_MESSAGE: usize = 1024;
 /// Body bytes of a `Buffer` before its frames.
-const BUFFER_HEAD: usize = 16;
+pub(crate) const BUFFER_HEAD: usize = 16;
 /// The largest body of any message but `Buffer`.
 const MAX_CONTROL: usize = 16 + MAX_MESSAGE;
 
 const K_REQUEST: u8 = 1;
-const K_BUFFER: u8 = 2;
+pub(crate) const K_BUFFER: u8 = 2;
 const K_ADD_CREDIT: u8 = 3;
 const K_CLOSE: u8 = 4;
 const K_CANCEL: u8 = 5;
@@ -355,7 +357,7 @@ pub(crate) enum Peeked<'a> {
 }
 
 /// The head of a `Buffer`'s body: channel, backlog, offset (the reserved word checked).
-fn buffer_head(b: &[u8]) -> Result<(u32, u32, u32), ProtocolError> {
+pub(crate) fn buffer_head(b: &[u8]) -> Result<(u32, u32, u32), ProtocolError> {
     if b.len() < BUFFER_HEAD + HEADER {
         return Err(ProtocolError::Malformed {
             what: "Buffer",
@@ -377,12 +379,11 @@ fn buffer_head(b: &[u8]) -> Result<(u32, u32, u32), ProtocolError> {
 }
 
 impl Codec {
-    /// The frame at the start of `src`, checked (length, magic, version, reserved bits):
-    /// `Ok((total bytes, kind))` once all of it is there, `Err(n)` while only `n` bytes of
-    /// it could be (the whole frame once its length is known).
-    fn frame_at(&self, src: &[u8]) -> Result<Result<(usize, u8), usize>, ProtocolError> {
+    /// The head of the frame at the start of `src`, checked (length, magic, version,
+    /// reserved bits) as soon as its 12 bytes are there: the frame's total length and kind.
+    pub(crate) fn head(&self, src: &[u8]) -> Result<Option<(usize, u8)>, ProtocolError> {
         if src.len() < 4 {
-            return Ok(Err(4));
+            return Ok(None);
         }
         let len = u32::from_le_bytes(src[..4].try_into().expect("4 bytes")) as usize;
         if len < 8 || len - 8 > self.max_body {
@@ -391,8 +392,8 @@ impl Codec {
                 max: (8 + self.max_body) as u64,
             });
         }
-        if src.len() < 4 + len {
-            return Ok(Err(4 + len));
+        if src.len() < PREFIX {
+            return Ok(None);
         }
         let magic = u32::from_le_bytes(src[4..8].try_into().expect("4 bytes"));
         if magic != MAGIC {
@@ -410,7 +411,19 @@ impl Codec {
                 detail: "reserved bits set".into(),
             });
         }
-        Ok(Ok((4 + len, src[9])))
+        Ok(Some((4 + len, src[9])))
+    }
+
+    /// The frame at the start of `src`, its head checked: `Ok((total bytes, kind))` once all
+    /// of it is there, `Err(n)` while only `n` bytes of it could be (the whole frame once its
+    /// length is known).
+    fn frame_at(&self, src: &[u8]) -> Result<Result<(usize, u8), usize>, ProtocolError> {
+        Ok(match self.head(src)? {
+            Some((total, kind)) if src.len() >= total => Ok((total, kind)),
+            Some((total, _)) => Err(total),
+            None if src.len() < 4 => Err(4),
+            None => Err(4 + u32::from_le_bytes(src[..4].try_into().expect("4 bytes")) as usize),
+        })
     }
 
     /// The length of the message at the start of `src` once all of it is there (its head
@@ -430,7 +443,7 @@ impl Codec {
             Ok(f) => f,
             Err(_) => return Ok(None),
         };
-        let body = &src[12..total];
+        let body = &src[PREFIX..total];
         if kind == K_BUFFER {
             let (channel, backlog, offset) = buffer_head(body)?;
             return Ok(Some((
@@ -458,7 +471,7 @@ impl Codec {
         };
         let kind = src[9];
         let mut f = src.split_to(total).freeze();
-        f.advance(12);
+        f.advance(PREFIX);
         self.body(kind, f).map(Some)
     }
 
@@ -595,13 +608,46 @@ pub(crate) fn check_frames(
     seg_size: usize,
     in_span: &mut bool,
 ) -> Result<bool, ProtocolError> {
-    let end = offset.saturating_add(frames.len());
-    if offset % 8 != 0 || frames.len() < HEADER || end > seg_size {
+    check_frames_with(offset, frames.len(), seg_size, in_span, |i| {
+        u64::from_le_bytes(frames[i..i + HEADER].try_into().expect("8 bytes"))
+    })
+}
+
+/// [`check_frames`] for frames whose first header word is `first` and whose other bytes are
+/// `rest` (read straight into a segment, the first header word kept out until the commit).
+pub(crate) fn check_frames_split(
+    offset: usize,
+    first: u64,
+    rest: &[u8],
+    seg_size: usize,
+    in_span: &mut bool,
+) -> Result<bool, ProtocolError> {
+    check_frames_with(
+        offset,
+        HEADER + rest.len(),
+        seg_size,
+        in_span,
+        |i| match i {
+            0 => first,
+            i => u64::from_le_bytes(rest[i - HEADER..i].try_into().expect("8 bytes")),
+        },
+    )
+}
+
+/// [`check_frames`] over `len` bytes whose 8-byte word at `i` (from the first) is `word(i)`.
+fn check_frames_with(
+    offset: usize,
+    len: usize,
+    seg_size: usize,
+    in_span: &mut bool,
+    word: impl Fn(usize) -> u64,
+) -> Result<bool, ProtocolError> {
+    let end = offset.saturating_add(len);
+    if offset % 8 != 0 || len < HEADER || end > seg_size {
         return Err(ProtocolError::Malformed {
             what: "Buffer",
             detail: format!(
-                "{} bytes at offset {offset} do not fit a segment of {seg_size} bytes",
-                frames.len()
+                "{len} bytes at offset {offset} do not fit a segment of {seg_size} bytes"
             ),
         });
     }
@@ -615,12 +661,12 @@ pub(crate) fn check_frames(
                 detail: format!("a partial frame header at offset {at}"),
             });
         }
-        let i = at - offset;
-        let word = u64::from_le_bytes(frames[i..i + HEADER].try_into().expect("8 bytes"));
-        let f = frame::check(at, word, seg_size, span).map_err(|v| ProtocolError::Frame {
-            field: v.field,
-            expected: v.expected,
-            found: v.found,
+        let f = frame::check(at, word(at - offset), seg_size, span).map_err(|v| {
+            ProtocolError::Frame {
+                field: v.field,
+                expected: v.expected,
+                found: v.found,
+            }
         })?;
         span = frame::span_after(f.kind, span);
         let next = if f.kind == frame::SEAL {

@@ -39,12 +39,31 @@ impl Producer {
         bytes: &[u8],
         ends_segment: bool,
     ) -> Result<std::result::Result<(), Refused>> {
+        if let Err(r) = self.raw_place(at, bytes.len())? {
+            return Ok(Err(r));
+        }
+        // Every byte but the first header word: nothing the consumer can reach before the
+        // Release store of the commit.
+        self.write_bytes(at + HEADER, &bytes[HEADER..]);
+        let first = u64::from_le_bytes(bytes[..HEADER].try_into().expect("8 bytes"));
+        self.raw_commit(at, first, bytes.len(), ends_segment);
+        Ok(Ok(()))
+    }
+
+    /// Makes room for a chunk of `len` bytes at offset `at` (as [`Producer::raw_write`]
+    /// places it: `at == 0` takes a fresh segment, any other offset continues the segment in
+    /// hand where the last chunk ended). Nothing is published: [`Producer::raw_commit`] does.
+    pub(crate) fn raw_place(
+        &mut self,
+        at: usize,
+        len: usize,
+    ) -> Result<std::result::Result<(), Refused>> {
         self.check_gone()?;
         if self.consumer_detached() {
             return Err(self.closed_error());
         }
-        let end = at + bytes.len();
-        if bytes.len() < HEADER || end > self.seg_size || at % 8 != 0 {
+        let end = at + len;
+        if len < HEADER || end > self.seg_size || at % 8 != 0 {
             return Ok(Err(Refused::Shape));
         }
         if at == 0 {
@@ -71,22 +90,49 @@ impl Producer {
                 found: at,
             }));
         }
-        // Every byte but the first header word: nothing the consumer can reach before the
-        // Release store below.
-        self.write_bytes(at + HEADER, &bytes[HEADER..]);
+        Ok(Ok(()))
+    }
+
+    /// The bytes `at + HEADER .. at + len` of the segment in hand, placed by
+    /// [`Producer::raw_place`], for the caller to fill (from a socket) before the commit: in a
+    /// region only this process maps, read by the consumer on this thread alone (a direct
+    /// network end), so nobody reads them before the commit. The first header word stays out:
+    /// the commit stores it.
+    pub(crate) fn raw_slice(&mut self, at: usize, len: usize) -> &mut [u8] {
+        let c = self.cur.expect("placed by raw_place");
+        assert!(c.wpos == at && len >= HEADER && at + len <= self.seg_size);
+        self.shared
+            .tracker
+            .write(c.seg as usize, at + HEADER, len - HEADER);
+        // SAFETY: inside the segment in hand (asserted), whose bytes past the published
+        // frames only this producer writes, and which nothing reads before the commit (the
+        // first header word, outside this slice, still holds 0); the slice borrows `self`
+        // mutably, so no other access of this producer overlaps it.
+        unsafe { std::slice::from_raw_parts_mut(c.base.add(at + HEADER), len - HEADER) }
+    }
+
+    /// Publishes the chunk of `len` bytes placed at `at` (its bytes after the first header
+    /// word written), whose first header word is `first`, as the producer publishes its own
+    /// frames: the word past the end zeroed, then the first header stored with Release.
+    pub(crate) fn raw_commit(&mut self, at: usize, first: u64, len: usize, ends_segment: bool) {
+        let c = self.cur.expect("placed by raw_place");
+        let end = at + len;
+        assert!(c.wpos == at && len >= HEADER && end <= self.seg_size);
         let after = (!ends_segment && end + HEADER <= self.seg_size).then(|| {
             // SAFETY: `end` is 8-aligned (a frame boundary: the caller checked the frames)
             // and `end + 8 <= segment_size` (checked here); the segment is in our hand.
             unsafe { self.shared.word_in(c.base, c.seg, end) }
         });
-        let first = u64::from_le_bytes(bytes[..HEADER].try_into().expect("8 bytes"));
-        // SAFETY: `at` is 8-aligned and `at + 8 <= end <= segment_size` (checked above); the
-        // segment is in our hand.
+        // SAFETY: `at` is 8-aligned and `at + 8 <= end <= segment_size` (checked in
+        // `raw_place` and above); the segment is in our hand.
         let slot = unsafe { self.shared.word_in(c.base, c.seg, at) };
         // The same commit as the producer's own (see `frame::commit`).
         frame::commit(slot, first, after);
         let h = self.shared.header();
-        let (records, payload) = frame::count_records(bytes);
+        // SAFETY: the chunk's bytes, inside the segment (checked above), all written and
+        // published; the consumer only reads them, and nothing writes them again.
+        let chunk = unsafe { std::slice::from_raw_parts(c.base.add(at), len) };
+        let (records, payload) = frame::count_records(chunk);
         self.counters
             .records
             .add(&h.producer_counters.records, records);
@@ -100,7 +146,6 @@ impl Producer {
             c.wpos = end;
         }
         self.notify_consumer();
-        Ok(Ok(()))
     }
 
     /// Asks the channel's gate for `n` more floating segments (the remote sender's backlog).

@@ -198,9 +198,17 @@ impl<S: Segments> Receiving<S> {
     /// Checks a buffer as it arrives (frames, credit, place in the segment), before it is
     /// written or held. True if it ends its segment.
     pub(crate) fn admit(&mut self, offset: usize, frames: &[u8]) -> Result<bool, Stop> {
-        let id = self.id;
         let ends = wire::check_frames(offset, frames, self.seg_size, &mut self.in_span)
             .map_err(|e| Stop::Broken(e.into()))?;
+        self.place(offset, frames.len(), ends)?;
+        Ok(ends)
+    }
+
+    /// Admits `len` bytes of checked frames at `offset` (`ends`: they end their segment):
+    /// spends a credit for a new segment, or checks that they continue the segment being
+    /// received.
+    pub(crate) fn place(&mut self, offset: usize, len: usize, ends: bool) -> Result<(), Stop> {
+        let id = self.id;
         if offset == 0 && self.cont.is_none() {
             if self.credit.outstanding() == 0 {
                 return Err(Stop::Broken(
@@ -215,8 +223,8 @@ impl<S: Segments> Receiving<S> {
         } else if self.cont != Some(offset) {
             return Err(misplaced(id, offset, self.cont.unwrap_or(0)));
         }
-        self.cont = (!ends).then_some(offset + frames.len());
-        Ok(ends)
+        self.cont = (!ends).then_some(offset + len);
+        Ok(())
     }
 
     /// Writes an admitted buffer into the producer's segment; asks the gate for floating
@@ -228,34 +236,42 @@ impl<S: Segments> Receiving<S> {
         frames: &[u8],
         ends: bool,
     ) -> Result<(), Stop> {
-        let id = self.id;
         match self.p.write(offset, frames, ends) {
             Ok(Ok(())) => {}
-            Ok(Err(Refused::NoCredit)) => {
-                return Err(Stop::Broken(
-                    ProtocolError::Credit {
-                        channel: id,
-                        detail: "a segment sent without a free segment to take it".into(),
-                    }
-                    .into(),
-                ))
-            }
-            Ok(Err(Refused::Misplaced { expected, found })) => {
-                return Err(misplaced(id, found, expected))
-            }
-            Ok(Err(Refused::Shape)) => {
-                return Err(Stop::Broken(
-                    ProtocolError::Channel {
-                        channel: id,
-                        detail: "a buffer that does not fit the segment".into(),
-                    }
-                    .into(),
-                ))
-            }
+            Ok(Err(r)) => return Err(self.refused(r)),
             Err(e) => return Err(Stop::Consumer(e)),
         }
+        self.wrote(backlog, frames.len());
+        Ok(())
+    }
+
+    /// Why the producer refused a buffer: the sender broke the protocol.
+    pub(crate) fn refused(&self, r: Refused) -> Stop {
+        let id = self.id;
+        match r {
+            Refused::NoCredit => Stop::Broken(
+                ProtocolError::Credit {
+                    channel: id,
+                    detail: "a segment sent without a free segment to take it".into(),
+                }
+                .into(),
+            ),
+            Refused::Misplaced { expected, found } => misplaced(id, found, expected),
+            Refused::Shape => Stop::Broken(
+                ProtocolError::Channel {
+                    channel: id,
+                    detail: "a buffer that does not fit the segment".into(),
+                }
+                .into(),
+            ),
+        }
+    }
+
+    /// After `len` bytes were written: the sender's backlog, and the floating segments it
+    /// needs.
+    pub(crate) fn wrote(&mut self, backlog: u32, len: usize) {
         self.backlog = (backlog as u64).min(self.segments);
-        self.wire += frames.len() as u64;
+        self.wire += len as u64;
         // Flink's floating buffers: ask the gate for what the backlog needs beyond the credit
         // the sender has or is about to get, and no more than the consumer's cap lets in.
         let free = self.p.free();
@@ -264,7 +280,6 @@ impl<S: Segments> Receiving<S> {
         if short > unmet {
             self.p.ask(short - unmet);
         }
-        Ok(())
     }
 
     /// Puts a priority event in the lane if there is room and nothing waits before it, else

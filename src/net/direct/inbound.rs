@@ -191,6 +191,34 @@ impl In {
         ch.take(input)
     }
 
+    /// A large buffer of `len` bytes for offset `at`, whose first header word is `first`:
+    /// the rest is read from the socket straight into its place in the segment, checked
+    /// there, then published (the first header word stored last, as always).
+    fn take_large(
+        ch: &mut Receiving<Held<Producer>>,
+        reader: &mut Reader,
+        sock: &Sock,
+        at: usize,
+        first: u64,
+        len: usize,
+    ) -> Result<(), Stop> {
+        match ch.p.raw_place(at, len) {
+            Ok(Ok(())) => {}
+            Ok(Err(r)) => return Err(ch.refused(r)),
+            Err(e) => return Err(Stop::Consumer(e)),
+        }
+        let seg_size = ch.seg_size;
+        let mut span = ch.in_span;
+        let dst = ch.p.raw_slice(at, len);
+        reader.read_rest(sock, dst).map_err(Stop::Broken)?;
+        let ends = wire::check_frames_split(at, first, dst, seg_size, &mut span)
+            .map_err(|e| Stop::Broken(e.into()))?;
+        ch.in_span = span;
+        ch.place(at, len, ends)?;
+        ch.p.raw_commit(at, first, len, ends);
+        Ok(())
+    }
+
     fn receive(&mut self, until: Option<Instant>) -> Result<(), Stop> {
         self.release_held()?;
         self.announce()?;
@@ -199,9 +227,26 @@ impl In {
             let Some(ch) = self.ch.as_mut() else {
                 return Ok(());
             };
-            match self.reader.next(&self.sock, wait) {
+            // A large buffer goes straight into its segment, unless it must wait behind a
+            // priority event (then it is held, as it arrived).
+            let large = ch.held.is_empty();
+            match self.reader.next_or_large(&self.sock, wait, large) {
                 Ok(Got::Nothing) => return Ok(()),
                 Ok(Got::Msg(m)) => In::take(ch, m)?,
+                Ok(Got::Large {
+                    channel,
+                    backlog,
+                    offset,
+                    first,
+                    len,
+                }) => {
+                    if channel != ch.id {
+                        return Err(not_open(channel));
+                    }
+                    let at = offset as usize;
+                    In::take_large(ch, &mut self.reader, &self.sock, at, first, len)?;
+                    ch.wrote(backlog, len);
+                }
                 Err(e) => return Err(Stop::Broken(e)),
             }
             // Then what else is already there, without waiting.

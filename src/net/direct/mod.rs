@@ -78,12 +78,12 @@ fn private_pair(geometry: Geometry) -> Result<(Producer, Consumer), SetupError> 
 ///     while let Some(_record) = rx.recv()? {
 ///         n += 1;
 ///     }
-///     Ok::<_, shmflow::Error>(n)
+///     Ok::<_, Box<dyn std::error::Error + Send + Sync>>(n)
 /// });
 /// let mut tx = listener.accept_producer("events", Geometry::default())?;
 /// tx.send(b"hello")?;
 /// tx.close_timeout(std::time::Duration::from_secs(5))?;
-/// assert_eq!(reader.join().unwrap()?, 1);
+/// assert_eq!(reader.join().unwrap().unwrap(), 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]

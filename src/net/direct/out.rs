@@ -113,12 +113,38 @@ impl Out {
     fn run(&mut self, f: impl FnOnce(&mut Out) -> Result<(), LinkError>) -> bool {
         if matches!(self.state, State::Open) {
             if let Err(e) = f(self) {
-                self.fail(e);
+                if let Some(e) = self.last_words(e) {
+                    self.fail(e);
+                }
             }
         }
         let waiting = matches!(self.state, State::Open) && self.backlog();
         // Relaxed: read by the keeper as a hint; this lock orders everything else.
         !self.pending.swap(waiting, Ordering::Relaxed) && waiting
+    }
+
+    /// The connection broke under a write or read: a receiver whose consumer left (or
+    /// failed) said so before it closed, and what it said is still to be read — that is the
+    /// channel's end (`None`: it ended as the receiver said), not the broken connection.
+    fn last_words(&mut self, e: LinkError) -> Option<LinkError> {
+        if !matches!(
+            e,
+            LinkError::Io(_) | LinkError::PeerClosed | LinkError::PeerNotReading { .. }
+        ) {
+            return Some(e);
+        }
+        loop {
+            match self.reader.next(&self.sock, Some(Instant::now())) {
+                Ok(Got::Msg(Peeked::Other(m @ (Msg::Cancel { .. } | Msg::Error { .. })))) => {
+                    return match self.take(m) {
+                        Ok(()) => None,
+                        Err(said) => Some(said),
+                    };
+                }
+                Ok(Got::Msg(Peeked::Other(_))) => {}
+                _ => return Some(e),
+            }
+        }
     }
 
     /// Published data not sent for want of credit (as the last forward left it).
@@ -266,11 +292,13 @@ fn control(got: Got<'_>) -> Result<Option<Msg>, LinkError> {
     match got {
         Got::Nothing => Ok(None),
         Got::Msg(Peeked::Other(m)) => Ok(Some(m)),
-        Got::Msg(Peeked::Buffer { channel, .. }) => Err(ProtocolError::Channel {
-            channel,
-            detail: "Buffer is not something a receiver sends".into(),
+        Got::Msg(Peeked::Buffer { channel, .. }) | Got::Large { channel, .. } => {
+            Err(ProtocolError::Channel {
+                channel,
+                detail: "Buffer is not something a receiver sends".into(),
+            }
+            .into())
         }
-        .into()),
     }
 }
 

@@ -222,9 +222,27 @@ pub(crate) struct Reader {
 /// What [`Reader::next`] found.
 pub(crate) enum Got<'a> {
     Msg(Peeked<'a>),
+    /// The head of a large `Buffer` whose frames have not all arrived: its first header word
+    /// is `first`, and the caller reads the other `len - 8` bytes of frames where they belong
+    /// with [`Reader::read_rest`] (the head was checked as [`Codec`] checks it).
+    Large {
+        channel: u32,
+        backlog: u32,
+        offset: u32,
+        first: u64,
+        len: usize,
+    },
     /// Nothing by the deadline.
     Nothing,
 }
+
+/// Bytes of a `Buffer`'s frames from which [`Reader::next_or_large`] hands the rest to the
+/// caller to read in place, rather than gathering all of it first (and copying it once more).
+pub(crate) const LARGE: usize = 4 << 10;
+
+/// Bytes a read asks for when large buffers are to go straight into their segments: every
+/// control message and small buffer, or the head of a large one.
+const SMALL_READ: usize = 4 << 10;
 
 impl Reader {
     /// A reader for `Buffer`s of up to `max_frames` bytes (0: a side that receives none).
@@ -249,10 +267,26 @@ impl Reader {
         sock: &Sock,
         until: Option<Instant>,
     ) -> Result<Got<'_>, LinkError> {
+        self.next_or_large(sock, until, false)
+    }
+
+    /// As [`Reader::next`]; with `large`, a `Buffer` of at least [`LARGE`] bytes of frames that
+    /// has not all arrived comes as [`Got::Large`].
+    pub(crate) fn next_or_large(
+        &mut self,
+        sock: &Sock,
+        until: Option<Instant>,
+        large: bool,
+    ) -> Result<Got<'_>, LinkError> {
         let started = Instant::now();
         loop {
             if self.whole()? {
                 break;
+            }
+            if large {
+                if let Some(got) = self.large()? {
+                    return Ok(got);
+                }
             }
             if self.lo > 0 {
                 // Move the partial message to the front: the rest lands behind it.
@@ -262,7 +296,11 @@ impl Reader {
             }
             let now = Instant::now();
             let left = until.map(|u| u.saturating_duration_since(now));
-            let dst = &mut self.buf[self.hi..];
+            // Where large buffers go straight into their segments, ask for little at once:
+            // what a read brings beyond the head of a large buffer is copied once more.
+            let ask = if large { SMALL_READ } else { self.buf.len() };
+            let top = (self.hi + ask).min(self.buf.len());
+            let dst = &mut self.buf[self.hi..top];
             let got = if left == Some(Duration::ZERO) {
                 crate::sys::sock::recv_now(sock.stream.as_fd(), dst)
             } else {
@@ -306,6 +344,68 @@ impl Reader {
             (self.lo, self.hi) = (0, 0);
         }
         Ok(Got::Msg(msg))
+    }
+
+    /// The head of a large `Buffer` at the front, taken out (its first frame header word
+    /// with it), if one is there and its frames are not.
+    fn large(&mut self) -> Result<Option<Got<'static>>, LinkError> {
+        use crate::net::wire::{buffer_head, BUFFER_HEAD, K_BUFFER, PREFIX};
+        let at = &self.buf[self.lo..self.hi];
+        let want = PREFIX + BUFFER_HEAD + 8;
+        if at.len() < want {
+            return Ok(None);
+        }
+        let Some((total, kind)) = self.codec.head(at)? else {
+            return Ok(None);
+        };
+        if kind != K_BUFFER || total < want || total - PREFIX - BUFFER_HEAD < LARGE {
+            return Ok(None);
+        }
+        let (channel, backlog, offset) = buffer_head(&at[PREFIX..want])?;
+        let first = u64::from_le_bytes(at[want - 8..want].try_into().expect("8 bytes"));
+        self.lo += want;
+        Ok(Some(Got::Large {
+            channel,
+            backlog,
+            offset,
+            first,
+            len: total - PREFIX - BUFFER_HEAD,
+        }))
+    }
+
+    /// After [`Got::Large`]: fills `dst` (the rest of its frames) with what is buffered, then
+    /// straight from the socket. A peer silent for `dead_after` is `PeerSilent`.
+    pub(crate) fn read_rest(&mut self, sock: &Sock, dst: &mut [u8]) -> Result<(), LinkError> {
+        let have = (self.hi - self.lo).min(dst.len());
+        dst[..have].copy_from_slice(&self.buf[self.lo..self.lo + have]);
+        self.lo += have;
+        if self.lo == self.hi {
+            (self.lo, self.hi) = (0, 0);
+        }
+        let mut at = have;
+        if at < dst.len() && self.timeout != Some(self.dead_after) {
+            sock.stream.set_read_timeout(Some(self.dead_after))?;
+            self.timeout = Some(self.dead_after);
+        }
+        while at < dst.len() {
+            match (&sock.stream).read(&mut dst[at..]) {
+                Ok(0) => return Err(LinkError::PeerClosed),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(LinkError::PeerSilent {
+                        silent_for: self.dead_after,
+                    })
+                }
+                Err(e) => return Err(LinkError::io(e)),
+            }
+        }
+        Ok(())
     }
 
     /// True if a whole message is in the buffer (checked as far as its head goes).
