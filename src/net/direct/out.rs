@@ -136,10 +136,7 @@ impl Out {
         loop {
             match self.reader.next(&self.sock, Some(Instant::now())) {
                 Ok(Got::Msg(Peeked::Other(m @ (Msg::Cancel { .. } | Msg::Error { .. })))) => {
-                    return match self.take(m) {
-                        Ok(()) => None,
-                        Err(said) => Some(said),
-                    };
+                    return self.take(m).err();
                 }
                 Ok(Got::Msg(Peeked::Other(_))) => {}
                 _ => return Some(e),
