@@ -384,3 +384,34 @@ fn a_wrong_name_waits_for_the_right_one_and_a_wrong_size_is_an_error() {
     assert!(l.accept_producer("chan", bad).is_err());
     assert!(connect_consumer(addr, "chan", bad, Config::default()).is_err());
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn async_calls_on_direct_ends_wait_for_the_socket() {
+    // One thread runs both ends' tasks: every wait must give the thread back.
+    let (l, addr) = listener();
+    let g = small();
+    let accept = tokio::task::spawn_blocking(move || l.accept_producer("a", g).unwrap());
+    let mut rx = tokio::task::spawn_blocking(move || {
+        connect_consumer(addr, "a", g, Config::default()).unwrap()
+    })
+    .await
+    .unwrap();
+    let mut tx = accept.await.unwrap();
+    let n = 20_000u64;
+    let writer = tokio::spawn(async move {
+        for i in 0..n {
+            // Four segments of credit: the producer waits for credit many times.
+            tx.send_async(&i.to_le_bytes()).await.unwrap();
+        }
+        tx
+    });
+    let mut got = 0u64;
+    while got < n {
+        let r = rx.recv_async().await.unwrap().unwrap();
+        assert_eq!(r.as_bytes().unwrap(), &got.to_le_bytes());
+        got += 1;
+    }
+    let tx = writer.await.unwrap();
+    drop(tx);
+    assert!(rx.recv_async().await.unwrap().is_none());
+}

@@ -33,9 +33,15 @@ pub(crate) trait Outbound: Send {
     /// wire.
     fn drain(&mut self, until: Option<Instant>) -> bool;
 
-    /// After [`drain`](Outbound::drain): waits until the peer's consumer has handed back
-    /// every segment it was sent (its credit says so), or `until`.
+    /// After [`drain`](Outbound::drain): waits until the peer has everything and ended its
+    /// side of the connection, or `until`.
     fn settle(&mut self, until: Instant) -> Settled;
+
+    /// For an async wait: `Ready` once the socket has something to read (then
+    /// [`wait`](Outbound::wait) with `Some(now)` takes it), `Pending` with `cx` woken when it
+    /// has. Needs a tokio runtime with I/O enabled (as every async wait does).
+    #[cfg(feature = "tokio")]
+    fn poll_readable(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()>;
 }
 
 /// How the peer's consumer stands once the stream ended on a direct sending end.
@@ -60,4 +66,8 @@ pub(crate) trait Inbound: Send {
     /// producer the way a bridge would (lost, failed or closed), so that the consumer reads
     /// what arrived and then the end.
     fn fill(&mut self, until: Option<Instant>);
+
+    /// For an async wait: as [`Outbound::poll_readable`].
+    #[cfg(feature = "tokio")]
+    fn poll_readable(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()>;
 }

@@ -22,6 +22,28 @@ impl Consumer {
         pace: park::Pace,
         mut look: impl FnMut(&mut Consumer, Look) -> Result<Option<T>, RecvError>,
     ) -> Result<T, RecvError> {
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if self.link.is_some() {
+            // A direct network end: between looks, what arrived is read into the region as
+            // the socket becomes readable.
+            let _ = (wait, pace);
+            return std::future::poll_fn(|cx| loop {
+                if let Some(t) = look(self, Look::IfDue)? {
+                    return std::task::Poll::Ready(Ok(t));
+                }
+                let Some(l) = &mut self.link else {
+                    continue;
+                };
+                l.fill(Some(std::time::Instant::now()));
+                if let Some(t) = look(self, Look::Quick)? {
+                    return std::task::Poll::Ready(Ok(t));
+                }
+                if let Some(l) = &mut self.link {
+                    std::task::ready!(l.poll_readable(cx));
+                }
+            })
+            .await;
+        }
         let shared = self.shared.clone();
         // Boxed: the waiting state is large and needed only here, so that the calls that
         // find their work done at once stay small futures.

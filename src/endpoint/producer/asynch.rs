@@ -30,6 +30,27 @@ impl Producer {
             &h.producer_counters.blocked_since_ns,
             &h.producer_counters.backpressured_ns,
         );
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if self.link.is_some() {
+            // A direct network end: between looks, what the peer sent (credit) is read as
+            // the socket becomes readable.
+            return std::future::poll_fn(|cx| loop {
+                if let Some(t) = poll(self, Look::IfDue)? {
+                    return std::task::Poll::Ready(Ok(t));
+                }
+                let Some(l) = &mut self.link else {
+                    continue;
+                };
+                l.wait(Some(std::time::Instant::now()));
+                if let Some(t) = poll(self, Look::Quick)? {
+                    return std::task::Poll::Ready(Ok(t));
+                }
+                if let Some(l) = &mut self.link {
+                    std::task::ready!(l.poll_readable(cx));
+                }
+            })
+            .await;
+        }
         // Boxed: the waiting state is large and needed only here, so that the calls that
         // find their work done at once stay small futures.
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.

@@ -9,7 +9,7 @@ use crate::endpoint::producer::Producer;
 use crate::endpoint::remote::Inbound;
 use crate::error::Halt;
 use crate::net::client::receiving::{Entry, In as Input, Last, Receiving, Segments, Stop, Waiting};
-use crate::net::direct::sock::{Got, Keeper, Reader, Sock};
+use crate::net::direct::sock::{Got, Keeper, Reader, Readiness, Sock};
 use crate::net::error::{LinkError, ProtocolError, PRIORITY_UNREAD};
 use crate::net::link::Held;
 use crate::net::wire::{self, Closed, Msg, Peeked};
@@ -21,6 +21,7 @@ pub(crate) struct In {
     sock: Arc<Sock>,
     reader: Reader,
     keeper: Keeper,
+    ready: Readiness,
 }
 
 impl In {
@@ -45,6 +46,7 @@ impl In {
             sock,
             reader,
             keeper,
+            ready: Readiness::default(),
         })
     }
 
@@ -270,6 +272,10 @@ impl Inbound for In {
         if let Err(why) = self.receive(until) {
             self.stop(why);
         }
+    }
+
+    fn poll_readable(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.ready.poll(&self.sock, cx)
     }
 }
 

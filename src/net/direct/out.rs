@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
 use crate::endpoint::consumer::Consumer;
 use crate::endpoint::remote::{Outbound, Settled};
-use crate::net::direct::sock::{Chore, Got, Keeper, Reader, Sock};
+use crate::net::direct::sock::{Chore, Got, Keeper, Reader, Readiness, Sock};
 use crate::net::error::{LinkError, ProtocolError};
 use crate::net::link::Lose;
 use crate::net::wire::{self, Closed, Msg, Peeked};
@@ -55,6 +55,8 @@ struct Out {
 pub(crate) struct Direct {
     out: Arc<Mutex<Out>>,
     keeper: Keeper,
+    sock: Arc<Sock>,
+    ready: Readiness,
 }
 
 impl Direct {
@@ -85,8 +87,13 @@ impl Direct {
             let mut o = o.lock().unwrap_or_else(|p| p.into_inner());
             o.run(|o| o.receive(Some(Instant::now())));
         });
-        let keeper = Keeper::start(sock, heartbeat, pending, Some(chore))?;
-        Ok(Direct { out, keeper })
+        let keeper = Keeper::start(sock.clone(), heartbeat, pending, Some(chore))?;
+        Ok(Direct {
+            out,
+            keeper,
+            sock,
+            ready: Readiness::default(),
+        })
     }
 
     /// Runs `f` on the state; wakes the keeper if segments now wait for credit, stops it once
@@ -327,6 +334,10 @@ impl Outbound for Direct {
     fn settle(&mut self, until: Instant) -> Settled {
         let mut o = self.out.lock().unwrap_or_else(|p| p.into_inner());
         o.settle(until)
+    }
+
+    fn poll_readable(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.ready.poll(&self.sock, cx)
     }
 }
 

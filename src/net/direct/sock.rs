@@ -204,6 +204,48 @@ impl Drop for Keeper {
     }
 }
 
+/// Readiness of a direct end's socket in the tokio reactor, for its async waits (registered
+/// at the first).
+#[derive(Default)]
+pub(crate) struct Readiness(Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>);
+
+impl Readiness {
+    /// `Ready` once the socket has something to read (or failed: the read that follows says
+    /// so); the readiness is cleared first, so that the next call waits for more.
+    pub(crate) fn poll(
+        &mut self,
+        sock: &Sock,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        use std::task::Poll;
+        if self.0.is_none() {
+            let fd = match sock.stream.as_fd().try_clone_to_owned() {
+                Ok(fd) => fd,
+                // The read that follows reports what is wrong.
+                Err(_) => return Poll::Ready(()),
+            };
+            // SAFETY: the `OwnedFd` is owned by the `AsyncFd` for its whole life, open, and
+            // always gives the same number (a copy of the socket's descriptor).
+            let registered = unsafe {
+                tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+            };
+            match registered {
+                Ok(a) => self.0 = Some(a),
+                Err(_) => return Poll::Ready(()),
+            }
+        }
+        let a = self.0.as_ref().expect("registered above");
+        match a.poll_read_ready(cx) {
+            Poll::Ready(Ok(mut g)) => {
+                g.clear_ready();
+                Poll::Ready(())
+            }
+            Poll::Ready(Err(_)) => Poll::Ready(()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 /// Bytes a read asks the socket for at once (more for larger segments: a whole `Buffer`).
 const READ_CHUNK: usize = 256 << 10;
 
