@@ -42,7 +42,7 @@ FIRST = struct.pack("<II", 4096 - 8, 0x53460002) + b"\x11" * (4096 - 8)
 LAST = struct.pack("<II", 100, 0x53460004) + b"\x22" * 100 + b"\0" * 4
 
 seeds = {
-    # Even first byte: a client reads these as the server's answer.
+    # First byte 0 (mod 4): a client reads these as the server's answer.
     "client-records": b"\0" + buffer(0, 1, 0, whole(b"hello") + whole(b"")) +
     buffer(0, 0, 24, whole(b"x" * 40) + SEAL) + frame(4, struct.pack("<II", 0, 0)),
     "client-span": b"\0" + buffer(1, 2, 0, FIRST) + buffer(1, 0, 0, LAST + SEAL) +
@@ -52,10 +52,21 @@ seeds = {
     buffer(0, 0, 0, whole(b"a") + barrier(4, 900, 2**64 - 1) + whole(b"b") +
            barrier(5, 1000, 0, b"u")) + announce(0, 6, 2000, 50_000_000) +
     buffer(0, 0, 120, barrier(6, 2000, 50_000_000)) + frame(4, struct.pack("<II", 0, 0)),
-    # Odd first byte: a server reads these as a client's requests.
+    # 1: a server reads these as a client's requests.
     "server-request": b"\1" + request(0, 2, 4096, "a") + frame(3, struct.pack("<II", 0, 3)) +
     frame(7, b"") + frame(5, struct.pack("<I", 0)),
     "server-unknown": b"\1" + request(3, 1, 4096, "nope") + request(4, 1, 8192, "a"),
+    # 2: a direct consumer reads these as its sender's messages (one large buffer goes
+    # straight into its segment).
+    "direct-records": b"\2" + buffer(0, 1, 0, whole(b"hello") + whole(b"")) +
+    buffer(0, 0, 24, whole(b"x" * 5000) + SEAL) + frame(8, struct.pack("<II", 0, 9) + b"p") +
+    frame(4, struct.pack("<II", 0, 0)),
+    "direct-span": b"\2" + buffer(0, 2, 0, FIRST) + buffer(0, 0, 0, LAST + SEAL) +
+    announce(0, 5, 1000, 0) + frame(4, struct.pack("<II", 0, 1)),
+    # 3: a direct producer reads these as its receiver's request and credits.
+    "direct-request": b"\3" + request(0, 2, 4096, "a") + frame(3, struct.pack("<II", 0, 3)) +
+    frame(7, b"") + frame(5, struct.pack("<I", 0)),
+    "direct-flood": b"\3" + request(0, 1, 4096, "a") + frame(3, struct.pack("<II", 0, 2**31)),
 }
 
 os.makedirs("corpus/wire", exist_ok=True)

@@ -415,3 +415,134 @@ async fn async_calls_on_direct_ends_wait_for_the_socket() {
     drop(tx);
     assert!(rx.recv_async().await.unwrap().is_none());
 }
+
+/// A peer on loopback that sends `bytes`, ends its side, and reads until the other side
+/// closes (bounded).
+fn raw_peer(mut s: std::net::TcpStream, bytes: Vec<u8>) -> std::thread::JoinHandle<()> {
+    use std::io::{Read, Write};
+    std::thread::spawn(move || {
+        let _ = s.write_all(&bytes);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut sink = [0u8; 4096];
+        while let Ok(n) = s.read(&mut sink) {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+}
+
+fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut f = (8 + body.len() as u32).to_le_bytes().to_vec();
+    f.extend_from_slice(&0x5346_4E54u32.to_le_bytes());
+    f.extend_from_slice(&[1, kind, 0, 0]);
+    f.extend_from_slice(body);
+    f
+}
+
+fn words(ws: &[u32]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// Whole frames of a record each, as a segment holds them.
+fn whole(payload: &[u8]) -> Vec<u8> {
+    let mut f = words(&[payload.len() as u32, 0x5346_0001]);
+    f.extend_from_slice(payload);
+    f.resize(f.len().div_ceil(8) * 8, 0);
+    f
+}
+
+#[test]
+fn mutated_messages_end_a_direct_end_cleanly_or_with_an_error_never_a_panic_or_a_hang() {
+    let cfg = || Config::default().heartbeat(Duration::from_millis(20), Duration::from_millis(60));
+    // Well-formed exchanges, then mutated copies of them.
+    let mut big = words(&[0, 1, 0, 0]);
+    // Past the size from which a buffer is read straight into its segment.
+    big.extend_from_slice(&whole(&[9u8; 10_000]));
+    let big_geometry = Geometry {
+        segment_size: 16384,
+        segment_count: 4,
+    };
+    let mut to_consumer = frame(
+        2,
+        &[words(&[0, 1, 0, 0]), whole(b"hello"), whole(b"")].concat(),
+    );
+    to_consumer.extend_from_slice(&frame(
+        2,
+        &[words(&[0, 0, 24, 0]), whole(&[7u8; 40])].concat(),
+    ));
+    to_consumer.extend_from_slice(&frame(8, &[words(&[0, 9]), b"p".to_vec()].concat()));
+    to_consumer.extend_from_slice(&frame(4, &words(&[0, 0])));
+    let mut to_producer = frame(1, &[words(&[0, 2, 4096]), vec![1, 0, b'a']].concat());
+    to_producer.extend_from_slice(&frame(3, &words(&[0, 3])));
+    to_producer.extend_from_slice(&frame(7, &[]));
+    to_producer.extend_from_slice(&frame(5, &words(&[0])));
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..60 {
+        let consumer_side = round % 2 == 0;
+        let mut bytes = if consumer_side {
+            to_consumer.clone()
+        } else {
+            to_producer.clone()
+        };
+        let large = round % 4 == 0;
+        if large {
+            bytes = frame(2, &big);
+        }
+        // Flip a few bytes past the first frame head (round 0 and 1 stay well-formed).
+        for _ in 0..(round / 2).min(6) {
+            let at = (next() as usize) % bytes.len();
+            bytes[at] ^= (next() as u8) | 1;
+        }
+        let start = Instant::now();
+        if consumer_side {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let peer = std::thread::spawn(move || {
+                let (s, _) = l.accept().unwrap();
+                raw_peer(s, bytes).join().unwrap();
+            });
+            let g = if large { big_geometry } else { small() };
+            let mut rx = connect_consumer(addr, "a", g, cfg()).unwrap();
+            let mut n = 0;
+            while let Ok(Some(r)) = rx.recv() {
+                let v = r.to_vec();
+                if round == 0 {
+                    assert_eq!(v.unwrap(), vec![9u8; 10_000]);
+                }
+                n += 1;
+            }
+            let whole_input = if large { 1 } else { 3 };
+            assert!(round > 1 || n == whole_input, "round {round}: {n} records");
+            drop(rx);
+            peer.join().unwrap();
+        } else {
+            let l = Listener::bind("127.0.0.1:0".parse().unwrap(), cfg()).unwrap();
+            let addr = l.local_addr().unwrap();
+            let peer = raw_peer(std::net::TcpStream::connect(addr).unwrap(), bytes);
+            let got = l.accept_producer_timeout("a", small(), Duration::from_millis(300));
+            if let Ok(mut tx) = got {
+                for i in 0..64u64 {
+                    if tx
+                        .send_timeout(&i.to_le_bytes().repeat(100), Duration::from_millis(50))
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+                let _ = tx.close_timeout(Duration::from_millis(300));
+            } else {
+                assert!(round > 1, "round {round}: {got:?}");
+            }
+            peer.join().unwrap();
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "round {round}");
+    }
+}

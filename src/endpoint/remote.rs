@@ -28,6 +28,9 @@ pub(crate) trait Outbound: Send {
     /// looks without waiting.
     fn wait(&mut self, until: Option<Instant>);
 
+    /// True while published segments wait for credit (the link is open).
+    fn waiting(&self) -> bool;
+
     /// The stream ended (its end is published): forwards the rest and the end, waiting for
     /// credit as long as the peer is alive, or until `until`. True once the end is on the
     /// wire.

@@ -288,7 +288,19 @@ impl Producer {
             // (An abort notice is not held back by the cap.)
             self.free_async(1, Bound::Free).await?;
         }
-        self.flush_inner()
+        self.flush_inner()?;
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if self.link.as_ref().is_some_and(|l| l.waiting()) {
+            self.wait_async(|p, _| {
+                let waiting = p.link.as_ref().is_some_and(|l| l.waiting());
+                if !waiting && p.consumer_detached() {
+                    return Err(p.closed_error());
+                }
+                Ok((!waiting).then_some(()))
+            })
+            .await?;
+        }
+        Ok(())
     }
 }
 

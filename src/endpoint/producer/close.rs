@@ -11,6 +11,8 @@ use crate::region::os::Host;
 
 impl Producer {
     /// Makes every record sent so far visible to the consumer and wakes it if it is parked.
+    /// A direct network end (`net::Listener::accept_producer`, feature `net`) returns
+    /// once every record is on the wire, waiting for credit if it must.
     ///
     /// # Errors
     /// [`SendError::Closed`] if the consumer has detached, [`SendError::PeerDead`] once its
@@ -32,6 +34,18 @@ impl Producer {
             }
         }
         self.publish();
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if self.link.as_ref().is_some_and(|l| l.waiting()) {
+            // A direct network end: everything goes on the wire first, credit permitting.
+            use crate::protocol::park::Forever;
+            self.wait_producer::<Forever, _, SendError>(Forever, |p, _| {
+                Ok((!p.link.as_ref().is_some_and(|l| l.waiting())).then_some(()))
+            })
+            .map_err(|h| match h {
+                Halt::Failed(e) => e,
+                Halt::Expired(never) => match never {},
+            })?;
+        }
         if self.consumer_detached() {
             self.gone = true;
             return Err(self.closed_error());
@@ -84,6 +98,10 @@ impl Producer {
     ///
     /// Whatever it returns, the stream is ended, and what was published stays readable: a
     /// named channel that no consumer opened keeps its name for one that opens it later.
+    ///
+    /// A direct network end (`net::Listener::accept_producer`, feature `net`) sends the rest
+    /// and the end (waiting for credit until `deadline`), then waits until the receiver has
+    /// everything and ends its side of the connection.
     ///
     /// # Errors
     /// - [`CloseError::NotOpened`]: no consumer attached before the deadline;

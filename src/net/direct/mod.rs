@@ -27,6 +27,7 @@
 //! [`FlushPolicy::Explicit`]: crate::FlushPolicy::Explicit
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::time::Instant;
 
 use crate::endpoint::consumer::Consumer;
@@ -131,10 +132,50 @@ impl Listener {
     ///   for `name` has segments of another size (it is told so too);
     /// - [`SetupError::Io`] if accepting fails.
     pub fn accept_producer(&self, name: &str, geometry: Geometry) -> Result<Producer, SetupError> {
+        self.accept_until(name, geometry, None)
+    }
+
+    /// [`accept_producer`](Listener::accept_producer), waiting at most `timeout` for the
+    /// receiver.
+    ///
+    /// # Errors
+    /// As [`accept_producer`](Listener::accept_producer), and [`SetupError::Io`] with
+    /// [`std::io::ErrorKind::TimedOut`] if no receiver asked for `name` in time.
+    pub fn accept_producer_timeout(
+        &self,
+        name: &str,
+        geometry: Geometry,
+        timeout: std::time::Duration,
+    ) -> Result<Producer, SetupError> {
+        self.accept_until(name, geometry, Some(Instant::now() + timeout))
+    }
+
+    fn accept_until(
+        &self,
+        name: &str,
+        geometry: Geometry,
+        until: Option<Instant>,
+    ) -> Result<Producer, SetupError> {
         check_name(name)?;
         // The region first: a geometry it cannot have fails here, before any peer is met.
         let (mut p, c) = private_pair(geometry)?;
         loop {
+            if let Some(u) = until {
+                let left = u.saturating_duration_since(Instant::now());
+                let ready = !left.is_zero()
+                    && crate::sys::sock::wait_readable(self.listener.as_fd(), left).map_err(
+                        |e| SetupError::Io {
+                            context: "waiting for a receiver".into(),
+                            source: e,
+                        },
+                    )?;
+                if !ready {
+                    return Err(SetupError::Io {
+                        context: format!("waiting for a receiver of {name:?}"),
+                        source: std::io::ErrorKind::TimedOut.into(),
+                    });
+                }
+            }
             let (stream, peer) = self.listener.accept().map_err(|e| SetupError::Io {
                 context: "accepting a receiver".into(),
                 source: e,

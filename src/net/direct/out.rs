@@ -311,6 +311,11 @@ impl Outbound for Direct {
         self.with(Out::forward);
     }
 
+    fn waiting(&self) -> bool {
+        let mut o = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        matches!(o.state, State::Open) && o.backlog()
+    }
+
     fn wait(&mut self, until: Option<Instant>) {
         self.with(|o| o.receive(until));
     }
