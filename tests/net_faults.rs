@@ -226,6 +226,95 @@ fn receiving_process_killed_blocked_producer_gets_peer_dead() {
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
 
+#[test]
+fn direct_sending_process_killed_consumer_gets_an_intact_prefix_then_peer_dead() {
+    if role().as_deref() == Some("sender") {
+        // A direct producer: the sending process is the one that writes to the socket.
+        let l = shmflow::net::Listener::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+            .unwrap();
+        println!("port {}", l.local_addr().unwrap().port());
+        std::io::stdout().flush().unwrap();
+        let tx = l.accept_producer("c", geometry()).unwrap();
+        write_until_error(tx);
+        std::process::exit(0);
+    }
+    let mut child = spawn_role(
+        "direct_sending_process_killed_consumer_gets_an_intact_prefix_then_peer_dead",
+        "sender",
+        &[],
+    );
+    let port: u16 = read_line(&mut child, "port").parse().unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut rx = shmflow::net::connect_consumer(addr, "c", geometry(), Config::default()).unwrap();
+    let (got, first) = read_prefix_n(&mut rx, 2000);
+    assert_eq!(got, 2000, "{first:?}");
+    sigkill(&mut child);
+    let killed = Instant::now();
+    let rest = read_prefix(&mut rx, got);
+    let took = killed.elapsed();
+    let e = rest.1.expect_err("the stream cannot end cleanly");
+    expect_remote_dead(&e);
+    println!(
+        "direct sender killed after {got} records: {} records in all, then PeerDead after {took:?}",
+        rest.0
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+/// Reads `n` records in order (or until an error).
+fn read_prefix_n(rx: &mut Consumer, n: u64) -> (u64, Option<Error>) {
+    let mut scratch = Vec::new();
+    for seq in 0..n {
+        match rx.recv() {
+            Ok(Some(r)) => {
+                let v = r.to_vec().unwrap();
+                check_record(seq, len_of(seq), &v, &mut scratch).unwrap();
+            }
+            Ok(None) => return (seq, None),
+            Err(e) => return (seq, Some(e.into())),
+        }
+    }
+    (n, None)
+}
+
+#[test]
+fn direct_receiving_process_killed_producer_gets_peer_dead() {
+    if role().as_deref() == Some("receiver") {
+        let port: u16 = std::env::var("PORT").unwrap().parse().unwrap();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut rx =
+            shmflow::net::connect_consumer(addr, "c", geometry(), Config::default()).unwrap();
+        println!("connected");
+        std::io::stdout().flush().unwrap();
+        // A slow reader: the sender soon has no credit.
+        while let Ok(Some(_)) = rx.recv() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::process::exit(0);
+    }
+    let l =
+        shmflow::net::Listener::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut child = spawn_role(
+        "direct_receiving_process_killed_producer_gets_peer_dead",
+        "receiver",
+        &[("PORT", port.to_string())],
+    );
+    let tx = l.accept_producer("c", geometry()).unwrap();
+    read_line(&mut child, "connected");
+    let writer = std::thread::spawn(move || write_until_error(tx));
+    std::thread::sleep(Duration::from_millis(300));
+    sigkill(&mut child);
+    let killed = Instant::now();
+    let (sent, e) = writer.join().unwrap();
+    let took = killed.elapsed();
+    expect_remote_dead(&e);
+    println!(
+        "direct receiver killed: the producer's send failed after {took:?}, {sent} records sent"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
 // ----- cut and stalled connections ----------------------------------------------------------
 
 /// Copies `r` to `w` until end of stream, or, once `stall` is cancelled, stops copying and
