@@ -200,6 +200,14 @@ fn a_slow_consumer_blocks_the_remote_producer_and_a_priority_event_overtakes() {
         );
         assert!(sent >= 4 * 4, "{kind:?}: sent only {sent}");
         assert!(tx.metrics().backpressured_ns > 0);
+        if kind != Kind::BridgeToDirect {
+            // What `metrics().link` shows of a direct sending end: no credit left, the
+            // receiver's four segments' worth on the wire.
+            let link = tx.metrics().link.expect("the sending end's figures");
+            assert!(link.sending, "{link:?}");
+            assert_eq!(link.credit, 0, "{kind:?}: {link:?}");
+            assert!(link.wire_bytes >= 4 * 4000, "{kind:?}: {link:?}");
+        }
         // A priority event overtakes the records that wait for credit.
         tx.send_priority_event(5, b"urgent").unwrap();
         // Time to cross (a bridge puts it in its local lane when it arrives; without the

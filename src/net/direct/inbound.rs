@@ -111,6 +111,7 @@ impl In {
                 .map_err(Stop::Broken)?;
             ch.credit.announced += add;
         }
+        ch.p.raw_figures(ch.credit.outstanding(), ch.backlog, ch.wire);
         Ok(())
     }
 

@@ -49,6 +49,10 @@ struct Out {
     pending: Arc<AtomicBool>,
     /// The last forward stopped for want of credit.
     waiting: bool,
+    /// Bytes of frames sent.
+    wire: u64,
+    /// The backlog sent with the last buffer.
+    backlog: u64,
 }
 
 /// A direct sending end, as its producer holds it.
@@ -79,6 +83,8 @@ impl Direct {
             state: State::Open,
             pending: pending.clone(),
             waiting: false,
+            wire: 0,
+            backlog: 0,
         }));
         let o = out.clone();
         let chore: Chore = Box::new(move || {
@@ -199,10 +205,11 @@ impl Out {
                         self.credit -= 1;
                         self.started += 1;
                     }
-                    let backlog = c.raw_backlog().map_err(LinkError::local)?;
-                    let backlog = u32::try_from(backlog).unwrap_or(u32::MAX);
-                    self.sock
-                        .send_buffer(self.id, backlog, ch.at as u32, c.raw_bytes(&ch))?;
+                    self.backlog = c.raw_backlog().map_err(LinkError::local)?;
+                    let backlog = u32::try_from(self.backlog).unwrap_or(u32::MAX);
+                    let frames = c.raw_bytes(&ch);
+                    self.wire += frames.len() as u64;
+                    self.sock.send_buffer(self.id, backlog, ch.at as u32, frames)?;
                     c.raw_done(ch).map_err(LinkError::local)?;
                 }
                 RawPoll::NeedCredit => {
@@ -278,6 +285,11 @@ impl Out {
 
     /// Reads what the receiver sent (waiting until `until`), then forwards.
     fn receive(&mut self, until: Option<Instant>) -> Result<(), LinkError> {
+        if let Some(c) = &self.c {
+            // What `metrics().link` shows, at each wait (the sender's in-flight bytes are
+            // the bridge's business: here they are the socket's).
+            c.raw_figures(self.credit, self.backlog, 0, self.wire);
+        }
         let mut wait = until;
         loop {
             let Some(m) = control(self.reader.next(&self.sock, wait)?)? else {
