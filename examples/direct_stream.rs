@@ -1,43 +1,59 @@
-//! Streams records of a given size between two direct network ends over loopback for a few
-//! seconds (a sender thread and a reader thread) and prints the rate: for profiling the
-//! direct ends (`perf record -g target/release/examples/direct_stream 65536 3`).
+//! Streams records between two direct network ends over loopback for a few seconds (a sender
+//! thread and a reader thread, no bridge) and prints the rate: for profiling the direct ends.
 //!
-//! Usage: `direct_stream [record bytes] [seconds] [explicit]`
+//! ```text
+//! cargo build --release --features net --example direct_stream
+//! perf record -g target/release/examples/direct_stream --len 65536 --secs 3
+//! ```
+
+#[path = "support/args.rs"]
+mod args;
 
 use std::time::{Duration, Instant};
 
 use shmflow::net::{connect_consumer, Config, Listener};
 use shmflow::{FlushPolicy, Geometry};
 
+const USAGE: &str = "usage: direct_stream [--len BYTES] [--secs S] [--policy P]
+
+  --len BYTES   record size (default 65536)
+  --secs S      how long to send (default 3)
+  --policy P    every (default: each record as it is sent), explicit (whole segments),
+                or a buffer timeout in microseconds";
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let len: usize = args.next().map_or(Ok(65536), |a| a.parse())?;
-    let secs: f64 = args.next().map_or(Ok(3.0), |a| a.parse())?;
-    let explicit = args.next().is_some_and(|a| a == "explicit");
+    let a = args::parse(USAGE, &["--len", "--secs", "--policy"], &[], 0);
+    let len: usize = a.num("--len", 65536);
+    let secs: f64 = a.num("--secs", 3.0);
+    let policy = match a.get("--policy") {
+        None | Some("every") => FlushPolicy::EveryRecord,
+        Some("explicit") => FlushPolicy::Explicit,
+        Some(us) => match us.parse() {
+            Ok(us) => FlushPolicy::Timeout(Duration::from_micros(us)),
+            Err(_) => a.fail(&format!("unknown policy {us:?}")),
+        },
+    };
     let l = Listener::bind("127.0.0.1:0".parse()?, Config::default())?;
     let addr = l.local_addr()?;
-    let reader = std::thread::spawn(
-        move || -> Result<(u64, u64), Box<dyn std::error::Error + Send + Sync>> {
-            let mut rx = connect_consumer(addr, "s", Geometry::default(), Config::default())?;
-            let (mut n, mut bytes) = (0u64, 0u64);
-            while let Some(mut r) = rx.recv()? {
-                match r.as_bytes() {
-                    Some(b) => bytes += b.len() as u64,
-                    None => {
-                        while let Some(p) = r.next_part()? {
-                            bytes += p.len() as u64;
-                        }
+    type Counted = Result<(u64, u64), Box<dyn std::error::Error + Send + Sync>>;
+    let reader = std::thread::spawn(move || -> Counted {
+        let mut rx = connect_consumer(addr, "s", Geometry::default(), Config::default())?;
+        let (mut n, mut bytes) = (0u64, 0u64);
+        while let Some(mut r) = rx.recv()? {
+            match r.as_bytes() {
+                Some(b) => bytes += b.len() as u64,
+                None => {
+                    while let Some(p) = r.next_part()? {
+                        bytes += p.len() as u64;
                     }
                 }
-                n += 1;
             }
-            Ok((n, bytes))
-        },
-    );
+            n += 1;
+        }
+        Ok((n, bytes))
+    });
     let mut tx = l.accept_producer("s", Geometry::default())?;
-    if explicit {
-        tx.set_flush_policy(FlushPolicy::Explicit);
-    }
+    tx.set_flush_policy(policy);
     let rec = vec![7u8; len];
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs_f64(secs) {
@@ -46,7 +62,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     tx.close_timeout(Duration::from_secs(30))?;
-    let (n, bytes) = reader.join().expect("reader").map_err(|e| e.to_string())?;
+    let (n, bytes) = reader
+        .join()
+        .expect("the reader thread")
+        .map_err(|e| e.to_string())?;
     let s = start.elapsed().as_secs_f64();
     println!(
         "{n} records, {:.3} GB/s, {:.1} M records/s",

@@ -110,7 +110,11 @@ fn record(i: u64) -> Vec<u8> {
 #[test]
 fn records_events_and_spanning_records_arrive_in_order() {
     for kind in KINDS {
-        for policy in [FlushPolicy::EveryRecord, FlushPolicy::Explicit] {
+        for policy in [
+            FlushPolicy::EveryRecord,
+            FlushPolicy::Explicit,
+            FlushPolicy::Timeout(Duration::from_millis(1)),
+        ] {
             let (mut tx, mut rx, bridge) = remote_pair(kind, small());
             let n = 3000u64;
             let reader = std::thread::spawn(move || {
@@ -171,6 +175,29 @@ fn a_record_sent_is_on_its_way_when_send_returns() {
         assert!(pong.recv().unwrap().is_none());
         echo.join().unwrap();
         for b in [b1, b2].into_iter().flatten() {
+            b.join().unwrap();
+        }
+    }
+}
+
+#[test]
+fn under_a_timeout_policy_a_record_goes_out_within_the_interval_with_no_further_call() {
+    for kind in [Kind::Direct, Kind::DirectToBridge] {
+        let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+        tx.set_flush_policy(FlushPolicy::Timeout(Duration::from_millis(5)));
+        for i in 0..3u64 {
+            tx.send_pod(&i).unwrap();
+            // The producer makes no call while the consumer waits: the keeper forwards.
+            let r = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert_eq!(
+                r.and_then(|r| r.as_pod::<u64>().copied()),
+                Some(i),
+                "{kind:?}"
+            );
+        }
+        drop(tx);
+        assert!(rx.recv().unwrap().is_none());
+        if let Some(b) = bridge {
             b.join().unwrap();
         }
     }

@@ -938,6 +938,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         // Each figure the median of the repeats; CPU per GB from the same runs.
         let (mut small, mut bulk, mut raw) = (Vec::new(), Vec::new(), Vec::new());
         let (mut dsmall, mut dsmall_each, mut dbulk) = (Vec::new(), Vec::new(), Vec::new());
+        let mut dsmall_timeout = Vec::new();
         let (mut cpu_tcp, mut cpu_bridged, mut cpu_direct) = (Vec::new(), Vec::new(), Vec::new());
         let (mut cpu_bridged_small, mut cpu_direct_small) = (Vec::new(), Vec::new());
         for _ in 0..cfg.repeats {
@@ -948,15 +949,21 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
             let s = remote_stream(cfg.secs, REC);
             small.push(rate(&s, 1));
             cpu_bridged_small.push(s.cpu_s_per_gb(s.count * REC as f64));
-            let s = direct_stream(cfg.secs, REC, true);
+            let s = direct_stream(cfg.secs, REC, FlushPolicy::Explicit);
             dsmall.push(rate(&s, 1));
             cpu_direct_small.push(s.cpu_s_per_gb(s.count * REC as f64));
-            let s = direct_stream(cfg.secs, REC, false);
+            let s = direct_stream(
+                cfg.secs,
+                REC,
+                FlushPolicy::Timeout(Duration::from_millis(1)),
+            );
+            dsmall_timeout.push(rate(&s, 1));
+            let s = direct_stream(cfg.secs, REC, FlushPolicy::EveryRecord);
             dsmall_each.push(rate(&s, 1));
             let s = remote_stream(cfg.secs, BULK);
             bulk.push(rate(&s, BULK) / 1e9);
             cpu_bridged.push(s.cpu_s_per_gb(s.count * BULK as f64));
-            let s = direct_stream(cfg.secs, BULK, false);
+            let s = direct_stream(cfg.secs, BULK, FlushPolicy::EveryRecord);
             dbulk.push(rate(&s, BULK) / 1e9);
             cpu_direct.push(s.cpu_s_per_gb(s.count * BULK as f64));
         }
@@ -967,6 +974,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         let raw = med(&mut raw);
         note("remote_small_rps", med(&mut small));
         note("direct_small_rps", med(&mut dsmall));
+        note("direct_small_timeout_1ms_rps", med(&mut dsmall_timeout));
         note("direct_small_every_record_rps", med(&mut dsmall_each));
         note("tcp_64k_rps64", raw * 1e9 / REC as f64);
         note("remote_bulk_gbps", med(&mut bulk));
@@ -997,7 +1005,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 22] = [
+const RATIOS: [(&str, &str, &str, &str); 23] = [
     (
         "direct_small_vs_tcp_64k",
         "direct_small_rps",
@@ -1025,6 +1033,12 @@ const RATIOS: [(&str, &str, &str, &str); 22] = [
     (
         "remote_bulk_cpu_per_gb_vs_tcp",
         "remote_bulk_cpu_s_per_gb",
+        "tcp_64k_cpu_s_per_gb",
+        "<= 1.3",
+    ),
+    (
+        "remote_small_cpu_per_gb_vs_tcp",
+        "remote_small_cpu_s_per_gb",
         "tcp_64k_cpu_s_per_gb",
         "<= 1.3",
     ),

@@ -1,15 +1,24 @@
 //! `shmflow bench --only remote`: remote channels (`shmflow::net`, over loopback TCP)
 //! against a raw TCP stream, in the same run and between the same kind of processes.
 //!
-//! Throughput: this process writes (a producer thread into a local channel that a
-//! `net::Server` forwards), a child reads (a `net::Client` writing into its local channel, a
-//! consumer thread reading it), every setting at its default. `remote_small_rps` carries
-//! 64 B records, `remote_bulk_gbps` 64 KiB records; `tcp_64k_gbps` is a raw TCP stream with
-//! 64 KiB writes and reads between the same two processes, and `tcp_64k_rps64` the same
-//! bytes counted as 64 B records.
+//! Throughput: this process writes, a child reads, every figure the median of the repeats.
+//! - `remote_*`: through the bridges (a producer thread into a local channel that a
+//!   `net::Server` forwards; in the child a `net::Client` writing into its local channel, a
+//!   consumer thread reading it), every setting at its default;
+//! - `direct_*`: direct ends (`net::Listener::accept_producer` here, `net::connect_consumer`
+//!   in the child): no bridge, no runtime. `direct_small_rps` with `FlushPolicy::Explicit`
+//!   (whole segments), `direct_small_timeout_1ms_rps` with a 1 ms buffer timeout,
+//!   `direct_small_every_record_rps` with the default (a write per record), `direct_bulk` with
+//!   the default;
+//! - `tcp_64k_gbps`: a raw TCP stream with 64 KiB writes and reads between the same two
+//!   processes, and `tcp_64k_rps64` the same bytes counted as 64 B records.
 //!
-//! Round trip: a number goes to the child over one remote channel and comes back over
-//! another (one connection each way; every end blocking with the default wait);
+//! `*_small_*` carry 64 B records, `*_bulk_*` 64 KiB records. `*_cpu_s_per_gb`: CPU seconds
+//! (user + system, every thread of both processes, from `getrusage`) per GB carried, over the
+//! whole run (set-up included).
+//!
+//! Round trip: a number goes to the child over one channel and comes back over another (one
+//! connection each way; every end blocking with the default wait and flush policy);
 //! `tcp_pingpong_rtt` is 8 bytes written and echoed on a raw TCP connection (`TCP_NODELAY`).
 
 use std::io::{Read, Write};
@@ -146,17 +155,15 @@ fn with_cpu(run: impl FnOnce() -> (f64, f64)) -> Streamed {
 }
 
 /// Records of `len` bytes for `secs` between direct ends (`net::Listener::accept_producer`
-/// here, `net::connect_consumer` in a child): no bridge, no runtime. `explicit`: the producer
-/// forwards whole segments (`FlushPolicy::Explicit`), else every record as it is sent.
-pub(crate) fn direct_stream(secs: f64, len: usize, explicit: bool) -> Streamed {
+/// here, `net::connect_consumer` in a child): no bridge, no runtime; the producer's flush
+/// policy `policy`.
+pub(crate) fn direct_stream(secs: f64, len: usize, policy: shmflow::FlushPolicy) -> Streamed {
     with_cpu(|| {
         let l = Listener::bind(loopback(0), Config::default()).unwrap();
         let port = l.local_addr().unwrap().port();
         let kid = child("direct-sink", &[port.to_string()], &[], |_| {});
         let mut p = l.accept_producer("bench", Geometry::default()).unwrap();
-        if explicit {
-            p.set_flush_policy(shmflow::FlushPolicy::Explicit);
-        }
+        p.set_flush_policy(policy);
         let rec = vec![0x5Au8; len];
         let end = Instant::now() + Duration::from_secs_f64(secs);
         while Instant::now() < end {

@@ -331,15 +331,6 @@ impl Producer {
         self.link = Some(link);
     }
 
-    /// True for a direct network end.
-    #[inline]
-    fn is_direct(&self) -> bool {
-        #[cfg(all(feature = "net", not(shmflow_loom)))]
-        return self.link.is_some();
-        #[cfg(not(all(feature = "net", not(shmflow_loom))))]
-        false
-    }
-
     /// Name of the region (for messages and `shmflow stat`).
     pub fn region_name(&self) -> &str {
         &self.shared.name
@@ -849,9 +840,16 @@ impl Producer {
         match self.policy {
             FlushPolicy::Explicit => {}
             FlushPolicy::EveryRecord => self.publish(),
-            // A direct network end has no thread to send for an idle producer: it sends
-            // every record as it is committed.
-            FlushPolicy::Timeout(_) if self.is_direct() => self.publish(),
+            // A direct network end: published into its region now, forwarded with the next
+            // segment or flush, or by its keeper thread within the interval.
+            #[cfg(all(feature = "net", not(shmflow_loom)))]
+            FlushPolicy::Timeout(d) if self.link.is_some() => {
+                if self.store_commit() {
+                    if let Some(l) = &mut self.link {
+                        l.defer(d);
+                    }
+                }
+            }
             FlushPolicy::Timeout(_) => {
                 #[cfg(not(shmflow_loom))]
                 {

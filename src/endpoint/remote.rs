@@ -28,6 +28,11 @@ pub(crate) trait Outbound: Send {
     /// looks without waiting.
     fn wait(&mut self, until: Option<Instant>);
 
+    /// Records were published and not forwarded (`FlushPolicy::Timeout`): forward them within
+    /// `within` even if the producer makes no further call (cheap when a flush is asked for
+    /// already).
+    fn defer(&mut self, within: std::time::Duration);
+
     /// True while published segments wait for credit (the link is open).
     fn waiting(&self) -> bool;
 

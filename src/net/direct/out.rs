@@ -209,7 +209,8 @@ impl Out {
                     let backlog = u32::try_from(self.backlog).unwrap_or(u32::MAX);
                     let frames = c.raw_bytes(&ch);
                     self.wire += frames.len() as u64;
-                    self.sock.send_buffer(self.id, backlog, ch.at as u32, frames)?;
+                    self.sock
+                        .send_buffer(self.id, backlog, ch.at as u32, frames)?;
                     c.raw_done(ch).map_err(LinkError::local)?;
                 }
                 RawPoll::NeedCredit => {
@@ -321,6 +322,11 @@ fn control(got: Got<'_>) -> Result<Option<Msg>, LinkError> {
 impl Outbound for Direct {
     fn pump(&mut self) {
         self.with(Out::forward);
+    }
+
+    #[inline]
+    fn defer(&mut self, within: Duration) {
+        self.keeper.flush_by(within);
     }
 
     fn waiting(&self) -> bool {

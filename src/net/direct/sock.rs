@@ -113,14 +113,28 @@ impl Sock {
 /// Work the keeper does for a sending end while its thread is away (see [`Keeper`]).
 pub(crate) type Chore = Box<dyn FnMut() + Send>;
 
+/// What the keeper's thread is told, under its lock.
+#[derive(Default)]
+struct Orders {
+    stop: bool,
+    /// When to run the chore for a deferred flush (see [`Keeper::flush_by`]).
+    flush_at: Option<Instant>,
+}
+
 /// The keeper of a direct end: a thread that sends a heartbeat whenever the end has written
 /// nothing for `every`, so that the peer does not take an end whose thread is busy elsewhere
-/// as dead; and, for a sending end, runs its [`Chore`] whenever the socket has something to
-/// read while [`Keeper::pending`] is set (segments waiting for credit when the producer's
-/// thread returned before the credit came: the chore forwards them). Stopped and joined on
-/// drop.
+/// as dead; and, for a sending end, runs its [`Chore`] (which forwards what is published)
+/// whenever the socket has something to read while `pending` is set (segments waiting for
+/// credit when the producer's thread returned before the credit came), and when a flush it
+/// was asked for is due (records published under `FlushPolicy::Timeout`). Stopped and joined
+/// on drop.
 pub(crate) struct Keeper {
-    orders: Arc<(Mutex<bool>, Condvar)>,
+    orders: Arc<(Mutex<Orders>, Condvar)>,
+    /// A flush is asked for and not done: set by the end (`AcqRel` swap after it publishes),
+    /// cleared by the keeper (`AcqRel` swap before its chore forwards). Whichever swap comes
+    /// second reads the other's value: either the end sees it clear and asks again, or the
+    /// keeper's swap acquires the end's publication and its chore forwards it.
+    armed: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -132,33 +146,53 @@ impl Keeper {
         pending: Arc<AtomicBool>,
         mut chore: Option<Chore>,
     ) -> std::io::Result<Keeper> {
-        let orders = Arc::new((Mutex::new(false), Condvar::new()));
-        let (o, p) = (orders.clone(), pending.clone());
+        let orders = Arc::new((Mutex::new(Orders::default()), Condvar::new()));
+        let armed = Arc::new(AtomicBool::new(false));
+        let (o, p, a) = (orders.clone(), pending.clone(), armed.clone());
         let thread = std::thread::Builder::new()
             .name("shmflow-keeper".into())
             .spawn(move || {
                 let (lock, cv) = &*o;
                 loop {
-                    {
-                        let mut stop = lock.lock().unwrap_or_else(|p| p.into_inner());
+                    let due = {
+                        let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
+                        let now = Instant::now();
                         // Relaxed: a hint; the chore looks at the state itself, under its lock.
                         // (Set before the notify, which takes this lock: no wake-up is lost.)
-                        if !*stop && !p.load(Ordering::Relaxed) {
-                            stop = cv
-                                .wait_timeout(stop, every)
+                        if !g.stop
+                            && !p.load(Ordering::Relaxed)
+                            && g.flush_at.is_none_or(|t| t > now)
+                        {
+                            let wait = g
+                                .flush_at
+                                .map_or(every, |t| t.saturating_duration_since(now).min(every));
+                            g = cv
+                                .wait_timeout(g, wait)
                                 .unwrap_or_else(|p| p.into_inner())
                                 .0;
                         }
-                        if *stop {
+                        if g.stop {
                             return;
                         }
-                    }
-                    if let (true, Some(chore)) = (p.load(Ordering::Relaxed), chore.as_mut()) {
-                        // Until the peer says something (credit), or a heartbeat is due.
-                        if let Ok(true) =
-                            crate::sys::sock::wait_readable(sock.stream.as_fd(), every)
-                        {
+                        let due = g.flush_at.is_some_and(|t| t <= Instant::now());
+                        if due {
+                            g.flush_at = None;
+                        }
+                        due
+                    };
+                    if let Some(chore) = chore.as_mut() {
+                        if due {
+                            // (See `armed`.)
+                            a.swap(false, Ordering::AcqRel);
                             chore();
+                        }
+                        if p.load(Ordering::Relaxed) {
+                            // Until the peer says something (credit), or a heartbeat is due.
+                            if let Ok(true) =
+                                crate::sys::sock::wait_readable(sock.stream.as_fd(), every)
+                            {
+                                chore();
+                            }
                         }
                     }
                     let now = sock.epoch.elapsed().as_millis() as u64;
@@ -173,6 +207,7 @@ impl Keeper {
             })?;
         Ok(Keeper {
             orders,
+            armed,
             thread: Some(thread),
         })
     }
@@ -185,11 +220,26 @@ impl Keeper {
         cv.notify_one();
     }
 
+    /// Asks for the chore to run within `within`, unless a flush is asked for already (one
+    /// atomic swap when it is): for what the end published and did not forward. Called after
+    /// the publication.
+    #[inline]
+    pub(crate) fn flush_by(&self, within: Duration) {
+        // (See `armed`.)
+        if self.armed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (lock, cv) = &*self.orders;
+        let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
+        g.flush_at = Some(Instant::now() + within);
+        cv.notify_one();
+    }
+
     /// Stops the keeper (the end has nothing more to say).
     pub(crate) fn stop(&mut self) {
         {
             let (lock, cv) = &*self.orders;
-            *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            lock.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
             cv.notify_one();
         }
         if let Some(t) = self.thread.take() {
