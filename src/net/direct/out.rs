@@ -326,7 +326,7 @@ impl Outbound for Direct {
 
     #[inline]
     fn defer(&mut self, within: Duration) {
-        self.keeper.flush_by(within);
+        self.keeper.defer(within);
     }
 
     fn waiting(&self) -> bool {

@@ -13,6 +13,7 @@ use bytes::BytesMut;
 
 use crate::net::error::{LinkError, ProtocolError};
 use crate::net::wire::{Codec, Msg, Peeked};
+use crate::protocol::flush_signal::FlushSignal;
 
 /// The connection of a direct end.
 pub(crate) struct Sock {
@@ -116,25 +117,28 @@ pub(crate) type Chore = Box<dyn FnMut() + Send>;
 /// What the keeper's thread is told, under its lock.
 #[derive(Default)]
 struct Orders {
-    stop: bool,
-    /// When to run the chore for a deferred flush (see [`Keeper::flush_by`]).
-    flush_at: Option<Instant>,
+    /// The buffer timeout (`FlushPolicy::Timeout`) the end defers records with, once it
+    /// does: the keeper then looks every interval while records come.
+    interval: Option<Duration>,
 }
 
 /// The keeper of a direct end: a thread that sends a heartbeat whenever the end has written
 /// nothing for `every`, so that the peer does not take an end whose thread is busy elsewhere
 /// as dead; and, for a sending end, runs its [`Chore`] (which forwards what is published)
-/// whenever the socket has something to read while `pending` is set (segments waiting for
-/// credit when the producer's thread returned before the credit came), and when a flush it
-/// was asked for is due (records published under `FlushPolicy::Timeout`). Stopped and joined
-/// on drop.
+/// - whenever the socket has something to read while `pending` is set (segments waiting for
+///   credit when the producer's thread returned before the credit came), and
+/// - once per buffer timeout while records are deferred (`FlushPolicy::Timeout`): the end marks
+///   each deferred record in a [`FlushSignal`], the hand-off of the local buffer-timeout
+///   flusher (its loom model covers it), and the keeper takes the mark each interval, and
+///   sleeps (until a mark, a heartbeat or the stop) when there was none.
+///
+/// Stopped and joined on drop.
 pub(crate) struct Keeper {
     orders: Arc<(Mutex<Orders>, Condvar)>,
-    /// A flush is asked for and not done: set by the end (`AcqRel` swap after it publishes),
-    /// cleared by the keeper (`AcqRel` swap before its chore forwards). Whichever swap comes
-    /// second reads the other's value: either the end sees it clear and asks again, or the
-    /// keeper's swap acquires the end's publication and its chore forwards it.
-    armed: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    signal: Arc<FlushSignal>,
+    /// The interval last told (so that a deferral takes the lock only when it changes).
+    interval: Option<Duration>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -147,44 +151,50 @@ impl Keeper {
         mut chore: Option<Chore>,
     ) -> std::io::Result<Keeper> {
         let orders = Arc::new((Mutex::new(Orders::default()), Condvar::new()));
-        let armed = Arc::new(AtomicBool::new(false));
-        let (o, p, a) = (orders.clone(), pending.clone(), armed.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let signal = Arc::new(FlushSignal::default());
+        let (o, p, st, sig) = (orders.clone(), pending.clone(), stop.clone(), signal.clone());
         let thread = std::thread::Builder::new()
             .name("shmflow-keeper".into())
             .spawn(move || {
                 let (lock, cv) = &*o;
+                let heartbeat_due = || {
+                    let now = sock.epoch.elapsed().as_millis() as u64;
+                    let last = sock.last_write_ms.load(Ordering::Relaxed);
+                    now.saturating_sub(last) >= every.as_millis() as u64
+                };
                 loop {
-                    let due = {
+                    let interval = {
                         let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
-                        let now = Instant::now();
-                        // Relaxed: a hint; the chore looks at the state itself, under its lock.
-                        // (Set before the notify, which takes this lock: no wake-up is lost.)
-                        if !g.stop
-                            && !p.load(Ordering::Relaxed)
-                            && g.flush_at.is_none_or(|t| t > now)
-                        {
-                            let wait = g
-                                .flush_at
-                                .map_or(every, |t| t.saturating_duration_since(now).min(every));
-                            g = cv
-                                .wait_timeout(g, wait)
-                                .unwrap_or_else(|p| p.into_inner())
-                                .0;
+                        // Relaxed: hints; the chore looks at the state itself, under its lock,
+                        // and every change is followed by a notify under this lock (or, for
+                        // the stop, an unpark too), so no wake-up is lost.
+                        if !st.load(Ordering::Relaxed) && !p.load(Ordering::Relaxed) {
+                            let wait = g.interval.map_or(every, |d| d.min(every));
+                            g = cv.wait_timeout(g, wait).unwrap_or_else(|p| p.into_inner()).0;
                         }
-                        if g.stop {
-                            return;
-                        }
-                        let due = g.flush_at.is_some_and(|t| t <= Instant::now());
-                        if due {
-                            g.flush_at = None;
-                        }
-                        due
+                        g.interval
                     };
+                    if st.load(Ordering::Relaxed) {
+                        return;
+                    }
                     if let Some(chore) = chore.as_mut() {
-                        if due {
-                            // (See `armed`.)
-                            a.swap(false, Ordering::AcqRel);
-                            chore();
+                        if interval.is_some() {
+                            if sig.take() {
+                                chore();
+                            } else {
+                                // Nothing deferred for an interval: sleep until the end marks
+                                // a record, segments wait for credit, a heartbeat is due, or
+                                // the stop (`wake` and `stop` unpark too).
+                                sig.sleep(
+                                    || {
+                                        st.load(Ordering::Relaxed)
+                                            || p.load(Ordering::Relaxed)
+                                            || heartbeat_due()
+                                    },
+                                    || std::thread::park_timeout(every),
+                                );
+                            }
                         }
                         if p.load(Ordering::Relaxed) {
                             // Until the peer says something (credit), or a heartbeat is due.
@@ -195,11 +205,7 @@ impl Keeper {
                             }
                         }
                     }
-                    let now = sock.epoch.elapsed().as_millis() as u64;
-                    let last = sock.last_write_ms.load(Ordering::Relaxed);
-                    if now.saturating_sub(last) >= every.as_millis() as u64
-                        && sock.send(&Msg::Heartbeat).is_err()
-                    {
+                    if heartbeat_due() && sock.send(&Msg::Heartbeat).is_err() {
                         // The end's own calls find out.
                         return;
                     }
@@ -207,7 +213,9 @@ impl Keeper {
             })?;
         Ok(Keeper {
             orders,
-            armed,
+            stop,
+            signal,
+            interval: None,
             thread: Some(thread),
         })
     }
@@ -216,33 +224,49 @@ impl Keeper {
     /// end's state, the chore included; this after setting it).
     pub(crate) fn wake(&self) {
         let (lock, cv) = &*self.orders;
-        let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
-        cv.notify_one();
+        {
+            let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
+            cv.notify_one();
+        }
+        // It may sleep on the flush signal rather than on the condvar.
+        if let Some(t) = self.thread.as_ref() {
+            t.thread().unpark();
+        }
     }
 
-    /// Asks for the chore to run within `within`, unless a flush is asked for already (one
-    /// atomic swap when it is): for what the end published and did not forward. Called after
-    /// the publication.
+    /// A record was published and not forwarded: the keeper forwards it within `interval`
+    /// if nothing else does (one atomic swap, and an unpark only when the keeper sleeps).
     #[inline]
-    pub(crate) fn flush_by(&self, within: Duration) {
-        // (See `armed`.)
-        if self.armed.swap(true, Ordering::AcqRel) {
-            return;
+    pub(crate) fn defer(&mut self, interval: Duration) {
+        let thread = self.thread.as_ref().map(|t| t.thread());
+        self.signal.mark(|| {
+            if let Some(t) = thread {
+                t.unpark();
+            }
+        });
+        if self.interval != Some(interval) {
+            self.set_interval(interval);
         }
+    }
+
+    #[cold]
+    fn set_interval(&mut self, interval: Duration) {
+        self.interval = Some(interval);
         let (lock, cv) = &*self.orders;
-        let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
-        g.flush_at = Some(Instant::now() + within);
+        lock.lock().unwrap_or_else(|p| p.into_inner()).interval = Some(interval);
         cv.notify_one();
     }
 
     /// Stops the keeper (the end has nothing more to say).
     pub(crate) fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
         {
             let (lock, cv) = &*self.orders;
-            lock.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
+            let _g = lock.lock().unwrap_or_else(|p| p.into_inner());
             cv.notify_one();
         }
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
