@@ -11,8 +11,11 @@
 //! `rtt_async_bridge_*` and `rtt_async_multi_bridge_*` are the current-thread and multi-thread
 //! loops with the regions handed as bare descriptors: every message crosses the bridge thread
 //! (how named regions wait).
+//! `rtt_async_block_*` and `rtt_sync_block_*` are the current-thread and blocking loops with
+//! every end at its default (`WaitStrategy::Block`: a bounded look before the doorbell or the
+//! futex), what a user gets without tuning.
 //! `tokio_uds_rtt_*` is the same loop on a tokio `UnixStream`, against the same peer process
-//! kind (a blocking echo).
+//! kind (a blocking echo, the socket's default).
 //!
 //! Throughput: 64 B records, every setting at its default; `async_rps` has `send_async` on a
 //! current-thread runtime in this process and `while let Some(r) = rx.recv_async().await?`
@@ -63,6 +66,10 @@ async fn time_rounds_async(rounds: usize, ping: &mut Producer, pong: &mut Consum
 pub(crate) enum Rtt {
     Sync,
     Current,
+    /// `Sync`, every end at its default strategy (`Block`).
+    SyncBlock,
+    /// `Current`, every end at its default strategy (`Block`).
+    CurrentBlock,
     Multi,
     /// `Current`, the regions handed without their doorbells: through the bridge.
     Bridge,
@@ -74,23 +81,28 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
     let (mut ping, ping_peer) = Producer::create_anonymous(RTT_G).unwrap();
     let (mut pong, pong_peer) = Consumer::create_anonymous(RTT_G).unwrap();
     ping.set_flush_policy(FlushPolicy::EveryRecord);
-    ping.set_wait_strategy(WaitStrategy::Park);
-    pong.set_wait_strategy(WaitStrategy::Park);
+    let (wait, mode) = if matches!(how, Rtt::SyncBlock | Rtt::CurrentBlock) {
+        (WaitStrategy::Block, "block")
+    } else {
+        (WaitStrategy::Park, "parked")
+    };
+    ping.set_wait_strategy(wait);
+    pong.set_wait_strategy(wait);
     let c = if matches!(how, Rtt::Bridge | Rtt::MultiBridge) {
         let fds = [
             ("PING", ping_peer.as_fd_raw()),
             ("PONG", pong_peer.as_fd_raw()),
         ];
-        child("echo", &["parked".into()], &fds, |_| {})
+        child("echo", &[mode.into()], &fds, |_| {})
     } else {
-        child("echo", &["parked".into()], &[], |cmd| {
+        child("echo", &[mode.into()], &[], |cmd| {
             ping_peer.pass_to(cmd, "PING");
             pong_peer.pass_to(cmd, "PONG");
         })
     };
     drop((ping_peer, pong_peer));
     let (v, ping, mut pong) = match how {
-        Rtt::Sync => {
+        Rtt::Sync | Rtt::SyncBlock => {
             let v = crate::harness::time_rounds(rounds, |i| {
                 ping.send_pod(&i).unwrap();
                 let r = pong.recv().unwrap().unwrap();
@@ -98,7 +110,7 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
             });
             (v, ping, pong)
         }
-        Rtt::Current | Rtt::Bridge => current().block_on(async move {
+        Rtt::Current | Rtt::CurrentBlock | Rtt::Bridge => current().block_on(async move {
             let v = time_rounds_async(rounds, &mut ping, &mut pong).await;
             (v, ping, pong)
         }),

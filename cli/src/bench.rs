@@ -879,12 +879,17 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         // Alternating, so that a slow moment of the host falls on both sides of each ratio.
         let (mut sync, mut cur, mut multi, mut bridge, mut multi_bridge) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut sync_block, mut cur_block, mut uds) = (Vec::new(), Vec::new(), Vec::new());
+        // Alternating, so that a slow moment of the host falls on every figure of a ratio.
         for _ in 0..2 {
             sync.extend(rtt(cfg.rounds / 2, Rtt::Sync));
             cur.extend(rtt(cfg.rounds / 2, Rtt::Current));
             multi.extend(rtt(cfg.rounds / 2, Rtt::Multi));
             bridge.extend(rtt(cfg.rounds / 2, Rtt::Bridge));
             multi_bridge.extend(rtt(cfg.rounds / 2, Rtt::MultiBridge));
+            sync_block.extend(rtt(cfg.rounds / 2, Rtt::SyncBlock));
+            cur_block.extend(rtt(cfg.rounds / 2, Rtt::CurrentBlock));
+            uds.extend(crate::asyncbench::tokio_uds_rtt(cfg.rounds / 2));
         }
         for v in [
             &mut sync,
@@ -892,6 +897,9 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
             &mut multi,
             &mut bridge,
             &mut multi_bridge,
+            &mut sync_block,
+            &mut cur_block,
+            &mut uds,
         ] {
             v.sort_unstable();
         }
@@ -902,10 +910,10 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         note("rtt_async_multi_p99_ns", pct(&multi, 0.99));
         note("rtt_async_bridge_p50_ns", pct(&bridge, 0.5));
         note("rtt_async_multi_bridge_p50_ns", pct(&multi_bridge, 0.5));
-        note(
-            "tokio_uds_rtt_p50_ns",
-            pct(&crate::asyncbench::tokio_uds_rtt(cfg.rounds), 0.5),
-        );
+        note("rtt_sync_block_p50_ns", pct(&sync_block, 0.5));
+        note("rtt_async_block_p50_ns", pct(&cur_block, 0.5));
+        note("rtt_async_block_p99_ns", pct(&cur_block, 0.99));
+        note("tokio_uds_rtt_p50_ns", pct(&uds, 0.5));
         note("sync_plain_rps", best(cfg, || plain_stream(cfg)));
         note(
             "async_rps",
@@ -1005,7 +1013,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 23] = [
+const RATIOS: [(&str, &str, &str, &str); 25] = [
     (
         "direct_small_vs_tcp_64k",
         "direct_small_rps",
@@ -1110,6 +1118,18 @@ const RATIOS: [(&str, &str, &str, &str); 23] = [
         "rtt_async_current_p50_ns",
         "tokio_uds_rtt_p50_ns",
         "(lower is better)",
+    ),
+    (
+        "async_rtt_block_vs_tokio_uds",
+        "rtt_async_block_p50_ns",
+        "tokio_uds_rtt_p50_ns",
+        "<= 0.7",
+    ),
+    (
+        "async_rtt_block_vs_sync_block",
+        "rtt_async_block_p50_ns",
+        "rtt_sync_block_p50_ns",
+        "<= 1.3",
     ),
     (
         "async_vs_sync_plain",
