@@ -574,7 +574,20 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
         "remote-echo" => {
             return crate::remotebench::remote_echo(port_arg(args, 1)?, port_arg(args, 2)?)
         }
-        "direct-sink" => return crate::remotebench::direct_sink(port_arg(args, 1)?),
+        "netem-send" => return crate::netembench::send(args),
+        "netem-recv" => return crate::netembench::recv(args),
+        "direct-sink" => {
+            let n = |i: usize| -> Result<u32, String> {
+                args.get(i)
+                    .and_then(|a| a.parse().ok())
+                    .ok_or_else(|| format!("direct-sink: argument {i} must be a number"))
+            };
+            let g = Geometry {
+                segment_size: n(2)?,
+                segment_count: n(3)?,
+            };
+            return crate::remotebench::direct_sink(port_arg(args, 1)?, g);
+        }
         "direct-echo" => {
             return crate::remotebench::direct_echo(port_arg(args, 1)?, port_arg(args, 2)?)
         }
@@ -648,8 +661,9 @@ pub(crate) struct BenchArgs {
     /// One JSON object on stdout instead of the table.
     #[arg(long)]
     json: bool,
-    /// Run one group only (for profiling).
-    #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool", "async", "remote"])]
+    /// Run one group only (for profiling). `netem` (remote channels across a delayed link
+    /// between two network namespaces; needs root) runs only when named here.
+    #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool", "async", "remote", "netem"])]
     only: Option<String>,
     /// Repeat the selected groups this many times, alternating, and report the median and
     /// the spread (min..max) of each measure and of each ratio (computed within each run).
@@ -924,9 +938,13 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
             best(cfg, || crate::asyncbench::async_stream(cfg.secs, true)),
         );
     }
+    if only == Some("netem") {
+        crate::netembench::measure(&mut note);
+    }
     if want("remote") {
         use crate::remotebench::{
             direct_rtt, direct_stream, remote_rtt, remote_stream, tcp_rtt, tcp_stream, Streamed,
+            Writes,
         };
         // Alternating, so that a slow moment of the host falls on both sides of each ratio.
         let (mut remote, mut direct, mut tcp) = (Vec::new(), Vec::new(), Vec::new());
@@ -947,6 +965,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         let (mut small, mut bulk, mut raw) = (Vec::new(), Vec::new(), Vec::new());
         let (mut dsmall, mut dsmall_each, mut dbulk) = (Vec::new(), Vec::new(), Vec::new());
         let mut dsmall_timeout = Vec::new();
+        let (mut dbulk_send, mut cpu_direct_send) = (Vec::new(), Vec::new());
         let (mut cpu_tcp, mut cpu_bridged, mut cpu_direct) = (Vec::new(), Vec::new(), Vec::new());
         let (mut cpu_bridged_small, mut cpu_direct_small) = (Vec::new(), Vec::new());
         for _ in 0..cfg.repeats {
@@ -957,23 +976,27 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
             let s = remote_stream(cfg.secs, REC);
             small.push(rate(&s, 1));
             cpu_bridged_small.push(s.cpu_s_per_gb(s.count * REC as f64));
-            let s = direct_stream(cfg.secs, REC, FlushPolicy::Explicit);
+            let s = direct_stream(cfg.secs, REC, FlushPolicy::Explicit, Writes::Send);
             dsmall.push(rate(&s, 1));
             cpu_direct_small.push(s.cpu_s_per_gb(s.count * REC as f64));
             let s = direct_stream(
                 cfg.secs,
                 REC,
                 FlushPolicy::Timeout(Duration::from_millis(1)),
+                Writes::Send,
             );
             dsmall_timeout.push(rate(&s, 1));
-            let s = direct_stream(cfg.secs, REC, FlushPolicy::EveryRecord);
+            let s = direct_stream(cfg.secs, REC, FlushPolicy::EveryRecord, Writes::Send);
             dsmall_each.push(rate(&s, 1));
             let s = remote_stream(cfg.secs, BULK);
             bulk.push(rate(&s, BULK) / 1e9);
             cpu_bridged.push(s.cpu_s_per_gb(s.count * BULK as f64));
-            let s = direct_stream(cfg.secs, BULK, FlushPolicy::EveryRecord);
+            let s = direct_stream(cfg.secs, BULK, FlushPolicy::EveryRecord, Writes::InPlace);
             dbulk.push(rate(&s, BULK) / 1e9);
             cpu_direct.push(s.cpu_s_per_gb(s.count * BULK as f64));
+            let s = direct_stream(cfg.secs, BULK, FlushPolicy::EveryRecord, Writes::Send);
+            dbulk_send.push(rate(&s, BULK) / 1e9);
+            cpu_direct_send.push(s.cpu_s_per_gb(s.count * BULK as f64));
         }
         let med = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
@@ -987,10 +1010,12 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         note("tcp_64k_rps64", raw * 1e9 / REC as f64);
         note("remote_bulk_gbps", med(&mut bulk));
         note("direct_bulk_gbps", med(&mut dbulk));
+        note("direct_bulk_send_gbps", med(&mut dbulk_send));
         note("tcp_64k_gbps", raw);
         note("tcp_64k_cpu_s_per_gb", med(&mut cpu_tcp));
         note("remote_bulk_cpu_s_per_gb", med(&mut cpu_bridged));
         note("direct_bulk_cpu_s_per_gb", med(&mut cpu_direct));
+        note("direct_bulk_send_cpu_s_per_gb", med(&mut cpu_direct_send));
         note("remote_small_cpu_s_per_gb", med(&mut cpu_bridged_small));
         note("direct_small_cpu_s_per_gb", med(&mut cpu_direct_small));
     }
@@ -1013,7 +1038,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 25] = [
+const RATIOS: [(&str, &str, &str, &str); 35] = [
     (
         "direct_small_vs_tcp_64k",
         "direct_small_rps",
@@ -1025,6 +1050,18 @@ const RATIOS: [(&str, &str, &str, &str); 25] = [
         "direct_bulk_gbps",
         "tcp_64k_gbps",
         ">= 0.8",
+    ),
+    (
+        "direct_bulk_send_vs_tcp_64k",
+        "direct_bulk_send_gbps",
+        "tcp_64k_gbps",
+        "(for reference)",
+    ),
+    (
+        "direct_bulk_send_cpu_per_gb_vs_tcp",
+        "direct_bulk_send_cpu_s_per_gb",
+        "tcp_64k_cpu_s_per_gb",
+        "(for reference)",
     ),
     (
         "direct_rtt_vs_tcp_pingpong",
@@ -1148,6 +1185,54 @@ const RATIOS: [(&str, &str, &str, &str); 25] = [
         "rtt_same_cpu_p50_ns",
         "floor_futex_same_cpu_p50_ns",
         "<= 2",
+    ),
+    (
+        "netem1_direct_vs_tcp",
+        "netem1_direct_mbs",
+        "netem1_tcp_mbs",
+        ">= 0.8",
+    ),
+    (
+        "netem1_remote_vs_tcp",
+        "netem1_remote_mbs",
+        "netem1_tcp_mbs",
+        ">= 0.8",
+    ),
+    (
+        "netem1_direct_pool4_vs_bound",
+        "netem1_direct_pool4_mbs",
+        "netem1_pool4_bound_mbs",
+        "<= 1",
+    ),
+    (
+        "netem1_remote_pool4_vs_bound",
+        "netem1_remote_pool4_mbs",
+        "netem1_pool4_bound_mbs",
+        "<= 1",
+    ),
+    (
+        "netem10_direct_vs_tcp",
+        "netem10_direct_mbs",
+        "netem10_tcp_mbs",
+        ">= 0.8",
+    ),
+    (
+        "netem10_remote_vs_tcp",
+        "netem10_remote_mbs",
+        "netem10_tcp_mbs",
+        ">= 0.8",
+    ),
+    (
+        "netem10_direct_pool4_vs_bound",
+        "netem10_direct_pool4_mbs",
+        "netem10_pool4_bound_mbs",
+        "<= 1",
+    ),
+    (
+        "netem10_remote_pool4_vs_bound",
+        "netem10_remote_pool4_mbs",
+        "netem10_pool4_bound_mbs",
+        "<= 1",
     ),
 ];
 

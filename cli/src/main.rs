@@ -12,6 +12,7 @@ mod demo;
 mod export;
 mod harness;
 mod json;
+mod netembench;
 mod openloop;
 mod remote;
 mod remotebench;

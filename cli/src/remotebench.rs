@@ -8,8 +8,11 @@
 //! - `direct_*`: direct ends (`net::Listener::accept_producer` here, `net::connect_consumer`
 //!   in the child): no bridge, no runtime. `direct_small_rps` with `FlushPolicy::Explicit`
 //!   (whole segments), `direct_small_timeout_1ms_rps` with a 1 ms buffer timeout,
-//!   `direct_small_every_record_rps` with the default (a write per record), `direct_bulk` with
-//!   the default;
+//!   `direct_small_every_record_rps` with the default (a write per record); `direct_bulk` with
+//!   the default policy, records written in place (`claim`, segments of 256 KiB: the record is
+//!   serialized where it is sent from, as the raw TCP loop writes the buffer it would have
+//!   serialized into; neither loop writes the bytes), `direct_bulk_send` with `send` from a
+//!   buffer (one more copy) and the default geometry;
 //! - `tcp_64k_gbps`: a raw TCP stream with 64 KiB writes and reads between the same two
 //!   processes, and `tcp_64k_rps64` the same bytes counted as 64 B records.
 //!
@@ -91,7 +94,7 @@ fn remote_stream_inner(secs: f64, len: usize) -> (f64, f64) {
 
 /// Reads every record to the end, touching every byte in place: (records, nanoseconds from
 /// the first).
-fn read_all(rx: &mut shmflow::Consumer) -> (u64, u128) {
+pub(crate) fn read_all(rx: &mut shmflow::Consumer) -> (u64, u128) {
     let (mut n, mut sum, mut start) = (0u64, 0u64, None);
     while let Some(mut r) = rx.recv().unwrap() {
         start.get_or_insert_with(Instant::now);
@@ -154,21 +157,55 @@ fn with_cpu(run: impl FnOnce() -> (f64, f64)) -> Streamed {
     }
 }
 
+/// Segments for records written in place ([`Writes::InPlace`]): three 64 KiB records each.
+pub(crate) const IN_PLACE_G: Geometry = Geometry {
+    segment_size: 256 << 10,
+    segment_count: 8,
+};
+
+/// How the sending loop writes its records.
+#[derive(Clone, Copy)]
+pub(crate) enum Writes {
+    /// `send`, from a buffer (copied into the segment), default geometry.
+    Send,
+    /// `claim` and `commit`, in place ([`IN_PLACE_G`]): the record is serialized where it is
+    /// sent from, as a raw TCP writer writes the buffer it serialized into (neither loop
+    /// writes the bytes: both measure the transport).
+    InPlace,
+}
+
 /// Records of `len` bytes for `secs` between direct ends (`net::Listener::accept_producer`
 /// here, `net::connect_consumer` in a child): no bridge, no runtime; the producer's flush
 /// policy `policy`.
-pub(crate) fn direct_stream(secs: f64, len: usize, policy: shmflow::FlushPolicy) -> Streamed {
+pub(crate) fn direct_stream(
+    secs: f64,
+    len: usize,
+    policy: shmflow::FlushPolicy,
+    write: Writes,
+) -> Streamed {
     with_cpu(|| {
         let l = Listener::bind(loopback(0), Config::default()).unwrap();
         let port = l.local_addr().unwrap().port();
-        let kid = child("direct-sink", &[port.to_string()], &[], |_| {});
-        let mut p = l.accept_producer("bench", Geometry::default()).unwrap();
+        let g = match write {
+            Writes::Send => Geometry::default(),
+            Writes::InPlace => IN_PLACE_G,
+        };
+        let shape = [
+            port.to_string(),
+            g.segment_size.to_string(),
+            g.segment_count.to_string(),
+        ];
+        let kid = child("direct-sink", &shape, &[], |_| {});
+        let mut p = l.accept_producer("bench", g).unwrap();
         p.set_flush_policy(policy);
         let rec = vec![0x5Au8; len];
         let end = Instant::now() + Duration::from_secs_f64(secs);
         while Instant::now() < end {
             for _ in 0..64 {
-                p.send(&rec).unwrap();
+                match write {
+                    Writes::Send => p.send(&rec).unwrap(),
+                    Writes::InPlace => p.claim(len).unwrap().commit(),
+                }
             }
         }
         p.close_timeout(Duration::from_secs(30)).unwrap();
@@ -176,15 +213,10 @@ pub(crate) fn direct_stream(secs: f64, len: usize, policy: shmflow::FlushPolicy)
     })
 }
 
-/// The child of [`direct_stream`].
-pub(crate) fn direct_sink(port: u16) -> Result<(), String> {
-    let mut rx = connect_consumer(
-        loopback(port),
-        "bench",
-        Geometry::default(),
-        Config::default(),
-    )
-    .map_err(|e| e.to_string())?;
+/// The child of [`direct_stream`], with the stream's segment geometry.
+pub(crate) fn direct_sink(port: u16, g: Geometry) -> Result<(), String> {
+    let mut rx = connect_consumer(loopback(port), "bench", g, Config::default())
+        .map_err(|e| e.to_string())?;
     let (n, ns) = read_all(&mut rx);
     println!("{n} {ns}");
     Ok(())

@@ -88,12 +88,27 @@ fn violation(field: &'static str, expected: impl Into<String>, found: u64) -> Vi
 /// segment of `seg_size` bytes, `in_span` telling whether a spanning record is open: the
 /// length fits in the segment, the kind is one of ours and may stand here. The one check of
 /// every frame, whether it was read from shared memory or received from the network.
+#[inline]
 pub(crate) fn check(
     at: usize,
     word: u64,
     seg_size: usize,
     in_span: bool,
 ) -> Result<Checked, Violation> {
+    // The common case inline (a whole record that fits, outside a spanning one: what
+    // `check_all` accepts for it too); every other one, and every error, out of line.
+    let (len, kind) = decode(word);
+    if kind == WHOLE && !in_span && (len as usize) <= seg_size - at - HEADER {
+        return Ok(Checked {
+            len: len as usize,
+            kind,
+        });
+    }
+    check_all(at, word, seg_size, in_span)
+}
+
+#[inline(never)]
+fn check_all(at: usize, word: u64, seg_size: usize, in_span: bool) -> Result<Checked, Violation> {
     let (len, kind) = decode(word);
     let len = len as usize;
     let avail = seg_size - at - HEADER;

@@ -333,6 +333,8 @@ pub(crate) struct Reader {
     dead_after: Duration,
     /// The read timeout the socket has now.
     timeout: Option<Duration>,
+    /// The last read brought less than it asked for: the socket had nothing more then.
+    short: bool,
 }
 
 /// What [`Reader::next`] found.
@@ -371,7 +373,14 @@ impl Reader {
             codec: Codec::new(max_frames),
             dead_after,
             timeout: None,
+            short: false,
         }
+    }
+
+    /// Nothing is left in the buffer, and the last read found the socket emptied: a read
+    /// now would most likely find nothing.
+    pub(crate) fn drained(&self) -> bool {
+        self.short && self.lo == self.hi
     }
 
     /// The next message, reading the socket if none is whole in the buffer: waits until
@@ -394,7 +403,8 @@ impl Reader {
         until: Option<Instant>,
         large: bool,
     ) -> Result<Got<'_>, LinkError> {
-        let started = Instant::now();
+        // When the first read that may wait began (a clock read only when one does).
+        let mut started: Option<Instant> = None;
         loop {
             if self.whole()? {
                 break;
@@ -410,13 +420,13 @@ impl Reader {
                 self.hi -= self.lo;
                 self.lo = 0;
             }
-            let now = Instant::now();
-            let left = until.map(|u| u.saturating_duration_since(now));
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
             // Where large buffers go straight into their segments, ask for little at once:
             // what a read brings beyond the head of a large buffer is copied once more.
             let ask = if large { SMALL_READ } else { self.buf.len() };
             let top = (self.hi + ask).min(self.buf.len());
             let dst = &mut self.buf[self.hi..top];
+            let dst_len = dst.len();
             let got = if left == Some(Duration::ZERO) {
                 crate::sys::sock::recv_now(sock.stream.as_fd(), dst)
             } else {
@@ -427,11 +437,15 @@ impl Reader {
                     sock.stream.set_read_timeout(Some(t))?;
                     self.timeout = Some(t);
                 }
+                started.get_or_insert_with(Instant::now);
                 (&sock.stream).read(dst)
             };
             match got {
                 Ok(0) => return Err(LinkError::PeerClosed),
-                Ok(n) => self.hi += n,
+                Ok(n) => {
+                    self.short = n < dst_len;
+                    self.hi += n;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e)
                     if matches!(
@@ -439,7 +453,7 @@ impl Reader {
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) =>
                 {
-                    if started.elapsed() >= self.dead_after {
+                    if started.is_some_and(|s| s.elapsed() >= self.dead_after) {
                         return Err(LinkError::PeerSilent {
                             silent_for: self.dead_after,
                         });
@@ -492,6 +506,8 @@ impl Reader {
     /// After [`Got::Large`]: fills `dst` (the rest of its frames) with what is buffered, then
     /// straight from the socket. A peer silent for `dead_after` is `PeerSilent`.
     pub(crate) fn read_rest(&mut self, sock: &Sock, dst: &mut [u8]) -> Result<(), LinkError> {
+        // (Exact reads: more may follow.)
+        self.short = false;
         let have = (self.hi - self.lo).min(dst.len());
         dst[..have].copy_from_slice(&self.buf[self.lo..self.lo + have]);
         self.lo += have;

@@ -1,0 +1,565 @@
+//! `shmflow bench --only netem` (root): remote channels across a delayed link, against a raw
+//! TCP stream on the same link, in the same run.
+//!
+//! The link: two network namespaces joined by a veth pair with `tc netem` delay on both ends
+//! (the sender in one namespace, the receiver in the other, each a child process). Where the
+//! kernel refuses netem (or namespaces), the delay is a relay in this process on loopback that
+//! holds every byte for the delay in each direction; the output says which link was used. The
+//! delay is one way, so a round trip takes twice that.
+//!
+//! For each delay (1 ms and 10 ms), MB/s as the receiving child counted them:
+//! - `netem{d}_tcp_mbs`: raw TCP with 64 KiB writes;
+//! - `netem{d}_direct_mbs` (direct ends) and `netem{d}_remote_mbs` (bridges), 64 KiB records,
+//!   with enough credit: 128 segments of 256 KiB on each side (32 MiB, more than the link holds
+//!   in a round trip at these rates);
+//! - `netem{d}_direct_pool4_mbs` and `netem{d}_remote_pool4_mbs`: a receiving pool of 4
+//!   segments of 32 KiB, one record per segment, against `netem{d}_pool4_bound_mbs`, the
+//!   credit-per-round-trip bound `4 × 32 KiB / RTT`: a sender can have no more than the
+//!   receiver's free segments on the way. RTT is `netem{d}_link_rtt_us`, the median of 40 raw
+//!   TCP ping-pongs across the link (at least twice the delay; a relay's timer, which fires
+//!   on whole milliseconds, adds to it).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
+use shmflow::Geometry;
+
+use crate::harness::{child, finish, parse_report, touch};
+use crate::remotebench::read_all;
+
+/// The delays measured, one way, in milliseconds.
+pub(crate) const DELAYS_MS: [u64; 2] = [1, 10];
+/// Enough credit: 32 MiB.
+const BIG: Geometry = Geometry {
+    segment_size: 256 << 10,
+    segment_count: 128,
+};
+/// The small pool whose credit bounds the throughput.
+const POOL4: Geometry = Geometry {
+    segment_size: 32 << 10,
+    segment_count: 4,
+};
+const BULK: usize = 64 << 10;
+const SECS: f64 = 3.0;
+/// The sender's address in namespace A.
+const NS_ADDR: &str = "10.233.0.1:7431";
+
+/// What is measured: how it crosses, and with which pool and record length.
+#[derive(Clone, Copy)]
+enum Kind {
+    Tcp,
+    Direct,
+    Remote,
+    /// The link's round trip: 8 bytes echoed on a raw TCP connection, 40 times.
+    Ping,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Tcp => "tcp",
+            Kind::Direct => "direct",
+            Kind::Remote => "remote",
+            Kind::Ping => "ping",
+        }
+    }
+    fn parse(s: &str) -> Result<Kind, String> {
+        Ok(match s {
+            "tcp" => Kind::Tcp,
+            "direct" => Kind::Direct,
+            "remote" => Kind::Remote,
+            "ping" => Kind::Ping,
+            other => return Err(format!("unknown link kind {other}")),
+        })
+    }
+}
+
+fn config() -> Config {
+    // The link is private to the bench (its own namespaces, or loopback): no TLS.
+    Config::default().insecure_plaintext()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn in_ns(ns: &str, cmd: &[&str]) -> Result<(), String> {
+    let mut args = vec!["netns", "exec", ns];
+    args.extend_from_slice(cmd);
+    run("ip", &args)
+}
+
+/// Two namespaces joined by a veth pair, netem's delay on both ends. Removed on drop.
+struct Netns {
+    a: String,
+    b: String,
+    devs: [String; 2],
+}
+
+impl Netns {
+    fn setup() -> Result<Netns, String> {
+        let id = std::process::id();
+        let n = Netns {
+            a: format!("shmflow-bench-a{id}"),
+            b: format!("shmflow-bench-b{id}"),
+            devs: [
+                format!("sba{}", id % 100_000),
+                format!("sbb{}", id % 100_000),
+            ],
+        };
+        run("ip", &["netns", "add", &n.a])?;
+        run("ip", &["netns", "add", &n.b])?;
+        let [va, vb] = &n.devs;
+        run(
+            "ip",
+            &["link", "add", va, "type", "veth", "peer", "name", vb],
+        )?;
+        run("ip", &["link", "set", va, "netns", &n.a])?;
+        run("ip", &["link", "set", vb, "netns", &n.b])?;
+        in_ns(&n.a, &["ip", "addr", "add", "10.233.0.1/24", "dev", va])?;
+        in_ns(&n.b, &["ip", "addr", "add", "10.233.0.2/24", "dev", vb])?;
+        for (ns, dev) in [(&n.a, va), (&n.b, vb)] {
+            in_ns(ns, &["ip", "link", "set", dev, "up"])?;
+            in_ns(ns, &["ip", "link", "set", "lo", "up"])?;
+            // A queue long enough that netem itself never drops at these rates.
+            in_ns(
+                ns,
+                &[
+                    "tc", "qdisc", "add", "dev", dev, "root", "netem", "delay", "1ms", "limit",
+                    "100000",
+                ],
+            )?;
+        }
+        Ok(n)
+    }
+
+    fn set_delay(&self, ms: u64) -> Result<(), String> {
+        let d = format!("{ms}ms");
+        for (ns, dev) in [(&self.a, &self.devs[0]), (&self.b, &self.devs[1])] {
+            in_ns(
+                ns,
+                &[
+                    "tc", "qdisc", "change", "dev", dev, "root", "netem", "delay", &d, "limit",
+                    "100000",
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its end of the veth pair, and the pair with it.
+        let _ = run("ip", &["netns", "del", &self.a]);
+        let _ = run("ip", &["netns", "del", &self.b]);
+    }
+}
+
+/// The delayed link the children talk across.
+enum Link {
+    Netem(Netns),
+    /// The relay's runtime (it runs while this lives) and its delay, shared with its tasks.
+    Relay(
+        tokio::runtime::Runtime,
+        std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ),
+}
+
+impl Link {
+    fn setup() -> Link {
+        match Netns::setup() {
+            Ok(n) => {
+                eprintln!("netem: two network namespaces, a veth pair, netem delay on both ends");
+                Link::Netem(n)
+            }
+            Err(e) => {
+                eprintln!(
+                    "netem: not available ({e}); the delay is a relay in this process on \
+                     loopback, holding every byte for the delay in each direction"
+                );
+                Link::Relay(runtime(), std::sync::Arc::new(0.into()))
+            }
+        }
+    }
+
+    fn set_delay(&self, ms: u64) -> Result<(), String> {
+        match self {
+            Link::Netem(n) => n.set_delay(ms),
+            Link::Relay(_, d) => {
+                d.store(ms, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs the sender and the receiver of `kind` across the link: (bytes, nanoseconds) as the
+    /// receiver counted them.
+    fn measure(&self, kind: Kind, g: Geometry, len: usize) -> (f64, f64) {
+        let shape = [
+            g.segment_size.to_string(),
+            g.segment_count.to_string(),
+            len.to_string(),
+        ];
+        let args = |addr: &str, secs: Option<f64>| {
+            let mut v = vec![kind.name().to_string(), addr.to_string()];
+            v.extend(secs.map(|s| s.to_string()));
+            v.extend(shape.iter().cloned());
+            v
+        };
+        let (sender, receiver): (Child, Child) = match self {
+            Link::Netem(n) => {
+                let send = child("netem-send", &args(NS_ADDR, Some(SECS)), &[], |cmd| {
+                    enter(cmd, &n.a)
+                });
+                let recv = child("netem-recv", &args(NS_ADDR, None), &[], |cmd| {
+                    enter(cmd, &n.b)
+                });
+                (send, recv)
+            }
+            Link::Relay(rt, d) => {
+                let port = TcpListener::bind("127.0.0.1:0")
+                    .and_then(|l| l.local_addr())
+                    .expect("a free port")
+                    .port();
+                let to = SocketAddr::from(([127, 0, 0, 1], port));
+                let at = rt.block_on(relay(to, d.clone()));
+                let send = child("netem-send", &args(&to.to_string(), Some(SECS)), &[], |_| {});
+                let recv = child("netem-recv", &args(&at.to_string(), None), &[], |_| {});
+                (send, recv)
+            }
+        };
+        let got = parse_report(&finish(receiver));
+        finish(sender);
+        got
+    }
+}
+
+/// Makes `cmd` start in the network namespace `ns` (made by `ip netns add`).
+fn enter(cmd: &mut Command, ns: &str) {
+    use std::os::unix::process::CommandExt;
+    let f = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("the namespace");
+    let fd = f.as_raw_fd();
+    // SAFETY: only `setns` between fork and exec (async-signal-safe); `f`, moved into the
+    // closure, keeps the descriptor open until the command is dropped, after the spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _keep = &f;
+            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A relay on loopback forwarding each connection to `to`, every byte held for the delay
+/// `delay` says (read per chunk, so a change applies to what is read next), in each direction;
+/// at most 64 MiB held per direction.
+/// Returns its address.
+async fn relay(to: SocketAddr, delay: std::sync::Arc<std::sync::atomic::AtomicU64>) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a relay port");
+    let addr = l.local_addr().expect("its address");
+    async fn pump(
+        mut r: tokio::net::tcp::OwnedReadHalf,
+        mut w: tokio::net::tcp::OwnedWriteHalf,
+        delay: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) {
+        // At most 1024 reads of 64 KiB held (64 MiB, more than any figure here needs in a
+        // round trip): a sender faster than the receiver is held back, as by a real link.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<(tokio::time::Instant, Vec<u8>)>(1024);
+        let writer = tokio::spawn(async move {
+            while let Some((at, bytes)) = rx.recv().await {
+                tokio::time::sleep_until(at).await;
+                if w.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mut buf = vec![0u8; 1 << 16];
+        while let Ok(n) = r.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            let ms = delay.load(std::sync::atomic::Ordering::Relaxed);
+            let at = tokio::time::Instant::now() + Duration::from_millis(ms);
+            if tx.send((at, buf[..n].to_vec())).await.is_err() {
+                break;
+            }
+        }
+        drop(tx);
+        let _ = writer.await;
+    }
+    tokio::spawn(async move {
+        // One connection per measurement.
+        let Ok((a, _)) = l.accept().await else { return };
+        let start = tokio::time::Instant::now();
+        let b = loop {
+            match tokio::net::TcpStream::connect(to).await {
+                Ok(b) => break b,
+                Err(_) if start.elapsed() < Duration::from_secs(20) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await
+                }
+                Err(_) => return,
+            }
+        };
+        let _ = (a.set_nodelay(true), b.set_nodelay(true));
+        let (ar, aw) = a.into_split();
+        let (br, bw) = b.into_split();
+        tokio::spawn(pump(ar, bw, delay.clone()));
+        tokio::spawn(pump(br, aw, delay));
+    });
+    addr
+}
+
+/// One run's figures.
+pub(crate) fn measure(note: &mut dyn FnMut(&'static str, f64)) {
+    let link = Link::setup();
+    let mbs = |(bytes, ns): (f64, f64)| bytes / ns * 1e3;
+    for d in DELAYS_MS {
+        if let Err(e) = link.set_delay(d) {
+            eprintln!("netem: the delay of {d} ms was refused: {e}");
+            return;
+        }
+        let names = names(d);
+        let (rtt_ns, _) = link.measure(Kind::Ping, POOL4, 8);
+        note(names[6], rtt_ns / 1e3);
+        note(names[0], mbs(link.measure(Kind::Tcp, BIG, BULK)));
+        note(names[1], mbs(link.measure(Kind::Direct, BIG, BULK)));
+        note(names[2], mbs(link.measure(Kind::Remote, BIG, BULK)));
+        let one = POOL4.segment_size as usize - 8;
+        note(names[3], mbs(link.measure(Kind::Direct, POOL4, one)));
+        note(names[4], mbs(link.measure(Kind::Remote, POOL4, one)));
+        // The bound with the round trip measured on the link (a relay's timer adds to it).
+        let credit = f64::from(POOL4.segment_size) * f64::from(POOL4.segment_count);
+        note(names[5], credit / rtt_ns * 1e3);
+    }
+}
+
+/// The figures' names for a delay of `d` ms.
+fn names(d: u64) -> [&'static str; 7] {
+    match d {
+        1 => [
+            "netem1_tcp_mbs",
+            "netem1_direct_mbs",
+            "netem1_remote_mbs",
+            "netem1_direct_pool4_mbs",
+            "netem1_remote_pool4_mbs",
+            "netem1_pool4_bound_mbs",
+            "netem1_link_rtt_us",
+        ],
+        _ => [
+            "netem10_tcp_mbs",
+            "netem10_direct_mbs",
+            "netem10_remote_mbs",
+            "netem10_direct_pool4_mbs",
+            "netem10_remote_pool4_mbs",
+            "netem10_pool4_bound_mbs",
+            "netem10_link_rtt_us",
+        ],
+    }
+}
+
+fn geometry(args: &[String], from: usize) -> Result<(Geometry, usize), String> {
+    let n = |i: usize| -> Result<u64, String> {
+        args.get(from + i)
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| format!("netem role: argument {} must be a number", from + i))
+    };
+    let g = Geometry {
+        segment_size: n(0)? as u32,
+        segment_count: n(1)? as u32,
+    };
+    Ok((g, n(2)? as usize))
+}
+
+/// The sending child: `KIND ADDR SECS SEG_SIZE SEG_COUNT LEN`; listens on `ADDR`, sends
+/// `LEN`-byte records (or writes) for `SECS`, then ends the stream.
+pub(crate) fn send(args: &[String]) -> Result<(), String> {
+    let kind = Kind::parse(args.get(1).ok_or("netem-send: a kind")?)?;
+    let addr: SocketAddr = args
+        .get(2)
+        .and_then(|a| a.parse().ok())
+        .ok_or("netem-send: an address")?;
+    let secs: f64 = args
+        .get(3)
+        .and_then(|a| a.parse().ok())
+        .ok_or("netem-send: seconds")?;
+    let (g, len) = geometry(args, 4)?;
+    let rec = vec![0x5Au8; len];
+    let end = || Instant::now() + Duration::from_secs_f64(secs);
+    match kind {
+        Kind::Ping => {
+            let l = TcpListener::bind(addr).map_err(|e| e.to_string())?;
+            let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
+            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            let mut b = [0u8; 8];
+            while s.read_exact(&mut b).is_ok() {
+                s.write_all(&b).map_err(|e| e.to_string())?;
+            }
+        }
+        Kind::Tcp => {
+            let l = TcpListener::bind(addr).map_err(|e| e.to_string())?;
+            let (mut s, _) = l.accept().map_err(|e| e.to_string())?;
+            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            let end = end();
+            while Instant::now() < end {
+                s.write_all(&rec).map_err(|e| e.to_string())?;
+            }
+        }
+        Kind::Direct => {
+            let l = Listener::bind(addr, config()).map_err(|e| e.to_string())?;
+            let mut p = l.accept_producer("bench", g).map_err(|e| e.to_string())?;
+            let end = end();
+            while Instant::now() < end {
+                p.send(&rec).map_err(|e| e.to_string())?;
+            }
+            p.close_timeout(Duration::from_secs(60))
+                .map_err(|e| e.to_string())?;
+        }
+        Kind::Remote => {
+            let rt = runtime();
+            let (mut p, c) = shmflow::pair(g).map_err(|e| e.to_string())?;
+            let server = rt.block_on(async {
+                let mut s = Server::bind(addr, config()).await.map_err(|e| e.to_string())?;
+                s.export("bench", c).map_err(|e| e.to_string())?;
+                Ok::<_, String>(tokio::spawn(s.run()))
+            })?;
+            let end = end();
+            while Instant::now() < end {
+                p.send(&rec).map_err(|e| e.to_string())?;
+            }
+            drop(p);
+            let report = rt.block_on(server).map_err(|e| e.to_string())?;
+            report.channels[0]
+                .result
+                .as_ref()
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// The receiving child: `KIND ADDR SEG_SIZE SEG_COUNT LEN`; connects to `ADDR` (retrying
+/// while the sender starts), reads to the end touching every byte, prints `bytes ns`.
+pub(crate) fn recv(args: &[String]) -> Result<(), String> {
+    let kind = Kind::parse(args.get(1).ok_or("netem-recv: a kind")?)?;
+    let addr: SocketAddr = args
+        .get(2)
+        .and_then(|a| a.parse().ok())
+        .ok_or("netem-recv: an address")?;
+    let (g, len) = geometry(args, 3)?;
+    let start = Instant::now();
+    let retry = |e: String| -> Result<(), String> {
+        if start.elapsed() > Duration::from_secs(20) {
+            return Err(e);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        Ok(())
+    };
+    let (bytes, ns) = match kind {
+        Kind::Ping => {
+            let mut s = loop {
+                match TcpStream::connect(addr) {
+                    Ok(s) => break s,
+                    Err(e) => retry(e.to_string())?,
+                }
+            };
+            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            let mut v = Vec::new();
+            let mut b = [0u8; 8];
+            for i in 0..45u64 {
+                let t = Instant::now();
+                s.write_all(&i.to_le_bytes()).map_err(|e| e.to_string())?;
+                s.read_exact(&mut b).map_err(|e| e.to_string())?;
+                // The first five warm the path up.
+                if i >= 5 {
+                    v.push(t.elapsed().as_nanos());
+                }
+            }
+            v.sort_unstable();
+            // The median round trip, in the place of the bytes.
+            (v[v.len() / 2] as u64, 1)
+        }
+        Kind::Tcp => {
+            let mut s = loop {
+                match TcpStream::connect(addr) {
+                    Ok(s) => break s,
+                    Err(e) => retry(e.to_string())?,
+                }
+            };
+            let mut buf = vec![0u8; BULK];
+            let (mut bytes, mut sum, mut first) = (0u64, 0u64, None);
+            loop {
+                let n = s.read(&mut buf).map_err(|e| e.to_string())?;
+                if n == 0 {
+                    break;
+                }
+                first.get_or_insert_with(Instant::now);
+                sum = sum.wrapping_add(touch(&buf[..n]));
+                bytes += n as u64;
+            }
+            std::hint::black_box(sum);
+            (bytes, first.map_or(1, |t| t.elapsed().as_nanos()))
+        }
+        Kind::Direct => {
+            let mut rx = loop {
+                match connect_consumer(addr, "bench", g, config()) {
+                    Ok(c) => break c,
+                    Err(e) => retry(e.to_string())?,
+                }
+            };
+            let (n, ns) = read_all(&mut rx);
+            (n * len as u64, ns)
+        }
+        Kind::Remote => {
+            let rt = runtime();
+            let (tx, mut rx) = shmflow::pair(g).map_err(|e| e.to_string())?;
+            let reader = std::thread::spawn(move || read_all(&mut rx));
+            let outcomes = rt.block_on(async {
+                let mut c = loop {
+                    match Client::connect(addr, config()).await {
+                        Ok(c) => break c,
+                        Err(e) => retry(e.to_string())?,
+                    }
+                };
+                c.import("bench", tx).map_err(|e| e.to_string())?;
+                Ok::<_, String>(c.run().await)
+            })?;
+            if let Err(e) = &outcomes[0].result {
+                return Err(e.to_string());
+            }
+            let (n, ns) = reader.join().map_err(|_| "the reader panicked")?;
+            (n * len as u64, ns)
+        }
+    };
+    println!("{bytes} {ns}");
+    Ok(())
+}
