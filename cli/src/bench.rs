@@ -570,6 +570,7 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
         "async-drain-sink" => return crate::asyncbench::async_sink(true),
         "remote-sink" => return crate::remotebench::remote_sink(port_arg(args, 1)?),
         "tcp-sink" => return crate::remotebench::tcp_sink(port_arg(args, 1)?),
+        "tcp-echo-two" => return crate::remotebench::tcp_echo_two(port_arg(args, 1)?),
         "tcp-echo" => return crate::remotebench::tcp_echo(port_arg(args, 1)?),
         "remote-echo" => {
             return crate::remotebench::remote_echo(port_arg(args, 1)?, port_arg(args, 2)?)
@@ -948,12 +949,14 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         };
         // Alternating, so that a slow moment of the host falls on both sides of each ratio.
         let (mut remote, mut direct, mut tcp) = (Vec::new(), Vec::new(), Vec::new());
+        let mut tcp_two = Vec::new();
         for _ in 0..2 {
             remote.extend(remote_rtt(cfg.rounds / 4));
             direct.extend(direct_rtt(cfg.rounds / 4));
             tcp.extend(tcp_rtt(cfg.rounds / 4));
+            tcp_two.extend(crate::remotebench::tcp_rtt_two(cfg.rounds / 4));
         }
-        for v in [&mut remote, &mut direct, &mut tcp] {
+        for v in [&mut remote, &mut direct, &mut tcp, &mut tcp_two] {
             v.sort_unstable();
         }
         note("remote_rtt_p50_ns", pct(&remote, 0.5));
@@ -961,6 +964,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         note("direct_rtt_p50_ns", pct(&direct, 0.5));
         note("direct_rtt_p99_ns", pct(&direct, 0.99));
         note("tcp_pingpong_rtt_p50_ns", pct(&tcp, 0.5));
+        note("tcp_two_conn_rtt_p50_ns", pct(&tcp_two, 0.5));
         // Each figure the median of the repeats; CPU per GB from the same runs.
         let (mut small, mut bulk, mut raw) = (Vec::new(), Vec::new(), Vec::new());
         let (mut dsmall, mut dsmall_each, mut dbulk) = (Vec::new(), Vec::new(), Vec::new());
@@ -1038,7 +1042,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 35] = [
+const RATIOS: [(&str, &str, &str, &str); 36] = [
     (
         "direct_small_vs_tcp_64k",
         "direct_small_rps",
@@ -1068,6 +1072,12 @@ const RATIOS: [(&str, &str, &str, &str); 35] = [
         "direct_rtt_p50_ns",
         "tcp_pingpong_rtt_p50_ns",
         "<= 1.3",
+    ),
+    (
+        "direct_rtt_vs_tcp_two_conn",
+        "direct_rtt_p50_ns",
+        "tcp_two_conn_rtt_p50_ns",
+        "(for reference)",
     ),
     (
         "direct_bulk_cpu_per_gb_vs_tcp",

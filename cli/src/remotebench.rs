@@ -22,7 +22,9 @@
 //!
 //! Round trip: a number goes to the child over one channel and comes back over another (one
 //! connection each way; every end blocking with the default wait and flush policy);
-//! `tcp_pingpong_rtt` is 8 bytes written and echoed on a raw TCP connection (`TCP_NODELAY`).
+//! `tcp_pingpong_rtt` is 8 bytes written and echoed on a raw TCP connection (`TCP_NODELAY`);
+//! `tcp_two_conn_rtt` the same over two raw TCP connections, one each way, the shape of a
+//! pair of channels (each data segment then has its acknowledgement to itself).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -411,6 +413,38 @@ pub(crate) fn tcp_rtt(rounds: usize) -> Vec<u64> {
 }
 
 /// The child of [`tcp_rtt`].
+/// [`tcp_rtt`] over two raw TCP connections, one each way, as a pair of channels runs (the
+/// child connects twice: it reads the first and writes the second).
+pub(crate) fn tcp_rtt_two(rounds: usize) -> Vec<u64> {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let kid = child("tcp-echo-two", &[port.to_string()], &[], |_| {});
+    let (mut ping, _) = l.accept().unwrap();
+    let (mut pong, _) = l.accept().unwrap();
+    ping.set_nodelay(true).unwrap();
+    let mut buf = [0u8; 8];
+    let v = crate::harness::time_rounds(rounds, |i| {
+        ping.write_all(&i.to_le_bytes()).unwrap();
+        pong.read_exact(&mut buf).unwrap();
+        assert_eq!(u64::from_le_bytes(buf), i);
+    });
+    drop(ping);
+    finish(kid);
+    v
+}
+
+/// The child of [`tcp_rtt_two`].
+pub(crate) fn tcp_echo_two(port: u16) -> Result<(), String> {
+    let mut ping = TcpStream::connect(loopback(port)).map_err(|e| e.to_string())?;
+    let mut pong = TcpStream::connect(loopback(port)).map_err(|e| e.to_string())?;
+    pong.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 8];
+    while ping.read_exact(&mut buf).is_ok() {
+        pong.write_all(&buf).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 pub(crate) fn tcp_echo(port: u16) -> Result<(), String> {
     let mut s = TcpStream::connect(loopback(port)).map_err(|e| e.to_string())?;
     s.set_nodelay(true).map_err(|e| e.to_string())?;
