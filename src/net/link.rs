@@ -23,6 +23,11 @@ type Reader = FramedRead<ReadHalf<BoxStream>, Codec>;
 /// Bytes the writer gathers before it writes (larger buffers go straight through).
 const WRITE_BUFFER: usize = 256 << 10;
 
+/// Bytes of frames from which a `Buffer` is written straight from the segment, in one
+/// gathering write with its head (after what was gathered before it), rather than copied into
+/// the gathering buffer: a copy of a large chunk costs more than the write it would save.
+const STRAIGHT: usize = 16 << 10;
+
 /// The writing half, shared by every channel of the connection: a task takes it for a
 /// batch of messages and flushes before letting go.
 pub(crate) struct Writer {
@@ -92,8 +97,15 @@ impl Inner {
     ) -> Result<(), LinkError> {
         self.head.clear();
         wire::put_buffer_head(&mut self.head, channel, backlog, offset, frames.len());
-        bounded(self.deadline, self.w.write_all(&self.head)).await?;
-        bounded(self.deadline, self.w.write_all(frames)).await
+        if frames.len() < STRAIGHT {
+            bounded(self.deadline, self.w.write_all(&self.head)).await?;
+            return bounded(self.deadline, self.w.write_all(frames)).await;
+        }
+        // What was gathered goes first, then the head and the frames in one gathering write
+        // (`write_all_buf` writes vectored where the stream does: TCP; TLS encrypts a copy).
+        bounded(self.deadline, self.w.flush()).await?;
+        let mut both = bytes::Buf::chain(&self.head[..], frames);
+        bounded(self.deadline, self.w.get_mut().write_all_buf(&mut both)).await
     }
 
     pub(crate) async fn flush(&mut self) -> Result<(), LinkError> {
