@@ -1,7 +1,7 @@
 //! Direct network ends (`net::Listener::accept_producer`, `net::connect_consumer`): records,
-//! spanning records, events and priority events cross loopback intact and in order, credit
-//! blocks the producer, a consumer that leaves closes the channel, a silent or broken peer is
-//! reported — for two direct ends, and for a direct end facing a bridge on either side
+//! spanning records, events, priority events and barriers cross loopback intact and in order,
+//! credit blocks the producer, a consumer that leaves closes the channel, a silent or broken
+//! peer is reported — for two direct ends, and for a direct end facing a bridge on either side
 //! (`net::Client` receiving from a direct producer, `net::Server` sending to a direct
 //! consumer), since both speak one protocol.
 #![cfg(feature = "net")]
@@ -10,7 +10,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
-use shmflow::{Consumer, FlushPolicy, Geometry, Message, Producer, RecvError, SendError};
+use shmflow::{
+    Alignment, Consumer, FlushPolicy, Geometry, Message, Producer, RecvError, SendError,
+};
 
 fn small() -> Geometry {
     Geometry {
@@ -148,6 +150,79 @@ fn records_events_and_spanning_records_arrive_in_order() {
             if let Some(b) = bridge {
                 b.join().unwrap();
             }
+        }
+    }
+}
+
+/// What a reader saw, in order.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Record(u64),
+    /// A barrier: its id, and whether it was the announcement from the priority lane.
+    Barrier(u64, bool),
+}
+
+#[test]
+fn barriers_cross_in_their_place_and_an_unaligned_one_is_announced_ahead() {
+    for kind in KINDS {
+        let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+        let reader = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            while let Some(m) = rx.recv_message().unwrap() {
+                match m {
+                    Message::Record(r) => {
+                        let b = r.to_vec().unwrap();
+                        seen.push(Seen::Record(u64::from_le_bytes(b[..8].try_into().unwrap())));
+                    }
+                    Message::Barrier(b) => {
+                        assert_eq!(b.payload, &b.id.to_le_bytes(), "{kind:?}");
+                        seen.push(Seen::Barrier(b.id, b.priority));
+                    }
+                    other => panic!("{kind:?}: unexpected message {other:?}"),
+                }
+            }
+            seen
+        });
+        let rec = |i: u64| {
+            let mut v = i.to_le_bytes().to_vec();
+            v.resize(200, 0x42);
+            v
+        };
+        for i in 0..300 {
+            tx.send(&rec(i)).unwrap();
+            match i {
+                99 => tx.send_barrier(1, Alignment::Aligned, &1u64.to_le_bytes()),
+                199 => tx.send_barrier(2, Alignment::Unaligned, &2u64.to_le_bytes()),
+                _ => Ok(()),
+            }
+            .unwrap();
+        }
+        tx.close_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        let seen = reader.join().unwrap();
+        // In their place, between the records sent before and after them.
+        let at = |s: &Seen| seen.iter().position(|x| x == s).unwrap();
+        let records: Vec<u64> = seen
+            .iter()
+            .filter_map(|s| match s {
+                Seen::Record(i) => Some(*i),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(records, (0..300).collect::<Vec<_>>(), "{kind:?}");
+        let (b1, b2) = (at(&Seen::Barrier(1, false)), at(&Seen::Barrier(2, false)));
+        assert_eq!(b1, at(&Seen::Record(99)) + 1, "{kind:?}: {seen:?}");
+        assert!(b2 > at(&Seen::Record(199)), "{kind:?}: {seen:?}");
+        assert_eq!(b2, at(&Seen::Record(200)) - 1, "{kind:?}: {seen:?}");
+        // The unaligned one announced through the priority lane, ahead of its place; the
+        // aligned one not at all.
+        assert!(at(&Seen::Barrier(2, true)) < b2, "{kind:?}: {seen:?}");
+        assert!(
+            !seen.contains(&Seen::Barrier(1, true)),
+            "{kind:?}: {seen:?}"
+        );
+        if let Some(b) = bridge {
+            b.join().unwrap();
         }
     }
 }

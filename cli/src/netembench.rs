@@ -250,7 +250,12 @@ impl Link {
                     .port();
                 let to = SocketAddr::from(([127, 0, 0, 1], port));
                 let at = rt.block_on(relay(to, d.clone()));
-                let send = child("netem-send", &args(&to.to_string(), Some(SECS)), &[], |_| {});
+                let send = child(
+                    "netem-send",
+                    &args(&to.to_string(), Some(SECS)),
+                    &[],
+                    |_| {},
+                );
                 let recv = child("netem-recv", &args(&at.to_string(), None), &[], |_| {});
                 (send, recv)
             }
@@ -451,7 +456,9 @@ pub(crate) fn send(args: &[String]) -> Result<(), String> {
             let rt = runtime();
             let (mut p, c) = shmflow::pair(g).map_err(|e| e.to_string())?;
             let server = rt.block_on(async {
-                let mut s = Server::bind(addr, config()).await.map_err(|e| e.to_string())?;
+                let mut s = Server::bind(addr, config())
+                    .await
+                    .map_err(|e| e.to_string())?;
                 s.export("bench", c).map_err(|e| e.to_string())?;
                 Ok::<_, String>(tokio::spawn(s.run()))
             })?;

@@ -153,7 +153,12 @@ impl Keeper {
         let orders = Arc::new((Mutex::new(Orders::default()), Condvar::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let signal = Arc::new(FlushSignal::default());
-        let (o, p, st, sig) = (orders.clone(), pending.clone(), stop.clone(), signal.clone());
+        let (o, p, st, sig) = (
+            orders.clone(),
+            pending.clone(),
+            stop.clone(),
+            signal.clone(),
+        );
         let thread = std::thread::Builder::new()
             .name("shmflow-keeper".into())
             .spawn(move || {
@@ -171,7 +176,10 @@ impl Keeper {
                         // the stop, an unpark too), so no wake-up is lost.
                         if !st.load(Ordering::Relaxed) && !p.load(Ordering::Relaxed) {
                             let wait = g.interval.map_or(every, |d| d.min(every));
-                            g = cv.wait_timeout(g, wait).unwrap_or_else(|p| p.into_inner()).0;
+                            g = cv
+                                .wait_timeout(g, wait)
+                                .unwrap_or_else(|p| p.into_inner())
+                                .0;
                         }
                         g.interval
                     };
