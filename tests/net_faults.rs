@@ -502,6 +502,49 @@ fn client_facing(reply: Vec<u8>) -> (LinkError, Error) {
     )
 }
 
+/// What a direct consumer sees from a sender that answers `reply`: the message of the
+/// connection's `Error` it sent back (code 3, the peer broke the protocol), and its own error.
+fn direct_facing(reply: Vec<u8>) -> (String, Error) {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let sender = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = [0u8; 512];
+        let _ = s.read(&mut buf);
+        s.write_all(&reply).unwrap();
+        // Everything the consumer says until it closes (bounded: it must close).
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut told = Vec::new();
+        let _ = s.read_to_end(&mut told);
+        told
+    });
+    let mut rx = shmflow::net::connect_consumer(addr, "c", geometry(), Config::default()).unwrap();
+    let local = loop {
+        match rx.recv() {
+            Err(e) => break Error::from(e),
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("a clean end from a hostile peer"),
+        }
+    };
+    let told = sender.join().unwrap();
+    // The frames the consumer sent: its credit, then the `Error` (kind 6) for the connection.
+    let mut at = 0;
+    while at + 12 <= told.len() {
+        let len = u32::from_le_bytes(told[at..at + 4].try_into().unwrap()) as usize;
+        let kind = told[at + 9];
+        let body = &told[at + 12..(at + 4 + len).min(told.len())];
+        if kind == 6 && body.len() >= 10 {
+            let channel = u32::from_le_bytes(body[..4].try_into().unwrap());
+            let code = u32::from_le_bytes(body[4..8].try_into().unwrap());
+            assert_eq!((channel, code), (u32::MAX, 3), "{told:?}");
+            return (String::from_utf8_lossy(&body[10..]).into_owned(), local);
+        }
+        at += 4 + len;
+    }
+    panic!("the direct consumer told the sender nothing: {told:?}")
+}
+
 fn buffer(channel: u32, offset: u32, frames: &[u8]) -> Vec<u8> {
     let mut b = Vec::new();
     b.put_u32_le(channel);
@@ -523,7 +566,7 @@ fn whole(payload: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn a_garbled_or_hostile_server_gets_a_typed_error_and_the_consumer_peer_dead() {
+fn a_garbled_or_hostile_sender_gets_a_typed_error_and_the_consumer_peer_dead() {
     type Expect = fn(&ProtocolError) -> bool;
     let cases: Vec<(&str, Vec<u8>, Expect)> = vec![
         ("garbage", b"HTTP/1.1 200 OK\r\n\r\nhello".to_vec(), |e| {
@@ -583,13 +626,17 @@ fn a_garbled_or_hostile_server_gets_a_typed_error_and_the_consumer_peer_dead() {
         ),
     ];
     for (what, reply, ok) in cases {
-        let (e, local) = client_facing(reply);
+        let (e, local) = client_facing(reply.clone());
         match &e {
             LinkError::Protocol(p) if ok(p) => {}
             other => panic!("{what}: unexpected {other:?}"),
         }
         expect_remote_dead(&local);
         println!("{what}: {e}");
+        // A direct consumer runs the same checks: the same error, told to the sender.
+        let (told, local) = direct_facing(reply);
+        assert_eq!(told, e.to_string(), "{what}: a direct consumer");
+        expect_remote_dead(&local);
     }
 }
 
@@ -644,6 +691,61 @@ fn a_garbled_client_is_refused_and_the_channel_stays_for_a_real_one() {
     for (_, e) in &report.refused[..3] {
         assert!(matches!(e, LinkError::Protocol(_)), "{e}");
     }
+}
+
+#[test]
+fn a_direct_producer_refuses_garbled_and_silent_receivers_and_waits_for_a_real_one() {
+    use std::io::Read;
+    let l =
+        shmflow::net::Listener::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    let addr = l.local_addr().unwrap();
+    let peers = std::thread::spawn(move || {
+        let mut rng = Rng::new(11);
+        let mut answers = Vec::new();
+        for k in 0..3 {
+            let mut junk = std::net::TcpStream::connect(addr).unwrap();
+            let bytes: Vec<u8> = if k == 1 {
+                // Short and well framed, of an unknown kind: read whole, answered whole.
+                frame(42, &[])
+            } else {
+                (0..4096).map(|_| rng.next() as u8).collect()
+            };
+            let _ = junk.write_all(&bytes);
+            // The producer's side closes it (with an `Error` first, which a reset for the
+            // bytes it left unread may discard), well before this read's 5 s run out.
+            junk.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut told = Vec::new();
+            answers.push((junk.read_to_end(&mut told).map_err(|e| e.kind()), told));
+        }
+        // One that connects and says nothing is dropped after `dead_after`.
+        let _silent = std::net::TcpStream::connect(addr).unwrap();
+        let mut rx =
+            shmflow::net::connect_consumer(addr, "c", geometry(), Config::default()).unwrap();
+        let got = rx.recv().unwrap().unwrap().to_vec().unwrap();
+        assert!(rx.recv().unwrap().is_none());
+        (answers, got)
+    });
+    let mut tx = l
+        .accept_producer_timeout("c", geometry(), Duration::from_secs(20))
+        .unwrap();
+    tx.send(b"after the junk").unwrap();
+    tx.close_timeout(Duration::from_secs(10)).unwrap();
+    let (answers, got) = peers.join().unwrap();
+    assert_eq!(got, b"after the junk");
+    for (a, _) in &answers {
+        use std::io::ErrorKind::{TimedOut, WouldBlock};
+        assert!(!matches!(a, Err(WouldBlock | TimedOut)), "left open: {a:?}");
+    }
+    // The one read whole was told why: an `Error` (kind 6) for the connection, code 3.
+    let told = &answers[1].1;
+    assert!(told.len() >= 22 && told[9] == 6, "{told:?}");
+    assert_eq!(
+        told[12..20],
+        [0xFF, 0xFF, 0xFF, 0xFF, 3, 0, 0, 0],
+        "{told:?}"
+    );
+    let why = String::from_utf8_lossy(&told[22..]);
+    assert!(why.contains("unknown message kind 42"), "{why}");
 }
 
 #[test]

@@ -159,86 +159,145 @@ impl Listener {
         check_name(name)?;
         // The region first: a geometry it cannot have fails here, before any peer is met.
         let (mut p, c) = private_pair(geometry)?;
+        // Connections accepted whose request has not come whole yet: each is read as its
+        // bytes arrive, so that a silent or slow one does not hold up the others (a receiver
+        // behind it would take this side as dead).
+        let mut pending: Vec<Pending> = Vec::new();
         loop {
+            let now = Instant::now();
+            // A peer silent for `dead_after` is dropped.
+            pending.retain(|h| h.until > now);
+            let mut wait = self.config.dead_after;
+            if let Some(h) = pending.iter().map(|h| h.until).min() {
+                wait = wait.min(h.saturating_duration_since(now));
+            }
             if let Some(u) = until {
-                let left = u.saturating_duration_since(Instant::now());
-                let ready = !left.is_zero()
-                    && crate::sys::sock::wait_readable(self.listener.as_fd(), left).map_err(
-                        |e| SetupError::Io {
-                            context: "waiting for a receiver".into(),
-                            source: e,
-                        },
-                    )?;
-                if !ready {
+                let left = u.saturating_duration_since(now);
+                if left.is_zero() {
                     return Err(SetupError::Io {
                         context: format!("waiting for a receiver of {name:?}"),
                         source: std::io::ErrorKind::TimedOut.into(),
                     });
                 }
+                wait = wait.min(left);
             }
-            let (stream, peer) = self.listener.accept().map_err(|e| SetupError::Io {
-                context: "accepting a receiver".into(),
-                source: e,
-            })?;
-            let io = |e: std::io::Error| SetupError::Io {
-                context: format!("the connection from {peer}"),
-                source: e,
+            let ready = {
+                let mut fds = vec![self.listener.as_fd()];
+                fds.extend(pending.iter().map(|h| h.sock.as_fd()));
+                crate::sys::sock::wait_any_readable(&fds, wait).map_err(|e| SetupError::Io {
+                    context: "waiting for a receiver".into(),
+                    source: e,
+                })?
             };
-            let sock = Sock::new(stream, self.config.dead_after).map_err(io)?;
-            let mut reader = Reader::new(0, self.config.dead_after);
-            let until = Instant::now() + self.config.dead_after;
-            let request = match reader.next(&sock, Some(until)) {
-                Ok(Got::Msg(Peeked::Other(Msg::Request {
-                    channel,
-                    credit,
-                    segment_size,
-                    name: asked,
-                }))) => (channel, credit, segment_size, asked),
-                // Not a receiver that speaks the protocol, or a silent one: next.
-                _ => continue,
-            };
-            let (channel, credit, segment_size, asked) = request;
-            if asked != name {
-                let _ = sock.send(&Msg::Error {
-                    channel,
-                    code: wire::code::UNKNOWN_CHANNEL,
-                    message: format!("no channel {asked:?} is offered here"),
-                });
-                continue;
+            // The pending ones first, newest last (removal by swap keeps the others' places
+            // in `ready` valid when walking backwards).
+            for k in (0..pending.len()).rev() {
+                if !ready[k + 1] {
+                    continue;
+                }
+                let h = &mut pending[k];
+                let request = match h.reader.next(&h.sock, Some(Instant::now())) {
+                    Ok(Got::Nothing) => continue,
+                    Ok(Got::Msg(Peeked::Other(Msg::Request {
+                        channel,
+                        credit,
+                        segment_size,
+                        name: asked,
+                    }))) => Some((channel, credit, segment_size, asked)),
+                    // A receiver that breaks the protocol is told why (as a bridge tells it),
+                    // then dropped; one that left, just dropped.
+                    Ok(Got::Msg(Peeked::Other(other))) => {
+                        tell_broken(&h.sock, &other.wrong_direction("receiver").into());
+                        None
+                    }
+                    Err(e @ LinkError::Protocol(_)) => {
+                        tell_broken(&h.sock, &e);
+                        None
+                    }
+                    Ok(_) | Err(_) => None,
+                };
+                let h = pending.swap_remove(k);
+                let Some((channel, credit, segment_size, asked)) = request else {
+                    continue;
+                };
+                if asked != name {
+                    let _ = h.sock.send(&Msg::Error {
+                        channel,
+                        code: wire::code::UNKNOWN_CHANNEL,
+                        message: format!("no channel {asked:?} is offered here"),
+                    });
+                    continue;
+                }
+                if segment_size != geometry.segment_size {
+                    let ours = geometry.segment_size;
+                    let _ = h.sock.send(&Msg::Error {
+                        channel,
+                        code: wire::code::GEOMETRY,
+                        message: format!(
+                            "channel {name:?} has segments of {ours} bytes, the receiver \
+                             {segment_size}: both ends need the same segment size"
+                        ),
+                    });
+                    return Err(SetupError::Handshake(LinkError::SegmentSize {
+                        ours,
+                        theirs: segment_size,
+                    }));
+                }
+                if credit > MAX_CREDIT {
+                    let e = LinkError::from(ProtocolError::Credit {
+                        channel,
+                        detail: format!("{credit} segments of credit, more than {MAX_CREDIT}"),
+                    });
+                    tell_broken(&h.sock, &e);
+                    continue;
+                }
+                let io = |e: std::io::Error| SetupError::Io {
+                    context: format!("the connection from {}", h.peer),
+                    source: e,
+                };
+                let out =
+                    out::Direct::new(c, channel, credit, h.sock, h.reader, self.config.heartbeat)
+                        .map_err(io)?;
+                p.set_link(Box::new(out));
+                return Ok(p);
             }
-            if segment_size != geometry.segment_size {
-                let ours = geometry.segment_size;
-                let _ = sock.send(&Msg::Error {
-                    channel,
-                    code: wire::code::GEOMETRY,
-                    message: format!(
-                        "channel {name:?} has segments of {ours} bytes, the receiver \
-                         {segment_size}: both ends need the same segment size"
-                    ),
+            if ready[0] {
+                let (stream, peer) = self.listener.accept().map_err(|e| SetupError::Io {
+                    context: "accepting a receiver".into(),
+                    source: e,
+                })?;
+                let sock =
+                    Sock::new(stream, self.config.dead_after).map_err(|e| SetupError::Io {
+                        context: format!("the connection from {peer}"),
+                        source: e,
+                    })?;
+                pending.push(Pending {
+                    sock,
+                    reader: Reader::new(0, self.config.dead_after),
+                    until: Instant::now() + self.config.dead_after,
+                    peer,
                 });
-                return Err(SetupError::Handshake(LinkError::SegmentSize {
-                    ours,
-                    theirs: segment_size,
-                }));
             }
-            if credit > MAX_CREDIT {
-                let e = LinkError::from(ProtocolError::Credit {
-                    channel,
-                    detail: format!("{credit} segments of credit, more than {MAX_CREDIT}"),
-                });
-                let _ = sock.send(&Msg::Error {
-                    channel,
-                    code: wire::code::PROTOCOL,
-                    message: e.to_string(),
-                });
-                continue;
-            }
-            let out = out::Direct::new(c, channel, credit, sock, reader, self.config.heartbeat)
-                .map_err(io)?;
-            p.set_link(Box::new(out));
-            return Ok(p);
         }
     }
+}
+
+/// A connection accepted by a [`Listener`] whose request has not come whole yet.
+struct Pending {
+    sock: std::sync::Arc<Sock>,
+    reader: Reader,
+    /// When it is dropped if its request has not come.
+    until: Instant,
+    peer: SocketAddr,
+}
+
+/// Tells a peer that broke the protocol why, before the connection is dropped.
+fn tell_broken(sock: &Sock, e: &LinkError) {
+    let _ = sock.send(&Msg::Error {
+        channel: wire::CONNECTION,
+        code: wire::code::PROTOCOL,
+        message: e.to_string(),
+    });
 }
 
 /// Connects to a [`Listener`] (or a [`Server`](crate::net::Server)) at `addr`, requests the

@@ -28,6 +28,11 @@ pub(crate) struct Sock {
 }
 
 impl Sock {
+    /// The connection's descriptor (for a readiness wait).
+    pub(crate) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+
     pub(crate) fn new(stream: TcpStream, deadline: Duration) -> std::io::Result<Arc<Sock>> {
         stream.set_nodelay(true)?;
         // A peer that reads nothing for `deadline` is stalled: the write fails.
