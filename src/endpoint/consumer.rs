@@ -138,7 +138,7 @@ pub struct Consumer {
     /// A direct network end: its waits read the socket into free segments, and segments
     /// handed back become credit (see `endpoint::remote`). `None` for a local end.
     #[cfg(all(feature = "net", not(shmflow_loom)))]
-    link: Option<Box<dyn crate::endpoint::remote::Inbound>>,
+    link: Option<crate::endpoint::remote::Link<dyn crate::endpoint::remote::Inbound>>,
 }
 
 /// The reading path's result for a call with patience `P`: a blocking call's halt is a
@@ -311,7 +311,7 @@ impl Consumer {
     /// socket where a local consumer would park.
     #[cfg(all(feature = "net", not(shmflow_loom)))]
     pub(crate) fn set_link(&mut self, link: Box<dyn crate::endpoint::remote::Inbound>) {
-        self.link = Some(link);
+        self.link = Some(crate::endpoint::remote::Link(link));
     }
 
     /// Name of the region.

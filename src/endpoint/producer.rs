@@ -185,7 +185,7 @@ pub struct Producer {
     /// A direct network end: what is published goes to the socket from this thread, and
     /// waits are for the peer (see `endpoint::remote`). `None` for a local end.
     #[cfg(all(feature = "net", not(shmflow_loom)))]
-    link: Option<Box<dyn crate::endpoint::remote::Outbound>>,
+    link: Option<crate::endpoint::remote::Link<dyn crate::endpoint::remote::Outbound>>,
 }
 
 /// Whether taking a segment waits for the consumer's cap (buffer debloating).
@@ -328,7 +328,7 @@ impl Producer {
         // Every publication goes through `notify_consumer`, which forwards: the per-record
         // path's light notification (a load of the consumer's park word) would skip it.
         self.light = false;
-        self.link = Some(link);
+        self.link = Some(crate::endpoint::remote::Link(link));
     }
 
     /// Name of the region (for messages and `shmflow stat`).

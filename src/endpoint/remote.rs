@@ -65,6 +65,29 @@ pub(crate) enum Settled {
     Lost(u64),
 }
 
+/// A link as an end holds it. The ends are `UnwindSafe` and `RefUnwindSafe` with or without
+/// the feature that brings links (the auto traits must not change with a feature), so this
+/// asserts both: a link caught half-way by a panic is in a state whose later calls report a
+/// link error (its socket and reader are checked on every call), never in one that breaks
+/// memory safety, which does not rest on unwind safety.
+pub(crate) struct Link<T: ?Sized>(pub(crate) Box<T>);
+
+impl<T: ?Sized> std::panic::UnwindSafe for Link<T> {}
+impl<T: ?Sized> std::panic::RefUnwindSafe for Link<T> {}
+
+impl<T: ?Sized> std::ops::Deref for Link<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: ?Sized> std::ops::DerefMut for Link<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
 /// The receiving side's strategy: where a local consumer would park, it reads from the
 /// socket into free segments and announces the segments handed back as credit.
 pub(crate) trait Inbound: Send {
