@@ -236,6 +236,20 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "tcp_64k_rps64",
         "remote_bulk_gbps",
         "tcp_64k_gbps",
+        "rtt_sync_block_p50_ns",
+        "rtt_async_block_p50_ns",
+        "direct_rtt_p50_ns",
+        "tcp_two_conn_rtt_p50_ns",
+        "direct_small_rps",
+        "direct_small_timeout_1ms_rps",
+        "direct_small_every_record_rps",
+        "direct_bulk_gbps",
+        "direct_bulk_send_gbps",
+        "tcp_64k_cpu_s_per_gb",
+        "remote_bulk_cpu_s_per_gb",
+        "direct_bulk_cpu_s_per_gb",
+        "remote_small_cpu_s_per_gb",
+        "direct_small_cpu_s_per_gb",
     ] {
         let x = v[k]
             .as_f64()
@@ -243,7 +257,13 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         assert!(x > 0.0 && x.is_finite(), "{k} = {x}");
     }
     assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
-    assert_eq!(v["ratios"].as_object().unwrap().len(), 16);
+    // Every ratio has its key; those of the delayed-link group, which runs only when named,
+    // are null.
+    let ratios = v["ratios"].as_object().unwrap();
+    assert_eq!(ratios.len(), 36);
+    for (k, r) in ratios {
+        assert_eq!(r.is_null(), k.starts_with("netem"), "{k}: {r}");
+    }
     assert!(
         v["ratios"]["async_rtt_doorbell_vs_bridge"]
             .as_f64()
@@ -253,6 +273,13 @@ fn bench_quick_json_has_every_measure_and_ratio() {
     assert!(v["ratios"]["remote_small_vs_tcp_64k"].as_f64().unwrap() > 0.0);
     assert!(v["ratios"]["plain_vs_small"].as_f64().unwrap() > 0.0);
     assert!(v["ratios"]["async_vs_sync_plain"].as_f64().unwrap() > 0.0);
+    assert!(v["ratios"]["direct_bulk_vs_tcp_64k"].as_f64().unwrap() > 0.0);
+    assert!(
+        v["ratios"]["async_rtt_block_vs_tokio_uds"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
     assert_eq!(v["runs"].as_u64(), Some(1));
 }
 

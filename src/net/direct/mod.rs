@@ -181,18 +181,29 @@ impl Listener {
                 }
                 wait = wait.min(left);
             }
+            // At most `MAX_PENDING` at once: beyond that, new connections wait in the
+            // system's backlog until one is done with (memory stays bounded under a flood).
+            let listening = pending.len() < MAX_PENDING;
             let ready = {
-                let mut fds = vec![self.listener.as_fd()];
+                let mut fds = Vec::with_capacity(pending.len() + 1);
+                if listening {
+                    fds.push(self.listener.as_fd());
+                }
                 fds.extend(pending.iter().map(|h| h.sock.as_fd()));
                 crate::sys::sock::wait_any_readable(&fds, wait).map_err(|e| SetupError::Io {
                     context: "waiting for a receiver".into(),
                     source: e,
                 })?
             };
+            let (accept, ready) = if listening {
+                (ready[0], &ready[1..])
+            } else {
+                (false, &ready[..])
+            };
             // The pending ones first, newest last (removal by swap keeps the others' places
             // in `ready` valid when walking backwards).
             for k in (0..pending.len()).rev() {
-                if !ready[k + 1] {
+                if !ready[k] {
                     continue;
                 }
                 let h = &mut pending[k];
@@ -261,7 +272,7 @@ impl Listener {
                 p.set_link(Box::new(out));
                 return Ok(p);
             }
-            if ready[0] {
+            if accept {
                 let (stream, peer) = self.listener.accept().map_err(|e| SetupError::Io {
                     context: "accepting a receiver".into(),
                     source: e,
@@ -281,6 +292,9 @@ impl Listener {
         }
     }
 }
+
+/// Connections a [`Listener`] reads requests from at once.
+const MAX_PENDING: usize = 64;
 
 /// A connection accepted by a [`Listener`] whose request has not come whole yet.
 struct Pending {

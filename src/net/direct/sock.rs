@@ -378,7 +378,13 @@ const SMALL_READ: usize = 4 << 10;
 impl Reader {
     /// A reader for `Buffer`s of up to `max_frames` bytes (0: a side that receives none).
     pub(crate) fn new(max_frames: usize, dead_after: Duration) -> Reader {
-        let cap = READ_CHUNK.max(2 * (max_frames + 64));
+        // A sender reads only control messages (at most about a kilobyte each): a small
+        // buffer, which is also all a connection waiting in a listener's handshake holds.
+        let cap = if max_frames == 0 {
+            SMALL_READ
+        } else {
+            READ_CHUNK.max(2 * (max_frames + 64))
+        };
         Reader {
             buf: vec![0u8; cap].into_boxed_slice(),
             lo: 0,
