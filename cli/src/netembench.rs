@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::Geometry;
 
-use crate::harness::{child, finish, parse_report, touch};
+use crate::harness::{child, finish, parse_report};
 use crate::remotebench::read_all;
 
 /// The delays measured, one way, in milliseconds.
@@ -526,19 +526,7 @@ pub(crate) fn recv(args: &[String]) -> Result<(), String> {
                     Err(e) => retry(e.to_string())?,
                 }
             };
-            let mut buf = vec![0u8; BULK];
-            let (mut bytes, mut sum, mut first) = (0u64, 0u64, None);
-            loop {
-                let n = s.read(&mut buf).map_err(|e| e.to_string())?;
-                if n == 0 {
-                    break;
-                }
-                first.get_or_insert_with(Instant::now);
-                sum = sum.wrapping_add(touch(&buf[..n]));
-                bytes += n as u64;
-            }
-            std::hint::black_box(sum);
-            (bytes, first.map_or(1, |t| t.elapsed().as_nanos()))
+            crate::remotebench::tcp_read_all(&mut s)?
         }
         Kind::Direct => {
             let mut rx = loop {

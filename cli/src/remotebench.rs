@@ -313,6 +313,14 @@ fn tcp_stream_inner(secs: f64) -> (f64, f64) {
 /// The child of [`tcp_stream`]: reads to the end, touching every record of 64 bytes.
 pub(crate) fn tcp_sink(port: u16) -> Result<(), String> {
     let mut s = TcpStream::connect(loopback(port)).map_err(|e| e.to_string())?;
+    let (bytes, ns) = tcp_read_all(&mut s)?;
+    println!("{bytes} {ns}");
+    Ok(())
+}
+
+/// Reads a raw TCP stream to the end with 64 KiB reads, touching every byte: (bytes,
+/// nanoseconds from the first read).
+pub(crate) fn tcp_read_all(s: &mut TcpStream) -> Result<(u64, u128), String> {
     let mut buf = vec![0u8; 64 << 10];
     let (mut bytes, mut sum, mut start) = (0u64, 0u64, None);
     loop {
@@ -325,9 +333,7 @@ pub(crate) fn tcp_sink(port: u16) -> Result<(), String> {
         bytes += n as u64;
     }
     std::hint::black_box(sum);
-    let ns = start.map(|s| s.elapsed().as_nanos()).unwrap_or(1);
-    println!("{bytes} {ns}");
-    Ok(())
+    Ok((bytes, start.map(|s| s.elapsed().as_nanos()).unwrap_or(1)))
 }
 
 /// Round trips over two remote channels (sorted nanoseconds).
