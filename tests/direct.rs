@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::{
-    Alignment, Consumer, FlushPolicy, Geometry, Message, Producer, RecvError, SendError,
+    Alignment, Consumer, FlushPolicy, Geometry, Message, Producer, RecvError, RecvTimeoutError,
+    SendError, WaitStrategy,
 };
 
 fn small() -> Geometry {
@@ -230,27 +231,46 @@ fn barriers_cross_in_their_place_and_an_unaligned_one_is_announced_ahead() {
 #[test]
 fn a_record_sent_is_on_its_way_when_send_returns() {
     // A lone record with the default policy arrives while the producer waits elsewhere
-    // (here: for the answer), in a round trip over two channels.
+    // (here: for the answer), in a round trip over two channels; under every wait strategy
+    // of the receiving ends (a bounded look that reads the socket without waiting, a busy
+    // poll, a blocking read at once).
+    let waits = [
+        WaitStrategy::Block,
+        WaitStrategy::BusyPoll(Duration::from_micros(20)),
+        WaitStrategy::Park,
+    ];
     for kind in KINDS {
-        let (mut ping, mut ping_rx, b1) = remote_pair(kind, small());
-        let (mut pong_tx, mut pong, b2) = remote_pair(kind, small());
-        let echo = std::thread::spawn(move || {
-            while let Some(r) = ping_rx.recv().unwrap() {
-                let v = *r.as_pod::<u64>().unwrap();
-                pong_tx.send_pod(&v).unwrap();
+        for wait in waits {
+            let (mut ping, mut ping_rx, b1) = remote_pair(kind, small());
+            let (mut pong_tx, mut pong, b2) = remote_pair(kind, small());
+            ping_rx.set_wait_strategy(wait);
+            pong.set_wait_strategy(wait);
+            // Nothing sent yet: a bounded wait ends with nothing, whatever the look before it.
+            assert!(
+                matches!(
+                    pong.recv_timeout(Duration::from_millis(2)),
+                    Err(RecvTimeoutError::Timeout)
+                ),
+                "{kind:?} {wait:?}"
+            );
+            let echo = std::thread::spawn(move || {
+                while let Some(r) = ping_rx.recv().unwrap() {
+                    let v = *r.as_pod::<u64>().unwrap();
+                    pong_tx.send_pod(&v).unwrap();
+                }
+            });
+            // Enough to go round every segment of both channels many times.
+            for i in 0..2_000u64 {
+                ping.send_pod(&i).unwrap();
+                let r = pong.recv().unwrap().unwrap();
+                assert_eq!(r.as_pod::<u64>(), Some(&i), "{kind:?} {wait:?}");
             }
-        });
-        // Enough to go round every segment of both channels many times.
-        for i in 0..5_000u64 {
-            ping.send_pod(&i).unwrap();
-            let r = pong.recv().unwrap().unwrap();
-            assert_eq!(r.as_pod::<u64>(), Some(&i), "{kind:?}");
-        }
-        drop(ping);
-        assert!(pong.recv().unwrap().is_none());
-        echo.join().unwrap();
-        for b in [b1, b2].into_iter().flatten() {
-            b.join().unwrap();
+            drop(ping);
+            assert!(pong.recv().unwrap().is_none());
+            echo.join().unwrap();
+            for b in [b1, b2].into_iter().flatten() {
+                b.join().unwrap();
+            }
         }
     }
 }

@@ -590,7 +590,8 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
             return crate::remotebench::direct_sink(port_arg(args, 1)?, g);
         }
         "direct-echo" => {
-            return crate::remotebench::direct_echo(port_arg(args, 1)?, port_arg(args, 2)?)
+            let wait = crate::remotebench::RttWait::parse(args.get(3).map_or("block", |s| s))?;
+            return crate::remotebench::direct_echo(port_arg(args, 1)?, port_arg(args, 2)?, wait);
         }
         other => return Err(format!("unknown bench role {other}")),
     }
@@ -944,25 +945,27 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
     }
     if want("remote") {
         use crate::remotebench::{
-            direct_rtt, direct_stream, remote_rtt, remote_stream, tcp_rtt, tcp_stream, Streamed,
-            Writes,
+            direct_rtt, direct_stream, remote_rtt, remote_stream, tcp_rtt, tcp_stream, RttWait,
+            Streamed, Writes,
         };
         // Alternating, so that a slow moment of the host falls on both sides of each ratio.
         let (mut remote, mut direct, mut tcp) = (Vec::new(), Vec::new(), Vec::new());
-        let mut tcp_two = Vec::new();
+        let (mut tcp_two, mut direct_park) = (Vec::new(), Vec::new());
         for _ in 0..2 {
             remote.extend(remote_rtt(cfg.rounds / 4));
-            direct.extend(direct_rtt(cfg.rounds / 4));
+            direct.extend(direct_rtt(cfg.rounds / 4, RttWait::Block));
+            direct_park.extend(direct_rtt(cfg.rounds / 4, RttWait::Park));
             tcp.extend(tcp_rtt(cfg.rounds / 4));
             tcp_two.extend(crate::remotebench::tcp_rtt_two(cfg.rounds / 4));
         }
-        for v in [&mut remote, &mut direct, &mut tcp, &mut tcp_two] {
+        for v in [&mut remote, &mut direct, &mut direct_park, &mut tcp, &mut tcp_two] {
             v.sort_unstable();
         }
         note("remote_rtt_p50_ns", pct(&remote, 0.5));
         note("remote_rtt_p99_ns", pct(&remote, 0.99));
         note("direct_rtt_p50_ns", pct(&direct, 0.5));
         note("direct_rtt_p99_ns", pct(&direct, 0.99));
+        note("direct_rtt_park_p50_ns", pct(&direct_park, 0.5));
         note("tcp_pingpong_rtt_p50_ns", pct(&tcp, 0.5));
         note("tcp_two_conn_rtt_p50_ns", pct(&tcp_two, 0.5));
         // Each figure the median of the repeats; CPU per GB from the same runs.
@@ -1042,7 +1045,7 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 36] = [
+const RATIOS: [(&str, &str, &str, &str); 37] = [
     (
         "direct_small_vs_tcp_64k",
         "direct_small_rps",
@@ -1072,6 +1075,12 @@ const RATIOS: [(&str, &str, &str, &str); 36] = [
         "direct_rtt_p50_ns",
         "tcp_pingpong_rtt_p50_ns",
         "<= 1.3",
+    ),
+    (
+        "direct_rtt_park_vs_tcp_pingpong",
+        "direct_rtt_park_p50_ns",
+        "tcp_pingpong_rtt_p50_ns",
+        "(for reference)",
     ),
     (
         "direct_rtt_vs_tcp_two_conn",

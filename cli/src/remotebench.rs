@@ -31,7 +31,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
-use shmflow::{Geometry, Producer};
+use shmflow::{Geometry, Producer, WaitStrategy};
 
 use crate::harness::{child, finish, parse_report, touch, RTT_G};
 
@@ -224,15 +224,48 @@ pub(crate) fn direct_sink(port: u16, g: Geometry) -> Result<(), String> {
     Ok(())
 }
 
+/// How the ends of a direct round trip wait for the reply: at the default `Block` (a bounded
+/// look, each reading the socket without waiting, before a blocking read), or blocking in the
+/// read at once (`Park`), as a raw TCP ping-pong does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RttWait {
+    Block,
+    Park,
+}
+
+impl RttWait {
+    fn arg(self) -> &'static str {
+        match self {
+            RttWait::Block => "block",
+            RttWait::Park => "park",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Result<RttWait, String> {
+        match s {
+            "block" => Ok(RttWait::Block),
+            "park" => Ok(RttWait::Park),
+            other => Err(format!("unknown wait {other}")),
+        }
+    }
+
+    fn strategy(self) -> WaitStrategy {
+        match self {
+            RttWait::Block => WaitStrategy::Block,
+            RttWait::Park => WaitStrategy::Park,
+        }
+    }
+}
+
 /// Round trips between direct ends: a number goes to the child over one connection and comes
-/// back over another (sorted nanoseconds).
-pub(crate) fn direct_rtt(rounds: usize) -> Vec<u64> {
+/// back over another (sorted nanoseconds), every end waiting as `wait` says.
+pub(crate) fn direct_rtt(rounds: usize, wait: RttWait) -> Vec<u64> {
     let l = Listener::bind(loopback(0), Config::default()).unwrap();
     let port = l.local_addr().unwrap().port();
     let back = free_port();
     let kid = child(
         "direct-echo",
-        &[port.to_string(), back.to_string()],
+        &[port.to_string(), back.to_string(), wait.arg().to_string()],
         &[],
         |_| {},
     );
@@ -245,6 +278,8 @@ pub(crate) fn direct_rtt(rounds: usize) -> Vec<u64> {
             Err(_) => std::thread::sleep(Duration::from_millis(5)),
         }
     };
+    ping.set_wait_strategy(wait.strategy());
+    pong.set_wait_strategy(wait.strategy());
     let v = crate::harness::time_rounds(rounds, |i| {
         ping.send_pod(&i).unwrap();
         let r = pong.recv().unwrap().unwrap();
@@ -257,13 +292,15 @@ pub(crate) fn direct_rtt(rounds: usize) -> Vec<u64> {
 }
 
 /// The child of [`direct_rtt`]: listens on `back` for "pong", requests "ping", echoes.
-pub(crate) fn direct_echo(port: u16, back: u16) -> Result<(), String> {
+pub(crate) fn direct_echo(port: u16, back: u16, wait: RttWait) -> Result<(), String> {
     let l = Listener::bind(loopback(back), Config::default()).map_err(|e| e.to_string())?;
     let mut ping = connect_consumer(loopback(port), "ping", RTT_G, Config::default())
         .map_err(|e| e.to_string())?;
     let mut pong = l
         .accept_producer("pong", RTT_G)
         .map_err(|e| e.to_string())?;
+    ping.set_wait_strategy(wait.strategy());
+    pong.set_wait_strategy(wait.strategy());
     while let Some(r) = ping.recv().map_err(|e| e.to_string())? {
         let v = *r.as_pod::<u64>().ok_or("not a number")?;
         pong.send_pod(&v).map_err(|e| e.to_string())?;

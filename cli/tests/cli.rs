@@ -239,6 +239,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "rtt_sync_block_p50_ns",
         "rtt_async_block_p50_ns",
         "direct_rtt_p50_ns",
+        "direct_rtt_park_p50_ns",
         "tcp_two_conn_rtt_p50_ns",
         "direct_small_rps",
         "direct_small_timeout_1ms_rps",
@@ -260,7 +261,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
     // Every ratio has its key; those of the delayed-link group, which runs only when named,
     // are null.
     let ratios = v["ratios"].as_object().unwrap();
-    assert_eq!(ratios.len(), 36);
+    assert_eq!(ratios.len(), 37);
     for (k, r) in ratios {
         assert_eq!(r.is_null(), k.starts_with("netem"), "{k}: {r}");
     }

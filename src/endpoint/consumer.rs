@@ -682,13 +682,50 @@ impl Consumer {
         let timed = patience.waits();
         let shared = self.shared.clone();
         let h = shared.header();
-        let _idle = timed.then(|| {
+        let idle = timed.then(|| {
             Waiting::start(
                 &h.consumer_counters.idle_since_ns,
                 &h.consumer_counters.idle_ns,
             )
         });
+        let got = self.wait_link_looks(patience);
+        drop(idle);
+        if timed {
+            self.wait_mark = self.cur.map(|c| (c.seg, c.rd));
+        }
+        got
+    }
+
+    /// [`Consumer::wait_link`] without the idle time and the pace mark.
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    fn wait_link_looks<P: Patience, S: Seen>(&mut self, patience: P) -> Got<Waited<S>, P> {
         let mut looked = false;
+        if patience.waits() {
+            // The bounded look of the wait strategy, as a local end's: each look reads the
+            // socket without waiting (one system call), so that a reply arriving within the
+            // look is taken at once rather than through a wake-up of this thread, which
+            // costs tens of microseconds when the sender runs on another CPU of a VM. After a
+            // large batch (a streaming sender) `Block` reads blocking at once: the next read
+            // brings a batch too, so its wake-up is shared by many records, and looks would
+            // only burn CPU time the stream's other side needs.
+            let pace = self.pace();
+            let wait = match (self.wait, pace) {
+                (WaitStrategy::Block, park::Pace::Stream) => WaitStrategy::Park,
+                (w, _) => w,
+            };
+            let spun = park::spin_phase::<Host, _, _>(wait, pace, &mut |look| {
+                if let Some(w) = self.poll_wait::<S>(look)? {
+                    return Ok(Some(w));
+                }
+                if let Some(l) = &mut self.link {
+                    l.fill(Some(Instant::now()));
+                }
+                self.poll_wait::<S>(Look::Quick)
+            })?;
+            if let Some(w) = spun {
+                return Ok(w);
+            }
+        }
         loop {
             if let Some(w) = self.poll_wait::<S>(Look::IfDue)? {
                 return Ok(w);

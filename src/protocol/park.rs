@@ -111,7 +111,9 @@ pub enum WaitStrategy {
     /// having each line pulled away as it writes it. The yield lets a peer waiting for the
     /// same CPU run. A wake-up through the futex, after the spin, costs tens of
     /// microseconds when the peer sits on another CPU of a VM. For the lowest latency (a
-    /// CPU burnt while waiting) use [`WaitStrategy::BusyPoll`].
+    /// CPU burnt while waiting) use [`WaitStrategy::BusyPoll`]. A direct network consumer
+    /// looks the same way, each look a read of its socket that does not wait, and after a
+    /// large batch reads blocking at once.
     #[default]
     Block,
     /// Busy-poll for up to this long before parking: the lowest latency while the peer is
@@ -452,8 +454,9 @@ pub(crate) enum Notifier {
 }
 
 /// Busy phase: polls a bounded number of times. `None` if nothing turned up. The clock and the
-/// yield are the OS's (`O`), so that the loom models run this same code.
-fn spin_phase<O: Os, T, F>(
+/// yield are the OS's (`O`), so that the loom models run this same code. A direct network end
+/// runs it too, with a poll that reads its socket without waiting.
+pub(crate) fn spin_phase<O: Os, T, F>(
     strategy: WaitStrategy,
     pace: Pace,
     poll: &mut impl FnMut(Look) -> Result<Option<T>, F>,
