@@ -12,8 +12,9 @@
 //! fill):
 //! - `netem{d}_tcp_mbs`: raw TCP with 64 KiB writes;
 //! - `netem{d}_direct_mbs` (direct ends) and `netem{d}_remote_mbs` (bridges), 64 KiB records,
-//!   with enough credit: 128 segments of 256 KiB on each side (32 MiB, more than the link holds
-//!   in a round trip at these rates);
+//!   with enough credit: 512 segments of 256 KiB on each side (128 MiB; three 64 KiB records
+//!   fill a segment, so 96 MiB of records, about four times what a round trip of 23 ms holds
+//!   at 1 GB/s: a pool of 128 segments held the direct ends to about 0.75× raw TCP at 10 ms);
 //! - `netem{d}_direct_pool4_mbs` and `netem{d}_remote_pool4_mbs`: a receiving pool of 4
 //!   segments of 32 KiB, one record per segment, against `netem{d}_pool4_bound_mbs`, the
 //!   credit-per-round-trip bound `4 × 32 KiB / RTT`: a sender can have no more than the
@@ -35,10 +36,10 @@ use crate::remotebench::read_all;
 
 /// The delays measured, one way, in milliseconds.
 pub(crate) const DELAYS_MS: [u64; 2] = [1, 10];
-/// Enough credit: 32 MiB.
+/// Enough credit: 128 MiB (see the module's documentation).
 const BIG: Geometry = Geometry {
     segment_size: 256 << 10,
-    segment_count: 128,
+    segment_count: 512,
 };
 /// The small pool whose credit bounds the throughput.
 const POOL4: Geometry = Geometry {
