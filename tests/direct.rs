@@ -136,18 +136,27 @@ fn records_events_and_spanning_records_arrive_in_order() {
                         other => panic!("unexpected message {other:?}"),
                     }
                 }
-                (i, events)
+                // What the receiving side counted as written, as it checked the frames.
+                let m = rx.metrics();
+                (i, events, m.records_written, m.bytes_written)
             });
             tx.set_flush_policy(policy);
+            let mut bytes = 0u64;
             for i in 0..n {
                 if i % 100 == 0 {
                     tx.send_event(7, &i.to_le_bytes()).unwrap();
                 }
-                tx.send(&record(i)).unwrap();
+                let r = record(i);
+                bytes += r.len() as u64;
+                tx.send(&r).unwrap();
             }
             tx.close_timeout(Duration::from_secs(20))
                 .unwrap_or_else(|e| panic!("{kind:?} {policy:?}: {e}"));
-            assert_eq!(reader.join().unwrap(), (n, n / 100), "{kind:?} {policy:?}");
+            assert_eq!(
+                reader.join().unwrap(),
+                (n, n / 100, n, bytes),
+                "{kind:?} {policy:?}"
+            );
             if let Some(b) = bridge {
                 b.join().unwrap();
             }

@@ -958,7 +958,13 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
             tcp.extend(tcp_rtt(cfg.rounds / 4));
             tcp_two.extend(crate::remotebench::tcp_rtt_two(cfg.rounds / 4));
         }
-        for v in [&mut remote, &mut direct, &mut direct_park, &mut tcp, &mut tcp_two] {
+        for v in [
+            &mut remote,
+            &mut direct,
+            &mut direct_park,
+            &mut tcp,
+            &mut tcp_two,
+        ] {
             v.sort_unstable();
         }
         note("remote_rtt_p50_ns", pct(&remote, 0.5));

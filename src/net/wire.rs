@@ -599,100 +599,131 @@ impl Codec {
     }
 }
 
+/// What [`check_frames`] found in a run of frames that passed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Frames {
+    /// They finish the segment (a SEAL, or its last byte).
+    pub(crate) ends: bool,
+    /// The records and payload they carry, counted as they were checked.
+    pub(crate) tally: frame::Tally,
+}
+
 /// Checks that `frames`, to be written at `offset` of a segment of `seg_size` bytes, are
 /// whole shmflow frames that may stand there (`in_span`: a spanning record is open before
-/// them; updated). Returns whether they finish the segment (a SEAL, or its last byte).
+/// them; updated), and counts what they carry.
 pub(crate) fn check_frames(
     offset: usize,
     frames: &[u8],
     seg_size: usize,
     in_span: &mut bool,
-) -> Result<bool, ProtocolError> {
-    check_frames_with(offset, frames.len(), seg_size, in_span, |i| {
-        u64::from_le_bytes(frames[i..i + HEADER].try_into().expect("8 bytes"))
-    })
+) -> Result<Frames, ProtocolError> {
+    let Some((first, rest)) = frames.split_first_chunk::<HEADER>() else {
+        return Err(misfit(offset, frames.len(), seg_size));
+    };
+    check_frames_split(offset, u64::from_le_bytes(*first), rest, seg_size, in_span)
 }
 
 /// [`check_frames`] for frames whose first header word is `first` and whose other bytes are
 /// `rest` (read straight into a segment, the first header word kept out until the commit).
+/// One pass: every frame is checked and counted where it is read.
 pub(crate) fn check_frames_split(
     offset: usize,
     first: u64,
     rest: &[u8],
     seg_size: usize,
     in_span: &mut bool,
-) -> Result<bool, ProtocolError> {
-    check_frames_with(
-        offset,
-        HEADER + rest.len(),
-        seg_size,
-        in_span,
-        |i| match i {
-            0 => first,
-            i => u64::from_le_bytes(rest[i - HEADER..i].try_into().expect("8 bytes")),
-        },
-    )
-}
-
-/// [`check_frames`] over `len` bytes whose 8-byte word at `i` (from the first) is `word(i)`.
-fn check_frames_with(
-    offset: usize,
-    len: usize,
-    seg_size: usize,
-    in_span: &mut bool,
-    word: impl Fn(usize) -> u64,
-) -> Result<bool, ProtocolError> {
+) -> Result<Frames, ProtocolError> {
+    let len = HEADER + rest.len();
     let end = offset.saturating_add(len);
-    if offset % 8 != 0 || len < HEADER || end > seg_size {
-        return Err(ProtocolError::Malformed {
-            what: "Buffer",
-            detail: format!(
-                "{len} bytes at offset {offset} do not fit a segment of {seg_size} bytes"
-            ),
-        });
+    if offset % 8 != 0 || end > seg_size {
+        return Err(misfit(offset, len, seg_size));
     }
     let mut at = offset;
+    let mut word = first;
     let mut span = *in_span;
+    let mut tally = frame::Tally::default();
     let mut ends = false;
-    while at < end {
-        if at + HEADER > end {
-            return Err(ProtocolError::Malformed {
-                what: "Buffer",
-                detail: format!("a partial frame header at offset {at}"),
-            });
-        }
-        let f = frame::check(at, word(at - offset), seg_size, span).map_err(|v| {
-            ProtocolError::Frame {
-                field: v.field,
-                expected: v.expected,
-                found: v.found,
-            }
-        })?;
-        span = frame::span_after(f.kind, span);
-        let next = if f.kind == frame::SEAL {
-            at + HEADER
+    // Here `at + HEADER <= end` and `word` is the header at `at`.
+    loop {
+        // The common frame first: a whole record outside a spanning one that ends within
+        // the buffer (so within the segment: `end <= seg_size`), as `frame::check` accepts it.
+        let (len, kind) = frame::decode(word);
+        let next = frame::next_frame(at, len as usize);
+        if kind == frame::WHOLE && !span && next <= end {
+            tally.records += 1;
+            tally.payload += len as u64;
+            at = next;
         } else {
-            frame::next_frame(at, f.len)
-        };
-        if next > end {
-            return Err(ProtocolError::Malformed {
-                what: "Buffer",
-                detail: format!("the frame at offset {at} runs past the end of the buffer"),
-            });
+            let (f, next) = check_frame(at, word, end, seg_size, span)?;
+            span = frame::span_after(f.kind, span);
+            tally.add(f.kind, f.len);
+            ends |= f.kind == frame::SEAL;
+            at = next;
         }
-        if f.kind == frame::SEAL {
-            if next != end {
+        if at == end {
+            break;
+        }
+        // The next header, from `rest` (which starts a header after `offset`).
+        let i = at - offset - HEADER;
+        match rest.get(i..i + HEADER) {
+            Some(w) => word = u64::from_le_bytes(w.try_into().expect("8 bytes")),
+            None => {
                 return Err(ProtocolError::Malformed {
                     what: "Buffer",
-                    detail: "bytes after a SEAL frame".into(),
-                });
+                    detail: format!("a partial frame header at offset {at}"),
+                })
             }
-            ends = true;
         }
-        at = next;
     }
     *in_span = span;
-    Ok(ends || end + HEADER > seg_size)
+    Ok(Frames {
+        ends: ends || end + HEADER > seg_size,
+        tally,
+    })
+}
+
+/// Checks any frame (the header `word` at `at`, in a buffer that ends at `end`; `in_span`: a
+/// spanning record is open): the frame, and the offset past it (past a SEAL only if it ends
+/// the buffer).
+#[inline(never)]
+fn check_frame(
+    at: usize,
+    word: u64,
+    end: usize,
+    seg_size: usize,
+    in_span: bool,
+) -> Result<(frame::Checked, usize), ProtocolError> {
+    let f = frame::check(at, word, seg_size, in_span).map_err(|v| ProtocolError::Frame {
+        field: v.field,
+        expected: v.expected,
+        found: v.found,
+    })?;
+    let next = if f.kind == frame::SEAL {
+        at + HEADER
+    } else {
+        frame::next_frame(at, f.len)
+    };
+    if next > end {
+        return Err(ProtocolError::Malformed {
+            what: "Buffer",
+            detail: format!("the frame at offset {at} runs past the end of the buffer"),
+        });
+    }
+    if f.kind == frame::SEAL && next != end {
+        return Err(ProtocolError::Malformed {
+            what: "Buffer",
+            detail: "bytes after a SEAL frame".into(),
+        });
+    }
+    Ok((f, next))
+}
+
+/// `len` bytes at `offset` that cannot be frames of a segment of `seg_size` bytes.
+fn misfit(offset: usize, len: usize, seg_size: usize) -> ProtocolError {
+    ProtocolError::Malformed {
+        what: "Buffer",
+        detail: format!("{len} bytes at offset {offset} do not fit a segment of {seg_size} bytes"),
+    }
 }
 
 #[cfg(test)]
@@ -801,15 +832,32 @@ mod tests {
             v
         };
         let mut span = false;
-        assert!(!check_frames(0, &whole(5), seg, &mut span).unwrap());
+        let one = check_frames(0, &whole(5), seg, &mut span).unwrap();
+        assert!(!one.ends);
+        assert_eq!(
+            one.tally,
+            frame::Tally {
+                records: 1,
+                payload: 5
+            }
+        );
         let mut sealed = whole(5);
+        sealed.extend_from_slice(&whole(9));
         sealed.extend_from_slice(&frame::encode(0, frame::SEAL).to_le_bytes());
-        assert!(check_frames(0, &sealed, seg, &mut span).unwrap());
+        let two = check_frames(0, &sealed, seg, &mut span).unwrap();
+        assert!(two.ends);
+        assert_eq!(two.tally.records, 2);
+        assert_eq!(two.tally.payload, 14);
         // A length past the segment, a frame past the buffer, garbage, misalignment.
         assert!(check_frames(0, &whole(5000)[..8], seg, &mut span).is_err());
         assert!(check_frames(0, &whole(64)[..16], seg, &mut span).is_err());
         assert!(check_frames(0, &[0xAB; 16], seg, &mut span).is_err());
         assert!(check_frames(4, &whole(0), seg, &mut span).is_err());
         assert!(check_frames(seg - 8, &whole(8), seg, &mut span).is_err());
+        assert!(check_frames(0, &[], seg, &mut span).is_err());
+        assert!(check_frames(0, &whole(5)[..12], seg, &mut span).is_err());
+        let mut partial = whole(5);
+        partial.extend_from_slice(&[1, 2, 3, 4]);
+        assert!(check_frames(0, &partial, seg, &mut span).is_err());
     }
 }

@@ -232,27 +232,37 @@ pub(crate) fn write_unpublished(slot: &crate::sync::AtomicU64, word: u64) {
     slot.store(word, crate::sync::Ordering::Relaxed);
 }
 
-/// The records that whole frames in `bytes` (a chunk of a segment, starting at a frame
-/// boundary) complete, and the payload bytes of record frames: `(records, payload)`. Stops at
-/// a SEAL, a zero word or a frame that runs past the chunk (a statistic: the frames were
-/// checked by the caller).
+/// Records and payload bytes in a run of frames, counted as they are checked (the figures a
+/// producer adds to its counters when it publishes them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(not(feature = "net"), allow(dead_code))]
-pub(crate) fn count_records(bytes: &[u8]) -> (u64, u64) {
-    let (mut records, mut payload, mut at) = (0u64, 0u64, 0usize);
-    while let Some(h) = bytes.get(at..at + HEADER) {
-        let (len, kind) = decode(u64::from_le_bytes(h.try_into().expect("8 bytes")));
+pub(crate) struct Tally {
+    /// Records whose last frame is in the run (`WHOLE` or `LAST`).
+    pub(crate) records: u64,
+    /// Payload bytes of record frames (events, aborts and seals carry none).
+    pub(crate) payload: u64,
+}
+
+#[cfg_attr(not(feature = "net"), allow(dead_code))]
+impl Tally {
+    /// Counts one checked frame.
+    #[inline]
+    pub(crate) fn add(&mut self, kind: u32, len: usize) {
         match kind {
             WHOLE | LAST => {
-                records += 1;
-                payload += len as u64;
+                self.records += 1;
+                self.payload += len as u64;
             }
-            FIRST | MIDDLE => payload += len as u64,
-            EVENT | ABORT => {}
-            _ => break,
+            FIRST | MIDDLE => self.payload += len as u64,
+            _ => {}
         }
-        at = next_frame(at, len as usize);
     }
-    (records, payload)
+
+    /// Both runs' counts.
+    pub(crate) fn merge(&mut self, other: Tally) {
+        self.records += other.records;
+        self.payload += other.payload;
+    }
 }
 
 #[cfg(test)]
@@ -260,20 +270,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn count_records_counts_record_ends_and_payload() {
-        let mut b = Vec::new();
-        for (len, kind) in [(3u32, WHOLE), (0, EVENT), (10, FIRST)] {
-            b.extend_from_slice(&encode(len, kind).to_le_bytes());
-            b.resize(next_frame(b.len() - HEADER, len as usize), 0);
+    fn a_tally_counts_record_ends_and_payload() {
+        let mut t = Tally::default();
+        for (kind, len) in [(WHOLE, 3), (EVENT, 8), (FIRST, 10), (SEAL, 0)] {
+            t.add(kind, len);
         }
-        assert_eq!(count_records(&b), (1, 13));
-        let mut last = encode(5, LAST).to_le_bytes().to_vec();
-        last.resize(16, 0);
-        last.extend_from_slice(&encode(0, SEAL).to_le_bytes());
-        last.extend_from_slice(&encode(9, WHOLE).to_le_bytes());
-        assert_eq!(count_records(&last), (1, 5));
-        assert_eq!(count_records(&[]), (0, 0));
-        assert_eq!(count_records(&[0; 16]), (0, 0));
+        assert_eq!(
+            t,
+            Tally {
+                records: 1,
+                payload: 13
+            }
+        );
+        let mut last = Tally::default();
+        last.add(LAST, 5);
+        t.merge(last);
+        assert_eq!(
+            t,
+            Tally {
+                records: 2,
+                payload: 18
+            }
+        );
     }
 
     #[test]

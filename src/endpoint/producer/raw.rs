@@ -9,7 +9,7 @@ use crate::error::SendError;
 
 /// The receiving bridge writes as a producer does, and fails as one.
 type Result<T> = std::result::Result<T, SendError>;
-use crate::protocol::frame::{self, HEADER};
+use crate::protocol::frame::{self, Tally, HEADER};
 
 /// Why a received chunk cannot be written: the sender broke the protocol.
 #[derive(Debug, PartialEq, Eq)]
@@ -32,12 +32,14 @@ impl Producer {
     /// Writes `bytes` (whole frames, checked by the caller with `frame::check`) at offset `at`
     /// of a segment and publishes them: `at == 0` takes a fresh segment, any other offset
     /// continues the segment in hand where the last chunk ended. `ends_segment`: the chunk
-    /// finishes the segment (it ends with a SEAL frame or at the segment's end).
+    /// finishes the segment (it ends with a SEAL frame or at the segment's end); `tally`: what
+    /// its frames carry, as the check counted it.
     pub(crate) fn raw_write(
         &mut self,
         at: usize,
         bytes: &[u8],
         ends_segment: bool,
+        tally: Tally,
     ) -> Result<std::result::Result<(), Refused>> {
         if let Err(r) = self.raw_place(at, bytes.len())? {
             return Ok(Err(r));
@@ -46,7 +48,7 @@ impl Producer {
         // Release store of the commit.
         self.write_bytes(at + HEADER, &bytes[HEADER..]);
         let first = u64::from_le_bytes(bytes[..HEADER].try_into().expect("8 bytes"));
-        self.raw_commit(at, first, bytes.len(), ends_segment);
+        self.raw_commit(at, first, bytes.len(), ends_segment, tally);
         Ok(Ok(()))
     }
 
@@ -114,7 +116,15 @@ impl Producer {
     /// Publishes the chunk of `len` bytes placed at `at` (its bytes after the first header
     /// word written), whose first header word is `first`, as the producer publishes its own
     /// frames: the word past the end zeroed, then the first header stored with Release.
-    pub(crate) fn raw_commit(&mut self, at: usize, first: u64, len: usize, ends_segment: bool) {
+    /// `tally` (what its frames carry, counted by the check) goes to the producer's counters.
+    pub(crate) fn raw_commit(
+        &mut self,
+        at: usize,
+        first: u64,
+        len: usize,
+        ends_segment: bool,
+        tally: Tally,
+    ) {
         let c = self.cur.expect("placed by raw_place");
         let end = at + len;
         assert!(c.wpos == at && len >= HEADER && end <= self.seg_size);
@@ -129,14 +139,12 @@ impl Producer {
         // The same commit as the producer's own (see `frame::commit`).
         frame::commit(slot, first, after);
         let h = self.shared.header();
-        // SAFETY: the chunk's bytes, inside the segment (checked above), all written and
-        // published; the consumer only reads them, and nothing writes them again.
-        let chunk = unsafe { std::slice::from_raw_parts(c.base.add(at), len) };
-        let (records, payload) = frame::count_records(chunk);
         self.counters
             .records
-            .add(&h.producer_counters.records, records);
-        self.counters.bytes.add(&h.producer_counters.bytes, payload);
+            .add(&h.producer_counters.records, tally.records);
+        self.counters
+            .bytes
+            .add(&h.producer_counters.bytes, tally.payload);
         if ends_segment {
             self.cur = None;
             self.counters

@@ -14,17 +14,18 @@ use crate::endpoint::producer::Producer;
 use crate::error::{Halt, NotNow, SendError};
 use crate::net::error::{LinkError, ProtocolError};
 use crate::net::link::Held;
-use crate::net::wire::{self, Closed};
+use crate::net::wire::{self, Closed, Frames};
 pub(crate) use crate::protocol::lane::Entry;
 
 /// What the machine writes into: the local producer's raw operations.
 pub(crate) trait Segments {
-    /// Writes checked frames at `offset` of the segment in hand (`offset == 0`: a fresh one).
+    /// Writes checked frames at `offset` of the segment in hand (`offset == 0`: a fresh one);
+    /// `checked` is what the check found in them.
     fn write(
         &mut self,
         offset: usize,
         frames: &[u8],
-        ends: bool,
+        checked: Frames,
     ) -> Result<Result<(), Refused>, SendError>;
     /// Free segments: what may be announced as credit (0 if the region cannot say).
     fn free(&mut self) -> u64;
@@ -46,9 +47,9 @@ impl Segments for Held<Producer> {
         &mut self,
         offset: usize,
         frames: &[u8],
-        ends: bool,
+        checked: Frames,
     ) -> Result<Result<(), Refused>, SendError> {
-        self.raw_write(offset, frames, ends)
+        self.raw_write(offset, frames, checked.ends, checked.tally)
     }
 
     fn free(&mut self) -> u64 {
@@ -137,13 +138,13 @@ pub(crate) struct Receiving<S> {
 
 /// A message held behind a priority event.
 pub(crate) enum Waiting {
-    /// A buffer, checked (`ends`: it ends its segment), or several that continue each other
-    /// joined.
+    /// A buffer, checked (`checked`: what the check found, whether it ends its segment), or
+    /// several that continue each other joined.
     Buffer {
         backlog: u32,
         offset: usize,
         frames: BytesMut,
-        ends: bool,
+        checked: Frames,
     },
     Priority {
         entry: Entry,
@@ -196,12 +197,12 @@ impl<S: Segments> Receiving<S> {
     }
 
     /// Checks a buffer as it arrives (frames, credit, place in the segment), before it is
-    /// written or held. True if it ends its segment.
-    pub(crate) fn admit(&mut self, offset: usize, frames: &[u8]) -> Result<bool, Stop> {
-        let ends = wire::check_frames(offset, frames, self.seg_size, &mut self.in_span)
+    /// written or held: what the check found.
+    pub(crate) fn admit(&mut self, offset: usize, frames: &[u8]) -> Result<Frames, Stop> {
+        let checked = wire::check_frames(offset, frames, self.seg_size, &mut self.in_span)
             .map_err(|e| Stop::Broken(e.into()))?;
-        self.place(offset, frames.len(), ends)?;
-        Ok(ends)
+        self.place(offset, frames.len(), checked.ends)?;
+        Ok(checked)
     }
 
     /// Admits `len` bytes of checked frames at `offset` (`ends`: they end their segment):
@@ -234,9 +235,9 @@ impl<S: Segments> Receiving<S> {
         backlog: u32,
         offset: usize,
         frames: &[u8],
-        ends: bool,
+        checked: Frames,
     ) -> Result<(), Stop> {
-        match self.p.write(offset, frames, ends) {
+        match self.p.write(offset, frames, checked) {
             Ok(Ok(())) => {}
             Ok(Err(r)) => return Err(self.refused(r)),
             Err(e) => return Err(Stop::Consumer(e)),
@@ -327,9 +328,9 @@ impl<S: Segments> Receiving<S> {
         frames: &[u8],
     ) -> Result<(), Stop> {
         let offset = offset as usize;
-        let ends = self.admit(offset, frames)?;
+        let checked = self.admit(offset, frames)?;
         if self.held.is_empty() {
-            return self.write(backlog, offset, frames, ends);
+            return self.write(backlog, offset, frames, checked);
         }
         // Copied (a slice of the connection's read buffer would keep the whole buffer
         // alive), onto the held part of the same segment if it continues it.
@@ -337,12 +338,14 @@ impl<S: Segments> Receiving<S> {
             backlog: b,
             offset: at,
             frames: f,
-            ends: e,
+            checked: c,
         }) = self.held.back_mut()
         {
-            if !*e && *at + f.len() == offset {
+            if !c.ends && *at + f.len() == offset {
                 f.extend_from_slice(frames);
-                (*b, *e) = (backlog, ends);
+                *b = backlog;
+                c.ends = checked.ends;
+                c.tally.merge(checked.tally);
                 return Ok(());
             }
         }
@@ -350,7 +353,7 @@ impl<S: Segments> Receiving<S> {
             backlog,
             offset,
             frames: BytesMut::from(frames),
-            ends,
+            checked,
         });
         Ok(())
     }
@@ -384,8 +387,8 @@ impl<S: Segments> Receiving<S> {
                     backlog,
                     offset,
                     frames,
-                    ends,
-                }) => self.write(backlog, offset, &frames, ends)?,
+                    checked,
+                }) => self.write(backlog, offset, &frames, checked)?,
                 Some(Waiting::Last(last)) => return Err(Stop::Sender(last)),
             }
         }
@@ -431,7 +434,7 @@ mod tests {
             &mut self,
             offset: usize,
             frames: &[u8],
-            ends: bool,
+            checked: Frames,
         ) -> Result<Result<(), Refused>, SendError> {
             if offset == 0 {
                 if self.free == 0 {
@@ -439,7 +442,7 @@ mod tests {
                 }
                 self.free -= 1;
             }
-            self.written.push((offset, frames.len(), ends));
+            self.written.push((offset, frames.len(), checked.ends));
             self.order.push('b');
             Ok(Ok(()))
         }

@@ -214,11 +214,11 @@ impl In {
         let mut span = ch.in_span;
         let dst = ch.p.raw_slice(at, len);
         reader.read_rest(sock, dst).map_err(Stop::Broken)?;
-        let ends = wire::check_frames_split(at, first, dst, seg_size, &mut span)
+        let checked = wire::check_frames_split(at, first, dst, seg_size, &mut span)
             .map_err(|e| Stop::Broken(e.into()))?;
         ch.in_span = span;
-        ch.place(at, len, ends)?;
-        ch.p.raw_commit(at, first, len, ends);
+        ch.place(at, len, checked.ends)?;
+        ch.p.raw_commit(at, first, len, checked.ends, checked.tally);
         Ok(())
     }
 
