@@ -150,6 +150,17 @@ fn records_events_and_spanning_records_arrive_in_order() {
                 bytes += r.len() as u64;
                 tx.send(&r).unwrap();
             }
+            if kind != Kind::BridgeToDirect {
+                // A direct sending end counts what it forwarded as a reader would (once
+                // `flush` returns, everything is on the wire).
+                tx.flush().unwrap();
+                let m = tx.metrics();
+                assert_eq!(
+                    (m.records_read, m.bytes_read),
+                    (n, bytes),
+                    "{kind:?} {policy:?}"
+                );
+            }
             tx.close_timeout(Duration::from_secs(20))
                 .unwrap_or_else(|e| panic!("{kind:?} {policy:?}: {e}"));
             assert_eq!(
@@ -361,6 +372,164 @@ fn a_slow_consumer_blocks_the_remote_producer_and_a_priority_event_overtakes() {
         if let Some(b) = bridge {
             b.join().unwrap();
         }
+    }
+}
+
+#[test]
+fn a_consumer_that_takes_no_priority_events_ends_its_channel_and_the_sender_is_told() {
+    // Priority events are not covered by credit: a consumer that reads records but never
+    // priority events lets them pile up where they are received (its lane's four, then 256
+    // held behind it). One more ends the channel there, and the sender is told why.
+    for kind in KINDS {
+        let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+        let writer = std::thread::spawn(move || {
+            let mut n = 0u64;
+            loop {
+                match tx.send_priority_event_timeout(3, &n.to_le_bytes(), Duration::from_secs(10)) {
+                    Ok(()) => n += 1,
+                    Err(shmflow::SendTimeoutError::PeerDead(e)) if e.is_remote() => {
+                        return (n, e.to_string())
+                    }
+                    Err(e) => panic!("{kind:?} after {n} events: {e}"),
+                }
+            }
+        });
+        // Records only: each wait reads what arrived (a direct end reads on this thread).
+        let start = Instant::now();
+        let failed = loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Err(RecvTimeoutError::Timeout) => {
+                    assert!(
+                        start.elapsed() < Duration::from_secs(20),
+                        "{kind:?}: no end"
+                    );
+                }
+                Ok(r) => panic!("{kind:?}: no record was sent, got {:?}", r.is_some()),
+                Err(e) => break e.to_string(),
+            }
+        };
+        let (sent, told) = writer.join().unwrap();
+        if kind != Kind::BridgeToDirect {
+            // A direct sending end carries the receiver's words in the error (a bridge's
+            // local producer gets the bridge's report instead).
+            assert!(told.contains("priority"), "{kind:?}: {told}");
+        }
+        assert!(sent > 4 + 256, "{kind:?}: {sent} events sent");
+        // The events that reached the lane, in order, then the end of the channel.
+        let mut k = 0u64;
+        let end = loop {
+            match rx.recv_message() {
+                Ok(Some(Message::Event(e))) => {
+                    assert_eq!((e.kind, e.payload), (3, &k.to_le_bytes()[..]), "{kind:?}");
+                    k += 1;
+                }
+                other => break format!("{other:?}"),
+            }
+        };
+        assert_eq!(k, 4, "{kind:?}: {k} of {sent} events ({failed})");
+        assert!(end.contains("Err"), "{kind:?}: {end}");
+        drop(rx);
+        if let Some(b) = bridge {
+            b.join().unwrap();
+        }
+    }
+}
+
+#[test]
+fn records_sent_after_a_waiting_priority_event_stay_behind_it() {
+    // The consumer starts late: twelve priority events find its lane (four slots) full, and
+    // the records sent after each must still come after it, as on one machine.
+    for kind in KINDS {
+        let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+        // Twelve records of 8 bytes fit the credit: the writer does not block.
+        for i in 0..12u64 {
+            tx.send_priority_event(9, &i.to_le_bytes()).unwrap();
+            tx.send(&i.to_le_bytes()).unwrap();
+        }
+        drop(tx);
+        std::thread::sleep(Duration::from_millis(200));
+        let mut seen = Vec::new();
+        while let Some(m) = rx.recv_message().unwrap() {
+            match m {
+                Message::Event(e) => {
+                    assert_eq!(e.kind, 9);
+                    seen.push(('e', u64::from_le_bytes(e.payload.try_into().unwrap())));
+                }
+                Message::Record(r) => seen.push(('r', *r.as_pod::<u64>().unwrap())),
+                other => panic!("{kind:?}: unexpected message {other:?}"),
+            }
+        }
+        assert_eq!(seen.len(), 24, "{kind:?}: {seen:?}");
+        for i in 0..12u64 {
+            let e = seen.iter().position(|&x| x == ('e', i)).unwrap();
+            let r = seen.iter().position(|&x| x == ('r', i)).unwrap();
+            assert!(
+                e < r,
+                "{kind:?}: record {i} came before its event: {seen:?}"
+            );
+        }
+        let order = |k| seen.iter().filter(move |x| x.0 == k).map(|x| x.1);
+        assert!(order('e').eq(0..12), "{kind:?}: {seen:?}");
+        assert!(order('r').eq(0..12), "{kind:?}: {seen:?}");
+        if let Some(b) = bridge {
+            b.join().unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_credit_a_receiving_end_announces_stays_within_its_consumers_cap() {
+    // Buffer debloating across the link: the consumer reads slowly with a debloating target,
+    // and the credit announced never lets more than its cap be in flight (segments it holds
+    // plus credit unspent), where without the cap the sender would be credited every free
+    // segment.
+    let g = Geometry {
+        segment_size: 16 * 1024,
+        segment_count: 16,
+    };
+    for kind in KINDS {
+        let (mut tx, mut rx, bridge) = remote_pair(kind, g);
+        rx.set_debloat_target(Some(Duration::from_millis(10)));
+        let writer = std::thread::spawn(move || {
+            let rec = [7u8; 1000];
+            while tx.send(&rec).is_ok() {}
+        });
+        let start = Instant::now();
+        let (mut worst, mut cap, mut samples) = (0, 0, 0);
+        while start.elapsed() < Duration::from_millis(2500) {
+            let r = rx.recv().unwrap().expect("the writer streams");
+            assert_eq!(r.as_bytes().unwrap(), &[7u8; 1000][..]);
+            drop(r);
+            // About 2 MB/s: 500 µs of work per 1000-byte record.
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_micros(500) {
+                std::hint::spin_loop();
+            }
+            let m = rx.metrics();
+            let credit = m.link.map_or(0, |l| l.credit);
+            if start.elapsed() > Duration::from_millis(1500) && m.segment_cap == cap {
+                worst = worst.max(m.segments_in_flight + credit);
+                samples += 1;
+            }
+            if m.segment_cap != cap {
+                (cap, worst, samples) = (m.segment_cap, 0, 0);
+            }
+        }
+        // The reader leaves: the link ends, and so does the writer.
+        drop(rx);
+        writer.join().unwrap();
+        if let Some(b) = bridge {
+            b.join().unwrap();
+        }
+        println!("{kind:?}: cap {cap} segments, at most {worst} in flight or credited over {samples} looks");
+        assert!((2..=4).contains(&cap), "{kind:?}: cap {cap}");
+        assert!(samples > 100, "{kind:?}: {samples} looks at a settled cap");
+        // (Two segments of slack: the credit figure is published at the announcement, which
+        // may come after two buffers are written.)
+        assert!(
+            worst <= cap + 2,
+            "{kind:?}: {worst} segments in flight or credited under a cap of {cap}"
+        );
     }
 }
 

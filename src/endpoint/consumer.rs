@@ -357,11 +357,18 @@ impl Consumer {
                 &self.shared.name,
                 pid(),
             ))),
-            EndState::Lost => Some(UncleanEnd::Lost(peer_lost(
-                &self.shared.name,
-                End::Producer,
-                pid(),
-            ))),
+            EndState::Lost => {
+                #[cfg(all(feature = "net", not(shmflow_loom)))]
+                let cause = self.link.as_ref().and_then(|l| l.cause());
+                #[cfg(not(all(feature = "net", not(shmflow_loom))))]
+                let cause = None;
+                Some(UncleanEnd::Lost(peer_lost(
+                    &self.shared.name,
+                    End::Producer,
+                    pid(),
+                    cause,
+                )))
+            }
             _ => None,
         }
     }

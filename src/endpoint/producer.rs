@@ -398,7 +398,11 @@ impl Producer {
         let c = &self.shared.header().consumer;
         if c.state() == EndState::Lost {
             let pid = c.pid();
-            return Gone::PeerLost(peer_lost(&self.shared.name, End::Consumer, pid));
+            #[cfg(all(feature = "net", not(shmflow_loom)))]
+            let cause = self.link.as_ref().and_then(|l| l.cause());
+            #[cfg(not(all(feature = "net", not(shmflow_loom))))]
+            let cause = None;
+            return Gone::PeerLost(peer_lost(&self.shared.name, End::Consumer, pid, cause));
         }
         Gone::Closed(closed(&self.shared.name))
     }

@@ -36,6 +36,10 @@ pub(crate) trait Outbound: Send {
     /// True while published segments wait for credit (the link is open).
     fn waiting(&self) -> bool;
 
+    /// What ended the link, once it failed or the peer gave up (the peer's words, or what
+    /// broke): the cause a `PeerDead` error carries.
+    fn cause(&self) -> Option<String>;
+
     /// The stream ended (its end is published): forwards the rest and the end, waiting for
     /// credit as long as the peer is alive, or until `until`. True once the end is on the
     /// wire.
@@ -97,6 +101,9 @@ pub(crate) trait Inbound: Send {
     /// producer the way a bridge would (lost, failed or closed), so that the consumer reads
     /// what arrived and then the end.
     fn fill(&mut self, until: Option<Instant>);
+
+    /// As [`Outbound::cause`].
+    fn cause(&self) -> Option<String>;
 
     /// For an async wait: as [`Outbound::poll_readable`].
     #[cfg(feature = "tokio")]

@@ -14,6 +14,9 @@ pub struct PeerDeadError {
     pub(crate) end: End,
     pub(crate) pid: u32,
     pub(crate) remote: bool,
+    /// What the link's end knows of the loss (a direct network end: the peer's own words,
+    /// or what broke).
+    pub(crate) cause: Option<String>,
 }
 
 impl PeerDeadError {
@@ -34,10 +37,27 @@ impl PeerDeadError {
     pub fn is_remote(&self) -> bool {
         self.remote
     }
+    /// For a direct network end (`net::Listener::accept_producer`, `net::connect_consumer`),
+    /// what ended the link, when it knows: what the peer said when it gave up (for example
+    /// that its consumer takes no priority events), or what broke. `None` otherwise.
+    pub fn cause(&self) -> Option<&str> {
+        self.cause.as_deref()
+    }
 }
 
 impl fmt::Display for PeerDeadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(cause) = &self.cause {
+            let who = match self.end {
+                End::Producer => "producer",
+                End::Consumer => "consumer",
+            };
+            return write!(
+                f,
+                "region {}: the link to the remote {who} ended: {cause}",
+                self.region
+            );
+        }
         if self.remote {
             return match self.end {
                 End::Producer => write!(

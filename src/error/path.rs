@@ -165,16 +165,24 @@ pub(crate) fn peer_dead(region: &str, end: End, pid: u32) -> Box<PeerDeadError> 
         end,
         pid,
         remote: false,
+        cause: None,
     })
 }
 
-/// The end is a network bridge that lost its remote peer.
-pub(crate) fn peer_lost(region: &str, end: End, pid: u32) -> Box<PeerDeadError> {
+/// The end is a network bridge (or a direct network end) that lost its remote peer; `cause`:
+/// what ended the link, if the end knows.
+pub(crate) fn peer_lost(
+    region: &str,
+    end: End,
+    pid: u32,
+    cause: Option<String>,
+) -> Box<PeerDeadError> {
     Box::new(PeerDeadError {
         region: region.to_owned(),
         end,
         pid,
         remote: true,
+        cause,
     })
 }
 

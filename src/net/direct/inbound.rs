@@ -22,6 +22,8 @@ pub(crate) struct In {
     reader: Reader,
     keeper: Keeper,
     ready: Readiness,
+    /// What ended the link (set once, when it broke).
+    cause: Option<String>,
 }
 
 impl In {
@@ -47,6 +49,7 @@ impl In {
             reader,
             keeper,
             ready: Readiness::default(),
+            cause: None,
         })
     }
 
@@ -70,6 +73,7 @@ impl In {
                 });
             }
             Stop::Broken(e) => {
+                self.cause.get_or_insert_with(|| e.to_string());
                 p.raw_lose();
                 if matches!(e, LinkError::Protocol(_)) {
                     let _ = self.sock.send(&Msg::Error {
@@ -224,6 +228,19 @@ impl In {
 
     fn receive(&mut self, until: Option<Instant>) -> Result<(), Stop> {
         self.release_held()?;
+        if self.sender_ended() {
+            // The sender's end arrived, held behind a priority event that waits for room in
+            // the lane: nothing more comes for this channel (the sender may have closed the
+            // connection already, so neither credit nor a read), and what is held goes in as
+            // the consumer takes the lane's events. A consumer that waits for a record
+            // meanwhile looks again after a pause rather than at once.
+            if let Some(left) = until.map(|u| u.saturating_duration_since(Instant::now())) {
+                std::thread::sleep(left.min(HELD_PAUSE));
+            } else {
+                std::thread::sleep(HELD_PAUSE);
+            }
+            return Ok(());
+        }
         self.announce()?;
         let mut wait = until;
         loop {
@@ -264,6 +281,18 @@ impl In {
     }
 }
 
+/// How long a wait pauses while the sender's end is held behind a priority event.
+const HELD_PAUSE: Duration = Duration::from_millis(1);
+
+impl In {
+    /// The sender's end is held (behind a priority event that waits for room in the lane).
+    fn sender_ended(&self) -> bool {
+        self.ch
+            .as_ref()
+            .is_some_and(|ch| matches!(ch.held.back(), Some(Waiting::Last(_))))
+    }
+}
+
 fn not_open(channel: u32) -> Stop {
     Stop::Broken(
         ProtocolError::Channel {
@@ -279,6 +308,10 @@ impl Inbound for In {
         if let Err(why) = self.receive(until) {
             self.stop(why);
         }
+    }
+
+    fn cause(&self) -> Option<String> {
+        self.cause.clone()
     }
 
     fn poll_readable(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {

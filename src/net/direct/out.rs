@@ -53,6 +53,8 @@ struct Out {
     wire: u64,
     /// The backlog sent with the last buffer.
     backlog: u64,
+    /// What ended the link (set once, when it fails).
+    cause: Option<String>,
 }
 
 /// A direct sending end, as its producer holds it.
@@ -85,6 +87,7 @@ impl Direct {
             waiting: false,
             wire: 0,
             backlog: 0,
+            cause: None,
         }));
         let o = out.clone();
         let chore: Chore = Box::new(move || {
@@ -165,6 +168,7 @@ impl Out {
     /// The link failed: the producer sees its consumer lost; a peer that broke the protocol
     /// is told why.
     fn fail(&mut self, e: LinkError) {
+        self.cause.get_or_insert_with(|| e.to_string());
         if let Some(c) = self.c.take() {
             c.lose();
         }
@@ -185,11 +189,18 @@ impl Out {
 
     /// Forwards what is published, as far as credit allows.
     fn forward(&mut self) -> Result<(), LinkError> {
-        let Some(c) = self.c.as_mut() else {
-            return Ok(());
-        };
         loop {
+            let Some(c) = self.c.as_mut() else {
+                return Ok(());
+            };
             if let Some((entry, payload)) = c.raw_priority().map_err(LinkError::local)? {
+                // Priority events need no credit, so a sender of nothing else would never
+                // read what the receiver says: hear it first (it may have ended the channel,
+                // and said why).
+                self.hear()?;
+                if self.c.is_none() {
+                    return Ok(());
+                }
                 // A priority event overtakes the segments waiting for credit.
                 self.sock
                     .send(&crate::net::server::lane_message(self.id, entry, payload))?;
@@ -284,6 +295,14 @@ impl Out {
         Ok(())
     }
 
+    /// Takes what the receiver sent and is there now, without forwarding.
+    fn hear(&mut self) -> Result<(), LinkError> {
+        while let Some(m) = control(self.reader.next(&self.sock, Some(Instant::now()))?)? {
+            self.take(m)?;
+        }
+        Ok(())
+    }
+
     /// Reads what the receiver sent (waiting until `until`), then forwards.
     fn receive(&mut self, until: Option<Instant>) -> Result<(), LinkError> {
         if let Some(c) = &self.c {
@@ -332,6 +351,14 @@ impl Outbound for Direct {
     fn waiting(&self) -> bool {
         let mut o = self.out.lock().unwrap_or_else(|p| p.into_inner());
         matches!(o.state, State::Open) && o.backlog()
+    }
+
+    fn cause(&self) -> Option<String> {
+        self.out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cause
+            .clone()
     }
 
     fn wait(&mut self, until: Option<Instant>) {
