@@ -376,62 +376,90 @@ fn a_slow_consumer_blocks_the_remote_producer_and_a_priority_event_overtakes() {
 }
 
 #[test]
-fn a_consumer_that_takes_no_priority_events_ends_its_channel_and_the_sender_is_told() {
-    // Priority events are not covered by credit: a consumer that reads records but never
-    // priority events lets them pile up where they are received (its lane's four, then 256
-    // held behind it). One more ends the channel there, and the sender is told why.
-    for kind in KINDS {
+fn priority_events_beyond_the_lane_wait_in_the_socket_for_a_direct_consumer() {
+    // Priority events are not covered by credit. A direct consumer that is away (nothing
+    // reads the socket but its own calls) while hundreds arrive, with records between them,
+    // gets all of them in order once it reads: what does not fit its lane waits in the
+    // socket, not in a queue that would end the channel when it overflows.
+    for kind in [Kind::Direct, Kind::BridgeToDirect] {
         let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+        let n = 600u64;
         let writer = std::thread::spawn(move || {
-            let mut n = 0u64;
-            loop {
-                match tx.send_priority_event_timeout(3, &n.to_le_bytes(), Duration::from_secs(10)) {
-                    Ok(()) => n += 1,
-                    Err(shmflow::SendTimeoutError::PeerDead(e)) if e.is_remote() => {
-                        return (n, e.to_string())
-                    }
-                    Err(e) => panic!("{kind:?} after {n} events: {e}"),
-                }
+            for i in 0..n {
+                tx.send_priority_event(3, &i.to_le_bytes()).unwrap();
+                tx.send(&i.to_le_bytes()).unwrap();
             }
         });
-        // Records only: each wait reads what arrived (a direct end reads on this thread).
-        let start = Instant::now();
-        let failed = loop {
-            match rx.recv_timeout(Duration::from_millis(100)) {
-                Err(RecvTimeoutError::Timeout) => {
+        std::thread::sleep(Duration::from_millis(300));
+        let (mut events, mut records) = (0u64, 0u64);
+        while let Some(m) = rx.recv_message().unwrap() {
+            match m {
+                Message::Event(e) => {
+                    assert_eq!(
+                        (e.kind, e.payload),
+                        (3, &events.to_le_bytes()[..]),
+                        "{kind:?}"
+                    );
+                    events += 1;
+                }
+                Message::Record(r) => {
+                    assert_eq!(r.as_pod::<u64>(), Some(&records), "{kind:?}");
+                    records += 1;
+                    // Each record comes after the event sent before it.
                     assert!(
-                        start.elapsed() < Duration::from_secs(20),
-                        "{kind:?}: no end"
+                        events >= records,
+                        "{kind:?}: record {records} before its event"
                     );
                 }
-                Ok(r) => panic!("{kind:?}: no record was sent, got {:?}", r.is_some()),
-                Err(e) => break e.to_string(),
+                other => panic!("{kind:?}: unexpected message {other:?}"),
             }
-        };
-        let (sent, told) = writer.join().unwrap();
-        if kind != Kind::BridgeToDirect {
-            // A direct sending end carries the receiver's words in the error (a bridge's
-            // local producer gets the bridge's report instead).
-            assert!(told.contains("priority"), "{kind:?}: {told}");
         }
-        assert!(sent > 4 + 256, "{kind:?}: {sent} events sent");
-        // The events that reached the lane, in order, then the end of the channel.
-        let mut k = 0u64;
-        let end = loop {
-            match rx.recv_message() {
-                Ok(Some(Message::Event(e))) => {
-                    assert_eq!((e.kind, e.payload), (3, &k.to_le_bytes()[..]), "{kind:?}");
-                    k += 1;
-                }
-                other => break format!("{other:?}"),
-            }
-        };
-        assert_eq!(k, 4, "{kind:?}: {k} of {sent} events ({failed})");
-        assert!(end.contains("Err"), "{kind:?}: {end}");
-        drop(rx);
+        assert_eq!((events, records), (n, n), "{kind:?}");
+        writer.join().unwrap();
         if let Some(b) = bridge {
             b.join().unwrap();
         }
+    }
+}
+
+#[test]
+fn a_direct_sender_is_told_why_a_bridge_ended_its_channel() {
+    // A bridge's consumer that takes no priority events: the bridge reads on its own, so they
+    // pile up there (the lane's four, then 256 held behind it), and one more ends the channel.
+    // The bridge says why, and the direct sender hears it (before its next event: events need
+    // no credit, so it would otherwise never read) and carries it in its error.
+    let (mut tx, mut rx, bridge) = remote_pair(Kind::DirectToBridge, small());
+    let mut n = 0u64;
+    let told = loop {
+        match tx.send_priority_event_timeout(3, &n.to_le_bytes(), Duration::from_secs(10)) {
+            Ok(()) => n += 1,
+            Err(shmflow::SendTimeoutError::PeerDead(e)) if e.is_remote() => break e,
+            Err(e) => panic!("after {n} events: {e}"),
+        }
+    };
+    assert!(n > 4 + 256, "{n} events sent");
+    assert!(
+        told.cause().is_some_and(|c| c.contains("priority")),
+        "{told:?}"
+    );
+    assert!(told.to_string().contains("priority"), "{told}");
+    // The consumer gets the events that reached its lane, in order, then the failure.
+    let mut k = 0u64;
+    let end = loop {
+        match rx.recv_message() {
+            Ok(Some(Message::Event(e))) => {
+                assert_eq!((e.kind, e.payload), (3, &k.to_le_bytes()[..]));
+                k += 1;
+            }
+            other => break format!("{other:?}"),
+        }
+    };
+    assert_eq!(k, 4, "{k} of {n} events");
+    assert!(end.contains("Err"), "{end}");
+    drop(tx);
+    drop(rx);
+    if let Some(b) = bridge {
+        b.join().unwrap();
     }
 }
 

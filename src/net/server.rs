@@ -532,6 +532,12 @@ async fn forward(
                         ctl.unspent.fetch_sub(1, Ordering::AcqRel);
                         fig.unacked.push_back(fig.sent);
                     }
+                    // A priority event pushed before these frames were published is in the
+                    // lane now (their Acquire): it goes first, as a local consumer would take
+                    // it first. (The look at the top of the loop came before the poll.)
+                    while let Some((entry, payload)) = c.raw_priority()? {
+                        g.put(&lane_message(id, entry, payload)).await?;
+                    }
                     fig.backlog = c.raw_backlog()?;
                     let backlog = u32::try_from(fig.backlog).unwrap_or(u32::MAX);
                     let frames = c.raw_bytes(&ch);

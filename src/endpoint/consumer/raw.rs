@@ -170,6 +170,11 @@ impl Consumer {
         Ok(())
     }
 
+    /// A priority event (or a barrier's announcement) waits in the lane.
+    pub(crate) fn raw_priority_pending(&self) -> bool {
+        self.prio_pending()
+    }
+
     /// A priority event (or a barrier's announcement) waiting in the lane, taken out (the
     /// bridge forwards it at once: it overtakes the segments, as it does on one machine).
     pub(crate) fn raw_priority(&mut self) -> Result<Option<(Entry, bytes::Bytes)>> {

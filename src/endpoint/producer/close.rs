@@ -35,6 +35,12 @@ impl Producer {
         }
         self.publish();
         #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if let Some(l) = &mut self.link {
+            // Under `FlushPolicy::Timeout` the records were published as they were sent and
+            // left for the keeper: forward them now.
+            l.pump();
+        }
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
         if self.link.as_ref().is_some_and(|l| l.waiting()) {
             // A direct network end: everything goes on the wire first, credit permitting.
             use crate::protocol::park::Forever;

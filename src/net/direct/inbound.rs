@@ -24,6 +24,8 @@ pub(crate) struct In {
     ready: Readiness,
     /// What ended the link (set once, when it broke).
     cause: Option<String>,
+    /// A write failed: nothing more is written.
+    write_broken: bool,
 }
 
 impl In {
@@ -50,6 +52,7 @@ impl In {
             keeper,
             ready: Readiness::default(),
             cause: None,
+            write_broken: false,
         })
     }
 
@@ -228,12 +231,13 @@ impl In {
 
     fn receive(&mut self, until: Option<Instant>) -> Result<(), Stop> {
         self.release_held()?;
-        if self.sender_ended() {
-            // The sender's end arrived, held behind a priority event that waits for room in
-            // the lane: nothing more comes for this channel (the sender may have closed the
-            // connection already, so neither credit nor a read), and what is held goes in as
-            // the consumer takes the lane's events. A consumer that waits for a record
-            // meanwhile looks again after a pause rather than at once.
+        if self.holding() {
+            // A priority event waits for room in the lane: nothing more is read until the
+            // consumer takes (or, reading records only, skips) the lane's events, so that
+            // what follows it waits in the socket, under TCP's own flow control, rather than
+            // piling up here (and no credit is announced for it). Every way of reading takes
+            // or skips them before it waits, so this is a pause for the rare call that does
+            // neither.
             if let Some(left) = until.map(|u| u.saturating_duration_since(Instant::now())) {
                 std::thread::sleep(left.min(HELD_PAUSE));
             } else {
@@ -241,16 +245,34 @@ impl In {
             }
             return Ok(());
         }
-        self.announce()?;
+        if !self.write_broken && self.announce().is_err() {
+            // A sender that ended closes the connection once its end is on the wire, and a
+            // write to it then fails, while what it sent before, its end among it, is still
+            // to be read. So a failed write only ends the writing: nothing more is written (a
+            // write cut short would leave half a message), and the sender reads the end of
+            // the stream; the reads go on, and end the channel as what they find says (its
+            // end, or a broken connection).
+            self.write_broken = true;
+            self.keeper.stop();
+            self.sock.shutdown_write();
+        }
+        self.read(until)
+    }
+
+    /// Reads what the sender sent: at least one message, or until `until` (`Some(now)`: what
+    /// is there now).
+    fn read(&mut self, until: Option<Instant>) -> Result<(), Stop> {
         let mut wait = until;
         loop {
             let Some(ch) = self.ch.as_mut() else {
                 return Ok(());
             };
-            // A large buffer goes straight into its segment, unless it must wait behind a
-            // priority event (then it is held, as it arrived).
-            let large = ch.held.is_empty();
-            match self.reader.next_or_large(&self.sock, wait, large) {
+            if !ch.held.is_empty() {
+                // A priority event found the lane full: the rest waits (see `receive`).
+                return Ok(());
+            }
+            // A large buffer goes straight into its segment.
+            match self.reader.next_or_large(&self.sock, wait, true) {
                 Ok(Got::Nothing) => return Ok(()),
                 Ok(Got::Msg(m)) => In::take(ch, m)?,
                 Ok(Got::Large {
@@ -281,15 +303,13 @@ impl In {
     }
 }
 
-/// How long a wait pauses while the sender's end is held behind a priority event.
+/// How long a wait pauses while a priority event waits for room in the lane.
 const HELD_PAUSE: Duration = Duration::from_millis(1);
 
 impl In {
-    /// The sender's end is held (behind a priority event that waits for room in the lane).
-    fn sender_ended(&self) -> bool {
-        self.ch
-            .as_ref()
-            .is_some_and(|ch| matches!(ch.held.back(), Some(Waiting::Last(_))))
+    /// A priority event waits for room in the lane.
+    fn holding(&self) -> bool {
+        self.ch.as_ref().is_some_and(|ch| !ch.held.is_empty())
     }
 }
 

@@ -523,9 +523,11 @@ impl Reader {
     }
 
     /// After [`Got::Large`]: fills `dst` (the rest of its frames) with what is buffered, then
-    /// straight from the socket. A peer silent for `dead_after` is `PeerSilent`.
+    /// straight from the socket. Each read also asks for up to [`SMALL_READ`] bytes behind
+    /// `dst`, into the buffer: what follows the buffer (the next message's head, in a stream
+    /// of large buffers) comes with the same system call. A peer silent for `dead_after` is
+    /// `PeerSilent`.
     pub(crate) fn read_rest(&mut self, sock: &Sock, dst: &mut [u8]) -> Result<(), LinkError> {
-        // (Exact reads: more may follow.)
         self.short = false;
         let have = (self.hi - self.lo).min(dst.len());
         dst[..have].copy_from_slice(&self.buf[self.lo..self.lo + have]);
@@ -539,9 +541,24 @@ impl Reader {
             self.timeout = Some(self.dead_after);
         }
         while at < dst.len() {
-            match (&sock.stream).read(&mut dst[at..]) {
+            // The buffer is empty here (what it held went into `dst` above, or filled it).
+            debug_assert_eq!((self.lo, self.hi), (0, 0));
+            let behind = SMALL_READ.min(self.buf.len());
+            let want = dst.len() - at;
+            let got = (&sock.stream).read_vectored(&mut [
+                std::io::IoSliceMut::new(&mut dst[at..]),
+                std::io::IoSliceMut::new(&mut self.buf[..behind]),
+            ]);
+            match got {
                 Ok(0) => return Err(LinkError::PeerClosed),
-                Ok(n) => at += n,
+                Ok(n) if n <= want => at += n,
+                Ok(n) => {
+                    // `dst` is full; the rest went into the buffer (the socket had no more
+                    // if it did not fill it).
+                    at = dst.len();
+                    self.hi = n - want;
+                    self.short = self.hi < behind;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e)
                     if matches!(
