@@ -423,6 +423,58 @@ fn priority_events_beyond_the_lane_wait_in_the_socket_for_a_direct_consumer() {
 }
 
 #[test]
+fn a_reader_of_records_gets_them_past_more_priority_events_than_the_lane_holds() {
+    // `recv` skips events, while it waits too: a direct consumer waiting for a record behind
+    // more priority events than its lane holds gets it (and so does `recv_async`).
+    for kind in KINDS {
+        for asynch in [false, true] {
+            let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                if asynch {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap()
+                        .block_on(async {
+                            while let Some(r) = rx.recv_async().await.unwrap() {
+                                got.push(*r.as_pod::<u64>().unwrap());
+                            }
+                        });
+                } else {
+                    while let Some(r) = rx.recv().unwrap() {
+                        got.push(*r.as_pod::<u64>().unwrap());
+                    }
+                }
+                done_tx.send(()).unwrap();
+                got
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            for i in 0..5u64 {
+                for k in 0..20u64 {
+                    tx.send_priority_event_timeout(3, &k.to_le_bytes(), Duration::from_secs(10))
+                        .unwrap_or_else(|e| panic!("{kind:?} async {asynch}: {e}"));
+                }
+                tx.send_pod(&i).unwrap();
+            }
+            drop(tx);
+            done_rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("{kind:?} async {asynch}: the records never came"));
+            assert_eq!(
+                reader.join().unwrap(),
+                (0..5).collect::<Vec<_>>(),
+                "{kind:?}"
+            );
+            if let Some(b) = bridge {
+                b.join().unwrap();
+            }
+        }
+    }
+}
+
+#[test]
 fn a_direct_sender_is_told_why_a_bridge_ended_its_channel() {
     // A bridge's consumer that takes no priority events: the bridge reads on its own, so they
     // pile up there (the lane's four, then 256 held behind it), and one more ends the channel.

@@ -544,3 +544,56 @@ fn a_claim_of_any_length_that_does_not_fit_is_refused_not_wrapped() {
     }
     assert_eq!(c.recv().unwrap().unwrap().len(), Some(4088));
 }
+
+#[test]
+fn a_reader_of_records_skips_priority_events_while_it_waits() {
+    // A consumer blocked in `recv` (which skips events) while the producer sends more
+    // priority events than the lane holds: the producer never waits for room for long, and
+    // the record sent after them arrives. Under every wait strategy, blocking and async.
+    for wait in [
+        shmflow::WaitStrategy::Block,
+        shmflow::WaitStrategy::BusyPoll(Duration::from_micros(20)),
+        shmflow::WaitStrategy::Park,
+    ] {
+        for asynch in [false, cfg!(feature = "tokio")] {
+            let (mut p, mut c) = pair(4);
+            c.set_wait_strategy(wait);
+            let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let reader = thread::spawn(move || {
+                let got = if asynch {
+                    recv_async_to_vec(&mut c)
+                } else {
+                    c.recv().map(|r| r.map(|r| r.to_vec().unwrap()))
+                };
+                done_tx.send(()).unwrap();
+                got
+            });
+            thread::sleep(Duration::from_millis(50));
+            for i in 0..20u64 {
+                p.send_priority_event_timeout(3, &i.to_le_bytes(), Duration::from_secs(10))
+                    .unwrap_or_else(|e| panic!("{wait:?} async {asynch}: event {i}: {e}"));
+            }
+            p.send(b"after the events").unwrap();
+            done_rx
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_else(|_| panic!("{wait:?} async {asynch}: the record never came"));
+            let got = reader.join().unwrap().unwrap();
+            assert_eq!(got.as_deref(), Some(&b"after the events"[..]), "{wait:?}");
+        }
+    }
+}
+
+/// `recv_async` on a current-thread runtime, the record copied out.
+#[cfg(feature = "tokio")]
+fn recv_async_to_vec(c: &mut Consumer) -> Result<Option<Vec<u8>>, shmflow::RecvError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { c.recv_async().await.map(|r| r.map(|r| r.to_vec().unwrap())) })
+}
+
+#[cfg(not(feature = "tokio"))]
+fn recv_async_to_vec(_: &mut Consumer) -> Result<Option<Vec<u8>>, shmflow::RecvError> {
+    unreachable!("the async form needs the tokio feature")
+}

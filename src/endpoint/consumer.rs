@@ -182,6 +182,11 @@ impl From<UncleanEnd> for RecvError {
 /// Whether a read takes events: `Some` of the witness that comes with one, or `None`.
 trait Seen: Sized {
     const TAKE: Option<Self>;
+    /// A read that takes no events skips priority events, while it waits too: a producer
+    /// waiting for room in the lane (or a direct end holding one back) is never left
+    /// waiting for a reader of records. Only a reader of records skips them: the parts of a
+    /// record leave them for the next message.
+    const SKIP: bool = false;
 }
 
 impl Seen for () {
@@ -190,6 +195,14 @@ impl Seen for () {
 
 impl Seen for Infallible {
     const TAKE: Option<Self> = None;
+}
+
+/// A reader of records: takes no events, and skips priority events (see [`Seen::SKIP`]).
+enum Skip {}
+
+impl Seen for Skip {
+    const TAKE: Option<Self> = None;
+    const SKIP: bool = true;
 }
 
 impl Consumer {
@@ -763,6 +776,10 @@ impl Consumer {
         if let Some(seen) = S::TAKE.filter(|_| self.prio_pending()) {
             return Ok(Some(Waited::Priority(seen)));
         }
+        if S::SKIP {
+            // (Each pop wakes a producer waiting for room in the lane.)
+            while self.pop_priority().map_err(RecvError::Corrupt)?.is_some() {}
+        }
         if let Some(f) = self.poll_frame()? {
             return Ok(Some(Waited::Frame(f)));
         }
@@ -915,7 +932,7 @@ impl Consumer {
 
     #[inline(never)]
     fn recv_slow<P: Patience>(&mut self, patience: P) -> Got<Option<Record<'_>>, P> {
-        match self.next_slow::<P, Infallible>(patience)? {
+        match self.next_slow::<P, Skip>(patience)? {
             Next::Record(kind) => Ok(Some(Record::new(self, kind))),
             Next::End => Ok(None),
             Next::Event { seen, .. } | Next::Priority(seen) => match seen {},

@@ -860,4 +860,41 @@ mod tests {
         partial.extend_from_slice(&[1, 2, 3, 4]);
         assert!(check_frames(0, &partial, seg, &mut span).is_err());
     }
+
+    #[test]
+    fn frames_are_counted_as_they_are_checked_across_spanning_parts() {
+        let seg = 4096;
+        let frame = |kind: u32, len: usize| {
+            let mut v = frame::encode(len as u32, kind).to_le_bytes().to_vec();
+            v.resize(frame::next_frame(0, len), 0);
+            v
+        };
+        let tally = |records, payload| frame::Tally { records, payload };
+        // A whole record, an event, and the first part of a record that runs to the
+        // segment's end.
+        let mut first = frame(frame::WHOLE, 5);
+        first.extend_from_slice(&frame(frame::EVENT, 8));
+        first.extend_from_slice(&frame(frame::FIRST, seg - 32 - 8));
+        let mut span = false;
+        let f = check_frames(0, &first, seg, &mut span).unwrap();
+        assert_eq!((f.ends, span, f.tally), (true, true, tally(1, 5 + 4056)));
+        // A middle part fills the next segment; the last part ends the record, and a whole
+        // one follows; an aborted record counts its parts' bytes and no record.
+        let f = check_frames(0, &frame(frame::MIDDLE, seg - 8), seg, &mut span).unwrap();
+        assert_eq!((f.ends, span, f.tally), (true, true, tally(0, 4088)));
+        let mut last = frame(frame::LAST, 10);
+        last.extend_from_slice(&frame(frame::WHOLE, 3));
+        // (A `FIRST` part that does not run to the segment's end is refused.)
+        let mut short_first = last.clone();
+        short_first.extend_from_slice(&frame(frame::FIRST, 100));
+        assert!(check_frames(0, &short_first, seg, &mut span.clone()).is_err());
+        let f = check_frames(0, &last, seg, &mut span).unwrap();
+        assert_eq!((f.ends, span, f.tally), (false, false, tally(2, 13)));
+        let mut aborted = frame(frame::FIRST, seg - 8);
+        let f = check_frames(0, &aborted, seg, &mut span).unwrap();
+        assert_eq!((span, f.tally), (true, tally(0, 4088)));
+        aborted = frame(frame::ABORT, 0);
+        let f = check_frames(0, &aborted, seg, &mut span).unwrap();
+        assert_eq!((span, f.tally), (false, tally(0, 0)));
+    }
 }

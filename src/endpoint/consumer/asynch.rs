@@ -5,7 +5,7 @@
 //! call that would block changes nothing, so dropping the future at its `.await` loses
 //! nothing: the record it was waiting for is read by the next call.
 
-use super::{Consumer, Message, Record};
+use super::{Consumer, Message, Record, Seen, Skip};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
 use crate::error::{settled, Halt, RecvError};
@@ -65,10 +65,10 @@ impl Consumer {
         .await
     }
 
-    /// Waits in the executor until a `try_` read would not block: a frame (or, with `prio`, a
-    /// pending priority event), the end of the stream, or the producer's death. The time counts
-    /// as idle, as a thread's wait does.
-    pub(super) async fn readable(&mut self, prio: bool) -> Result<(), RecvError> {
+    /// Waits in the executor until a `try_` read would not block: a frame (or, if `S` takes
+    /// them, a pending priority event; `S` skips them too if it says so), the end of the
+    /// stream, or the producer's death. The time counts as idle, as a thread's wait does.
+    pub(super) async fn readable<S: Seen>(&mut self) -> Result<(), RecvError> {
         let shared = self.shared.clone();
         let h = shared.header();
         let got = {
@@ -78,11 +78,7 @@ impl Consumer {
             );
             let pace = self.pace();
             self.park_async(self.wait, pace, |c, look| {
-                Ok(if prio {
-                    c.poll_wait::<()>(look)?.map(|_| ())
-                } else {
-                    c.poll_wait::<std::convert::Infallible>(look)?.map(|_| ())
-                })
+                Ok(c.poll_wait::<S>(look)?.map(|_| ()))
             })
             .await
         };
@@ -125,7 +121,7 @@ impl Consumer {
     /// [`Consumer::recv_async`] once the first try found nothing: tries again after each wait.
     async fn recv_async_slow(&mut self) -> Result<Option<Record<'_>>, RecvError> {
         loop {
-            self.readable(false).await?;
+            self.readable::<Skip>().await?;
             {
                 let this: *mut Consumer = self;
                 // SAFETY: `this` is `self`, reborrowed for one call. The borrow ends with the
@@ -192,7 +188,7 @@ impl Consumer {
             // caches. Leave the writer alone for the wait's gap first (`WaitStrategy::Block`,
             // as a blocking reader does after a batch; the other strategies look at once), so
             // that the next batch is a large one.
-            self.readable(false).await?;
+            self.readable::<Skip>().await?;
         }
         let n = self.drain(max, &mut f)?;
         if n > 0 || max == 0 {
@@ -224,7 +220,7 @@ impl Consumer {
                     return r;
                 }
             }
-            self.readable(true).await?;
+            self.readable::<()>().await?;
         }
     }
 }
@@ -240,7 +236,7 @@ impl Record<'_> {
             match settled(self.next_part_at(Immediately)) {
                 Some(Ok(Some((at, len)))) => return Ok(Some(self.consumer.view(at, len))),
                 Some(Ok(None)) => return Ok(None),
-                None => self.consumer.readable(false).await?,
+                None => self.consumer.readable::<std::convert::Infallible>().await?,
                 Some(Err(e)) => return Err(e),
             }
         }

@@ -236,8 +236,8 @@ impl In {
             // consumer takes (or, reading records only, skips) the lane's events, so that
             // what follows it waits in the socket, under TCP's own flow control, rather than
             // piling up here (and no credit is announced for it). Every way of reading takes
-            // or skips them before it waits, so this is a pause for the rare call that does
-            // neither.
+            // or skips them as it waits, except reading the parts of a record (which leaves
+            // them for the next message): this pause is for that call.
             if let Some(left) = until.map(|u| u.saturating_duration_since(Instant::now())) {
                 std::thread::sleep(left.min(HELD_PAUSE));
             } else {
