@@ -287,7 +287,8 @@ fn enter(cmd: &mut Command, ns: &str) {
 
 /// A relay on loopback forwarding each connection to `to`, every byte held for the delay
 /// `delay` says (read per chunk, so a change applies to what is read next), in each direction;
-/// at most 64 MiB held per direction.
+/// at most 128 MiB held per direction. Reads of up to 256 KiB take whatever has arrived, so
+/// that the relay's work per byte does not depend on how the sender cut its writes.
 /// Returns its address.
 async fn relay(to: SocketAddr, delay: std::sync::Arc<std::sync::atomic::AtomicU64>) -> SocketAddr {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -300,9 +301,10 @@ async fn relay(to: SocketAddr, delay: std::sync::Arc<std::sync::atomic::AtomicU6
         mut w: tokio::net::tcp::OwnedWriteHalf,
         delay: std::sync::Arc<std::sync::atomic::AtomicU64>,
     ) {
-        // At most 1024 reads of 64 KiB held (64 MiB, more than any figure here needs in a
-        // round trip): a sender faster than the receiver is held back, as by a real link.
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<(tokio::time::Instant, Vec<u8>)>(1024);
+        // At most 512 reads of up to 256 KiB held (128 MiB, more than any figure here needs
+        // in a round trip): a sender faster than the receiver is held back, as by a real
+        // link.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<(tokio::time::Instant, Vec<u8>)>(512);
         let writer = tokio::spawn(async move {
             while let Some((at, bytes)) = rx.recv().await {
                 tokio::time::sleep_until(at).await;
@@ -311,7 +313,7 @@ async fn relay(to: SocketAddr, delay: std::sync::Arc<std::sync::atomic::AtomicU6
                 }
             }
         });
-        let mut buf = vec![0u8; 1 << 16];
+        let mut buf = vec![0u8; 256 << 10];
         while let Ok(n) = r.read(&mut buf).await {
             if n == 0 {
                 break;
