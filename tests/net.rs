@@ -556,46 +556,13 @@ async fn the_credit_a_receiver_announces_stays_within_its_consumers_cap() {
         let rec = [7u8; 1000];
         while tx_a.send(&rec).is_ok() {}
     });
-    let reader = std::thread::spawn(move || {
-        let start = Instant::now();
-        let (mut worst, mut cap, mut samples) = (0, 0, 0);
-        let mut read = 0u64;
-        while start.elapsed() < Duration::from_millis(2500) {
-            let r = rx_b.recv().unwrap().expect("the writer streams");
-            assert_eq!(r.as_bytes().unwrap(), &[7u8; 1000][..]);
-            drop(r);
-            read += 1;
-            // About 2 MB/s: 500 µs of work per 1000-byte record.
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_micros(500) {
-                std::hint::spin_loop();
-            }
-            let m = rx_b.metrics();
-            let credit = m.link.map_or(0, |l| l.credit);
-            if start.elapsed() > Duration::from_millis(1500) && m.segment_cap == cap {
-                worst = worst.max(m.segments_in_flight + credit);
-                samples += 1;
-            }
-            if m.segment_cap != cap {
-                (cap, worst, samples) = (m.segment_cap, 0, 0);
-            }
-        }
-        (cap, worst, samples, read)
-    });
+    let reader = std::thread::spawn(move || common::read_slowly_under_a_cap(&mut rx_b));
     let bridging = tokio::spawn(bridge(rx_a, tx_b));
-    let (cap, worst, samples, read) = tokio::task::spawn_blocking(move || reader.join().unwrap())
+    let seen = tokio::task::spawn_blocking(move || reader.join().unwrap())
         .await
         .unwrap();
     // The reader is gone: the link ends, and so does the writer.
     let _ = bridging.await.unwrap();
     writer.join().unwrap();
-    println!("cap {cap} segments: at most {worst} in flight or credited over {samples} looks ({read} records read)");
-    assert!((2..=4).contains(&cap), "cap {cap}");
-    assert!(samples > 100, "{samples} looks at a settled cap");
-    // (Two segments of slack: the credit figure is published at the announcement, which may
-    // come after two buffers are written.)
-    assert!(
-        worst <= cap + 2,
-        "{worst} segments in flight or credited under a cap of {cap}"
-    );
+    common::assert_cap_held(&seen, "bridges");
 }

@@ -254,3 +254,60 @@ pub(crate) fn map_region_mut(name: &str) -> memmap2::MmapMut {
     // other than bytes; the ends validate everything they read from shared memory.
     unsafe { memmap2::MmapMut::map_mut(&file).unwrap() }
 }
+
+/// What a slow reader with a debloating target saw of its cap (see [`read_slowly_under_a_cap`]).
+#[derive(Debug)]
+pub(crate) struct CapSeen {
+    /// The cap it settled on, in segments.
+    pub(crate) cap: u64,
+    /// The most segments in flight or credited while the cap stood.
+    pub(crate) worst: u64,
+    /// Looks taken while the cap stood.
+    pub(crate) samples: u64,
+    /// Records read.
+    pub(crate) read: u64,
+}
+
+/// Reads records of 1000 bytes of 7 for 2.5 s at about 2 MB/s (500 µs of work each): after
+/// each, looks at the consumer's cap and, once 1.5 s have passed and as long as the cap stands,
+/// at what is in flight or credited (segments in flight plus the link's unspent credit).
+pub(crate) fn read_slowly_under_a_cap(rx: &mut shmflow::Consumer) -> CapSeen {
+    let start = Instant::now();
+    let (mut worst, mut cap, mut samples, mut read) = (0, 0, 0, 0);
+    while start.elapsed() < Duration::from_millis(2500) {
+        let r = rx.recv().unwrap().expect("the writer streams");
+        assert_eq!(r.as_bytes().unwrap(), &[7u8; 1000][..]);
+        drop(r);
+        read += 1;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(500) {
+            std::hint::spin_loop();
+        }
+        let m = rx.metrics();
+        let credit = m.link.map_or(0, |l| l.credit);
+        if start.elapsed() > Duration::from_millis(1500) && m.segment_cap == cap {
+            worst = worst.max(m.segments_in_flight + credit);
+            samples += 1;
+        }
+        if m.segment_cap != cap {
+            (cap, worst, samples) = (m.segment_cap, 0, 0);
+        }
+    }
+    CapSeen {
+        cap,
+        worst,
+        samples,
+        read,
+    }
+}
+
+/// The cap held across the link: it settled at 2 to 4 segments (a 10 ms target at about
+/// 2 MB/s of 16 KiB segments), was looked at often, and never more than it (two segments of
+/// slack: the credit figure is published at the announcement, which may come after two
+/// buffers are written) was in flight or credited.
+pub(crate) fn assert_cap_held(seen: &CapSeen, what: &str) {
+    println!("{what}: {seen:?}");
+    assert!((2..=4).contains(&seen.cap), "{what}: {seen:?}");
+    assert!(seen.samples > 100, "{what}: {seen:?}");
+    assert!(seen.worst <= seen.cap + 2, "{what}: {seen:?}");
+}
