@@ -532,12 +532,6 @@ async fn forward(
                         ctl.unspent.fetch_sub(1, Ordering::AcqRel);
                         fig.unacked.push_back(fig.sent);
                     }
-                    // A priority event pushed before these frames were published is in the
-                    // lane now (their Acquire): it goes first, as a local consumer would take
-                    // it first. (The look at the top of the loop came before the poll.)
-                    while let Some((entry, payload)) = c.raw_priority()? {
-                        g.put(&lane_message(id, entry, payload)).await?;
-                    }
                     fig.backlog = c.raw_backlog()?;
                     let backlog = u32::try_from(fig.backlog).unwrap_or(u32::MAX);
                     let frames = c.raw_bytes(&ch);
@@ -554,6 +548,9 @@ async fn forward(
                 drop(g);
                 fig.publish(c, ctl);
             }
+            // (Sent at the top of the loop; in the chunk loop above, `Priority` ends the
+            // batch.)
+            RawPoll::Priority => continue,
             RawPoll::NeedCredit => {
                 fig.backlog = c.raw_backlog()?;
                 fig.publish(c, ctl);

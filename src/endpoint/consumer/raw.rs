@@ -37,6 +37,13 @@ pub(crate) struct Chunk {
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum RawPoll {
     Chunk(Chunk),
+    /// Frames are there, and a priority event waits in the lane: it goes first (take it with
+    /// [`Consumer::raw_priority`], then poll again). The look at the lane comes after the
+    /// frames were read with Acquire, which pairs with the producer's Release commit of them,
+    /// so an event pushed before them is seen here, and a sender that forwards events first
+    /// keeps each record after the events sent before it, as a local consumer (which looks
+    /// at the lane before the segments) would.
+    Priority,
     /// Nothing published yet.
     Empty,
     /// A segment is waiting, but the caller may not start one.
@@ -134,6 +141,9 @@ impl Consumer {
                 }
                 return Ok(RawPoll::Empty);
             }
+            if self.prio_pending() {
+                return Ok(RawPoll::Priority);
+            }
             return Ok(RawPoll::Chunk(Chunk {
                 at: c.rd,
                 end: at,
@@ -168,11 +178,6 @@ impl Consumer {
             self.release_current()?;
         }
         Ok(())
-    }
-
-    /// A priority event (or a barrier's announcement) waits in the lane.
-    pub(crate) fn raw_priority_pending(&self) -> bool {
-        self.prio_pending()
     }
 
     /// A priority event (or a barrier's announcement) waiting in the lane, taken out (the

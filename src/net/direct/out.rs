@@ -211,14 +211,9 @@ impl Out {
                     self.waiting = true;
                     return Ok(());
                 }
+                // (The keeper may forward while the producer's thread pushes.)
+                RawPoll::Priority => continue,
                 RawPoll::Chunk(ch) => {
-                    // A priority event pushed before these frames were published is in the
-                    // lane now (their Acquire): it goes first, as a local consumer would take
-                    // it first (the look above came before the poll, and the keeper may
-                    // forward while the producer's thread pushes).
-                    if c.raw_priority_pending() {
-                        continue;
-                    }
                     if ch.at == 0 {
                         self.credit -= 1;
                         self.started += 1;
