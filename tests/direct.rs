@@ -7,6 +7,8 @@
 #![cfg(feature = "net")]
 
 mod common;
+#[path = "common/pki.rs"]
+mod pki;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -25,7 +27,11 @@ fn small() -> Geometry {
 }
 
 fn listener() -> (Listener, SocketAddr) {
-    let l = Listener::bind("127.0.0.1:0".parse().unwrap(), Config::default()).unwrap();
+    listener_with(Config::default())
+}
+
+fn listener_with(config: Config) -> (Listener, SocketAddr) {
+    let l = Listener::bind("127.0.0.1:0".parse().unwrap(), config).unwrap();
     let a = l.local_addr().unwrap();
     (l, a)
 }
@@ -49,6 +55,16 @@ fn remote_pair(
     kind: Kind,
     g: Geometry,
 ) -> (Producer, Consumer, Option<std::thread::JoinHandle<()>>) {
+    remote_pair_with(kind, g, Config::default(), Config::default())
+}
+
+/// As [`remote_pair`], the sending side with `tx_cfg` and the receiving side with `rx_cfg`.
+fn remote_pair_with(
+    kind: Kind,
+    g: Geometry,
+    tx_cfg: Config,
+    rx_cfg: Config,
+) -> (Producer, Consumer, Option<std::thread::JoinHandle<()>>) {
     let rt = || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -57,18 +73,17 @@ fn remote_pair(
     };
     match kind {
         Kind::Direct => {
-            let (l, addr) = listener();
-            let rx =
-                std::thread::spawn(move || connect_consumer(addr, "chan", g, Config::default()));
+            let (l, addr) = listener_with(tx_cfg);
+            let rx = std::thread::spawn(move || connect_consumer(addr, "chan", g, rx_cfg));
             let tx = l.accept_producer("chan", g).unwrap();
             (tx, rx.join().unwrap().unwrap(), None)
         }
         Kind::DirectToBridge => {
-            let (l, addr) = listener();
+            let (l, addr) = listener_with(tx_cfg);
             let (local_tx, rx) = shmflow::pair(g).unwrap();
             let bridge = std::thread::spawn(move || {
                 rt().block_on(async move {
-                    let mut c = Client::connect(addr, Config::default()).await.unwrap();
+                    let mut c = Client::connect(addr, rx_cfg).await.unwrap();
                     c.import("chan", local_tx).unwrap();
                     let out = c.run().await;
                     eprintln!("client: {out:?}");
@@ -82,7 +97,7 @@ fn remote_pair(
             let (addr_tx, addr_rx) = std::sync::mpsc::channel();
             let bridge = std::thread::spawn(move || {
                 rt().block_on(async move {
-                    let mut s = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+                    let mut s = Server::bind("127.0.0.1:0".parse().unwrap(), tx_cfg)
                         .await
                         .unwrap();
                     addr_tx.send(s.local_addr().unwrap()).unwrap();
@@ -92,7 +107,7 @@ fn remote_pair(
                 })
             });
             let addr = addr_rx.recv().unwrap();
-            let rx = connect_consumer(addr, "chan", g, Config::default()).unwrap();
+            let rx = connect_consumer(addr, "chan", g, rx_cfg).unwrap();
             (tx, rx, Some(bridge))
         }
     }
@@ -907,4 +922,203 @@ fn mutated_messages_end_a_direct_end_cleanly_or_with_an_error_never_a_panic_or_a
         }
         assert!(start.elapsed() < Duration::from_secs(20), "round {round}");
     }
+}
+
+// ----- TLS ----------------------------------------------------------------------------------
+
+/// Both sides' configs with certificates one authority signed (the sender's for the name the
+/// receiver checks).
+fn tls_configs(pki: &pki::Pki) -> (Config, Config) {
+    (
+        Config::default().tls(pki.tls("localhost")),
+        Config::default().tls(pki.tls("client")),
+    )
+}
+
+#[test]
+fn over_tls_records_events_and_whole_segments_cross_every_pairing() {
+    let pki = pki::Pki::new("shmflow test authority");
+    // Small segments (every record kind, spanning ones among them) and 64 KiB ones (buffers
+    // large enough to be read straight into their segment, records of 60 KiB).
+    let big = Geometry {
+        segment_size: 64 << 10,
+        segment_count: 8,
+    };
+    for kind in KINDS {
+        for (g, big_records) in [(small(), false), (big, true)] {
+            let (tx_cfg, rx_cfg) = tls_configs(&pki);
+            let (mut tx, mut rx, bridge) = remote_pair_with(kind, g, tx_cfg, rx_cfg);
+            let n = if big_records { 400u64 } else { 3000 };
+            let make = move |i: u64| -> Vec<u8> {
+                if big_records {
+                    (0..60_000usize)
+                        .map(|k| (i as usize * 7 + k) as u8)
+                        .collect()
+                } else {
+                    record(i)
+                }
+            };
+            let reader = std::thread::spawn(move || {
+                let (mut i, mut events) = (0u64, 0u64);
+                while let Some(m) = rx.recv_message().unwrap() {
+                    match m {
+                        Message::Record(r) => {
+                            assert_eq!(r.to_vec().unwrap(), make(i), "record {i}");
+                            i += 1;
+                        }
+                        Message::Event(e) => {
+                            assert_eq!(e.payload, &(events * 100).to_le_bytes());
+                            events += 1;
+                        }
+                        other => panic!("unexpected message {other:?}"),
+                    }
+                }
+                (i, events)
+            });
+            tx.set_flush_policy(FlushPolicy::Explicit);
+            for i in 0..n {
+                if i % 100 == 0 {
+                    tx.send_event(7, &i.to_le_bytes()).unwrap();
+                }
+                tx.send(&make(i)).unwrap();
+            }
+            tx.close_timeout(Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("{kind:?} {}: {e}", g.segment_size));
+            assert_eq!(
+                reader.join().unwrap(),
+                (n, n / 100),
+                "{kind:?} {}",
+                g.segment_size
+            );
+            if let Some(b) = bridge {
+                b.join().unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn over_tls_a_round_trip_under_every_wait_strategy_and_a_barrier_in_its_place() {
+    let pki = pki::Pki::new("shmflow test authority");
+    for kind in KINDS {
+        for wait in [
+            WaitStrategy::Block,
+            WaitStrategy::Park,
+            WaitStrategy::BusyPoll(Duration::from_micros(200)),
+        ] {
+            let (tx_cfg, rx_cfg) = tls_configs(&pki);
+            let (mut tx, mut rx, bridge) = remote_pair_with(kind, small(), tx_cfg, rx_cfg);
+            rx.set_wait_strategy(wait);
+            let reader = std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                while let Some(m) = rx.recv_message().unwrap() {
+                    match m {
+                        Message::Record(r) => seen.push(r.to_vec().unwrap()[0] as u64),
+                        Message::Barrier(b) => seen.push(1000 + b.id),
+                        other => panic!("unexpected message {other:?}"),
+                    }
+                }
+                seen
+            });
+            for i in 0..20u8 {
+                tx.send(&[i]).unwrap();
+                if i == 9 {
+                    tx.send_barrier(1, Alignment::Aligned, &[]).unwrap();
+                }
+            }
+            tx.close_timeout(Duration::from_secs(20)).unwrap();
+            let mut want: Vec<u64> = (0..10).collect();
+            want.push(1001);
+            want.extend(10..20);
+            assert_eq!(reader.join().unwrap(), want, "{kind:?} {wait:?}");
+            if let Some(b) = bridge {
+                b.join().unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_tls_listener_refuses_a_stranger_and_a_plaintext_peer_and_serves_the_next() {
+    let pki = pki::Pki::new("shmflow test authority");
+    let other = pki::Pki::new("another authority");
+    let (tx_cfg, rx_cfg) = tls_configs(&pki);
+    let pki_ca = pki.ca_pem.clone();
+    let (l, addr) = listener_with(tx_cfg);
+    let g = small();
+    let receivers = std::thread::spawn(move || {
+        // A receiver that trusts another authority refuses the listener's certificate; one
+        // that trusts the right one but whose own certificate another authority signed is
+        // refused by the listener: at the end of its handshake, or (TLS 1.3: the server
+        // checks the client's certificate after the client is done) at its first read.
+        let (cert, key) = other.issue("client");
+        let strangers = [
+            Config::default().tls(other.tls("client")),
+            Config::default().tls(
+                shmflow::net::Tls::from_pem(
+                    cert.as_bytes(),
+                    key.as_bytes(),
+                    pki_ca.as_bytes(),
+                    "localhost",
+                )
+                .unwrap(),
+            ),
+        ];
+        for stranger in strangers {
+            let refused = match connect_consumer(addr, "chan", g, stranger) {
+                Err(e) => e.to_string(),
+                Ok(mut rx) => match rx.recv() {
+                    Err(e) => e.to_string(),
+                    Ok(r) => panic!("a stranger was served: {:?}", r.map(|r| r.to_vec())),
+                },
+            };
+            assert!(refused.contains("TLS"), "{refused}");
+        }
+        // A receiver without TLS: the listener's handshake fails on its request, and the
+        // receiver is told nothing it could take for records.
+        let mut plain = std::net::TcpStream::connect(addr).unwrap();
+        let _ = std::io::Write::write_all(&mut plain, b"\x00\x00\x00\x10hello, plaintext");
+        plain
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut plain, &mut answer);
+        // Whatever came (a TLS alert, or nothing) is not a message of the protocol.
+        assert!(answer.first().is_none_or(|b| *b == 0x15), "{answer:?}");
+        // A receiver with the right certificate is served.
+        let mut rx = connect_consumer(addr, "chan", g, rx_cfg).unwrap();
+        let mut got = Vec::new();
+        while let Some(r) = rx.recv().unwrap() {
+            got.push(r.to_vec().unwrap());
+        }
+        got
+    });
+    let mut tx = l.accept_producer("chan", g).unwrap();
+    tx.send(b"for the trusted one").unwrap();
+    tx.close_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(
+        receivers.join().unwrap(),
+        vec![b"for the trusted one".to_vec()]
+    );
+}
+
+#[test]
+fn a_tls_consumer_facing_a_plaintext_sender_fails_its_handshake() {
+    let (l, addr) = listener();
+    let waiting = std::thread::spawn(move || {
+        l.accept_producer_timeout("chan", small(), Duration::from_secs(5))
+            .map(|_| ())
+    });
+    let pki = pki::Pki::new("shmflow test authority");
+    let (_, rx_cfg) = tls_configs(&pki);
+    let e = connect_consumer(addr, "chan", small(), rx_cfg).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            shmflow::net::SetupError::Handshake(shmflow::net::LinkError::Tls(_))
+        ),
+        "{e}"
+    );
+    // The plaintext listener took the client's hello for a broken request, and waited on.
+    assert!(waiting.join().unwrap().is_err());
 }

@@ -4,6 +4,8 @@
 //! loopback that this test runs); the survivor's view is checked.
 
 mod common;
+#[path = "common/pki.rs"]
+mod pki;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -12,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use bytes::BufMut;
 use common::{check_record, make_record, role, Rng, ROLE};
-use shmflow::net::{Client, Config, Ended, LinkError, ProtocolError, Server, SetupError, Tls};
+use pki::Pki;
+use shmflow::net::{Client, Config, Ended, LinkError, ProtocolError, Server, SetupError};
 use shmflow::{Consumer, Error, Gate, GateGeometry, GateMessage, Geometry, Producer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -771,51 +774,6 @@ fn plaintext_beyond_loopback_is_refused_unless_asked_for() {
 }
 
 // ----- TLS ----------------------------------------------------------------------------------
-
-struct Pki {
-    ca_pem: String,
-    ca: rcgen::CertifiedKey,
-}
-
-impl Pki {
-    fn new(name: &str) -> Pki {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        Pki {
-            ca_pem: cert.pem(),
-            ca: rcgen::CertifiedKey {
-                cert,
-                key_pair: key,
-            },
-        }
-    }
-
-    /// A certificate for `name` signed by this authority: (chain PEM, key PEM).
-    fn issue(&self, name: &str) -> (String, String) {
-        let params = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params
-            .signed_by(&key, &self.ca.cert, &self.ca.key_pair)
-            .unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-
-    fn tls(&self, name: &str) -> Tls {
-        let (c, k) = self.issue(name);
-        Tls::from_pem(
-            c.as_bytes(),
-            k.as_bytes(),
-            self.ca_pem.as_bytes(),
-            "localhost",
-        )
-        .unwrap()
-    }
-}
 
 #[test]
 fn mutual_tls_carries_records_and_refuses_a_stranger() {

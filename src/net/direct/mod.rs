@@ -20,8 +20,12 @@
 //! out of segments, reads the receiver's credit; a receiving end announces the segments its
 //! reader hands back as credit.
 //!
-//! Plaintext only (loopback, or [`Config::insecure_plaintext`]): a config with TLS is refused
-//! with [`SetupError::Tls`]; TLS goes through the bridges.
+//! With [`Config::tls`] the connection carries mutual TLS, as the bridges' does (rustls in
+//! this process; the listening side is the TLS server, the connecting side checks its name):
+//! what is written is encrypted into records and then written, what is read is decrypted and
+//! then copied into the segment, so a large buffer is no longer read straight into it, and
+//! every byte costs the cipher's work on top. Without TLS, only loopback is allowed, or any
+//! address with [`Config::insecure_plaintext`].
 //!
 //! [`FlushPolicy::EveryRecord`]: crate::FlushPolicy::EveryRecord
 //! [`FlushPolicy::Explicit`]: crate::FlushPolicy::Explicit
@@ -37,6 +41,7 @@ use crate::net::error::{LinkError, ProtocolError, SetupError};
 use crate::net::wire::{self, Msg, Peeked};
 use crate::net::{check_name, Config};
 use crate::protocol::abi::Geometry;
+use tokio_rustls::rustls;
 
 mod inbound;
 mod out;
@@ -47,13 +52,21 @@ use sock::{Got, Reader, Sock};
 /// Credit a request may carry (as the server's bound).
 const MAX_CREDIT: u32 = 1 << 24;
 
-fn plaintext_only(config: &Config) -> Result<(), SetupError> {
-    if config.tls.is_some() {
-        return Err(SetupError::Tls(
-            "direct ends carry plaintext only: use net::Server and net::Client for TLS".into(),
-        ));
-    }
-    Ok(())
+/// The TLS session of one connection, if the config has TLS: the listening side is the
+/// server, the connecting side the client (it checks the server's name), both present their
+/// certificate (as the bridges do).
+fn session(config: &Config, server: bool) -> Result<Option<rustls::Connection>, SetupError> {
+    let Some(tls) = &config.tls else {
+        return Ok(None);
+    };
+    let conn = if server {
+        rustls::ServerConnection::new(tls.server.clone()).map(rustls::Connection::Server)
+    } else {
+        rustls::ClientConnection::new(tls.client.clone(), tls.server_name.clone())
+            .map(rustls::Connection::Client)
+    };
+    conn.map(Some)
+        .map_err(|e| SetupError::Tls(format!("a session: {e}")))
 }
 
 fn private_pair(geometry: Geometry) -> Result<(Producer, Consumer), SetupError> {
@@ -94,14 +107,14 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Listens on `addr` (loopback, or any address with [`Config::insecure_plaintext`]).
+    /// Listens on `addr` (any address with [`Config::tls`] or
+    /// [`Config::insecure_plaintext`], loopback without).
     ///
     /// # Errors
-    /// [`SetupError::PlaintextRefused`], [`SetupError::Tls`] for a config with TLS, or
-    /// [`SetupError::Io`] if the address cannot be bound.
+    /// [`SetupError::PlaintextRefused`], or [`SetupError::Io`] if the address cannot be
+    /// bound.
     pub fn bind(addr: SocketAddr, config: Config) -> Result<Listener, SetupError> {
         config.check_addr(addr)?;
-        plaintext_only(&config)?;
         let listener = TcpListener::bind(addr).map_err(|e| SetupError::Io {
             context: format!("listening on {addr}"),
             source: e,
@@ -124,7 +137,9 @@ impl Listener {
     /// [`connect_consumer`] or a [`Client`](crate::net::Client)), and returns the producer
     /// whose records go to it, segments of `geometry` (the receiver's segments must be the
     /// same size). Connections that request another name, or that do not speak the protocol
-    /// within the config's `dead_after`, are told so and closed, and the wait goes on.
+    /// within the config's `dead_after`, are told so and closed, and the wait goes on; with
+    /// TLS, so are those whose handshake fails (a certificate no trusted authority signed, or
+    /// no TLS at all).
     ///
     /// # Errors
     /// - [`SetupError::Name`] for an empty name or one over 255 bytes;
@@ -277,8 +292,12 @@ impl Listener {
                     context: "accepting a receiver".into(),
                     source: e,
                 })?;
+                // With TLS the handshake goes on as the request is read (a peer that does not
+                // complete it within `dead_after`, or whose certificate the session refuses,
+                // is dropped like one that does not speak the protocol).
+                let tls = session(&self.config, true)?;
                 let sock =
-                    Sock::new(stream, self.config.dead_after).map_err(|e| SetupError::Io {
+                    Sock::new(stream, self.config.dead_after, tls).map_err(|e| SetupError::Io {
                         context: format!("the connection from {peer}"),
                         source: e,
                     })?;
@@ -321,10 +340,16 @@ fn tell_broken(sock: &Sock, e: &LinkError) {
 /// The request is not answered: a sender that offers no such channel, or another segment
 /// size, ends the stream as failed, which the first `recv` reports.
 ///
+/// With TLS, the handshake is done before this returns. Under TLS 1.3 the sender checks this
+/// side's certificate after this side is done: a refusal then comes as the first `recv`'s
+/// error (a lost peer whose cause says what the sender's TLS refused).
+///
 /// # Errors
-/// [`SetupError::Name`], [`SetupError::PlaintextRefused`], [`SetupError::Tls`] for a config
-/// with TLS, [`SetupError::Io`] if the connection cannot be made within the config's
-/// `dead_after`.
+/// [`SetupError::Name`], [`SetupError::PlaintextRefused`], [`SetupError::Tls`] if the TLS
+/// material cannot make a session, [`SetupError::Handshake`] with [`LinkError::Tls`] if the
+/// handshake fails (the sender's certificate not signed by the trusted authority or not for
+/// the config's server name, a sender without TLS, or one silent for `dead_after`),
+/// [`SetupError::Io`] if the connection cannot be made within the config's `dead_after`.
 pub fn connect_consumer(
     addr: SocketAddr,
     name: &str,
@@ -333,7 +358,7 @@ pub fn connect_consumer(
 ) -> Result<Consumer, SetupError> {
     check_name(name)?;
     config.check_addr(addr)?;
-    plaintext_only(&config)?;
+    let tls = session(&config, false)?;
     let io = |e: std::io::Error| SetupError::Io {
         context: format!("connecting to {addr}"),
         source: e,
@@ -341,7 +366,9 @@ pub fn connect_consumer(
     // The region first: a geometry it cannot have fails here, before the peer is met.
     let (mut p, mut c) = private_pair(geometry)?;
     let stream = TcpStream::connect_timeout(&addr, config.dead_after).map_err(io)?;
-    let sock = Sock::new(stream, config.dead_after).map_err(io)?;
+    let sock = Sock::new(stream, config.dead_after, tls).map_err(io)?;
+    sock.handshake()
+        .map_err(|e| SetupError::Handshake(LinkError::Tls(std::sync::Arc::new(e))))?;
     let credit = p
         .raw_free()
         .map_err(|e| SetupError::Handshake(LinkError::local(e)))?;

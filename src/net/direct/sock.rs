@@ -1,6 +1,6 @@
 //! What both direct ends share: the blocking socket, written by one thread at a time (the
 //! end's, and the keeper's heartbeats), and read by the end's thread alone through
-//! [`Reader`].
+//! [`Reader`]; with TLS, a rustls session that every byte goes through ([`TlsLayer`]).
 
 use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use tokio_rustls::rustls;
 
 use crate::net::error::{LinkError, ProtocolError};
 use crate::net::wire::{Codec, Msg, Peeked};
@@ -25,6 +26,123 @@ pub(crate) struct Sock {
     epoch: Instant,
     /// How long a write may wait for the peer to read.
     deadline: Duration,
+    /// The TLS session, if the connection has one.
+    tls: Option<TlsLayer>,
+}
+
+/// A TLS session over a direct end's connection (rustls, in this process): what is written is
+/// encrypted into it and then written to the socket, what the socket brings is decrypted by
+/// it and then read. The reading side's wait for the peer's bytes happens outside the
+/// session's lock, so that the keeper's heartbeats and the end's own writes are never held
+/// up by a read that waits.
+///
+/// Locks, always in this order: the socket's `write` lock, then `conn` (a writer); `raw`,
+/// then `conn` (the reader). Every write to the socket, the reader's own (handshake messages,
+/// alerts, key updates) among them, happens with `conn` held, so that TLS records never
+/// interleave.
+struct TlsLayer {
+    /// The session. Its plaintext buffer is drained before it is given more ciphertext (it
+    /// refuses more than 16 KiB of plaintext unread).
+    conn: Mutex<rustls::Connection>,
+    /// Ciphertext read from the socket and not yet given to the session.
+    raw: Mutex<Raw>,
+}
+
+/// Ciphertext read and not yet decrypted: `buf[lo..hi]`.
+struct Raw {
+    buf: Box<[u8]>,
+    lo: usize,
+    hi: usize,
+}
+
+/// Bytes of ciphertext a read of a TLS connection asks the socket for at once (four records
+/// of the largest size).
+const RAW_CHUNK: usize = 4 * (16 << 10) + 4 * 256;
+
+/// Writes what the session has to send (a writer, or the reader's handshake messages).
+fn flush_tls(conn: &mut rustls::Connection, stream: &TcpStream) -> std::io::Result<()> {
+    while conn.wants_write() {
+        let mut w = stream;
+        match conn.write_tls(&mut w) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A session that refused what the peer sent: it has queued an alert that says why (sent if
+/// the socket takes it), and the error is the reading side's.
+fn refused(conn: &mut rustls::Connection, stream: &TcpStream, e: rustls::Error) -> std::io::Error {
+    let _ = flush_tls(conn, stream);
+    std::io::Error::new(std::io::ErrorKind::InvalidData, format!("TLS: {e}"))
+}
+
+impl TlsLayer {
+    /// Plaintext into `bufs`: what the session holds, else what `raw` holds decrypted, else
+    /// what the socket brings (`now`: without waiting, `WouldBlock` if nothing; else as the
+    /// socket's read timeout lets). `Ok(0)`: the peer ended the stream (with TLS's
+    /// `close_notify` or without: the protocol's own `Close` says whether the channel ended
+    /// cleanly).
+    fn read(
+        &self,
+        stream: &TcpStream,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        now: bool,
+    ) -> std::io::Result<usize> {
+        let mut raw = self.raw.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            {
+                let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    match conn.reader().read_vectored(bufs) {
+                        Ok(n) => return Ok(n),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(0),
+                        Err(e) => return Err(e),
+                    }
+                    if raw.lo == raw.hi {
+                        break;
+                    }
+                    let Raw { buf, lo, hi } = &mut *raw;
+                    let mut rest = &buf[*lo..*hi];
+                    let n = conn.read_tls(&mut rest)?;
+                    // After the peer's `close_notify` the session takes nothing more.
+                    *lo = if n == 0 { *hi } else { *lo + n };
+                    if let Err(e) = conn.process_new_packets() {
+                        return Err(refused(&mut conn, stream, e));
+                    }
+                    // Handshake messages, key updates, alerts the session has to answer.
+                    flush_tls(&mut conn, stream)?;
+                }
+            }
+            // Nothing decrypted is left: read the socket, without the session's lock.
+            (raw.lo, raw.hi) = (0, 0);
+            let got = if now {
+                crate::sys::sock::recv_now(stream.as_fd(), &mut raw.buf)
+            } else {
+                (&*stream).read(&mut raw.buf)
+            };
+            match got {
+                Ok(0) => {
+                    // The end of the stream: the session says whether it was announced.
+                    let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+                    let _ = conn.read_tls(&mut &[][..]);
+                    if let Err(e) = conn.process_new_packets() {
+                        return Err(refused(&mut conn, stream, e));
+                    }
+                    return match conn.reader().read_vectored(bufs) {
+                        Ok(n) => Ok(n),
+                        Err(_) => Ok(0),
+                    };
+                }
+                Ok(n) => raw.hi = n,
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 impl Sock {
@@ -33,17 +151,111 @@ impl Sock {
         self.stream.as_fd()
     }
 
-    pub(crate) fn new(stream: TcpStream, deadline: Duration) -> std::io::Result<Arc<Sock>> {
+    /// `tls`: a session (still to shake hands) that every byte is to go through.
+    pub(crate) fn new(
+        stream: TcpStream,
+        deadline: Duration,
+        tls: Option<rustls::Connection>,
+    ) -> std::io::Result<Arc<Sock>> {
         stream.set_nodelay(true)?;
         // A peer that reads nothing for `deadline` is stalled: the write fails.
         stream.set_write_timeout(Some(deadline))?;
+        let tls = tls.map(|mut conn| {
+            // What is written is flushed at once, so the session holds at most one message
+            // (a segment's frames and a head) unsent: no limit below that.
+            conn.set_buffer_limit(None);
+            TlsLayer {
+                conn: Mutex::new(conn),
+                raw: Mutex::new(Raw {
+                    buf: vec![0u8; RAW_CHUNK].into_boxed_slice(),
+                    lo: 0,
+                    hi: 0,
+                }),
+            }
+        });
         Ok(Arc::new(Sock {
             stream,
             write: Mutex::new(BytesMut::with_capacity(256)),
             last_write_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             deadline,
+            tls,
         }))
+    }
+
+    /// The connection goes through TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Completes the TLS handshake (if the connection has TLS), waiting for the peer at most
+    /// the deadline for each of its messages. The error says what the session refused (a
+    /// certificate no trusted authority signed, a name it does not carry) or that the peer
+    /// went silent or left.
+    pub(crate) fn handshake(&self) -> std::io::Result<()> {
+        let Some(t) = &self.tls else {
+            return Ok(());
+        };
+        self.stream.set_read_timeout(Some(self.deadline))?;
+        let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            flush_tls(&mut conn, &self.stream)?;
+            if !conn.is_handshaking() {
+                return Ok(());
+            }
+            let mut r = &self.stream;
+            match conn.read_tls(&mut r) {
+                Ok(0) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the peer closed the connection during the TLS handshake",
+                    ))
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "the peer said nothing for {:?} during the TLS handshake",
+                            self.deadline
+                        ),
+                    ))
+                }
+                Err(e) => return Err(e),
+            }
+            if let Err(e) = conn.process_new_packets() {
+                return Err(refused(&mut conn, &self.stream, e));
+            }
+        }
+    }
+
+    /// Writes `parts` whole, as one message (through the session, with TLS).
+    fn write_parts(&self, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+        if let Some(t) = &self.tls {
+            let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
+            for p in parts.iter() {
+                conn.writer().write_all(p)?;
+            }
+            return flush_tls(&mut conn, &self.stream);
+        }
+        let mut parts = parts;
+        loop {
+            if parts.is_empty() {
+                return Ok(());
+            }
+            match (&self.stream).write_vectored(parts) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut parts, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn stamp(&self) {
@@ -68,7 +280,7 @@ impl Sock {
         let mut buf = self.write.lock().unwrap_or_else(|p| p.into_inner());
         buf.clear();
         msg.encode(&mut buf);
-        let r = (&self.stream).write_all(&buf);
+        let r = self.write_parts(&mut [IoSlice::new(&buf)]);
         drop(buf);
         self.stamp();
         r.map_err(|e| self.write_err(e))
@@ -86,27 +298,23 @@ impl Sock {
         let mut head = self.write.lock().unwrap_or_else(|p| p.into_inner());
         head.clear();
         crate::net::wire::put_buffer_head(&mut head, channel, backlog, offset, frames.len());
-        let mut parts = [IoSlice::new(&head), IoSlice::new(frames)];
-        let mut parts = &mut parts[..];
-        let r = loop {
-            if parts.is_empty() {
-                break Ok(());
-            }
-            match (&self.stream).write_vectored(parts) {
-                Ok(0) => break Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => IoSlice::advance_slices(&mut parts, n),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => break Err(e),
-            }
-        };
+        let r = self.write_parts(&mut [IoSlice::new(&head), IoSlice::new(frames)]);
         drop(head);
         self.stamp();
         r.map_err(|e| self.write_err(e))
     }
 
-    /// Ends the writing side (the peer reads the end of the stream).
+    /// Ends the writing side (the peer reads the end of the stream; with TLS, announced by
+    /// a `close_notify` first).
     pub(crate) fn shutdown_write(&self) {
         let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = &self.tls {
+            let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
+            if !conn.is_handshaking() {
+                conn.send_close_notify();
+                let _ = flush_tls(&mut conn, &self.stream);
+            }
+        }
         let _ = self.stream.shutdown(Shutdown::Write);
     }
 
@@ -446,7 +654,9 @@ impl Reader {
             let top = (self.hi + ask).min(self.buf.len());
             let dst = &mut self.buf[self.hi..top];
             let dst_len = dst.len();
-            let got = if left == Some(Duration::ZERO) {
+            let got = if let (Some(t), Some(Duration::ZERO)) = (&sock.tls, left) {
+                t.read(&sock.stream, &mut [std::io::IoSliceMut::new(dst)], true)
+            } else if left == Some(Duration::ZERO) {
                 crate::sys::sock::recv_now(sock.stream.as_fd(), dst)
             } else {
                 let t = left
@@ -457,12 +667,16 @@ impl Reader {
                     self.timeout = Some(t);
                 }
                 started.get_or_insert_with(Instant::now);
-                (&sock.stream).read(dst)
+                match &sock.tls {
+                    Some(t) => t.read(&sock.stream, &mut [std::io::IoSliceMut::new(dst)], false),
+                    None => (&sock.stream).read(dst),
+                }
             };
             match got {
                 Ok(0) => return Err(LinkError::PeerClosed),
                 Ok(n) => {
-                    self.short = n < dst_len;
+                    // (A session may hold more than a short read gave: never drained.)
+                    self.short = n < dst_len && !sock.is_tls();
                     self.hi += n;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -545,10 +759,14 @@ impl Reader {
             debug_assert_eq!((self.lo, self.hi), (0, 0));
             let behind = SMALL_READ.min(self.buf.len());
             let want = dst.len() - at;
-            let got = (&sock.stream).read_vectored(&mut [
+            let mut bufs = [
                 std::io::IoSliceMut::new(&mut dst[at..]),
                 std::io::IoSliceMut::new(&mut self.buf[..behind]),
-            ]);
+            ];
+            let got = match &sock.tls {
+                Some(t) => t.read(&sock.stream, &mut bufs, false),
+                None => (&sock.stream).read_vectored(&mut bufs),
+            };
             match got {
                 Ok(0) => return Err(LinkError::PeerClosed),
                 Ok(n) if n <= want => at += n,
@@ -557,7 +775,7 @@ impl Reader {
                     // if it did not fill it).
                     at = dst.len();
                     self.hi = n - want;
-                    self.short = self.hi < behind;
+                    self.short = self.hi < behind && !sock.is_tls();
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e)
