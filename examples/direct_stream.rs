@@ -14,15 +14,16 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, Config, Listener};
 use shmflow::{FlushPolicy, Geometry};
 
-const USAGE: &str = "usage: direct_stream [--len BYTES] [--secs S] [--policy P]
+const USAGE: &str = "usage: direct_stream [--len BYTES] [--secs S] [--policy P] [--tls]
 
   --len BYTES   record size (default 65536)
   --secs S      how long to send (default 3)
   --policy P    every (default: each record as it is sent), explicit (whole segments),
-                or a buffer timeout in microseconds";
+                or a buffer timeout in microseconds
+  --tls         mutual TLS, with certificates of a throwaway authority";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let a = args::parse(USAGE, &["--len", "--secs", "--policy"], &[], 0);
+    let a = args::parse(USAGE, &["--len", "--secs", "--policy"], &["--tls"], 0);
     let len: usize = a.num("--len", 65536);
     let secs: f64 = a.num("--secs", 3.0);
     let policy = match a.get("--policy") {
@@ -33,11 +34,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Err(_) => a.fail(&format!("unknown policy {us:?}")),
         },
     };
-    let l = Listener::bind("127.0.0.1:0".parse()?, Config::default())?;
+    let (tx_cfg, rx_cfg) = if a.has("--tls") {
+        tls_configs()?
+    } else {
+        (Config::default(), Config::default())
+    };
+    let l = Listener::bind("127.0.0.1:0".parse()?, tx_cfg)?;
     let addr = l.local_addr()?;
     type Counted = Result<(u64, u64), Box<dyn std::error::Error + Send + Sync>>;
     let reader = std::thread::spawn(move || -> Counted {
-        let mut rx = connect_consumer(addr, "s", Geometry::default(), Config::default())?;
+        let mut rx = connect_consumer(addr, "s", Geometry::default(), rx_cfg)?;
         let (mut n, mut bytes) = (0u64, 0u64);
         while let Some(mut r) = rx.recv()? {
             match r.as_bytes() {
@@ -73,4 +79,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         n as f64 / s / 1e6
     );
     Ok(())
+}
+
+/// Configs for both sides, with certificates a throwaway authority signed (rcgen).
+fn tls_configs() -> Result<(Config, Config), Box<dyn std::error::Error>> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate()?;
+    let ca = params.self_signed(&ca_key)?;
+    let side = |name: &str| -> Result<Config, Box<dyn std::error::Error>> {
+        let key = rcgen::KeyPair::generate()?;
+        let cert =
+            rcgen::CertificateParams::new(vec![name.to_owned()])?.signed_by(&key, &ca, &ca_key)?;
+        let tls = shmflow::net::Tls::from_pem(
+            cert.pem().as_bytes(),
+            key.serialize_pem().as_bytes(),
+            ca.pem().as_bytes(),
+            "localhost",
+        )?;
+        Ok(Config::default().tls(tls))
+    };
+    Ok((side("localhost")?, side("client")?))
 }
