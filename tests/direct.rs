@@ -13,10 +13,10 @@ mod pki;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
+use shmflow::net::{connect_consumer, connect_gate_channel, Client, Config, Listener, Server};
 use shmflow::{
-    Alignment, Consumer, FlushPolicy, Geometry, Message, Producer, RecvError, RecvTimeoutError,
-    SendError, WaitStrategy,
+    Alignment, Consumer, FlushPolicy, Gate, GateGeometry, GateMessage, Geometry, Message, Producer,
+    RecvError, RecvTimeoutError, Released, SendError, WaitStrategy,
 };
 
 fn small() -> Geometry {
@@ -1121,4 +1121,245 @@ fn a_tls_consumer_facing_a_plaintext_sender_fails_its_handshake() {
     );
     // The plaintext listener took the client's hello for a broken request, and waited on.
     assert!(waiting.join().unwrap().is_err());
+}
+
+// ----- Gate channels ------------------------------------------------------------------------
+
+/// A gate of three channels of 4 KiB segments: two exclusive each, four floating.
+fn gate(tag: &str) -> (Gate, String) {
+    let name = format!("/shmflow-test-direct-gate-{tag}-{}", std::process::id());
+    let g = GateGeometry::new(3)
+        .with_exclusive(2)
+        .with_floating(4)
+        .with_segment_size(4096);
+    (Gate::create(&name, g).unwrap(), name)
+}
+
+/// Record `i` of channel `c`: its number, its channel, and a length that varies.
+fn gate_record(c: u8, i: u64) -> Vec<u8> {
+    let mut v = i.to_le_bytes().to_vec();
+    v.push(c);
+    v.resize(9 + (i as usize * 37) % 1500, c);
+    v
+}
+
+/// Sends `n` records of channel `c`, barrier 1 after the first half, and closes.
+fn send_gate_records(mut tx: Producer, c: u8, n: u64) {
+    tx.set_flush_policy(FlushPolicy::Explicit);
+    for i in 0..n {
+        tx.send(&gate_record(c, i)).unwrap();
+        if i == n / 2 {
+            tx.send_barrier(1, Alignment::Aligned, b"cp").unwrap();
+        }
+    }
+    tx.close_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("channel {c}: {e}"));
+}
+
+/// What a gate reader saw: records per channel (checked in order), released barriers, ended
+/// channels, and the most floating segments a remote channel held at once.
+#[derive(Debug, Default, PartialEq)]
+struct GateSeen {
+    records: [u64; 3],
+    barriers: Vec<(u64, Released)>,
+    ended: Vec<usize>,
+    floating_held: u64,
+}
+
+impl GateSeen {
+    fn take(&mut self, m: GateMessage<'_>) {
+        match m {
+            GateMessage::Record { channel, record } => {
+                let i = self.records[channel];
+                assert_eq!(
+                    record.to_vec().unwrap(),
+                    gate_record(channel as u8, i),
+                    "channel {channel} record {i}"
+                );
+                self.records[channel] += 1;
+            }
+            GateMessage::Barrier {
+                id,
+                released,
+                payload,
+                ..
+            } => {
+                assert_eq!(payload, b"cp");
+                self.barriers.push((id, released));
+            }
+            GateMessage::EndOfPartition { channel } => self.ended.push(channel),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_gate_reads_remote_channels_beside_a_local_one_with_floating_segments_and_a_barrier() {
+    // (Blocking and async reads; the direct channel over TLS in the second.)
+    let n = 3000u64;
+    for asynch in [false, true] {
+        let (mut gate, name) = gate(if asynch { "async" } else { "sync" });
+        let g = Geometry {
+            segment_size: 4096,
+            segment_count: 4,
+        };
+        // Channel 0: a direct sender (over TLS with the async reader).
+        let pki = pki::Pki::new("shmflow test authority");
+        let (tx_cfg, rx_cfg) = if asynch {
+            tls_configs(&pki)
+        } else {
+            (Config::default(), Config::default())
+        };
+        let (l, addr0) = listener_with(tx_cfg);
+        let direct = std::thread::spawn(move || {
+            send_gate_records(l.accept_producer("a", g).unwrap(), 0, n);
+        });
+        connect_gate_channel(addr0, "a", &mut gate, 0, rx_cfg).unwrap();
+        // Channel 1: a bridge forwarding a local channel.
+        let (tx1, rx1) = shmflow::pair(g).unwrap();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let bridge = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async move {
+                    let mut s = Server::bind("127.0.0.1:0".parse().unwrap(), Config::default())
+                        .await
+                        .unwrap();
+                    addr_tx.send(s.local_addr().unwrap()).unwrap();
+                    s.export("b", rx1).unwrap();
+                    s.run().await;
+                })
+        });
+        connect_gate_channel(
+            addr_rx.recv().unwrap(),
+            "b",
+            &mut gate,
+            1,
+            Config::default(),
+        )
+        .unwrap();
+        let bridged = std::thread::spawn(move || send_gate_records(tx1, 1, n));
+        // Channel 2: a local producer.
+        let local_tx = Producer::open_channel(&name, 2).unwrap();
+        let local = std::thread::spawn(move || send_gate_records(local_tx, 2, n));
+        let mut seen = GateSeen::default();
+        let mut k = 0u64;
+        let mut sample = |gate: &Gate, seen: &mut GateSeen| {
+            k += 1;
+            if k % 64 == 0 {
+                let m = gate.metrics();
+                let held = m.channels[..2].iter().map(|c| c.floating_held).max();
+                seen.floating_held = seen.floating_held.max(held.unwrap_or(0));
+            }
+        };
+        if asynch {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                loop {
+                    match gate.recv_async().await.unwrap() {
+                        Some(m) => seen.take(m),
+                        None => break,
+                    }
+                    sample(&gate, &mut seen);
+                }
+            });
+        } else {
+            loop {
+                match gate.recv().unwrap() {
+                    Some(m) => seen.take(m),
+                    None => break,
+                }
+                sample(&gate, &mut seen);
+            }
+        }
+        for t in [direct, bridged, local, bridge] {
+            t.join().unwrap();
+        }
+        seen.ended.sort();
+        assert_eq!(seen.records, [n; 3], "async {asynch}");
+        assert_eq!(
+            seen.barriers,
+            vec![(1, Released::Aligned)],
+            "async {asynch}"
+        );
+        assert_eq!(seen.ended, vec![0, 1, 2], "async {asynch}");
+        // The remote senders' backlog asked for floating segments, and got them as credit.
+        assert!(seen.floating_held > 0, "async {asynch}: {seen:?}");
+    }
+}
+
+#[test]
+fn a_gate_channel_whose_remote_sender_vanishes_is_dead_and_the_others_go_on() {
+    let (mut gate, name) = gate("vanish");
+    // A sender that takes the request, sends one record's worth of nothing, and vanishes.
+    let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = raw.local_addr().unwrap();
+    let vanishing = std::thread::spawn(move || {
+        let (mut s, _) = raw.accept().unwrap();
+        let mut head = [0u8; 64];
+        let _ = std::io::Read::read(&mut s, &mut head);
+        std::thread::sleep(Duration::from_millis(50));
+        drop(s);
+    });
+    connect_gate_channel(addr, "gone", &mut gate, 0, Config::default()).unwrap();
+    let mut tx = Producer::open_channel(&name, 1).unwrap();
+    for i in 0..10 {
+        tx.send(&gate_record(1, i)).unwrap();
+    }
+    drop(tx);
+    drop(Producer::open_channel(&name, 2).unwrap());
+    let (mut records, mut dead, mut ended) = (0, Vec::new(), Vec::new());
+    while let Some(m) = gate.recv().unwrap() {
+        match m {
+            GateMessage::Record { channel: 1, .. } => records += 1,
+            GateMessage::ChannelDead { channel, error } => {
+                dead.push((channel, error.is_remote(), error.to_string()))
+            }
+            GateMessage::EndOfPartition { channel } => ended.push(channel),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    vanishing.join().unwrap();
+    assert_eq!(records, 10);
+    ended.sort();
+    assert_eq!(ended, vec![1, 2]);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let (channel, remote, message) = &dead[0];
+    assert_eq!(*channel, 0);
+    assert!(*remote, "{message}");
+    assert!(
+        message.contains("link to the remote producer ended"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_gate_channel_that_cannot_take_a_remote_producer_is_an_error() {
+    let (mut gate, _name) = gate("refuse");
+    let (l, addr) = listener();
+    let g = Geometry {
+        segment_size: 4096,
+        segment_count: 4,
+    };
+    let sender = std::thread::spawn(move || {
+        let mut tx = l.accept_producer("a", g).unwrap();
+        tx.send(b"x").unwrap();
+        let _ = tx.close_timeout(Duration::from_secs(10));
+    });
+    let e = connect_gate_channel(addr, "a", &mut gate, 3, Config::default()).unwrap_err();
+    assert!(
+        matches!(e, shmflow::net::SetupError::GateChannel { channel: 3, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("3 channels"), "{e}");
+    connect_gate_channel(addr, "a", &mut gate, 0, Config::default()).unwrap();
+    let e = connect_gate_channel(addr, "a", &mut gate, 0, Config::default()).unwrap_err();
+    assert!(e.to_string().contains("remote producer already"), "{e}");
+    drop(gate);
+    sender.join().unwrap();
 }

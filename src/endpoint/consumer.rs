@@ -327,6 +327,39 @@ impl Consumer {
         self.link = Some(crate::endpoint::remote::Link(link));
     }
 
+    /// A gate's channel whose producer is a direct network end: reads what arrived (and
+    /// announces credit) without waiting. False if the channel has no link.
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    pub(crate) fn link_fill_now(&mut self) -> bool {
+        match &mut self.link {
+            Some(l) => {
+                l.fill(Some(std::time::Instant::now()));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The link has work that needs no new bytes from the socket (see [`Inbound::due`]).
+    ///
+    /// [`Inbound::due`]: crate::endpoint::remote::Inbound::due
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    pub(crate) fn link_due(&mut self) -> bool {
+        self.link.as_mut().is_some_and(|l| l.due())
+    }
+
+    /// The link's socket (for a readiness watch).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    pub(crate) fn link_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.link.as_ref().map(|l| l.as_fd())
+    }
+
+    /// Drops the link (the channel ended: its socket is closed).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    pub(crate) fn drop_link(&mut self) {
+        self.link = None;
+    }
+
     /// Name of the region.
     pub fn region_name(&self) -> &str {
         &self.shared.name

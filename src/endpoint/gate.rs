@@ -209,6 +209,10 @@ pub struct Gate {
     coop: u8,
     /// Checkpoint alignment.
     cp: Checkpoints,
+    /// Channels whose producer is a direct network end here, and their watcher (made with
+    /// the first).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    links: Option<links::Links>,
 }
 
 /// The gate's checkpoint state: the alignment, what it said that the caller has not been told
@@ -297,6 +301,8 @@ impl Checkpoints {
 mod align;
 #[cfg(any(feature = "tokio", shmflow_loom))]
 mod asynch;
+#[cfg(all(feature = "net", not(shmflow_loom)))]
+mod links;
 
 impl Gate {
     /// Creates a named gate (`/name`, mode 0600, fails if it exists) and attaches as its
@@ -425,7 +431,76 @@ impl Gate {
             #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,
             cp: Checkpoints::new(n_channels),
+            #[cfg(all(feature = "net", not(shmflow_loom)))]
+            links: None,
         })
+    }
+
+    /// Channel `c`'s region, for a direct network end that is to be its producer: `Err` says
+    /// why it cannot be (no such channel, it ended, or it has such an end already).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    pub(crate) fn link_slot(&self, c: usize) -> Result<Arc<Shared>, String> {
+        let n = self.chans.len();
+        if c >= n {
+            return Err(format!("the gate has {n} channels (0 to {})", n - 1));
+        }
+        if !matches!(self.state[c], State::Open) {
+            return Err("the channel has ended".into());
+        }
+        if self.chans[c].link_fd().is_some() {
+            return Err("the channel has a remote producer already".into());
+        }
+        Ok(self.chans[c].shared.clone())
+    }
+
+    /// Makes channel `c`'s producer the direct network end whose receiving side is `link`:
+    /// the gate's thread fills the channel from its socket (see `links.rs`).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    pub(crate) fn set_link(
+        &mut self,
+        c: usize,
+        link: Box<dyn crate::endpoint::remote::Inbound>,
+    ) -> std::io::Result<()> {
+        if self.links.is_none() {
+            self.links = Some(links::Links::start(self.shared.clone(), self.chans.len())?);
+        }
+        self.chans[c].set_link(link);
+        let watched = self
+            .links
+            .as_ref()
+            .expect("made above")
+            .watch(c, &self.chans[c]);
+        if watched.is_err() {
+            self.chans[c].drop_link();
+        }
+        watched
+    }
+
+    /// Channel `c`'s link, if it has one, reads what arrived when its socket got bytes or it
+    /// has credit to announce (a call that finds nothing to do costs two atomic loads).
+    #[inline]
+    fn fill_link(&mut self, c: usize) {
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if let Some(l) = &self.links {
+            let ch = &mut self.chans[c];
+            if l.take(c) | ch.link_due() {
+                ch.link_fill_now();
+            }
+        }
+        #[cfg(not(all(feature = "net", not(shmflow_loom))))]
+        let _ = c;
+    }
+
+    /// Every linked channel's link is filled at the next scan (a look after a sleep).
+    fn mark_links(&mut self) {
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if let Some(l) = &self.links {
+            for (c, ch) in self.chans.iter().enumerate() {
+                if ch.link_fd().is_some() {
+                    l.mark(c);
+                }
+            }
+        }
     }
 
     /// The gate's shape.
@@ -567,6 +642,7 @@ impl Gate {
                 continue;
             }
             all_done = false;
+            self.fill_link(c);
             if !self.cp.align.readable(c) {
                 // Held by an alignment: its priority lane only (priority events and
                 // announcements overtake the data it holds).
@@ -685,6 +761,9 @@ impl Gate {
             || (look == crate::protocol::park::Look::IfDue && due())
         {
             self.check_producers();
+        }
+        if look == crate::protocol::park::Look::Now {
+            self.mark_links();
         }
         self.scan()
     }
@@ -970,6 +1049,9 @@ impl Gate {
     fn retire(&mut self, c: usize, reclaim: bool) {
         self.state[c] = State::Done;
         let ch = &mut self.chans[c];
+        // A remote producer's link: its socket is closed (the sender already has the end).
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        ch.drop_link();
         ch.abandon(reclaim);
         if let Some(l) = ch.lending() {
             for seg in l.take_returned() {

@@ -105,6 +105,15 @@ pub(crate) trait Inbound: Send {
     /// As [`Outbound::cause`].
     fn cause(&self) -> Option<String>;
 
+    /// True if a [`fill`](Inbound::fill) now would do something without new bytes from the
+    /// peer: announce credit for segments handed back, or put in a priority event that
+    /// waited for room in the lane. (A gate, which waits for many channels at once, fills a
+    /// channel's link when this says so or when its socket got bytes.)
+    fn due(&mut self) -> bool;
+
+    /// The socket, for a watch of its readiness (a gate's).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_>;
+
     /// For an async wait: as [`Outbound::poll_readable`].
     #[cfg(feature = "tokio")]
     fn poll_readable(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()>;

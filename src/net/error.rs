@@ -290,6 +290,14 @@ pub enum SetupError {
     },
     /// The peer refused or broke the opening of the connection.
     Handshake(LinkError),
+    /// A gate channel that cannot take a remote producer: no such channel, it ended, or it
+    /// has one already.
+    GateChannel {
+        /// The channel.
+        channel: usize,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 impl fmt::Display for SetupError {
@@ -304,6 +312,9 @@ impl fmt::Display for SetupError {
             SetupError::Tls(m) => write!(f, "TLS setup: {m}"),
             SetupError::Name { name, detail } => write!(f, "channel name {name:?}: {detail}"),
             SetupError::Handshake(e) => write!(f, "opening the connection: {e}"),
+            SetupError::GateChannel { channel, detail } => {
+                write!(f, "gate channel {channel}: {detail}")
+            }
         }
     }
 }

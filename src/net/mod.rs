@@ -47,7 +47,7 @@ mod tls;
 pub(crate) mod wire;
 
 pub use client::Client;
-pub use direct::{connect_consumer, Listener};
+pub use direct::{connect_consumer, connect_gate_channel, Listener};
 pub use error::{LinkError, ProtocolError, RemoteCode, SetupError};
 pub use server::Server;
 pub use tls::Tls;

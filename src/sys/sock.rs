@@ -62,3 +62,91 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) ->
     }
     Ok(n > 0)
 }
+
+/// Tells which of many sockets got something to read since it last said so (edge-triggered
+/// `epoll`), and can be woken to stop.
+pub(crate) struct Edges {
+    epoll: nix::sys::epoll::Epoll,
+    stop: nix::sys::eventfd::EventFd,
+}
+
+/// The token [`Edges::wait`] never gives for a socket: the stop.
+const STOP: u64 = u64::MAX;
+
+impl Edges {
+    pub(crate) fn new() -> io::Result<Edges> {
+        use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(super::io)?;
+        let stop = EventFd::from_flags(EfdFlags::EFD_CLOEXEC).map_err(super::io)?;
+        epoll
+            .add(&stop, EpollEvent::new(EpollFlags::EPOLLIN, STOP))
+            .map_err(super::io)?;
+        Ok(Edges { epoll, stop })
+    }
+
+    /// Watches `fd`: [`Edges::wait`] gives `token` each time bytes arrive on it, or it is
+    /// closed or fails. The watch ends when the socket is closed (by every descriptor).
+    pub(crate) fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        use nix::sys::epoll::{EpollEvent, EpollFlags};
+        debug_assert_ne!(token, STOP);
+        let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
+        self.epoll
+            .add(fd, EpollEvent::new(flags, token))
+            .map_err(super::io)
+    }
+
+    /// Waits until sockets got something, and puts their tokens in `out` (cleared first).
+    /// `Ok(false)`: [`Edges::stop`] was called.
+    pub(crate) fn wait(&self, out: &mut Vec<u64>) -> io::Result<bool> {
+        use nix::sys::epoll::{EpollEvent, EpollTimeout};
+        out.clear();
+        let mut events = [EpollEvent::empty(); 16];
+        let n = match self.epoll.wait(&mut events, EpollTimeout::NONE) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => return Ok(true),
+            Err(e) => return Err(super::io(e)),
+        };
+        for e in &events[..n] {
+            if e.data() == STOP {
+                return Ok(false);
+            }
+            out.push(e.data());
+        }
+        Ok(true)
+    }
+
+    /// Makes every [`Edges::wait`], now or later, return `Ok(false)`.
+    pub(crate) fn stop(&self) {
+        let _ = self.stop.write(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn edges_tell_which_socket_got_bytes_and_stop_when_told() {
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (mut c, d) = std::os::unix::net::UnixStream::pair().unwrap();
+        let edges = std::sync::Arc::new(Edges::new().unwrap());
+        edges.add(b.as_fd(), 7).unwrap();
+        edges.add(d.as_fd(), 9).unwrap();
+        let mut got = Vec::new();
+        c.write_all(b"x").unwrap();
+        assert!(edges.wait(&mut got).unwrap());
+        assert_eq!(got, [9]);
+        // Edge-triggered: the unread byte is not told again, a new one is.
+        a.write_all(b"y").unwrap();
+        assert!(edges.wait(&mut got).unwrap());
+        assert_eq!(got, [7]);
+        let e = edges.clone();
+        let waiter = std::thread::spawn(move || e.wait(&mut Vec::new()).unwrap());
+        edges.stop();
+        assert!(!waiter.join().unwrap());
+        drop((b, d));
+    }
+}

@@ -334,6 +334,17 @@ impl Inbound for In {
         self.cause.clone()
     }
 
+    fn due(&mut self) -> bool {
+        let broken = self.write_broken;
+        self.ch.as_mut().is_some_and(|ch| {
+            !ch.held.is_empty() || (!broken && ch.p.free() > ch.credit.outstanding())
+        })
+    }
+
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
     fn poll_readable(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
         self.ready.poll(&self.sock, cx)
     }

@@ -7,7 +7,9 @@
 //! credits (one per free segment of the receiver), the backlog with each buffer, priority
 //! events and barriers overtaking the segments, heartbeats (from a small keeper thread, so
 //! that an end whose thread is busy elsewhere is not taken as dead), and every byte that
-//! arrives checked before it is used. One connection carries one channel.
+//! arrives checked before it is used. One connection carries one channel. A receiving end is
+//! a [`Consumer`] ([`connect_consumer`]) or a channel of a [`Gate`]
+//! ([`connect_gate_channel`]).
 //!
 //! The sockets block: the thread that calls `send` or `recv` does the network work itself,
 //! which is what makes these ends fast on few cores (an async runtime would put a hand-off
@@ -35,6 +37,7 @@ use std::os::fd::AsFd;
 use std::time::Instant;
 
 use crate::endpoint::consumer::Consumer;
+use crate::endpoint::gate::Gate;
 use crate::endpoint::producer::Producer;
 use crate::error::OpenError;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
@@ -359,12 +362,83 @@ pub fn connect_consumer(
     check_name(name)?;
     config.check_addr(addr)?;
     let tls = session(&config, false)?;
+    // The region first: a geometry it cannot have fails here, before the peer is met.
+    let (p, mut c) = private_pair(geometry)?;
+    let inbound = connect(addr, name, p, &config, tls)?;
+    c.set_link(Box::new(inbound));
+    Ok(c)
+}
+
+/// Connects to a [`Listener`] (or a [`Server`](crate::net::Server)) at `addr`, requests the
+/// channel `name`, and makes its records arrive to channel `channel` of `gate`, as a producer
+/// of that channel would write them: the sender's segments must be the gate's size. Every
+/// free segment of the channel is the sender's credit, its exclusive ones and the floating
+/// ones the gate lends it when the sender's backlog asks (Flink's credit-based flow control).
+///
+/// The gate's own thread reads the socket into the channel's free segments, as a direct
+/// consumer does, when its scan comes to the channel and the socket got bytes (a small
+/// watcher thread per gate wakes a waiting gate when one does); nothing else carries the
+/// records. The channel ends as a local one does: `EndOfPartition` once the sender closed and
+/// everything arrived, `ChannelDead` if the sender died or the link failed, after what
+/// arrived before. Dropping the gate cancels the channel at the sender.
+///
+/// # Examples
+///
+/// ```no_run
+/// use shmflow::net::{connect_gate_channel, Config};
+/// use shmflow::{Gate, GateGeometry, GateMessage};
+///
+/// let mut gate = Gate::create("/agg", GateGeometry::new(2))?;
+/// // Channel 0 comes from a remote sender; channel 1 from a local producer.
+/// connect_gate_channel("10.0.0.1:7401".parse()?, "orders", &mut gate, 0, Config::default())?;
+/// while let Some(m) = gate.recv()? {
+///     if let GateMessage::Record { channel, record } = m {
+///         println!("{channel}: {:?}", record.as_bytes());
+///     }
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// As [`connect_consumer`], and [`SetupError::GateChannel`] if the gate has no such channel,
+/// the channel ended, or it has a remote producer already; [`SetupError::Handshake`] with a
+/// local error if another producer is attached to the channel.
+pub fn connect_gate_channel(
+    addr: SocketAddr,
+    name: &str,
+    gate: &mut Gate,
+    channel: usize,
+    config: Config,
+) -> Result<(), SetupError> {
+    check_name(name)?;
+    config.check_addr(addr)?;
+    let tls = session(&config, false)?;
+    let shared = gate
+        .link_slot(channel)
+        .map_err(|detail| SetupError::GateChannel { channel, detail })?;
+    let p = Producer::attach_gate_channel(shared)
+        .map_err(|e| SetupError::Handshake(LinkError::local(e)))?;
+    let inbound = connect(addr, name, p, &config, tls)?;
+    gate.set_link(channel, Box::new(inbound))
+        .map_err(|e| SetupError::Io {
+            context: "watching the connection".into(),
+            source: e,
+        })
+}
+
+/// Connects, completes the TLS handshake if there is one, requests `name` with the credit of
+/// `p`'s free segments, and returns the receiving end that writes into `p`.
+fn connect(
+    addr: SocketAddr,
+    name: &str,
+    mut p: Producer,
+    config: &Config,
+    tls: Option<rustls::Connection>,
+) -> Result<inbound::In, SetupError> {
     let io = |e: std::io::Error| SetupError::Io {
         context: format!("connecting to {addr}"),
         source: e,
     };
-    // The region first: a geometry it cannot have fails here, before the peer is met.
-    let (mut p, mut c) = private_pair(geometry)?;
     let stream = TcpStream::connect_timeout(&addr, config.dead_after).map_err(io)?;
     let sock = Sock::new(stream, config.dead_after, tls).map_err(io)?;
     sock.handshake()
@@ -372,15 +446,14 @@ pub fn connect_consumer(
     let credit = p
         .raw_free()
         .map_err(|e| SetupError::Handshake(LinkError::local(e)))?;
+    let segment_size = p.geometry().segment_size;
     sock.send(&Msg::Request {
         channel: 0,
         credit: credit.min(u32::MAX as u64) as u32,
-        segment_size: geometry.segment_size,
+        segment_size,
         name: name.to_owned(),
     })
     .map_err(SetupError::Handshake)?;
-    let reader = Reader::new(geometry.segment_size as usize, config.dead_after);
-    let inbound = inbound::In::new(p, 0, credit, sock, reader, config.heartbeat).map_err(io)?;
-    c.set_link(Box::new(inbound));
-    Ok(c)
+    let reader = Reader::new(segment_size as usize, config.dead_after);
+    inbound::In::new(p, 0, credit, sock, reader, config.heartbeat).map_err(io)
 }
