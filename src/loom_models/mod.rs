@@ -462,3 +462,45 @@ fn producer_held_back_by_the_cap_wakes_when_it_rises() {
         drop(p);
     });
 }
+
+/// Model 13: A gate waits on its park word for a remote channel whose socket a watcher thread
+/// watches: the watcher marks the channel, then rings the word (`mark_then_notify`, the real
+/// step); the waiting gate's looks take the mark (`take_mark`). The gate always wakes and
+/// sees the mark, for marks of two channels in two rounds.
+#[test]
+fn a_gate_waiting_for_a_marked_socket_always_wakes() {
+    use crate::protocol::park;
+    use crate::region::os::Host;
+    model(|| {
+        let word = std::sync::Arc::new(support::ParkWord::new());
+        let marks: std::sync::Arc<[crate::sync::AtomicU32]> =
+            (0..2).map(|_| crate::sync::AtomicU32::new(0)).collect();
+        let (w, m) = (word.clone(), marks.clone());
+        let watcher = thread::spawn(move || {
+            park::mark_then_notify::<Host>(&m, &[1], w.word(), None);
+            park::mark_then_notify::<Host>(&m, &[0], w.word(), None);
+        });
+        let mut seen = [false; 2];
+        while !(seen[0] && seen[1]) {
+            let got = park::wait_for::<Host, _, _, std::convert::Infallible>(
+                word.word(),
+                WaitStrategy::Park,
+                crate::protocol::park::Forever,
+                park::Notifier::Rmw,
+                park::Pace::Sparse,
+                |_| {
+                    let mut any = false;
+                    for (c, s) in seen.iter_mut().enumerate() {
+                        if park::take_mark(&marks[c]) {
+                            *s = true;
+                            any = true;
+                        }
+                    }
+                    Ok(any.then_some(()))
+                },
+            );
+            assert!(got.is_ok());
+        }
+        watcher.join().unwrap();
+    });
+}

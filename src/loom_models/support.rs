@@ -256,6 +256,11 @@ impl ParkWord {
         w
     }
 
+    /// The word itself (for a model that waits on it synchronously).
+    pub(crate) fn word(&self) -> &crate::sync::FutexWord {
+        &self.word
+    }
+
     fn bell(&self) -> Option<&crate::region::os::Bell> {
         self.doorbell.then_some(&self.bell)
     }

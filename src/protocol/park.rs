@@ -77,7 +77,7 @@ use crate::error::SysError;
 use crate::error::{Expiry, Halt, NotNow, TimedOut};
 #[cfg(any(feature = "tokio", shmflow_loom))]
 use crate::sync::AsyncOs;
-use crate::sync::{FutexWord, Ordering, Os};
+use crate::sync::{AtomicU32, FutexWord, Ordering, Os};
 
 /// How often a waiting side looks at its peer's lock: detection takes at most this long plus
 /// one wake-up.
@@ -353,6 +353,45 @@ pub(crate) fn notify<O: Os>(word: &FutexWord, bell: Option<&O::Bell>) -> bool {
         return true;
     }
     false
+}
+
+/// Marks sources outside the region that have something for the waiter on `word` (a gate's
+/// remote channels whose sockets got bytes: `marks[c]` for each `c` in `which`), then wakes
+/// the waiter as [`notify`] does: the step of a gate's socket watcher.
+///
+/// SYNC POINT (marks → waiter): the marks' stores (Relaxed) come before the notify's AcqRel
+/// RMW on `word`; pairs with the waiter's announce (an AcqRel RMW on `word`) and its re-check,
+/// which takes the marks ([`take_mark`], Relaxed). If the notify's RMW comes first in the
+/// word's order, the announce reads from its release sequence and the re-check sees the
+/// marks; if the announce comes first, the notify sees it and wakes the waiter, which looks
+/// again. (Model: `a_gate_waiting_for_a_marked_socket_always_wakes`.)
+#[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
+pub(crate) fn mark_then_notify<O: Os>(
+    marks: &[AtomicU32],
+    which: &[u64],
+    word: &FutexWord,
+    bell: Option<&O::Bell>,
+) {
+    // Broken on purpose (loom only): the wake before the marks.
+    #[cfg(shmflow_broken = "mark_after_notify")]
+    notify::<O>(word, bell);
+    for &c in which {
+        if let Some(m) = marks.get(c as usize) {
+            m.store(1, Ordering::Relaxed);
+        }
+    }
+    #[cfg(not(shmflow_broken = "mark_after_notify"))]
+    notify::<O>(word, bell);
+}
+
+/// Takes a mark set by [`mark_then_notify`]: true if it was set (a plain load first, so that
+/// an unmarked source costs no read-modify-write).
+#[inline]
+#[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
+pub(crate) fn take_mark(mark: &AtomicU32) -> bool {
+    // Relaxed: see the SYNC POINT on `mark_then_notify` (a mark is a hint to read a socket,
+    // whose own bytes the kernel orders).
+    mark.load(Ordering::Relaxed) != 0 && mark.swap(0, Ordering::Relaxed) != 0
 }
 
 /// Wakes a waiter that announced `was`: through the doorbell it sleeps on, or the futex.

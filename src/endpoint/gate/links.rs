@@ -11,30 +11,23 @@
 //! [`Inbound::due`](crate::endpoint::remote::Inbound::due)), so a busy gate reads its
 //! remote channels between its local ones without a wake-up at all.
 //!
-//! SYNC POINT (mark → gate): the watcher stores a channel's mark (Relaxed), then notifies the
-//! park word (an AcqRel RMW). A gate about to sleep announces itself on the word (an AcqRel
-//! RMW), then scans, which reads the marks (Relaxed). The two RMWs are ordered in the word's
-//! modification order: if the watcher's comes first, the gate's announce reads from its
-//! release sequence, so the mark happens-before the gate's scan, which sees it; if the
-//! gate's comes first, the watcher's notify sees the announcement and wakes the gate, whose
-//! scan after the wake sees the mark. Either way a socket's bytes are not left unread while
-//! the gate sleeps. (The gate also fills every link at each look after a sleep, at least
-//! every `CHECK_INTERVAL`, so even a missed edge costs at most that.)
-
-use std::sync::atomic::{AtomicBool, Ordering};
+//! The hand-off (a mark, then a ring of the word) is `park::mark_then_notify`, whose SYNC
+//! POINT says why a gate that is going to sleep never misses a mark; a loom model drives it
+//! with a waiting gate (`a_gate_waiting_for_a_marked_socket_always_wakes`). The gate also
+//! fills every link at each look after a sleep, at least every `CHECK_INTERVAL`.
 
 use crate::endpoint::consumer::Consumer;
 use crate::protocol::park;
 use crate::region::os::Host;
 use crate::region::view::Shared;
-use crate::sync::Arc;
+use crate::sync::{Arc, AtomicU32};
 use crate::sys::sock::Edges;
 
 /// The linked channels' marks and their watcher.
 pub(super) struct Links {
     /// Per channel: its socket got bytes since the gate last filled its link. Set by the
     /// watcher, taken by the gate's scan (see the SYNC POINT above).
-    marks: std::sync::Arc<[AtomicBool]>,
+    marks: std::sync::Arc<[AtomicU32]>,
     edges: std::sync::Arc<Edges>,
     watcher: Option<std::thread::JoinHandle<()>>,
 }
@@ -42,8 +35,7 @@ pub(super) struct Links {
 impl Links {
     /// Starts the watcher of a gate whose park word is `shared`'s, for `channels` channels.
     pub(super) fn start(shared: Arc<Shared>, channels: usize) -> std::io::Result<Links> {
-        let marks: std::sync::Arc<[AtomicBool]> =
-            (0..channels).map(|_| AtomicBool::new(false)).collect();
+        let marks: std::sync::Arc<[AtomicU32]> = (0..channels).map(|_| AtomicU32::new(0)).collect();
         let edges = std::sync::Arc::new(Edges::new()?);
         let (m, e) = (marks.clone(), edges.clone());
         let watcher = std::thread::Builder::new()
@@ -53,14 +45,13 @@ impl Links {
                 // Until the gate stops it (or the system refuses the wait: the gate's looks
                 // after each nap still fill every link).
                 while let Ok(true) = e.wait(&mut got) {
-                    for &c in &got {
-                        if let Some(mark) = m.get(c as usize) {
-                            // Relaxed: published by the notify's RMW (SYNC POINT above).
-                            mark.store(true, Ordering::Relaxed);
-                        }
-                    }
                     if !got.is_empty() {
-                        park::notify::<Host>(shared.consumer_park(), shared.consumer_bell());
+                        park::mark_then_notify::<Host>(
+                            &m,
+                            &got,
+                            shared.consumer_park(),
+                            shared.consumer_bell(),
+                        );
                     }
                 }
             })?;
@@ -81,17 +72,15 @@ impl Links {
         Ok(())
     }
 
-    /// Marks channel `c`, so that the next scan fills its link.
+    /// Marks channel `c`, so that the next scan fills its link (the gate's own thread).
     pub(super) fn mark(&self, c: usize) {
-        // Relaxed: the gate's own thread, or the watcher under the SYNC POINT above.
-        self.marks[c].store(true, Ordering::Relaxed);
+        // Relaxed: read by this thread's next scan.
+        self.marks[c].store(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Takes channel `c`'s mark.
     pub(super) fn take(&self, c: usize) -> bool {
-        // Relaxed: see the SYNC POINT above (a mark is only a hint to read the socket, whose
-        // own bytes the kernel orders).
-        self.marks[c].load(Ordering::Relaxed) && self.marks[c].swap(false, Ordering::Relaxed)
+        park::take_mark(&self.marks[c])
     }
 }
 
