@@ -11,19 +11,20 @@ mod args;
 
 use std::time::{Duration, Instant};
 
-use shmflow::net::{connect_consumer, Config, Listener};
-use shmflow::{FlushPolicy, Geometry};
+use shmflow::net::{connect_consumer, connect_gate_channel, Config, Listener};
+use shmflow::{FlushPolicy, Gate, GateGeometry, GateMessage, Geometry};
 
-const USAGE: &str = "usage: direct_stream [--len BYTES] [--secs S] [--policy P] [--tls]
+const USAGE: &str = "usage: direct_stream [--len BYTES] [--secs S] [--policy P] [--tls] [--gate]
 
   --len BYTES   record size (default 65536)
   --secs S      how long to send (default 3)
   --policy P    every (default: each record as it is sent), explicit (whole segments),
                 or a buffer timeout in microseconds
-  --tls         mutual TLS, with certificates of a throwaway authority";
+  --tls         mutual TLS, with certificates of a throwaway authority
+  --gate        the receiving end is channel 0 of a gate (2 exclusive, 8 floating segments)";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let a = args::parse(USAGE, &["--len", "--secs", "--policy"], &["--tls"], 0);
+    let a = args::parse(USAGE, &["--len", "--secs", "--policy"], &["--tls", "--gate"], 0);
     let len: usize = a.num("--len", 65536);
     let secs: f64 = a.num("--secs", 3.0);
     let policy = match a.get("--policy") {
@@ -42,9 +43,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let l = Listener::bind("127.0.0.1:0".parse()?, tx_cfg)?;
     let addr = l.local_addr()?;
     type Counted = Result<(u64, u64), Box<dyn std::error::Error + Send + Sync>>;
+    let gate = a.has("--gate");
+    let g = if gate {
+        Geometry {
+            segment_size: GateGeometry::new(1).segment_size,
+            ..Geometry::default()
+        }
+    } else {
+        Geometry::default()
+    };
     let reader = std::thread::spawn(move || -> Counted {
-        let mut rx = connect_consumer(addr, "s", Geometry::default(), rx_cfg)?;
         let (mut n, mut bytes) = (0u64, 0u64);
+        if gate {
+            let (mut gate, _handles) = Gate::create_anonymous(GateGeometry::new(1))?;
+            connect_gate_channel(addr, "s", &mut gate, 0, rx_cfg)?;
+            while let Some(m) = gate.recv()? {
+                if let GateMessage::Record { mut record, .. } = m {
+                    match record.as_bytes() {
+                        Some(b) => bytes += b.len() as u64,
+                        None => {
+                            while let Some(p) = record.next_part()? {
+                                bytes += p.len() as u64;
+                            }
+                        }
+                    }
+                    n += 1;
+                }
+            }
+            return Ok((n, bytes));
+        }
+        let mut rx = connect_consumer(addr, "s", g, rx_cfg)?;
         while let Some(mut r) = rx.recv()? {
             match r.as_bytes() {
                 Some(b) => bytes += b.len() as u64,
@@ -58,7 +86,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Ok((n, bytes))
     });
-    let mut tx = l.accept_producer("s", Geometry::default())?;
+    let mut tx = l.accept_producer("s", g)?;
     tx.set_flush_policy(policy);
     let rec = vec![7u8; len];
     let start = Instant::now();
