@@ -24,7 +24,12 @@ const USAGE: &str = "usage: direct_stream [--len BYTES] [--secs S] [--policy P] 
   --gate        the receiving end is channel 0 of a gate (2 exclusive, 8 floating segments)";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let a = args::parse(USAGE, &["--len", "--secs", "--policy"], &["--tls", "--gate"], 0);
+    let a = args::parse(
+        USAGE,
+        &["--len", "--secs", "--policy"],
+        &["--tls", "--gate"],
+        0,
+    );
     let len: usize = a.num("--len", 65536);
     let secs: f64 = a.num("--secs", 3.0);
     let policy = match a.get("--policy") {

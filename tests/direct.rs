@@ -1363,3 +1363,97 @@ fn a_gate_channel_that_cannot_take_a_remote_producer_is_an_error() {
     drop(gate);
     sender.join().unwrap();
 }
+
+#[test]
+fn a_gate_channel_whose_connection_failed_can_be_connected_again() {
+    let (mut gate, name) = gate("retry");
+    let g = Geometry {
+        segment_size: 4096,
+        segment_count: 4,
+    };
+    // Nobody listens there.
+    let nobody = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let e = connect_gate_channel(nobody, "a", &mut gate, 0, Config::default()).unwrap_err();
+    assert!(matches!(e, shmflow::net::SetupError::Io { .. }), "{e}");
+    // A TLS receiver facing a plaintext sender: the handshake fails.
+    let (l, addr) = listener();
+    let pki = pki::Pki::new("shmflow test authority");
+    let (_, tls) = tls_configs(&pki);
+    let e = connect_gate_channel(addr, "a", &mut gate, 0, tls).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            shmflow::net::SetupError::Handshake(shmflow::net::LinkError::Tls(_))
+        ),
+        "{e}"
+    );
+    // Neither attempt touched the channel: the next one is served in full.
+    let sender = std::thread::spawn(move || {
+        let mut tx = l.accept_producer("a", g).unwrap();
+        for i in 0..10 {
+            tx.send(&gate_record(0, i)).unwrap();
+        }
+        tx.close_timeout(Duration::from_secs(20)).unwrap();
+    });
+    connect_gate_channel(addr, "a", &mut gate, 0, Config::default()).unwrap();
+    drop(Producer::open_channel(&name, 1).unwrap());
+    drop(Producer::open_channel(&name, 2).unwrap());
+    let mut seen = GateSeen::default();
+    while let Some(m) = gate.recv().unwrap() {
+        seen.take(m);
+    }
+    sender.join().unwrap();
+    seen.ended.sort();
+    assert_eq!(seen.records, [10, 0, 0]);
+    assert_eq!(seen.ended, vec![0, 1, 2]);
+}
+
+#[test]
+fn a_remote_channel_stalled_half_way_through_a_buffer_does_not_hold_up_the_gate() {
+    let name = format!("/shmflow-test-direct-gate-stall-{}", std::process::id());
+    let mut gate = Gate::create(
+        &name,
+        GateGeometry::new(2)
+            .with_exclusive(2)
+            .with_floating(2)
+            .with_segment_size(16384),
+    )
+    .unwrap();
+    // A sender that sends the first half of a 10 KB buffer, then nothing for as long as the
+    // test runs (a link whose window closed half-way through a segment).
+    let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = raw.local_addr().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let stalled = std::thread::spawn(move || {
+        let (mut s, _) = raw.accept().unwrap();
+        let mut body = words(&[0, 1, 0, 0]);
+        body.extend_from_slice(&whole(&[9u8; 10_000]));
+        let msg = frame(2, &body);
+        std::io::Write::write_all(&mut s, &msg[..5000]).unwrap();
+        let _ = done_rx.recv_timeout(Duration::from_secs(60));
+    });
+    // A silent peer is dead only after two minutes: the gate must not wait for it meanwhile.
+    let patient = Config::default().heartbeat(Duration::from_secs(1), Duration::from_secs(120));
+    connect_gate_channel(addr, "stalled", &mut gate, 0, patient).unwrap();
+    let mut tx = Producer::open_channel(&name, 1).unwrap();
+    let local = std::thread::spawn(move || {
+        for i in 0..100 {
+            tx.send(&gate_record(1, i)).unwrap();
+        }
+    });
+    let mut seen = GateSeen::default();
+    while !seen.ended.contains(&1) {
+        let m = gate
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("the local channel was held up: {e} after {seen:?}"));
+        seen.take(m.expect("channel 0 is open"));
+    }
+    local.join().unwrap();
+    assert_eq!(seen.records, [0, 100, 0]);
+    done_tx.send(()).unwrap();
+    drop(gate);
+    stalled.join().unwrap();
+}

@@ -354,10 +354,11 @@ impl Consumer {
         self.link.as_ref().map(|l| l.as_fd())
     }
 
-    /// Drops the link (the channel ended: its socket is closed).
+    /// Drops the link (the channel ended: its socket is closed, and the producer it wrote
+    /// with is gone). True if there was one.
     #[cfg(all(feature = "net", not(shmflow_loom)))]
-    pub(crate) fn drop_link(&mut self) {
-        self.link = None;
+    pub(crate) fn drop_link(&mut self) -> bool {
+        self.link.take().is_some()
     }
 
     /// Name of the region.

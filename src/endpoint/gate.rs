@@ -453,31 +453,35 @@ impl Gate {
         Ok(self.chans[c].shared.clone())
     }
 
-    /// Makes channel `c`'s producer the direct network end whose receiving side is `link`:
-    /// the gate's thread fills the channel from its socket (see `links.rs`).
+    /// Watches `fd`, the socket of channel `c`'s coming link (see `links.rs`): a failure
+    /// here leaves the channel as it was.
     #[cfg(all(feature = "net", not(shmflow_loom)))]
-    pub(crate) fn set_link(
+    pub(crate) fn watch_link(
         &mut self,
         c: usize,
-        link: Box<dyn crate::endpoint::remote::Inbound>,
+        fd: std::os::fd::BorrowedFd<'_>,
     ) -> std::io::Result<()> {
         if self.links.is_none() {
             self.links = Some(links::Links::start(self.shared.clone(), self.chans.len())?);
         }
+        self.links.as_ref().expect("made above").watch(c, fd)
+    }
+
+    /// Makes channel `c`'s producer the direct network end whose receiving side is `link`
+    /// (its socket watched already, [`Gate::watch_link`]): the gate's thread fills the channel
+    /// from its socket (see `links.rs`).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    pub(crate) fn set_link(&mut self, c: usize, link: Box<dyn crate::endpoint::remote::Inbound>) {
         self.chans[c].set_link(link);
-        let watched = self
-            .links
-            .as_ref()
-            .expect("made above")
-            .watch(c, &self.chans[c]);
-        if watched.is_err() {
-            self.chans[c].drop_link();
+        if let Some(l) = &self.links {
+            // For bytes that came before the link was there to read them.
+            l.mark(c);
         }
-        watched
     }
 
     /// Channel `c`'s link, if it has one, reads what arrived when its socket got bytes or it
-    /// has credit to announce (a call that finds nothing to do costs two atomic loads).
+    /// has credit to announce (a call that finds nothing to do loads the mark and, for a
+    /// linked channel, counts its free segments: a look at its return ring and the cap).
     #[inline]
     fn fill_link(&mut self, c: usize) {
         #[cfg(all(feature = "net", not(shmflow_loom)))]
@@ -1050,8 +1054,9 @@ impl Gate {
         self.state[c] = State::Done;
         let ch = &mut self.chans[c];
         // A remote producer's link: its socket is closed (the sender already has the end).
+        // Its producer, in this process, is gone with it: what it held can be taken back.
         #[cfg(all(feature = "net", not(shmflow_loom)))]
-        ch.drop_link();
+        let reclaim = ch.drop_link() || reclaim;
         ch.abandon(reclaim);
         if let Some(l) = ch.lending() {
             for seg in l.take_returned() {

@@ -16,7 +16,6 @@
 //! with a waiting gate (`a_gate_waiting_for_a_marked_socket_always_wakes`). The gate also
 //! fills every link at each look after a sleep, at least every `CHECK_INTERVAL`.
 
-use crate::endpoint::consumer::Consumer;
 use crate::protocol::park;
 use crate::region::os::Host;
 use crate::region::view::Shared;
@@ -62,14 +61,10 @@ impl Links {
         })
     }
 
-    /// Watches channel `c`'s link (its consumer `ch` holds it); marked at once, for bytes
-    /// that arrived before the watch.
-    pub(super) fn watch(&self, c: usize, ch: &Consumer) -> std::io::Result<()> {
-        if let Some(fd) = ch.link_fd() {
-            self.edges.add(fd, c as u64)?;
-        }
-        self.mark(c);
-        Ok(())
+    /// Watches `fd`, the socket of channel `c`'s link: each time bytes arrive on it the
+    /// channel is marked and the gate rung. (The watch ends when the socket is closed.)
+    pub(super) fn watch(&self, c: usize, fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+        self.edges.add(fd, c as u64)
     }
 
     /// Marks channel `c`, so that the next scan fills its link (the gate's own thread).

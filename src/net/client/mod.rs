@@ -473,13 +473,15 @@ async fn receive_channel(
 /// The local consumer left (`Closed`: the sender is sent `Cancel`, and its producer sees the
 /// channel closed) or died (`Error`: its producer sees it dead).
 async fn consumer_gone(p: Producer, id: u32, w: &Writer, e: SendError) -> Result<Ended, LinkError> {
-    drop(p);
     match e {
         SendError::Closed(_) => {
+            drop(p);
             let _ = w.send(&Msg::Cancel { channel: id }).await;
             Ok(Ended::ConsumerLeft)
         }
         other => {
+            // What arrived must not read as the whole stream: the consumer sees it failed.
+            p.fail();
             let _ = w
                 .send(&Msg::Error {
                     channel: id,

@@ -26,20 +26,26 @@ pub(crate) struct In {
     cause: Option<String>,
     /// A write failed: nothing more is written.
     write_broken: bool,
+    /// Large buffers go straight into their segments (see [`In::new`]).
+    in_place: bool,
 }
 
 impl In {
+    /// `keeper`: started for `sock` (heartbeats only); `in_place`: a large buffer is read
+    /// straight into its segment, the socket read blocking until all of it has come (a
+    /// consumer's own thread, which waits anyway); without, it is gathered in the reader's
+    /// buffer by reads that never wait (a gate's thread, which other channels wait for).
     pub(crate) fn new(
         p: Producer,
         id: u32,
         credit: u64,
         sock: Arc<Sock>,
         reader: Reader,
-        heartbeat: Duration,
-    ) -> std::io::Result<In> {
+        keeper: Keeper,
+        in_place: bool,
+    ) -> In {
         let g = p.geometry();
-        let keeper = Keeper::start(sock.clone(), heartbeat, Default::default(), None)?;
-        Ok(In {
+        In {
             ch: Some(Receiving::new(
                 Held::new(p),
                 id,
@@ -53,7 +59,8 @@ impl In {
             ready: Readiness::default(),
             cause: None,
             write_broken: false,
-        })
+            in_place,
+        }
     }
 
     /// Ends the channel here for `why`, as the bridge does.
@@ -68,7 +75,13 @@ impl In {
             }
             Stop::Sender(Last::Close(Closed::ProducerDead)) => p.raw_lose(),
             Stop::Consumer(e) => {
-                drop(p);
+                // A consumer that left reads nothing more; any other failure must not read
+                // as a clean end of what arrived.
+                if matches!(e, crate::error::SendError::Closed(_)) {
+                    drop(p);
+                } else {
+                    p.fail();
+                }
                 let _ = self.sock.send(&Msg::Error {
                     channel: id,
                     code: wire::code::LOCAL,
@@ -272,7 +285,7 @@ impl In {
                 return Ok(());
             }
             // A large buffer goes straight into its segment.
-            match self.reader.next_or_large(&self.sock, wait, true) {
+            match self.reader.next_or_large(&self.sock, wait, self.in_place) {
                 Ok(Got::Nothing) => return Ok(()),
                 Ok(Got::Msg(m)) => In::take(ch, m)?,
                 Ok(Got::Large {

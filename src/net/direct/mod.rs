@@ -364,7 +364,8 @@ pub fn connect_consumer(
     let tls = session(&config, false)?;
     // The region first: a geometry it cannot have fails here, before the peer is met.
     let (p, mut c) = private_pair(geometry)?;
-    let inbound = connect(addr, name, p, &config, tls)?;
+    let sock = open(addr, &config, tls)?;
+    let inbound = request(p, name, sock, &config, true).map_err(|b| b.1)?;
     c.set_link(Box::new(inbound));
     Ok(c)
 }
@@ -413,28 +414,33 @@ pub fn connect_gate_channel(
     check_name(name)?;
     config.check_addr(addr)?;
     let tls = session(&config, false)?;
-    let shared = gate
-        .link_slot(channel)
-        .map_err(|detail| SetupError::GateChannel { channel, detail })?;
-    let p = Producer::attach_gate_channel(shared)
-        .map_err(|e| SetupError::Handshake(LinkError::local(e)))?;
-    let inbound = connect(addr, name, p, &config, tls)?;
-    gate.set_link(channel, Box::new(inbound))
-        .map_err(|e| SetupError::Io {
-            context: "watching the connection".into(),
-            source: e,
-        })
+    let gate_channel = |detail: String| SetupError::GateChannel { channel, detail };
+    let shared = gate.link_slot(channel).map_err(gate_channel)?;
+    let watch = |e: std::io::Error| SetupError::Io {
+        context: "watching the connection for the gate".into(),
+        source: e,
+    };
+    // Everything that may fail before the channel's producer is attached: a channel whose
+    // producer left would read as complete.
+    let sock = open(addr, &config, tls)?;
+    gate.watch_link(channel, sock.as_fd()).map_err(watch)?;
+    let p = Producer::attach_gate_channel(shared).map_err(|e| gate_channel(e.to_string()))?;
+    // From here on a failure loses the channel: the gate reports it dead, with the cause.
+    let inbound = request(p, name, sock, &config, false).map_err(|b| {
+        let (p, e) = *b;
+        p.raw_lose();
+        e
+    })?;
+    gate.set_link(channel, Box::new(inbound));
+    Ok(())
 }
 
-/// Connects, completes the TLS handshake if there is one, requests `name` with the credit of
-/// `p`'s free segments, and returns the receiving end that writes into `p`.
-fn connect(
+/// Connects and completes the TLS handshake if there is one.
+fn open(
     addr: SocketAddr,
-    name: &str,
-    mut p: Producer,
     config: &Config,
     tls: Option<rustls::Connection>,
-) -> Result<inbound::In, SetupError> {
+) -> Result<std::sync::Arc<Sock>, SetupError> {
     let io = |e: std::io::Error| SetupError::Io {
         context: format!("connecting to {addr}"),
         source: e,
@@ -443,17 +449,46 @@ fn connect(
     let sock = Sock::new(stream, config.dead_after, tls).map_err(io)?;
     sock.handshake()
         .map_err(|e| SetupError::Handshake(LinkError::Tls(std::sync::Arc::new(e))))?;
-    let credit = p
-        .raw_free()
-        .map_err(|e| SetupError::Handshake(LinkError::local(e)))?;
+    Ok(sock)
+}
+
+/// Requests `name` with the credit of `p`'s free segments, and returns the receiving end that
+/// writes into `p` (`in_place`: see `inbound::In::new`), or `p` back with the error (boxed:
+/// it is large, and rare).
+fn request(
+    mut p: Producer,
+    name: &str,
+    sock: std::sync::Arc<Sock>,
+    config: &Config,
+    in_place: bool,
+) -> Result<inbound::In, Box<(Producer, SetupError)>> {
+    let credit = match p.raw_free() {
+        Ok(c) => c,
+        Err(e) => return Err(Box::new((p, SetupError::Handshake(LinkError::local(e))))),
+    };
     let segment_size = p.geometry().segment_size;
-    sock.send(&Msg::Request {
+    let sent = sock.send(&Msg::Request {
         channel: 0,
         credit: credit.min(u32::MAX as u64) as u32,
         segment_size,
         name: name.to_owned(),
-    })
-    .map_err(SetupError::Handshake)?;
+    });
+    if let Err(e) = sent {
+        return Err(Box::new((p, SetupError::Handshake(e))));
+    }
+    let keeper = match sock::Keeper::start(sock.clone(), config.heartbeat, Default::default(), None)
+    {
+        Ok(k) => k,
+        Err(e) => {
+            let e = SetupError::Io {
+                context: "starting the connection's keeper thread".into(),
+                source: e,
+            };
+            return Err(Box::new((p, e)));
+        }
+    };
     let reader = Reader::new(segment_size as usize, config.dead_after);
-    inbound::In::new(p, 0, credit, sock, reader, config.heartbeat).map_err(io)
+    Ok(inbound::In::new(
+        p, 0, credit, sock, reader, keeper, in_place,
+    ))
 }

@@ -19,8 +19,8 @@ use crate::protocol::flush_signal::FlushSignal;
 /// The connection of a direct end.
 pub(crate) struct Sock {
     stream: TcpStream,
-    /// One writer at a time, so that messages never interleave; holds the encoding buffer.
-    write: Mutex<BytesMut>,
+    /// One writer at a time, so that messages never interleave; holds the encoding buffers.
+    write: Mutex<Bufs>,
     /// Milliseconds from `epoch` to the last write (the keeper's heartbeats fill silence).
     last_write_ms: AtomicU64,
     epoch: Instant,
@@ -30,15 +30,24 @@ pub(crate) struct Sock {
     tls: Option<TlsLayer>,
 }
 
+/// A writer's buffers (under [`Sock::write`]).
+struct Bufs {
+    /// A message's encoding, or a `Buffer`'s head.
+    head: BytesMut,
+    /// TLS records sealed by the session and not yet written.
+    sealed: Vec<u8>,
+}
+
 /// A TLS session over a direct end's connection (rustls, in this process): what is written is
-/// encrypted into it and then written to the socket, what the socket brings is decrypted by
-/// it and then read. The reading side's wait for the peer's bytes happens outside the
-/// session's lock, so that the keeper's heartbeats and the end's own writes are never held
-/// up by a read that waits.
+/// encrypted by it and then written to the socket, what the socket brings is decrypted by it
+/// and then read. The session's lock is held only for that work, never while a thread waits
+/// for the socket: a writer seals its records under it and writes them after, a reader waits
+/// for the peer's bytes before it takes it. So a reader is never held up by a writer that
+/// waits for the peer to read, nor a writer by a reader that waits for bytes.
 ///
-/// Locks, always in this order: the socket's `write` lock, then `conn` (a writer); `raw`,
-/// then `conn` (the reader). Every write to the socket, the reader's own (handshake messages,
-/// alerts, key updates) among them, happens with `conn` held, so that TLS records never
+/// Locks, always in this order: the socket's `write` lock, then `conn` (a writer, and a reader
+/// that has records to send: handshake messages, alerts); `raw`, then `conn` (the reader), or
+/// `raw`, then `write`. Every write to the socket happens under `write`, so TLS records never
 /// interleave.
 struct TlsLayer {
     /// The session. Its plaintext buffer is drained before it is given more ciphertext (it
@@ -59,90 +68,10 @@ struct Raw {
 /// of the largest size).
 const RAW_CHUNK: usize = 4 * (16 << 10) + 4 * 256;
 
-/// Writes what the session has to send (a writer, or the reader's handshake messages).
-fn flush_tls(conn: &mut rustls::Connection, stream: &TcpStream) -> std::io::Result<()> {
-    while conn.wants_write() {
-        let mut w = stream;
-        match conn.write_tls(&mut w) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// A session that refused what the peer sent: it has queued an alert that says why (sent if
-/// the socket takes it), and the error is the reading side's.
-fn refused(conn: &mut rustls::Connection, stream: &TcpStream, e: rustls::Error) -> std::io::Error {
-    let _ = flush_tls(conn, stream);
+/// A session that refused what the peer sent (it has queued an alert that says why): the
+/// reading side's error.
+fn refused(e: rustls::Error) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, format!("TLS: {e}"))
-}
-
-impl TlsLayer {
-    /// Plaintext into `bufs`: what the session holds, else what `raw` holds decrypted, else
-    /// what the socket brings (`now`: without waiting, `WouldBlock` if nothing; else as the
-    /// socket's read timeout lets). `Ok(0)`: the peer ended the stream (with TLS's
-    /// `close_notify` or without: the protocol's own `Close` says whether the channel ended
-    /// cleanly).
-    fn read(
-        &self,
-        stream: &TcpStream,
-        bufs: &mut [std::io::IoSliceMut<'_>],
-        now: bool,
-    ) -> std::io::Result<usize> {
-        let mut raw = self.raw.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            {
-                let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-                loop {
-                    match conn.reader().read_vectored(bufs) {
-                        Ok(n) => return Ok(n),
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(0),
-                        Err(e) => return Err(e),
-                    }
-                    if raw.lo == raw.hi {
-                        break;
-                    }
-                    let Raw { buf, lo, hi } = &mut *raw;
-                    let mut rest = &buf[*lo..*hi];
-                    let n = conn.read_tls(&mut rest)?;
-                    // After the peer's `close_notify` the session takes nothing more.
-                    *lo = if n == 0 { *hi } else { *lo + n };
-                    if let Err(e) = conn.process_new_packets() {
-                        return Err(refused(&mut conn, stream, e));
-                    }
-                    // Handshake messages, key updates, alerts the session has to answer.
-                    flush_tls(&mut conn, stream)?;
-                }
-            }
-            // Nothing decrypted is left: read the socket, without the session's lock.
-            (raw.lo, raw.hi) = (0, 0);
-            let got = if now {
-                crate::sys::sock::recv_now(stream.as_fd(), &mut raw.buf)
-            } else {
-                (&*stream).read(&mut raw.buf)
-            };
-            match got {
-                Ok(0) => {
-                    // The end of the stream: the session says whether it was announced.
-                    let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-                    let _ = conn.read_tls(&mut &[][..]);
-                    if let Err(e) = conn.process_new_packets() {
-                        return Err(refused(&mut conn, stream, e));
-                    }
-                    return match conn.reader().read_vectored(bufs) {
-                        Ok(n) => Ok(n),
-                        Err(_) => Ok(0),
-                    };
-                }
-                Ok(n) => raw.hi = n,
-                Err(e) => return Err(e),
-            }
-        }
-    }
 }
 
 impl Sock {
@@ -161,8 +90,8 @@ impl Sock {
         // A peer that reads nothing for `deadline` is stalled: the write fails.
         stream.set_write_timeout(Some(deadline))?;
         let tls = tls.map(|mut conn| {
-            // What is written is flushed at once, so the session holds at most one message
-            // (a segment's frames and a head) unsent: no limit below that.
+            // What is written is sealed and written at once, so the session holds at most one
+            // message (a segment's frames and a head) unsealed: no limit below that.
             conn.set_buffer_limit(None);
             TlsLayer {
                 conn: Mutex::new(conn),
@@ -175,7 +104,10 @@ impl Sock {
         });
         Ok(Arc::new(Sock {
             stream,
-            write: Mutex::new(BytesMut::with_capacity(256)),
+            write: Mutex::new(Bufs {
+                head: BytesMut::with_capacity(256),
+                sealed: Vec::new(),
+            }),
             last_write_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             deadline,
@@ -197,9 +129,9 @@ impl Sock {
             return Ok(());
         };
         self.stream.set_read_timeout(Some(self.deadline))?;
-        let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            flush_tls(&mut conn, &self.stream)?;
+            self.send_sealed(t, &mut [])?;
+            let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
             if !conn.is_handshaking() {
                 return Ok(());
             }
@@ -230,19 +162,46 @@ impl Sock {
                 Err(e) => return Err(e),
             }
             if let Err(e) = conn.process_new_packets() {
-                return Err(refused(&mut conn, &self.stream, e));
+                drop(conn);
+                // The alert that says why, if the socket takes it.
+                let _ = self.send_sealed(t, &mut []);
+                return Err(refused(e));
             }
         }
     }
 
-    /// Writes `parts` whole, as one message (through the session, with TLS).
-    fn write_parts(&self, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
-        if let Some(t) = &self.tls {
+    /// Seals `parts` (and whatever else the session has to send) into TLS records under the
+    /// session's lock, then writes them without it; all under the `write` lock.
+    fn send_sealed(&self, t: &TlsLayer, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+        let mut bufs = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        self.seal_and_write(t, &mut bufs.sealed, parts)
+    }
+
+    /// As [`Sock::send_sealed`], the `write` lock held (its `sealed` buffer given).
+    fn seal_and_write(
+        &self,
+        t: &TlsLayer,
+        sealed: &mut Vec<u8>,
+        parts: &mut [IoSlice<'_>],
+    ) -> std::io::Result<()> {
+        sealed.clear();
+        {
             let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
             for p in parts.iter() {
                 conn.writer().write_all(p)?;
             }
-            return flush_tls(&mut conn, &self.stream);
+            while conn.wants_write() {
+                conn.write_tls(sealed)?;
+            }
+        }
+        (&self.stream).write_all(sealed)
+    }
+
+    /// Writes `parts` whole, as one message (sealed by the session, with TLS); the `write`
+    /// lock held.
+    fn write_parts(&self, sealed: &mut Vec<u8>, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+        if let Some(t) = &self.tls {
+            return self.seal_and_write(t, sealed, parts);
         }
         let mut parts = parts;
         loop {
@@ -256,6 +215,95 @@ impl Sock {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Plaintext into `bufs` through the session: what it holds, else what `raw` holds
+    /// decrypted, else what the socket brings (`now`: without waiting, `WouldBlock` if
+    /// nothing; else as the socket's read timeout lets, and no new read once `until` has
+    /// passed). `Ok(0)`: the peer ended the stream (with TLS's `close_notify` or without: the
+    /// protocol's own `Close` says whether the channel ended cleanly).
+    fn tls_read(
+        &self,
+        t: &TlsLayer,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        now: bool,
+        until: Option<Instant>,
+    ) -> std::io::Result<usize> {
+        let mut raw = t.raw.lock().unwrap_or_else(|p| p.into_inner());
+        let mut read_once = false;
+        loop {
+            let mut answer = false;
+            {
+                let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    match conn.reader().read_vectored(bufs) {
+                        Ok(n) => {
+                            answer |= conn.wants_write();
+                            drop(conn);
+                            if answer {
+                                self.answer(t);
+                            }
+                            return Ok(n);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(0),
+                        Err(e) => return Err(e),
+                    }
+                    if raw.lo == raw.hi {
+                        break;
+                    }
+                    let Raw { buf, lo, hi } = &mut *raw;
+                    let mut rest = &buf[*lo..*hi];
+                    let n = conn.read_tls(&mut rest)?;
+                    // After the peer's `close_notify` the session takes nothing more.
+                    *lo = if n == 0 { *hi } else { *lo + n };
+                    if let Err(e) = conn.process_new_packets() {
+                        drop(conn);
+                        self.answer(t);
+                        return Err(refused(e));
+                    }
+                    // Handshake messages, key updates, alerts the session has to send.
+                    answer |= conn.wants_write();
+                }
+            }
+            if answer {
+                self.answer(t);
+            }
+            // Nothing decrypted is left: read the socket, without the session's lock.
+            if read_once && until.is_some_and(|u| Instant::now() >= u) {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            read_once = true;
+            (raw.lo, raw.hi) = (0, 0);
+            let got = if now {
+                crate::sys::sock::recv_now(self.stream.as_fd(), &mut raw.buf)
+            } else {
+                (&self.stream).read(&mut raw.buf)
+            };
+            match got {
+                Ok(0) => {
+                    // The end of the stream: the session says whether it was announced.
+                    let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
+                    let _ = conn.read_tls(&mut &[][..]);
+                    if let Err(e) = conn.process_new_packets() {
+                        return Err(refused(e));
+                    }
+                    return match conn.reader().read_vectored(bufs) {
+                        Ok(n) => Ok(n),
+                        Err(_) => Ok(0),
+                    };
+                }
+                Ok(n) => raw.hi = n,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Sends what the session has to say after reading (handshake messages, an alert): a
+    /// failure shows at the next read or write.
+    #[cold]
+    fn answer(&self, t: &TlsLayer) {
+        let _ = self.send_sealed(t, &mut []);
     }
 
     fn stamp(&self) {
@@ -277,11 +325,12 @@ impl Sock {
 
     /// Sends one message.
     pub(crate) fn send(&self, msg: &Msg) -> Result<(), LinkError> {
-        let mut buf = self.write.lock().unwrap_or_else(|p| p.into_inner());
-        buf.clear();
-        msg.encode(&mut buf);
-        let r = self.write_parts(&mut [IoSlice::new(&buf)]);
-        drop(buf);
+        let mut bufs = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let Bufs { head, sealed } = &mut *bufs;
+        head.clear();
+        msg.encode(head);
+        let r = self.write_parts(sealed, &mut [IoSlice::new(head)]);
+        drop(bufs);
         self.stamp();
         r.map_err(|e| self.write_err(e))
     }
@@ -295,11 +344,12 @@ impl Sock {
         offset: u32,
         frames: &[u8],
     ) -> Result<(), LinkError> {
-        let mut head = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let mut bufs = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let Bufs { head, sealed } = &mut *bufs;
         head.clear();
-        crate::net::wire::put_buffer_head(&mut head, channel, backlog, offset, frames.len());
-        let r = self.write_parts(&mut [IoSlice::new(&head), IoSlice::new(frames)]);
-        drop(head);
+        crate::net::wire::put_buffer_head(head, channel, backlog, offset, frames.len());
+        let r = self.write_parts(sealed, &mut [IoSlice::new(head), IoSlice::new(frames)]);
+        drop(bufs);
         self.stamp();
         r.map_err(|e| self.write_err(e))
     }
@@ -307,12 +357,17 @@ impl Sock {
     /// Ends the writing side (the peer reads the end of the stream; with TLS, announced by
     /// a `close_notify` first).
     pub(crate) fn shutdown_write(&self) {
-        let _guard = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        let mut bufs = self.write.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = &self.tls {
-            let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
-            if !conn.is_handshaking() {
-                conn.send_close_notify();
-                let _ = flush_tls(&mut conn, &self.stream);
+            let handshaking = {
+                let mut conn = t.conn.lock().unwrap_or_else(|p| p.into_inner());
+                if !conn.is_handshaking() {
+                    conn.send_close_notify();
+                }
+                conn.is_handshaking()
+            };
+            if !handshaking {
+                let _ = self.seal_and_write(t, &mut bufs.sealed, &mut []);
             }
         }
         let _ = self.stream.shutdown(Shutdown::Write);
@@ -655,7 +710,7 @@ impl Reader {
             let dst = &mut self.buf[self.hi..top];
             let dst_len = dst.len();
             let got = if let (Some(t), Some(Duration::ZERO)) = (&sock.tls, left) {
-                t.read(&sock.stream, &mut [std::io::IoSliceMut::new(dst)], true)
+                sock.tls_read(t, &mut [std::io::IoSliceMut::new(dst)], true, until)
             } else if left == Some(Duration::ZERO) {
                 crate::sys::sock::recv_now(sock.stream.as_fd(), dst)
             } else {
@@ -668,7 +723,7 @@ impl Reader {
                 }
                 started.get_or_insert_with(Instant::now);
                 match &sock.tls {
-                    Some(t) => t.read(&sock.stream, &mut [std::io::IoSliceMut::new(dst)], false),
+                    Some(t) => sock.tls_read(t, &mut [std::io::IoSliceMut::new(dst)], false, until),
                     None => (&sock.stream).read(dst),
                 }
             };
@@ -764,7 +819,7 @@ impl Reader {
                 std::io::IoSliceMut::new(&mut self.buf[..behind]),
             ];
             let got = match &sock.tls {
-                Some(t) => t.read(&sock.stream, &mut bufs, false),
+                Some(t) => sock.tls_read(t, &mut bufs, false, None),
                 None => (&sock.stream).read_vectored(&mut bufs),
             };
             match got {
