@@ -68,6 +68,14 @@ struct Raw {
 /// of the largest size).
 const RAW_CHUNK: usize = 4 * (16 << 10) + 4 * 256;
 
+/// A socket's read or write timed out (or, not waiting, found nothing).
+fn waited_out(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
 /// A session that refused what the peer sent (it has queued an alert that says why): the
 /// reading side's error.
 fn refused(e: rustls::Error) -> std::io::Error {
@@ -145,12 +153,7 @@ impl Sock {
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if waited_out(&e) => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         format!(
@@ -735,12 +738,7 @@ impl Reader {
                     self.hi += n;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if waited_out(&e) => {
                     if started.is_some_and(|s| s.elapsed() >= self.dead_after) {
                         return Err(LinkError::PeerSilent {
                             silent_for: self.dead_after,
@@ -833,12 +831,7 @@ impl Reader {
                     self.short = self.hi < behind && !sock.is_tls();
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
+                Err(e) if waited_out(&e) => {
                     return Err(LinkError::PeerSilent {
                         silent_for: self.dead_after,
                     })
