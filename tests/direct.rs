@@ -629,6 +629,32 @@ fn a_consumer_that_leaves_closes_the_channel() {
 }
 
 #[test]
+fn an_idle_direct_sender_hears_that_its_receiver_left() {
+    // Nothing the producer calls reads the socket while it is idle: its keeper does. (A
+    // direct receiver says `Cancel` when its consumer leaves; a bridge says it when the next
+    // buffer comes, so only the direct pairing shows it.)
+    let cfg = || Config::default().heartbeat(Duration::from_millis(20), Duration::from_secs(5));
+    for kind in [Kind::Direct] {
+        let (mut tx, mut rx, bridge) = remote_pair_with(kind, small(), cfg(), cfg());
+        tx.send(b"one").unwrap();
+        assert_eq!(rx.recv().unwrap().unwrap().as_bytes().unwrap(), b"one");
+        drop(rx);
+        let start = Instant::now();
+        while !tx.is_closed() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{kind:?}: the idle sender never heard the receiver leave"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(tx);
+        if let Some(b) = bridge {
+            b.join().unwrap();
+        }
+    }
+}
+
+#[test]
 fn a_record_larger_than_a_segment_crosses_whole() {
     let (mut tx, mut rx, _) = remote_pair(Kind::Direct, small());
     let reader = std::thread::spawn(move || {

@@ -402,6 +402,8 @@ struct Orders {
 ///   each deferred record in a [`FlushSignal`], the hand-off of the local buffer-timeout
 ///   flusher (its loom model covers it), and the keeper takes the mark each interval, and
 ///   sleeps (until a mark, a heartbeat or the stop) when there was none.
+/// - before each heartbeat it sends (the end silent for `every`), so that an idle sending end
+///   still reads what its receiver says.
 ///
 /// Stopped and joined on drop.
 pub(crate) struct Keeper {
@@ -484,9 +486,22 @@ impl Keeper {
                             }
                         }
                     }
-                    if heartbeat_due() && sock.send(&Msg::Heartbeat).is_err() {
-                        // The end's own calls find out.
-                        return;
+                    if heartbeat_due() {
+                        // A sending end silent for a heartbeat interval reads what its
+                        // receiver said meanwhile (heartbeats, credit, the channel's end):
+                        // nothing else reads while its producer makes no call, and over a
+                        // long silence the receiver's heartbeats would fill this side's
+                        // socket buffers until the receiver's keeper, unable to write, took
+                        // the link for stalled.
+                        if let Some(chore) = chore.as_mut() {
+                            if !p.load(Ordering::Relaxed) {
+                                chore();
+                            }
+                        }
+                        if sock.send(&Msg::Heartbeat).is_err() {
+                            // The end's own calls find out.
+                            return;
+                        }
                     }
                 }
             })?;
