@@ -64,14 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             connect_gate_channel(addr, "s", &mut gate, 0, rx_cfg)?;
             while let Some(m) = gate.recv()? {
                 if let GateMessage::Record { mut record, .. } = m {
-                    match record.as_bytes() {
-                        Some(b) => bytes += b.len() as u64,
-                        None => {
-                            while let Some(p) = record.next_part()? {
-                                bytes += p.len() as u64;
-                            }
-                        }
-                    }
+                    bytes += record_len(&mut record)?;
                     n += 1;
                 }
             }
@@ -79,14 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let mut rx = connect_consumer(addr, "s", g, rx_cfg)?;
         while let Some(mut r) = rx.recv()? {
-            match r.as_bytes() {
-                Some(b) => bytes += b.len() as u64,
-                None => {
-                    while let Some(p) = r.next_part()? {
-                        bytes += p.len() as u64;
-                    }
-                }
-            }
+            bytes += record_len(&mut r)?;
             n += 1;
         }
         Ok((n, bytes))
@@ -112,6 +98,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         n as f64 / s / 1e6
     );
     Ok(())
+}
+
+/// The bytes of a record, read in place (a record spanning segments part by part).
+fn record_len(r: &mut shmflow::Record<'_>) -> Result<u64, shmflow::RecvError> {
+    if let Some(b) = r.as_bytes() {
+        return Ok(b.len() as u64);
+    }
+    let mut len = 0;
+    while let Some(p) = r.next_part()? {
+        len += p.len() as u64;
+    }
+    Ok(len)
 }
 
 /// Configs for both sides, with certificates a throwaway authority signed (rcgen).
