@@ -225,6 +225,8 @@ async fn serve(
     let mut ctls: HashMap<u32, Arc<Ctl>> = HashMap::new();
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut tasks: JoinSet<(u32, ChannelEnd)> = JoinSet::new();
+    // Fired when the loop below has read the last message it will read.
+    let read_all = CancellationToken::new();
     let failure: Option<LinkError> = loop {
         tokio::select! {
             Some(done) = tasks.join_next() => {
@@ -301,9 +303,11 @@ async fn serve(
                         }
                         names.insert(channel, name);
                         ctls.insert(channel, ctl.clone());
-                        let (w, stop) = (writer.clone(), stop.clone());
+                        let ends = Ends { stop: stop.clone(), read_all: read_all.clone() };
+                        let (w, dead_after) = (writer.clone(), config.dead_after);
                         tasks.spawn(async move {
-                            (channel, send_channel(consumer, channel, ctl, w, stop, credit).await)
+                            let end = send_channel(consumer, channel, ctl, w, ends, credit, dead_after);
+                            (channel, end.await)
                         });
                     }
                     Msg::AddCredit { channel, credit } => match ctls.get(&channel) {
@@ -333,6 +337,7 @@ async fn serve(
             }
         }
     };
+    read_all.cancel();
     if let Some(e) = &failure {
         stop.cancel();
         link::refuse(&writer, e).await;
@@ -365,14 +370,23 @@ async fn serve(
     out
 }
 
+/// How a channel's task hears about its connection.
+struct Ends {
+    /// The connection ended: the task stops.
+    stop: CancellationToken,
+    /// The connection's reader has read all it will (see `send_channel`).
+    read_all: CancellationToken,
+}
+
 /// One exported channel: forwards its segments while there is credit, then its end.
 async fn send_channel(
     c: Consumer,
     id: u32,
     ctl: Arc<Ctl>,
     w: Arc<Writer>,
-    stop: CancellationToken,
+    ends: Ends,
     initial: u32,
+    dead_after: std::time::Duration,
 ) -> ChannelEnd {
     let mut c = Held::new(c);
     let mut figures = Figures {
@@ -381,8 +395,15 @@ async fn send_channel(
     };
     let r = tokio::select! {
         r = forward(&mut c, id, &ctl, &w, &mut figures) => r,
-        _ = stop.cancelled() => Err(Fail::Cut),
+        _ = ends.stop.cancelled() => Err(Fail::Cut),
     };
+    if let Err(Fail::Link(LinkError::Io(_))) = &r {
+        // A write failed: the receiver closed the connection. What it said before (that its
+        // consumer left, or failed) is read by the connection's reader, which may not have
+        // come to it yet; it ends soon (the connection is closed), and within `dead_after`
+        // whatever happens.
+        let _ = tokio::time::timeout(dead_after, ends.read_all.cancelled()).await;
+    }
     let r = match r {
         Ok(ended) => ChannelEnd::Done(Ok(ended)),
         Err(Fail::Link(e)) => ChannelEnd::Done(Err(e)),
@@ -403,6 +424,14 @@ async fn send_channel(
         // The receiving end failed: the local producer sees its consumer dead.
         c.take().raw_lose();
         return ChannelEnd::Done(Err(LinkError::remote(*code, message.clone())));
+    }
+    if ctl.cancelled.load(Ordering::Acquire)
+        && matches!(r, ChannelEnd::Cut | ChannelEnd::Done(Err(LinkError::Io(_))))
+    {
+        // The receiver's consumer left, and the receiver then closed the connection: the
+        // channel ended because the consumer left, whatever the connection did after.
+        drop(c.take());
+        return ChannelEnd::Done(Ok(Ended::ConsumerLeft));
     }
     match &r {
         // The stream ended, or the remote consumer left: the local producer sees the
