@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, connect_gate_channel, Client, Config, Listener, Server};
 use shmflow::{
     Alignment, Consumer, FlushPolicy, Gate, GateGeometry, GateMessage, Geometry, Message, Producer,
-    RecvError, RecvTimeoutError, Released, SendError, WaitStrategy,
+    RecvError, RecvTimeoutError, Released, SendError, TryRecvError, WaitStrategy,
 };
 
 fn small() -> Geometry {
@@ -1482,4 +1482,76 @@ fn a_remote_channel_stalled_half_way_through_a_buffer_does_not_hold_up_the_gate(
     done_tx.send(()).unwrap();
     drop(gate);
     stalled.join().unwrap();
+}
+
+#[test]
+fn a_direct_consumer_waits_no_longer_than_asked_for_a_buffer_half_way_across() {
+    // A large buffer is read straight into its segment; half of it came, and the rest comes
+    // much later. `try_recv`, `recv_timeout` and an async wait under a timeout return on
+    // time meanwhile (a silent peer is dead only after two minutes), and the record is whole
+    // once the rest comes.
+    let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = raw.local_addr().unwrap();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let payload: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+    let mut body = words(&[0, 1, 0, 0]);
+    body.extend_from_slice(&whole(&payload));
+    let mut msg = frame(2, &body);
+    msg.extend_from_slice(&frame(4, &words(&[0, 0])));
+    let sender = std::thread::spawn(move || {
+        let (mut s, _) = raw.accept().unwrap();
+        std::io::Write::write_all(&mut s, &msg[..5000]).unwrap();
+        go_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        std::io::Write::write_all(&mut s, &msg[5000..7000]).unwrap();
+        go_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        std::io::Write::write_all(&mut s, &msg[7000..]).unwrap();
+        // Hold the connection until the receiver leaves.
+        let mut rest = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut s, &mut rest);
+    });
+    let patient = Config::default().heartbeat(Duration::from_secs(1), Duration::from_secs(120));
+    let g = Geometry {
+        segment_size: 16384,
+        segment_count: 4,
+    };
+    let mut rx = connect_consumer(addr, "a", g, patient).unwrap();
+    // Far less than the two minutes a read of the rest would wait, far more than any of
+    // these calls needs.
+    let prompt = Duration::from_secs(30);
+    let start = Instant::now();
+    // Until the first half is surely there, and then some.
+    let end = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < end {
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(start.elapsed() < prompt, "try_recv waited for the rest");
+    go_tx.send(()).unwrap();
+    let start = Instant::now();
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_millis(200)),
+        Err(RecvTimeoutError::Timeout)
+    ));
+    assert!(start.elapsed() < prompt, "recv_timeout waited for the rest");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    rt.block_on(async {
+        let r = tokio::time::timeout(Duration::from_millis(200), rx.recv_async()).await;
+        assert!(
+            r.is_err(),
+            "nothing whole arrived, yet: {:?}",
+            r.map(|r| r.is_ok())
+        );
+    });
+    assert!(start.elapsed() < prompt, "recv_async held its thread");
+    go_tx.send(()).unwrap();
+    let r = rx.recv().unwrap().expect("the record");
+    assert_eq!(r.as_bytes().unwrap(), &payload[..]);
+    drop(r);
+    assert!(rx.recv().unwrap().is_none(), "the clean end after it");
+    drop(rx);
+    sender.join().unwrap();
 }

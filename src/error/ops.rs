@@ -216,8 +216,10 @@ op_error! {
 op_error! {
     /// Why a `try_send` (or `try_claim`, `try_send_event`, …) sent nothing.
     pub enum TrySendError: SendError halts NotNow => Full {
-        /// No free segment now (the consumer has not returned one): try again later.
-        Full => WouldBlock: "no free segment: the consumer has not returned one yet",
+        /// No room now: no free segment (the consumer has not returned one), or, for a
+        /// priority event or an unaligned barrier, no place in the priority lane (the
+        /// consumer has not received the ones ahead). Try again later.
+        Full => WouldBlock: "no room to send now: the consumer has not returned a free segment (or, for a priority event or barrier, received the ones ahead of it) yet",
     }
     failures {
         Closed(ClosedError),
@@ -232,8 +234,9 @@ op_error! {
 op_error! {
     /// Why a `send_timeout`/`send_deadline` (or a timed claim, event, …) sent nothing.
     pub enum SendTimeoutError: SendError halts TimedOut => Timeout {
-        /// No segment came back before the deadline.
-        Timeout => Timeout: "timed out waiting for a free segment",
+        /// No room before the deadline: no segment came back, or, for a priority event or
+        /// an unaligned barrier, the consumer did not receive the ones ahead of it.
+        Timeout => Timeout: "timed out waiting for room to send: the consumer returned no free segment (or, for a priority event or barrier, did not receive the ones ahead of it) in time",
     }
     failures {
         Closed(ClosedError),

@@ -28,6 +28,21 @@ pub(crate) struct In {
     write_broken: bool,
     /// Large buffers go straight into their segments (see [`In::new`]).
     in_place: bool,
+    /// A large buffer placed in its segment whose frames have not all arrived yet.
+    large: Option<Large>,
+}
+
+/// A large buffer being read into its place in a segment (see [`In::take_large`]).
+struct Large {
+    /// Its offset in the segment, length and first header word (from its head).
+    at: usize,
+    len: usize,
+    first: u64,
+    backlog: u32,
+    /// Bytes after the first header word read so far.
+    filled: usize,
+    /// When the last of it came.
+    heard: Instant,
 }
 
 impl In {
@@ -60,11 +75,13 @@ impl In {
             cause: None,
             write_broken: false,
             in_place,
+            large: None,
         }
     }
 
     /// Ends the channel here for `why`, as the bridge does.
     fn stop(&mut self, why: Stop) {
+        self.large = None;
         let Some(ch) = self.ch.take() else { return };
         let id = ch.id;
         let p = ch.p.take();
@@ -214,32 +231,43 @@ impl In {
         ch.take(input)
     }
 
-    /// A large buffer of `len` bytes for offset `at`, whose first header word is `first`:
-    /// the rest is read from the socket straight into its place in the segment, checked
-    /// there, then published (the first header word stored last, as always).
+    /// A large buffer: its place in the segment, for the rest of its frames (read by
+    /// [`In::take_large`]).
+    fn place_large(ch: &mut Receiving<Held<Producer>>, at: usize, len: usize) -> Result<(), Stop> {
+        match ch.p.raw_place(at, len) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(r)) => Err(ch.refused(r)),
+            Err(e) => Err(Stop::Consumer(e)),
+        }
+    }
+
+    /// Reads the rest of the large buffer placed in its segment from the socket straight
+    /// into its place, until `until`; once all of it is there, checks it there and publishes
+    /// it (the first header word stored last, as always). `Ok(false)`: not all of it came
+    /// by `until` (the next call goes on).
     fn take_large(
         ch: &mut Receiving<Held<Producer>>,
         reader: &mut Reader,
         sock: &Sock,
-        at: usize,
-        first: u64,
-        len: usize,
-    ) -> Result<(), Stop> {
-        match ch.p.raw_place(at, len) {
-            Ok(Ok(())) => {}
-            Ok(Err(r)) => return Err(ch.refused(r)),
-            Err(e) => return Err(Stop::Consumer(e)),
-        }
+        l: &mut Large,
+        until: Option<Instant>,
+    ) -> Result<bool, Stop> {
         let seg_size = ch.seg_size;
+        let dst = ch.p.raw_slice(l.at, l.len);
+        if !reader
+            .read_rest(sock, dst, &mut l.filled, until, &mut l.heard)
+            .map_err(Stop::Broken)?
+        {
+            return Ok(false);
+        }
         let mut span = ch.in_span;
-        let dst = ch.p.raw_slice(at, len);
-        reader.read_rest(sock, dst).map_err(Stop::Broken)?;
-        let checked = wire::check_frames_split(at, first, dst, seg_size, &mut span)
+        let checked = wire::check_frames_split(l.at, l.first, dst, seg_size, &mut span)
             .map_err(|e| Stop::Broken(e.into()))?;
         ch.in_span = span;
-        ch.place(at, len, checked.ends)?;
-        ch.p.raw_commit(at, first, len, checked.ends, checked.tally);
-        Ok(())
+        ch.place(l.at, l.len, checked.ends)?;
+        ch.p.raw_commit(l.at, l.first, l.len, checked.ends, checked.tally);
+        ch.wrote(l.backlog, l.len);
+        Ok(true)
     }
 
     fn receive(&mut self, until: Option<Instant>) -> Result<(), Stop> {
@@ -284,25 +312,42 @@ impl In {
                 // A priority event found the lane full: the rest waits (see `receive`).
                 return Ok(());
             }
-            // A large buffer goes straight into its segment.
-            match self.reader.next_or_large(&self.sock, wait, self.in_place) {
-                Ok(Got::Nothing) => return Ok(()),
-                Ok(Got::Msg(m)) => In::take(ch, m)?,
-                Ok(Got::Large {
-                    channel,
-                    backlog,
-                    offset,
-                    first,
-                    len,
-                }) => {
-                    if channel != ch.id {
-                        return Err(not_open(channel));
-                    }
-                    let at = offset as usize;
-                    In::take_large(ch, &mut self.reader, &self.sock, at, first, len)?;
-                    ch.wrote(backlog, len);
+            if let Some(l) = self.large.as_mut() {
+                // The rest of a large buffer, until `wait`: a caller that waits for nothing
+                // does not wait for it either (the next call goes on with it).
+                if !In::take_large(ch, &mut self.reader, &self.sock, l, wait)? {
+                    return Ok(());
                 }
-                Err(e) => return Err(Stop::Broken(e)),
+                self.large = None;
+            } else {
+                // A large buffer goes straight into its segment.
+                match self.reader.next_or_large(&self.sock, wait, self.in_place) {
+                    Ok(Got::Nothing) => return Ok(()),
+                    Ok(Got::Msg(m)) => In::take(ch, m)?,
+                    Ok(Got::Large {
+                        channel,
+                        backlog,
+                        offset,
+                        first,
+                        len,
+                    }) => {
+                        if channel != ch.id {
+                            return Err(not_open(channel));
+                        }
+                        let at = offset as usize;
+                        In::place_large(ch, at, len)?;
+                        self.large = Some(Large {
+                            at,
+                            len,
+                            first,
+                            backlog,
+                            filled: 0,
+                            heard: Instant::now(),
+                        });
+                        continue;
+                    }
+                    Err(e) => return Err(Stop::Broken(e)),
+                }
             }
             // Then what else is already there, without waiting (a priority event behind
             // buffers overtakes them once it is read): unless the last read found the socket

@@ -804,57 +804,85 @@ impl Reader {
         }))
     }
 
-    /// After [`Got::Large`]: fills `dst` (the rest of its frames) with what is buffered, then
-    /// straight from the socket. Each read also asks for up to [`SMALL_READ`] bytes behind
-    /// `dst`, into the buffer: what follows the buffer (the next message's head, in a stream
-    /// of large buffers) comes with the same system call. A peer silent for `dead_after` is
-    /// `PeerSilent`.
-    pub(crate) fn read_rest(&mut self, sock: &Sock, dst: &mut [u8]) -> Result<(), LinkError> {
+    /// After [`Got::Large`]: fills `dst` (the rest of its frames) from `*at` on, with what
+    /// is buffered, then straight from the socket, until it is full (`Ok(true)`) or `until`
+    /// passes (`Ok(false)`: `*at` says how far it came; call again with the same `dst` to go
+    /// on). Each read also asks for up to [`SMALL_READ`] bytes behind `dst`, into the buffer:
+    /// what follows the buffer (the next message's head, in a stream of large buffers) comes
+    /// with the same system call. `*heard` is when the last of it came (the head's arrival at
+    /// first): a peer silent for `dead_after` since then is `PeerSilent`, across calls.
+    pub(crate) fn read_rest(
+        &mut self,
+        sock: &Sock,
+        dst: &mut [u8],
+        at: &mut usize,
+        until: Option<Instant>,
+        heard: &mut Instant,
+    ) -> Result<bool, LinkError> {
         self.short = false;
-        let have = (self.hi - self.lo).min(dst.len());
-        dst[..have].copy_from_slice(&self.buf[self.lo..self.lo + have]);
+        let have = (self.hi - self.lo).min(dst.len() - *at);
+        dst[*at..*at + have].copy_from_slice(&self.buf[self.lo..self.lo + have]);
         self.lo += have;
         if self.lo == self.hi {
             (self.lo, self.hi) = (0, 0);
         }
-        let mut at = have;
-        if at < dst.len() && self.timeout != Some(self.dead_after) {
-            sock.stream.set_read_timeout(Some(self.dead_after))?;
-            self.timeout = Some(self.dead_after);
-        }
-        while at < dst.len() {
+        *at += have;
+        while *at < dst.len() {
             // The buffer is empty here (what it held went into `dst` above, or filled it).
             debug_assert_eq!((self.lo, self.hi), (0, 0));
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            let now = left == Some(Duration::ZERO);
+            if !now {
+                let quiet = self.dead_after.saturating_sub(heard.elapsed());
+                let t = left
+                    .map_or(quiet, |l| l.min(quiet))
+                    .max(Duration::from_micros(1));
+                if self.timeout != Some(t) {
+                    sock.stream.set_read_timeout(Some(t))?;
+                    self.timeout = Some(t);
+                }
+            }
             let behind = SMALL_READ.min(self.buf.len());
-            let want = dst.len() - at;
+            let want = dst.len() - *at;
             let mut bufs = [
-                std::io::IoSliceMut::new(&mut dst[at..]),
+                std::io::IoSliceMut::new(&mut dst[*at..]),
                 std::io::IoSliceMut::new(&mut self.buf[..behind]),
             ];
             let got = match &sock.tls {
-                Some(t) => sock.tls_read(t, &mut bufs, false, None),
+                Some(t) => sock.tls_read(t, &mut bufs, now, until),
+                // (What is there now: the rest of `dst` only, which is all a caller that
+                // waits for nothing needs.)
+                None if now => crate::sys::sock::recv_now(sock.stream.as_fd(), &mut bufs[0]),
                 None => (&sock.stream).read_vectored(&mut bufs),
             };
             match got {
                 Ok(0) => return Err(LinkError::PeerClosed),
-                Ok(n) if n <= want => at += n,
+                Ok(n) if n <= want => {
+                    *at += n;
+                    *heard = Instant::now();
+                }
                 Ok(n) => {
                     // `dst` is full; the rest went into the buffer (the socket had no more
                     // if it did not fill it).
-                    at = dst.len();
+                    *at = dst.len();
                     self.hi = n - want;
                     self.short = self.hi < behind && !sock.is_tls();
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if waited_out(&e) => {
-                    return Err(LinkError::PeerSilent {
-                        silent_for: self.dead_after,
-                    })
+                    if heard.elapsed() >= self.dead_after {
+                        return Err(LinkError::PeerSilent {
+                            silent_for: self.dead_after,
+                        });
+                    }
+                    if until.is_some_and(|u| Instant::now() >= u) {
+                        return Ok(false);
+                    }
                 }
                 Err(e) => return Err(LinkError::io(e)),
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// True if a whole message is in the buffer (checked as far as its head goes).
