@@ -655,6 +655,138 @@ fn an_idle_direct_sender_hears_that_its_receiver_left() {
 }
 
 #[test]
+fn records_arrive_whole_and_in_order_while_the_receiving_keeper_fills_between_the_consumers_calls()
+{
+    // Heartbeats every millisecond and a consumer that pauses now and then: the receiving
+    // end's keeper fills the segments whenever the consumer's thread is away, and the
+    // consumer's own waits (blocking, a look, a bounded wait, async) take over from it and
+    // back, through small and large buffers (some half-read when a wait ends).
+    let cfg = || Config::default().heartbeat(Duration::from_millis(1), Duration::from_secs(5));
+    let g = Geometry {
+        segment_size: 16384,
+        segment_count: 4,
+    };
+    for way in 0..4 {
+        let (l, addr) = listener_with(cfg());
+        let rx = std::thread::spawn(move || connect_consumer(addr, "chan", g, cfg()));
+        let mut tx = l.accept_producer("chan", g).unwrap();
+        let mut rx = rx.join().unwrap().unwrap();
+        let n = 1500u64;
+        let writer = std::thread::spawn(move || {
+            tx.set_flush_policy(FlushPolicy::Explicit);
+            for i in 0..n {
+                tx.send(&record(i)).unwrap();
+                if i % 97 == 0 {
+                    tx.flush().unwrap();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            tx.close_timeout(Duration::from_secs(30)).unwrap();
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut i = 0u64;
+        let start = Instant::now();
+        loop {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "way {way}: stuck at {i}"
+            );
+            // `None`: the wait ended with nothing; `Some(None)`: the end of the stream.
+            let got: Option<Option<Vec<u8>>> = match way {
+                0 => Some(rx.recv().unwrap().map(|r| r.to_vec().unwrap())),
+                1 => match rx.try_recv() {
+                    Ok(r) => Some(r.map(|r| r.to_vec().unwrap())),
+                    Err(TryRecvError::Empty) => {
+                        std::thread::sleep(Duration::from_micros(300));
+                        None
+                    }
+                    Err(e) => panic!("way {way}: {e}"),
+                },
+                2 => match rx.recv_timeout(Duration::from_micros(700)) {
+                    Ok(r) => Some(r.map(|r| r.to_vec().unwrap())),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(e) => panic!("way {way}: {e}"),
+                },
+                _ => rt.block_on(async {
+                    let wait = tokio::time::timeout(Duration::from_micros(700), rx.recv_async());
+                    wait.await
+                        .ok()
+                        .map(|r| r.unwrap().map(|r| r.to_vec().unwrap()))
+                }),
+            };
+            let Some(got) = got else { continue };
+            let Some(v) = got else { break };
+            assert_eq!(v, record(i), "way {way}: record {i}");
+            i += 1;
+            if i % 61 == 0 {
+                // Away for a few heartbeats.
+                std::thread::sleep(Duration::from_millis(4));
+            }
+        }
+        assert_eq!(i, n, "way {way}");
+        writer.join().unwrap();
+    }
+}
+
+/// Bytes waiting to be read in the established loopback TCP socket whose peer port is `port`
+/// (from `/proc/net/tcp`), if there is one.
+fn rx_queue_towards(port: u16) -> Option<u64> {
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let rem_port = u16::from_str_radix(f.get(2)?.split(':').nth(1)?, 16).ok()?;
+        if rem_port != port || *f.get(3)? != "01" {
+            return None;
+        }
+        u64::from_str_radix(f.get(4)?.split(':').nth(1)?, 16).ok()
+    })
+}
+
+#[test]
+fn an_idle_direct_receiver_takes_in_records_and_heartbeats_while_its_consumer_makes_no_call() {
+    // The sender's heartbeats (every 2 ms) would pile up in the receiver's socket while its
+    // consumer makes no call (and, over hours, fill the buffers until the sender's writes
+    // stalled); the receiving end's keeper reads them, and writes what records came into
+    // the end's segments, ready for the consumer's next call.
+    let cfg = || Config::default().heartbeat(Duration::from_millis(2), Duration::from_secs(5));
+    let (l, addr) = listener_with(cfg());
+    let rx = std::thread::spawn(move || connect_consumer(addr, "chan", small(), cfg()));
+    let mut tx = l.accept_producer("chan", small()).unwrap();
+    let mut rx = rx.join().unwrap().unwrap();
+    for i in 0..3u64 {
+        tx.send(&i.to_le_bytes()).unwrap();
+    }
+    tx.flush().unwrap();
+    // The records are taken in with no call of the consumer.
+    let start = Instant::now();
+    while rx.metrics().link.map_or(0, |l| l.wire_bytes) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the records stayed in the socket"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The heartbeats too: the socket stays about empty (without the keeper's reads it would
+    // hold 12 bytes more every 2 ms), at least at one of these looks.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut least = u64::MAX;
+    for _ in 0..20 {
+        least = least.min(rx_queue_towards(addr.port()).expect("the receiver's socket"));
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(least < 200, "{least} bytes waited in the receiver's socket");
+    for i in 0..3u64 {
+        let r = rx.try_recv().unwrap().expect("taken in already");
+        assert_eq!(*r.as_pod::<u64>().unwrap(), i);
+    }
+    drop(tx);
+    assert!(rx.recv().unwrap().is_none());
+}
+
+#[test]
 fn a_record_larger_than_a_segment_crosses_whole() {
     let (mut tx, mut rx, _) = remote_pair(Kind::Direct, small());
     let reader = std::thread::spawn(move || {

@@ -2,37 +2,55 @@
 //! socket and writes what arrived into its free segments (checked as the bridge checks it),
 //! and announces the segments it handed back as credit.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::endpoint::producer::Producer;
 use crate::endpoint::remote::Inbound;
 use crate::error::Halt;
 use crate::net::client::receiving::{Entry, In as Input, Last, Receiving, Segments, Stop, Waiting};
-use crate::net::direct::sock::{Got, Keeper, Reader, Readiness, Sock};
+use crate::net::direct::sock::{Chore, Got, Keeper, Reader, Readiness, Sock};
 use crate::net::error::{LinkError, ProtocolError, PRIORITY_UNREAD};
 use crate::net::link::Held;
 use crate::net::wire::{self, Closed, Msg, Peeked};
 
+/// A receiving direct end: its state, filled by the consumer's thread when it waits and, while
+/// that thread is away, by the keeper before each heartbeat (see [`In::fill`]).
 pub(crate) struct In {
+    inner: Arc<Mutex<Inner>>,
+    /// The keeper filled the region since the consumer's thread last did: what it wrote may
+    /// be all the sender sent, so the next fill must not wait for more before the consumer
+    /// looks. Relaxed: set and taken under `inner`'s lock, which orders it.
+    news: Arc<AtomicBool>,
+    keeper: Keeper,
+    /// The keeper was stopped (the channel ended here, or nothing more is written).
+    keeper_stopped: bool,
+    sock: Arc<Sock>,
+    ready: Readiness,
+}
+
+/// The receiving state, under the lock that the consumer's thread and the keeper share.
+struct Inner {
     /// The private channel's producer and the receiving state (`None` once the channel
     /// ended here: the consumer reads what arrived, then the end).
     ch: Option<Receiving<Held<Producer>>>,
     sock: Arc<Sock>,
     reader: Reader,
-    keeper: Keeper,
-    ready: Readiness,
+    /// Nothing more is written: the keeper is to stop (by the consumer's thread: the keeper
+    /// cannot join itself).
+    quiet: bool,
     /// What ended the link (set once, when it broke).
     cause: Option<String>,
     /// A write failed: nothing more is written.
     write_broken: bool,
-    /// Large buffers go straight into their segments (see [`In::new`]).
+    /// Large buffers go straight into their segments (see [`In::start`]).
     in_place: bool,
     /// A large buffer placed in its segment whose frames have not all arrived yet.
     large: Option<Large>,
 }
 
-/// A large buffer being read into its place in a segment (see [`In::take_large`]).
+/// A large buffer being read into its place in a segment (see [`Inner::take_large`]).
 struct Large {
     /// Its offset in the segment, length and first header word (from its head).
     at: usize,
@@ -46,21 +64,24 @@ struct Large {
 }
 
 impl In {
-    /// `keeper`: started for `sock` (heartbeats only); `in_place`: a large buffer is read
-    /// straight into its segment, the socket read blocking until all of it has come (a
-    /// consumer's own thread, which waits anyway); without, it is gathered in the reader's
-    /// buffer by reads that never wait (a gate's thread, which other channels wait for).
-    pub(crate) fn new(
+    /// Starts the receiving end of channel `id` (`credit` announced already), writing into
+    /// `p`, and its keeper (heartbeats every `heartbeat` while the end writes nothing, and a
+    /// fill before each while the consumer's thread is away). `in_place`: a large buffer is
+    /// read straight into its segment, a read waiting for the rest as long as its call waits
+    /// (a consumer's own thread); without, it is gathered in the reader's buffer by reads that
+    /// never wait (a gate's thread, which other channels wait for). `p` comes back if the
+    /// keeper's thread could not start (boxed: it is large, and rare).
+    pub(crate) fn start(
         p: Producer,
         id: u32,
         credit: u64,
         sock: Arc<Sock>,
         reader: Reader,
-        keeper: Keeper,
+        heartbeat: Duration,
         in_place: bool,
-    ) -> In {
+    ) -> Result<In, Box<(Producer, std::io::Error)>> {
         let g = p.geometry();
-        In {
+        let inner = Arc::new(Mutex::new(Inner {
             ch: Some(Receiving::new(
                 Held::new(p),
                 id,
@@ -68,17 +89,49 @@ impl In {
                 g.segment_count as u64,
                 credit,
             )),
-            sock,
+            sock: sock.clone(),
             reader,
-            keeper,
-            ready: Readiness::default(),
+            quiet: false,
             cause: None,
             write_broken: false,
             in_place,
             large: None,
+        }));
+        let news = Arc::new(AtomicBool::new(false));
+        let (i, n) = (inner.clone(), news.clone());
+        let chore: Chore = Box::new(move || {
+            // Only while the consumer's thread is away: one that holds the lock reads the
+            // socket itself.
+            if let Ok(mut inner) = i.try_lock() {
+                if inner.fill(Some(Instant::now())) {
+                    n.store(true, Ordering::Relaxed);
+                }
+            }
+        });
+        match Keeper::start(sock.clone(), heartbeat, Default::default(), Some(chore)) {
+            Ok(keeper) => Ok(In {
+                inner,
+                news,
+                keeper,
+                keeper_stopped: false,
+                sock,
+                ready: Readiness::default(),
+            }),
+            Err(e) => {
+                // The chore went with the thread that did not start: `inner` is ours alone.
+                let mut inner = inner.lock().unwrap_or_else(|p| p.into_inner());
+                let ch = inner.ch.take().expect("a new channel");
+                Err(Box::new((ch.p.take(), e)))
+            }
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Inner {
     /// Ends the channel here for `why`, as the bridge does.
     fn stop(&mut self, why: Stop) {
         self.large = None;
@@ -127,7 +180,7 @@ impl In {
         }
         // Everything the sender will send arrived (or nothing more is wanted): the sender
         // reads the end of the stream.
-        self.keeper.stop();
+        self.quiet = true;
         self.sock.shutdown_write();
     }
 
@@ -232,7 +285,7 @@ impl In {
     }
 
     /// A large buffer: its place in the segment, for the rest of its frames (read by
-    /// [`In::take_large`]).
+    /// [`Inner::take_large`]).
     fn place_large(ch: &mut Receiving<Held<Producer>>, at: usize, len: usize) -> Result<(), Stop> {
         match ch.p.raw_place(at, len) {
             Ok(Ok(())) => Ok(()),
@@ -294,7 +347,7 @@ impl In {
             // the stream; the reads go on, and end the channel as what they find says (its
             // end, or a broken connection).
             self.write_broken = true;
-            self.keeper.stop();
+            self.quiet = true;
             self.sock.shutdown_write();
         }
         self.read(until)
@@ -315,7 +368,7 @@ impl In {
             if let Some(l) = self.large.as_mut() {
                 // The rest of a large buffer, until `wait`: a caller that waits for nothing
                 // does not wait for it either (the next call goes on with it).
-                if !In::take_large(ch, &mut self.reader, &self.sock, l, wait)? {
+                if !Inner::take_large(ch, &mut self.reader, &self.sock, l, wait)? {
                     return Ok(());
                 }
                 self.large = None;
@@ -323,7 +376,7 @@ impl In {
                 // A large buffer goes straight into its segment.
                 match self.reader.next_or_large(&self.sock, wait, self.in_place) {
                     Ok(Got::Nothing) => return Ok(()),
-                    Ok(Got::Msg(m)) => In::take(ch, m)?,
+                    Ok(Got::Msg(m)) => Inner::take(ch, m)?,
                     Ok(Got::Large {
                         channel,
                         backlog,
@@ -335,7 +388,7 @@ impl In {
                             return Err(not_open(channel));
                         }
                         let at = offset as usize;
-                        In::place_large(ch, at, len)?;
+                        Inner::place_large(ch, at, len)?;
                         self.large = Some(Large {
                             at,
                             len,
@@ -364,7 +417,18 @@ impl In {
 /// How long a wait pauses while a priority event waits for room in the lane.
 const HELD_PAUSE: Duration = Duration::from_millis(1);
 
-impl In {
+impl Inner {
+    /// Announces credit and reads what came, until `until`; ends the channel here if the link
+    /// failed or the sender ended it. True if anything came (or the channel ended).
+    fn fill(&mut self, until: Option<Instant>) -> bool {
+        let before = self.reader.taken();
+        if let Err(why) = self.receive(until) {
+            self.stop(why);
+            return true;
+        }
+        self.reader.taken() != before
+    }
+
     /// A priority event waits for room in the lane.
     fn holding(&self) -> bool {
         self.ch.as_ref().is_some_and(|ch| !ch.held.is_empty())
@@ -383,20 +447,32 @@ fn not_open(channel: u32) -> Stop {
 
 impl Inbound for In {
     fn fill(&mut self, until: Option<Instant>) {
-        if let Err(why) = self.receive(until) {
-            self.stop(why);
+        let mut inner = self.lock();
+        // What the keeper wrote is to be read before anything is waited for.
+        let until = if self.news.swap(false, Ordering::Relaxed) {
+            Some(Instant::now())
+        } else {
+            until
+        };
+        inner.fill(until);
+        let quiet = inner.quiet;
+        drop(inner);
+        if quiet && !self.keeper_stopped {
+            self.keeper_stopped = true;
+            self.keeper.stop();
         }
     }
 
     fn cause(&self) -> Option<String> {
-        self.cause.clone()
+        self.lock().cause.clone()
     }
 
     fn due(&mut self) -> bool {
-        let broken = self.write_broken;
-        self.ch.as_mut().is_some_and(|ch| {
+        let mut inner = self.lock();
+        let broken = inner.write_broken;
+        inner.ch.as_mut().is_some_and(|ch| {
             !ch.held.is_empty() || (!broken && ch.p.free() > ch.credit.outstanding())
-        })
+        }) || self.news.load(Ordering::Relaxed)
     }
 
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -404,18 +480,24 @@ impl Inbound for In {
     }
 
     fn poll_readable(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if self.news.load(Ordering::Relaxed) {
+            // The keeper wrote into the region: the fill that follows returns at once.
+            return std::task::Poll::Ready(());
+        }
         self.ready.poll(&self.sock, cx)
     }
 }
 
 impl Drop for In {
     fn drop(&mut self) {
-        if let Some(ch) = self.ch.take() {
+        // First the keeper (joined: its chore is done with the state), then the end.
+        self.keeper.stop();
+        let mut inner = self.lock();
+        if let Some(ch) = inner.ch.take() {
             // The consumer left before the end: the sender sees it closed.
-            let _ = self.sock.send(&Msg::Cancel { channel: ch.id });
+            let _ = inner.sock.send(&Msg::Cancel { channel: ch.id });
             drop(ch.p.take());
         }
-        self.keeper.stop();
-        self.sock.shutdown_write();
+        inner.sock.shutdown_write();
     }
 }

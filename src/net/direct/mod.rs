@@ -453,7 +453,7 @@ fn open(
 }
 
 /// Requests `name` with the credit of `p`'s free segments, and returns the receiving end that
-/// writes into `p` (`in_place`: see `inbound::In::new`), or `p` back with the error (boxed:
+/// writes into `p` (`in_place`: see `inbound::In::start`), or `p` back with the error (boxed:
 /// it is large, and rare).
 fn request(
     mut p: Producer,
@@ -476,19 +476,13 @@ fn request(
     if let Err(e) = sent {
         return Err(Box::new((p, SetupError::Handshake(e))));
     }
-    let keeper = match sock::Keeper::start(sock.clone(), config.heartbeat, Default::default(), None)
-    {
-        Ok(k) => k,
-        Err(e) => {
-            let e = SetupError::Io {
-                context: "starting the connection's keeper thread".into(),
-                source: e,
-            };
-            return Err(Box::new((p, e)));
-        }
-    };
     let reader = Reader::new(segment_size as usize, config.dead_after);
-    Ok(inbound::In::new(
-        p, 0, credit, sock, reader, keeper, in_place,
-    ))
+    inbound::In::start(p, 0, credit, sock, reader, config.heartbeat, in_place).map_err(|b| {
+        let (p, e) = *b;
+        let e = SetupError::Io {
+            context: "starting the connection's keeper thread".into(),
+            source: e,
+        };
+        Box::new((p, e))
+    })
 }

@@ -382,7 +382,7 @@ impl Sock {
     }
 }
 
-/// Work the keeper does for a sending end while its thread is away (see [`Keeper`]).
+/// Work the keeper does for an end while its thread is away (see [`Keeper`]).
 pub(crate) type Chore = Box<dyn FnMut() + Send>;
 
 /// What the keeper's thread is told, under its lock.
@@ -395,15 +395,19 @@ struct Orders {
 
 /// The keeper of a direct end: a thread that sends a heartbeat whenever the end has written
 /// nothing for `every`, so that the peer does not take an end whose thread is busy elsewhere
-/// as dead; and, for a sending end, runs its [`Chore`] (which forwards what is published)
-/// - whenever the socket has something to read while `pending` is set (segments waiting for
-///   credit when the producer's thread returned before the credit came), and
-/// - once per buffer timeout while records are deferred (`FlushPolicy::Timeout`): the end marks
-///   each deferred record in a [`FlushSignal`], the hand-off of the local buffer-timeout
-///   flusher (its loom model covers it), and the keeper takes the mark each interval, and
-///   sleeps (until a mark, a heartbeat or the stop) when there was none.
-/// - before each heartbeat it sends (the end silent for `every`), so that an idle sending end
-///   still reads what its receiver says.
+/// as dead; and runs its end's [`Chore`] (a sending end's reads what the receiver said and
+/// forwards what is published; a receiving end's, if its consumer's thread is away, announces
+/// credit and fills the end's segments from the socket)
+/// - before each heartbeat it sends (the end silent for `every`), so that an idle end still
+///   reads what its peer says;
+/// - for a sending end, whenever the socket has something to read while `pending` is set
+///   (segments waiting for credit when the producer's thread returned before the credit
+///   came), and
+/// - for a sending end, once per buffer timeout while records are deferred
+///   (`FlushPolicy::Timeout`): the end marks each deferred record in a [`FlushSignal`], the
+///   hand-off of the local buffer-timeout flusher (its loom model covers it), and the keeper
+///   takes the mark each interval, and sleeps (until a mark, a heartbeat or the stop) when
+///   there was none.
 ///
 /// Stopped and joined on drop.
 pub(crate) struct Keeper {
@@ -487,12 +491,11 @@ impl Keeper {
                         }
                     }
                     if heartbeat_due() {
-                        // A sending end silent for a heartbeat interval reads what its
-                        // receiver said meanwhile (heartbeats, credit, the channel's end):
-                        // nothing else reads while its producer makes no call, and over a
-                        // long silence the receiver's heartbeats would fill this side's
-                        // socket buffers until the receiver's keeper, unable to write, took
-                        // the link for stalled.
+                        // An end silent for a heartbeat interval reads what its peer said
+                        // meanwhile (heartbeats, credit, records, the channel's end): nothing
+                        // else reads while its stage makes no call, and over a long silence
+                        // the peer's heartbeats would fill this side's socket buffers until
+                        // the peer's keeper, unable to write, took the link for stalled.
                         if let Some(chore) = chore.as_mut() {
                             if !p.load(Ordering::Relaxed) {
                                 chore();
@@ -629,6 +632,8 @@ pub(crate) struct Reader {
     timeout: Option<Duration>,
     /// The last read brought less than it asked for: the socket had nothing more then.
     short: bool,
+    /// Messages (and heads of large buffers) handed out so far.
+    taken: u64,
 }
 
 /// What [`Reader::next`] found.
@@ -674,7 +679,13 @@ impl Reader {
             dead_after,
             timeout: None,
             short: false,
+            taken: 0,
         }
+    }
+
+    /// Messages (and heads of large buffers) handed out so far.
+    pub(crate) fn taken(&self) -> u64 {
+        self.taken
     }
 
     /// Nothing is left in the buffer, and the last read found the socket emptied: a read
@@ -711,6 +722,7 @@ impl Reader {
             }
             if large {
                 if let Some(got) = self.large()? {
+                    self.taken += 1;
                     return Ok(got);
                 }
             }
@@ -774,6 +786,7 @@ impl Reader {
         if self.lo == self.hi {
             (self.lo, self.hi) = (0, 0);
         }
+        self.taken += 1;
         Ok(Got::Msg(msg))
     }
 
