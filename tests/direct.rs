@@ -808,17 +808,48 @@ fn a_record_larger_than_a_segment_crosses_whole() {
 
 #[test]
 fn a_direct_consumer_sees_a_silent_sender_dead() {
-    let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = raw.local_addr().unwrap();
-    let cfg = Config::default().heartbeat(Duration::from_millis(20), Duration::from_millis(200));
-    let mut rx = connect_consumer(addr, "s", small(), cfg).unwrap();
-    let (_held, _) = raw.accept().unwrap();
-    let start = Instant::now();
-    match rx.recv() {
-        Err(RecvError::PeerDead(e)) => assert!(e.is_remote(), "{e}"),
-        other => panic!("{:?}", other.map(|r| r.is_some())),
-    };
-    assert!(start.elapsed() < Duration::from_secs(10));
+    // Whichever way it waits: a blocking read times out itself; an async wait and a consumer
+    // that only looks have the keeper to find the silence, and are told.
+    for way in ["recv", "try_recv", "recv_async"] {
+        let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = raw.local_addr().unwrap();
+        let cfg =
+            Config::default().heartbeat(Duration::from_millis(20), Duration::from_millis(200));
+        let mut rx = connect_consumer(addr, "s", small(), cfg).unwrap();
+        let (_held, _) = raw.accept().unwrap();
+        let start = Instant::now();
+        let got = match way {
+            "recv" => rx.recv().map(|r| r.is_some()),
+            "try_recv" => loop {
+                match rx.try_recv() {
+                    Err(TryRecvError::Empty) => {
+                        assert!(start.elapsed() < Duration::from_secs(20), "never told");
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(TryRecvError::PeerDead(e)) => break Err(RecvError::PeerDead(e)),
+                    other => panic!("{:?}", other.map(|r| r.is_some())),
+                }
+            },
+            _ => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async {
+                    tokio::time::timeout(Duration::from_secs(20), rx.recv_async())
+                        .await
+                        .expect("never told")
+                        .map(|r| r.is_some())
+                }),
+        };
+        match got {
+            Err(RecvError::PeerDead(e)) => {
+                assert!(e.is_remote(), "{way}: {e}");
+                assert!(e.to_string().contains("sent nothing"), "{way}: {e}");
+            }
+            other => panic!("{way}: {other:?}"),
+        };
+        assert!(start.elapsed() < Duration::from_secs(20), "{way}");
+    }
 }
 
 #[test]

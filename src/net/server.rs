@@ -426,10 +426,17 @@ async fn send_channel(
         return ChannelEnd::Done(Err(LinkError::remote(*code, message.clone())));
     }
     if ctl.cancelled.load(Ordering::Acquire)
-        && matches!(r, ChannelEnd::Cut | ChannelEnd::Done(Err(LinkError::Io(_))))
+        && matches!(
+            r,
+            ChannelEnd::Cut
+                | ChannelEnd::Done(Err(LinkError::Io(_)
+                    | LinkError::PeerClosed
+                    | LinkError::PeerSilent { .. }
+                    | LinkError::PeerNotReading { .. }))
+        )
     {
-        // The receiver's consumer left, and the receiver then closed the connection: the
-        // channel ended because the consumer left, whatever the connection did after.
+        // The receiver's consumer left, and then the connection ended (closed, broke, or
+        // went silent): the channel ended because the consumer left.
         drop(c.take());
         return ChannelEnd::Done(Ok(Ended::ConsumerLeft));
     }

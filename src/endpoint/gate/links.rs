@@ -9,7 +9,9 @@
 //! moves no data: the gate's thread reads the socket itself, straight into the channel's
 //! free segment, when its scan finds the mark (or the link due, see
 //! [`Inbound::due`](crate::endpoint::remote::Inbound::due)), so a busy gate reads its
-//! remote channels between its local ones without a wake-up at all.
+//! remote channels between its local ones without a wake-up at all. (While the gate's
+//! thread is away, a channel's keeper reads its socket before each heartbeat; what it
+//! writes into the segments rings the gate's word as any commit does.)
 //!
 //! The hand-off (a mark, then a ring of the word) is `park::mark_then_notify`, whose SYNC
 //! POINT says why a gate that is going to sleep never misses a mark; a loom model drives it

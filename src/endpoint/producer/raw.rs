@@ -97,8 +97,9 @@ impl Producer {
 
     /// The bytes `at + HEADER .. at + len` of the segment in hand, placed by
     /// [`Producer::raw_place`], for the caller to fill (from a socket) before the commit: in a
-    /// region only this process maps, read by the consumer on this thread alone (a direct
-    /// network end), so nobody reads them before the commit. The first header word stays out:
+    /// region only this process maps, whose consumer reads nothing of a chunk before its
+    /// commit (a direct network end, filled by the consumer's thread or its keeper, one at a
+    /// time), so nobody reads them before the commit. The first header word stays out:
     /// the commit stores it.
     pub(crate) fn raw_slice(&mut self, at: usize, len: usize) -> &mut [u8] {
         let c = self.cur.expect("placed by raw_place");

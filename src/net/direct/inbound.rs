@@ -23,6 +23,10 @@ pub(crate) struct In {
     /// be all the sender sent, so the next fill must not wait for more before the consumer
     /// looks. Relaxed: set and taken under `inner`'s lock, which orders it.
     news: Arc<AtomicBool>,
+    /// The task of an async wait on the socket, for the keeper to wake once it wrote into
+    /// the region: the socket's readiness may never come (the keeper read the bytes first,
+    /// and the reactor's edge was dropped).
+    waker: Arc<Mutex<Option<std::task::Waker>>>,
     keeper: Keeper,
     /// The keeper was stopped (the channel ended here, or nothing more is written).
     keeper_stopped: bool,
@@ -38,8 +42,11 @@ struct Inner {
     sock: Arc<Sock>,
     reader: Reader,
     /// Nothing more is written: the keeper is to stop (by the consumer's thread: the keeper
-    /// cannot join itself).
+    /// cannot join itself; a keeper that finds it set after its own fill returns).
     quiet: bool,
+    /// What was written into the region without a new message: large buffers completed,
+    /// held priority events let in (see [`Inner::fill`]).
+    settled: u64,
     /// What ended the link (set once, when it broke).
     cause: Option<String>,
     /// A write failed: nothing more is written.
@@ -59,7 +66,7 @@ struct Large {
     backlog: u32,
     /// Bytes after the first header word read so far.
     filled: usize,
-    /// When the last of it came.
+    /// When the last of it came (its head: when the head was taken).
     heard: Instant,
 }
 
@@ -81,6 +88,7 @@ impl In {
         in_place: bool,
     ) -> Result<In, Box<(Producer, std::io::Error)>> {
         let g = p.geometry();
+        let dead_after = reader.dead_after();
         let inner = Arc::new(Mutex::new(Inner {
             ch: Some(Receiving::new(
                 Held::new(p),
@@ -92,26 +100,56 @@ impl In {
             sock: sock.clone(),
             reader,
             quiet: false,
+            settled: 0,
             cause: None,
             write_broken: false,
             in_place,
             large: None,
         }));
         let news = Arc::new(AtomicBool::new(false));
-        let (i, n) = (inner.clone(), news.clone());
+        let waker: Arc<Mutex<Option<std::task::Waker>>> = Arc::default();
+        let (i, n, w) = (inner.clone(), news.clone(), waker.clone());
+        // What had come when the chore last looked, and since when.
+        let mut heard = (Progress::default(), Instant::now());
         let chore: Chore = Box::new(move || {
             // Only while the consumer's thread is away: one that holds the lock reads the
             // socket itself.
-            if let Ok(mut inner) = i.try_lock() {
-                if inner.fill(Some(Instant::now())) {
-                    n.store(true, Ordering::Relaxed);
+            let Ok(mut inner) = i.try_lock() else {
+                return true;
+            };
+            let mut wrote = inner.fill(Some(Instant::now()));
+            let now = inner.progress();
+            if now != heard.0 || inner.holding() {
+                // Something came (to whichever thread read it), or nothing is read for now
+                // (a priority event waits for room in the lane).
+                heard = (now, Instant::now());
+            } else if heard.1.elapsed() >= dead_after && inner.ch.is_some() {
+                // Not a byte, heartbeats included, for `dead_after`: the sender is taken as
+                // dead here even when nothing waits on the socket (an async wait, a gate, a
+                // consumer that only looks), as a blocking read would take it.
+                inner.stop(Stop::Broken(LinkError::PeerSilent {
+                    silent_for: dead_after,
+                }));
+                wrote = true;
+            }
+            if wrote {
+                n.store(true, Ordering::Relaxed);
+                // SYNC POINT: `news` is stored before the waker is taken, and `poll_readable`
+                // stores its waker before it loads `news` (both under `w`'s lock): either it
+                // sees the news, or its waker is here.
+                let task = w.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(task) = task {
+                    task.wake();
                 }
             }
+            // A channel that ended here has nothing more to say: no more heartbeats.
+            !inner.quiet
         });
         match Keeper::start(sock.clone(), heartbeat, Default::default(), Some(chore)) {
             Ok(keeper) => Ok(In {
                 inner,
                 news,
+                waker,
                 keeper,
                 keeper_stopped: false,
                 sock,
@@ -214,7 +252,10 @@ impl Inner {
         if let Some(Waiting::Priority { entry, payload }) = ch.held.front() {
             let (entry, payload) = (*entry, payload.clone());
             match ch.p.try_priority(entry, &payload) {
-                Ok(()) => ch.release()?,
+                Ok(()) => {
+                    self.settled += 1;
+                    ch.release()?
+                }
                 Err(Halt::Expired(_)) => {}
                 Err(Halt::Failed(e)) => return Err(Stop::Consumer(e)),
             }
@@ -372,6 +413,7 @@ impl Inner {
                     return Ok(());
                 }
                 self.large = None;
+                self.settled += 1;
             } else {
                 // A large buffer goes straight into its segment.
                 match self.reader.next_or_large(&self.sock, wait, self.in_place) {
@@ -417,16 +459,32 @@ impl Inner {
 /// How long a wait pauses while a priority event waits for room in the lane.
 const HELD_PAUSE: Duration = Duration::from_millis(1);
 
+/// How far the reading has come: messages taken, what was written without one, and bytes
+/// of a large buffer read so far (see [`Inner::progress`]).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Progress(u64, u64, usize);
+
 impl Inner {
+    /// How far the reading has come: a change means the sender was heard.
+    fn progress(&self) -> Progress {
+        Progress(
+            self.reader.taken(),
+            self.settled,
+            self.large.as_ref().map_or(0, |l| l.filled),
+        )
+    }
+
     /// Announces credit and reads what came, until `until`; ends the channel here if the link
-    /// failed or the sender ended it. True if anything came (or the channel ended).
+    /// failed or the sender ended it. True if anything may have been written into the region
+    /// (a message came, a large buffer was completed, a held event let in) or the channel
+    /// ended.
     fn fill(&mut self, until: Option<Instant>) -> bool {
-        let before = self.reader.taken();
+        let before = (self.reader.taken(), self.settled);
         if let Err(why) = self.receive(until) {
             self.stop(why);
             return true;
         }
-        self.reader.taken() != before
+        (self.reader.taken(), self.settled) != before
     }
 
     /// A priority event waits for room in the lane.
@@ -480,9 +538,16 @@ impl Inbound for In {
     }
 
     fn poll_readable(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        if self.news.load(Ordering::Relaxed) {
-            // The keeper wrote into the region: the fill that follows returns at once.
-            return std::task::Poll::Ready(());
+        {
+            // SYNC POINT: see the keeper's chore in `In::start`.
+            let mut w = self.waker.lock().unwrap_or_else(|p| p.into_inner());
+            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *w = Some(cx.waker().clone());
+            }
+            if self.news.load(Ordering::Relaxed) {
+                // The keeper wrote into the region: the fill that follows waits for nothing.
+                return std::task::Poll::Ready(());
+            }
         }
         self.ready.poll(&self.sock, cx)
     }

@@ -95,6 +95,8 @@ impl Direct {
             // sent and forward what its credit allows.
             let mut o = o.lock().unwrap_or_else(|p| p.into_inner());
             o.run(|o| o.receive(Some(Instant::now())));
+            // (The producer's calls stop the keeper when the end is done.)
+            true
         });
         let keeper = Keeper::start(sock.clone(), heartbeat, pending, Some(chore))?;
         Ok(Direct {

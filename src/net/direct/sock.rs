@@ -1,6 +1,7 @@
 //! What both direct ends share: the blocking socket, written by one thread at a time (the
-//! end's, and the keeper's heartbeats), and read by the end's thread alone through
-//! [`Reader`]; with TLS, a rustls session that every byte goes through ([`TlsLayer`]).
+//! end's, and the keeper's heartbeats), and read through [`Reader`] by one thread at a time
+//! (the end's, or its keeper's while the end's thread is away, under the end's lock); with
+//! TLS, a rustls session that every byte goes through ([`TlsLayer`]).
 
 use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -382,8 +383,9 @@ impl Sock {
     }
 }
 
-/// Work the keeper does for an end while its thread is away (see [`Keeper`]).
-pub(crate) type Chore = Box<dyn FnMut() + Send>;
+/// Work the keeper does for an end while its thread is away (see [`Keeper`]); false once
+/// the end has nothing more to say (the keeper then ends, with no heartbeat after).
+pub(crate) type Chore = Box<dyn FnMut() -> bool + Send>;
 
 /// What the keeper's thread is told, under its lock.
 #[derive(Default)]
@@ -465,8 +467,8 @@ impl Keeper {
                     }
                     if let Some(chore) = chore.as_mut() {
                         if interval.is_some() {
-                            if sig.take() {
-                                chore();
+                            if sig.take() && !chore() {
+                                return;
                             } else {
                                 // Nothing deferred for an interval: sleep until the end marks
                                 // a record, segments wait for credit, a heartbeat is due, or
@@ -486,7 +488,9 @@ impl Keeper {
                             if let Ok(true) =
                                 crate::sys::sock::wait_readable(sock.stream.as_fd(), every)
                             {
-                                chore();
+                                if !chore() {
+                                    return;
+                                }
                             }
                         }
                     }
@@ -497,8 +501,8 @@ impl Keeper {
                         // the peer's heartbeats would fill this side's socket buffers until
                         // the peer's keeper, unable to write, took the link for stalled.
                         if let Some(chore) = chore.as_mut() {
-                            if !p.load(Ordering::Relaxed) {
-                                chore();
+                            if !p.load(Ordering::Relaxed) && !chore() {
+                                return;
                             }
                         }
                         if sock.send(&Msg::Heartbeat).is_err() {
@@ -683,6 +687,11 @@ impl Reader {
         }
     }
 
+    /// How long a peer may be silent before it is taken as dead.
+    pub(crate) fn dead_after(&self) -> Duration {
+        self.dead_after
+    }
+
     /// Messages (and heads of large buffers) handed out so far.
     pub(crate) fn taken(&self) -> u64 {
         self.taken
@@ -820,9 +829,9 @@ impl Reader {
     /// After [`Got::Large`]: fills `dst` (the rest of its frames) from `*at` on, with what
     /// is buffered, then straight from the socket, until it is full (`Ok(true)`) or `until`
     /// passes (`Ok(false)`: `*at` says how far it came; call again with the same `dst` to go
-    /// on). Each read also asks for up to [`SMALL_READ`] bytes behind `dst`, into the buffer:
-    /// what follows the buffer (the next message's head, in a stream of large buffers) comes
-    /// with the same system call. `*heard` is when the last of it came (the head's arrival at
+    /// on). Each read that may wait also asks for up to [`SMALL_READ`] bytes behind `dst`,
+    /// into the buffer: what follows the buffer (the next message's head, in a stream of large
+    /// buffers) comes with the same system call. `*heard` is when the last of it came (the head's arrival at
     /// first): a peer silent for `dead_after` since then is `PeerSilent`, across calls.
     pub(crate) fn read_rest(
         &mut self,
