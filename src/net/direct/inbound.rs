@@ -28,7 +28,7 @@ pub(crate) struct In {
     /// and the reactor's edge was dropped).
     waker: Arc<Mutex<Option<std::task::Waker>>>,
     keeper: Keeper,
-    /// The keeper was stopped (the channel ended here, or nothing more is written).
+    /// The keeper was stopped (the channel ended here).
     keeper_stopped: bool,
     sock: Arc<Sock>,
     ready: Readiness,
@@ -41,9 +41,9 @@ struct Inner {
     ch: Option<Receiving<Held<Producer>>>,
     sock: Arc<Sock>,
     reader: Reader,
-    /// Nothing more is written: the keeper is to stop (by the consumer's thread: the keeper
-    /// cannot join itself; a keeper that finds it set after its own fill returns).
-    quiet: bool,
+    /// Bytes the sender had sent when last looked at, and since when (see
+    /// [`Inner::silent`]).
+    heard: (u64, Instant),
     /// What was written into the region without a new message: large buffers completed,
     /// held priority events let in (see [`Inner::fill`]).
     settled: u64,
@@ -88,7 +88,6 @@ impl In {
         in_place: bool,
     ) -> Result<In, Box<(Producer, std::io::Error)>> {
         let g = p.geometry();
-        let dead_after = reader.dead_after();
         let inner = Arc::new(Mutex::new(Inner {
             ch: Some(Receiving::new(
                 Held::new(p),
@@ -99,7 +98,7 @@ impl In {
             )),
             sock: sock.clone(),
             reader,
-            quiet: false,
+            heard: (0, Instant::now()),
             settled: 0,
             cause: None,
             write_broken: false,
@@ -109,31 +108,20 @@ impl In {
         let news = Arc::new(AtomicBool::new(false));
         let waker: Arc<Mutex<Option<std::task::Waker>>> = Arc::default();
         let (i, n, w) = (inner.clone(), news.clone(), waker.clone());
-        // What had come when the chore last looked, and since when.
-        let mut heard = (Progress::default(), Instant::now());
         let chore: Chore = Box::new(move || {
             // Only while the consumer's thread is away: one that holds the lock reads the
             // socket itself.
             let Ok(mut inner) = i.try_lock() else {
                 return true;
             };
-            let mut wrote = inner.fill(Some(Instant::now()));
-            let now = inner.progress();
-            if now != heard.0 || inner.holding() {
-                // Something came (to whichever thread read it), or nothing is read for now
-                // (a priority event waits for room in the lane).
-                heard = (now, Instant::now());
-            } else if heard.1.elapsed() >= dead_after && inner.ch.is_some() {
-                // Not a byte, heartbeats included, for `dead_after`: the sender is taken as
-                // dead here even when nothing waits on the socket (an async wait, a gate, a
-                // consumer that only looks), as a blocking read would take it.
-                inner.stop(Stop::Broken(LinkError::PeerSilent {
-                    silent_for: dead_after,
-                }));
-                wrote = true;
-            }
+            let wrote = inner.fill(Some(Instant::now()));
             if wrote {
+                // (Under the lock: see `news`.)
                 n.store(true, Ordering::Relaxed);
+            }
+            let open = inner.ch.is_some();
+            drop(inner);
+            if wrote {
                 // SYNC POINT: `news` is stored before the waker is taken, and `poll_readable`
                 // stores its waker before it loads `news` (both under `w`'s lock): either it
                 // sees the news, or its waker is here.
@@ -142,8 +130,8 @@ impl In {
                     task.wake();
                 }
             }
-            // A channel that ended here has nothing more to say: no more heartbeats.
-            !inner.quiet
+            // A channel that ended here has nothing more to say, or to read.
+            open
         });
         match Keeper::start(sock.clone(), heartbeat, Default::default(), Some(chore)) {
             Ok(keeper) => Ok(In {
@@ -218,7 +206,6 @@ impl Inner {
         }
         // Everything the sender will send arrived (or nothing more is wanted): the sender
         // reads the end of the stream.
-        self.quiet = true;
         self.sock.shutdown_write();
     }
 
@@ -388,7 +375,6 @@ impl Inner {
             // the stream; the reads go on, and end the channel as what they find says (its
             // end, or a broken connection).
             self.write_broken = true;
-            self.quiet = true;
             self.sock.shutdown_write();
         }
         self.read(until)
@@ -459,32 +445,38 @@ impl Inner {
 /// How long a wait pauses while a priority event waits for room in the lane.
 const HELD_PAUSE: Duration = Duration::from_millis(1);
 
-/// How far the reading has come: messages taken, what was written without one, and bytes
-/// of a large buffer read so far (see [`Inner::progress`]).
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-struct Progress(u64, u64, usize);
-
 impl Inner {
-    /// How far the reading has come: a change means the sender was heard.
-    fn progress(&self) -> Progress {
-        Progress(
-            self.reader.taken(),
-            self.settled,
-            self.large.as_ref().map_or(0, |l| l.filled),
-        )
-    }
-
     /// Announces credit and reads what came, until `until`; ends the channel here if the link
-    /// failed or the sender ended it. True if anything may have been written into the region
-    /// (a message came, a large buffer was completed, a held event let in) or the channel
-    /// ended.
+    /// failed, the sender ended it, or it was silent for `dead_after`. True if anything may
+    /// have been written into the region (a message came, a large buffer was completed, a
+    /// held event let in) or the channel ended.
     fn fill(&mut self, until: Option<Instant>) -> bool {
         let before = (self.reader.taken(), self.settled);
         if let Err(why) = self.receive(until) {
             self.stop(why);
             return true;
         }
+        if self.silent() {
+            let silent_for = self.reader.dead_after();
+            self.stop(Stop::Broken(LinkError::PeerSilent { silent_for }));
+            return true;
+        }
         (self.reader.taken(), self.settled) != before
+    }
+
+    /// Not a byte from the sender, heartbeats included, for `dead_after`, while reads went
+    /// on. A read that waits finds that out itself; this is for the fills that do not wait
+    /// (an async wait, a gate, a consumer that only looks, the keeper), each of which looks
+    /// at the time since the sender was last heard.
+    fn silent(&mut self) -> bool {
+        let got = self.reader.got();
+        if got != self.heard.0 || self.holding() || self.ch.is_none() {
+            // Heard (by whichever thread read it), or nothing is read for now (a priority
+            // event waits for room in the lane).
+            self.heard = (got, Instant::now());
+            return false;
+        }
+        self.heard.1.elapsed() >= self.reader.dead_after()
     }
 
     /// A priority event waits for room in the lane.
@@ -513,9 +505,9 @@ impl Inbound for In {
             until
         };
         inner.fill(until);
-        let quiet = inner.quiet;
+        let ended = inner.ch.is_none();
         drop(inner);
-        if quiet && !self.keeper_stopped {
+        if ended && !self.keeper_stopped {
             self.keeper_stopped = true;
             self.keeper.stop();
         }

@@ -95,8 +95,9 @@ impl Direct {
             // sent and forward what its credit allows.
             let mut o = o.lock().unwrap_or_else(|p| p.into_inner());
             o.run(|o| o.receive(Some(Instant::now())));
-            // (The producer's calls stop the keeper when the end is done.)
-            true
+            // Forwarding, or the end on the wire and the receiver still reading: the
+            // heartbeats go on (the producer's calls stop the keeper when it is done).
+            matches!(o.state, State::Open | State::Ended)
         });
         let keeper = Keeper::start(sock.clone(), heartbeat, pending, Some(chore))?;
         Ok(Direct {

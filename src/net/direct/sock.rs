@@ -447,6 +447,8 @@ impl Keeper {
                     let last = sock.last_write_ms.load(Ordering::Relaxed);
                     now.saturating_sub(last) >= every.as_millis() as u64
                 };
+                // A heartbeat failed: none are sent any more.
+                let mut mute = false;
                 loop {
                     let interval = {
                         let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -505,9 +507,14 @@ impl Keeper {
                                 return;
                             }
                         }
-                        if sock.send(&Msg::Heartbeat).is_err() {
-                            // The end's own calls find out.
-                            return;
+                        if !mute && sock.send(&Msg::Heartbeat).is_err() {
+                            // The end's own calls find out. An end with a chore may still
+                            // have reading to do (its writing side failed first): the chore
+                            // goes on, with no more heartbeats, until it says it is done.
+                            if chore.is_none() {
+                                return;
+                            }
+                            mute = true;
                         }
                     }
                 }
@@ -638,6 +645,8 @@ pub(crate) struct Reader {
     short: bool,
     /// Messages (and heads of large buffers) handed out so far.
     taken: u64,
+    /// Bytes read from the socket so far.
+    got: u64,
 }
 
 /// What [`Reader::next`] found.
@@ -684,6 +693,7 @@ impl Reader {
             timeout: None,
             short: false,
             taken: 0,
+            got: 0,
         }
     }
 
@@ -695,6 +705,11 @@ impl Reader {
     /// Messages (and heads of large buffers) handed out so far.
     pub(crate) fn taken(&self) -> u64 {
         self.taken
+    }
+
+    /// Bytes read from the socket so far (plaintext, under TLS).
+    pub(crate) fn got(&self) -> u64 {
+        self.got
     }
 
     /// Nothing is left in the buffer, and the last read found the socket emptied: a read
@@ -772,6 +787,7 @@ impl Reader {
                     // (A session may hold more than a short read gave: never drained.)
                     self.short = n < dst_len && !sock.is_tls();
                     self.hi += n;
+                    self.got += n as u64;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if waited_out(&e) => {
@@ -877,6 +893,9 @@ impl Reader {
                 None if now => crate::sys::sock::recv_now(sock.stream.as_fd(), &mut bufs[0]),
                 None => (&sock.stream).read_vectored(&mut bufs),
             };
+            if let Ok(n) = got {
+                self.got += n as u64;
+            }
             match got {
                 Ok(0) => return Err(LinkError::PeerClosed),
                 Ok(n) if n <= want => {
