@@ -393,9 +393,11 @@ impl Inner {
                 return Ok(());
             }
             if let Some(l) = self.large.as_mut() {
-                // The rest of a large buffer, until `wait`: a caller that waits for nothing
+                // The rest of a large buffer, as long as the call waits (`until`, not `wait`:
+                // a buffer whose head came is worth the call's patience, and a blocking call
+                // reads the rest with the head's next bytes); a caller that waits for nothing
                 // does not wait for it either (the next call goes on with it).
-                if !Inner::take_large(ch, &mut self.reader, &self.sock, l, wait)? {
+                if !Inner::take_large(ch, &mut self.reader, &self.sock, l, until)? {
                     return Ok(());
                 }
                 self.large = None;
