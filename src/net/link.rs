@@ -20,6 +20,69 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 pub(crate) type BoxStream = Box<dyn Stream>;
 type Reader = FramedRead<ReadHalf<BoxStream>, Codec>;
 
+/// A TCP stream whose gathering writes raise no `SIGPIPE` when the peer has gone (tokio's
+/// go through `writev`, which would kill a host process that has not ignored the signal; its
+/// plain writes already pass `MSG_NOSIGNAL`): the connection's errors stay errors. Plaintext
+/// connections and TLS sessions both write through it.
+pub(crate) struct Tcp(pub(crate) tokio::net::TcpStream);
+
+impl AsyncRead for Tcp {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Tcp {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        use std::os::fd::AsFd;
+        let s = &self.0;
+        loop {
+            std::task::ready!(s.poll_write_ready(cx))?;
+            // `try_io` clears the readiness on `WouldBlock`, so the next poll waits.
+            match s.try_io(tokio::io::Interest::WRITABLE, || {
+                crate::sys::sock::send_vectored(s.as_fd(), bufs)
+            }) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                r => return std::task::Poll::Ready(r),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 /// Bytes the writer gathers before it writes (larger buffers go straight through).
 const WRITE_BUFFER: usize = 256 << 10;
 

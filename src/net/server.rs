@@ -182,6 +182,7 @@ impl Ctl {
 
 async fn accept(stream: TcpStream, config: &Config) -> Result<BoxStream, LinkError> {
     stream.set_nodelay(true)?;
+    let stream = link::Tcp(stream);
     match &config.tls {
         None => Ok(Box::new(stream)),
         Some(tls) => {

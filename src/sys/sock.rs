@@ -1,9 +1,17 @@
-//! Sockets: a read that does not wait.
+//! Sockets: a read that does not wait, a write that raises no `SIGPIPE`.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use nix::sys::socket::{recv, MsgFlags};
+use nix::sys::socket::{recv, sendmsg, MsgFlags};
+
+/// Writes what the socket takes of `bufs` now or as its send timeout allows (as `writev` does),
+/// without `SIGPIPE` when the peer has gone: that is `EPIPE` here, an error like any other,
+/// whatever the process does with the signal (a host that has not ignored it would be killed
+/// by `writev`).
+pub(crate) fn send_vectored(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    sendmsg::<()>(fd.as_raw_fd(), bufs, &[], MsgFlags::MSG_NOSIGNAL, None).map_err(super::io)
+}
 
 /// Reads what the socket holds now into `buf`, without waiting: `Ok(0)` is the end of the
 /// stream, `ErrorKind::WouldBlock` means nothing is there yet.
@@ -127,6 +135,61 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::os::fd::AsFd;
+
+    /// Runs `write` on a socket whose peer has gone, with `SIGPIPE` blocked in this thread so
+    /// that one raised stays pending where it can be seen (a blocked signal is never
+    /// discarded, even when ignored): its result, and whether it raised the signal (taken
+    /// back before the mask is restored).
+    fn raises_sigpipe(
+        write: impl FnOnce(BorrowedFd<'_>) -> io::Result<usize>,
+    ) -> (io::Result<usize>, bool) {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        drop(b);
+        // SAFETY: signal sets are plain data, initialised by `sigemptyset` before use; the
+        // mask changed is this thread's, and restored below.
+        unsafe {
+            let mut pipe: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut pipe);
+            libc::sigaddset(&mut pipe, libc::SIGPIPE);
+            assert_eq!(libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old), 0);
+            let r = write(a.as_fd());
+            libc::sigemptyset(&mut pending);
+            assert_eq!(libc::sigpending(&mut pending), 0);
+            let raised = libc::sigismember(&pending, libc::SIGPIPE) == 1;
+            if raised {
+                let zero = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                libc::sigtimedwait(&pipe, std::ptr::null_mut(), &zero);
+            }
+            assert_eq!(
+                libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()),
+                0
+            );
+            (r, raised)
+        }
+    }
+
+    #[test]
+    fn a_write_to_a_peer_that_has_gone_is_an_error_not_a_signal() {
+        let bufs = [IoSlice::new(b"head"), IoSlice::new(b"frames")];
+        let (r, raised) = raises_sigpipe(|fd| send_vectored(fd, &bufs));
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EPIPE));
+        assert!(!raised, "send_vectored raised SIGPIPE");
+        // What it replaces does raise it (so the look above can see one).
+        let (r, raised) = raises_sigpipe(|fd| {
+            let f = std::fs::File::from(fd.try_clone_to_owned().unwrap());
+            (&f).write_vectored(&bufs)
+        });
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EPIPE));
+        assert!(
+            raised,
+            "writev to a closed socket raised no SIGPIPE: the look cannot see one"
+        );
+    }
 
     #[test]
     fn edges_tell_which_socket_got_bytes_and_stop_when_told() {

@@ -90,6 +90,7 @@ impl Client {
             Ok(r) => r.map_err(io)?,
         };
         tcp.set_nodelay(true).map_err(io)?;
+        let tcp = link::Tcp(tcp);
         let stream: BoxStream = match &config.tls {
             None => Box::new(tcp),
             Some(tls) => {

@@ -212,7 +212,7 @@ impl Sock {
             if parts.is_empty() {
                 return Ok(());
             }
-            match (&self.stream).write_vectored(parts) {
+            match crate::sys::sock::send_vectored(self.stream.as_fd(), parts) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => IoSlice::advance_slices(&mut parts, n),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
