@@ -1483,6 +1483,69 @@ fn a_gate_reads_remote_channels_beside_a_local_one_with_floating_segments_and_a_
 }
 
 #[test]
+fn a_gate_reads_every_record_while_its_remote_channels_keepers_fill_between_its_calls() {
+    // Heartbeats every millisecond and a reader that pauses: while the gate's thread is away,
+    // each remote channel's keeper fills the channel's segments (lent floating ones among
+    // them), and the gate, blocking or waiting with a deadline, takes over from them and
+    // back. Every record arrives, in order, with the barrier and the ends.
+    let n = 1500u64;
+    let cfg = || Config::default().heartbeat(Duration::from_millis(1), Duration::from_secs(5));
+    for bounded in [false, true] {
+        let (mut gate, name) = gate(if bounded { "keeper-bounded" } else { "keeper" });
+        let g = Geometry {
+            segment_size: 4096,
+            segment_count: 4,
+        };
+        let mut senders = Vec::new();
+        for c in 0..2u8 {
+            let (l, addr) = listener_with(cfg());
+            let chan = format!("k{c}");
+            let accept = chan.clone();
+            senders.push(std::thread::spawn(move || {
+                send_gate_records(l.accept_producer(&accept, g).unwrap(), c, n);
+            }));
+            connect_gate_channel(addr, &chan, &mut gate, c as usize, cfg()).unwrap();
+        }
+        let local_tx = Producer::open_channel(&name, 2).unwrap();
+        senders.push(std::thread::spawn(move || {
+            send_gate_records(local_tx, 2, n)
+        }));
+        let mut seen = GateSeen::default();
+        let (mut k, start) = (0u64, Instant::now());
+        loop {
+            assert!(start.elapsed() < Duration::from_secs(90), "stuck: {seen:?}");
+            let m = if bounded {
+                match gate.recv_timeout(Duration::from_micros(700)) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(e) => panic!("{e}"),
+                }
+            } else {
+                gate.recv().unwrap()
+            };
+            let Some(m) = m else { break };
+            seen.take(m);
+            k += 1;
+            if k % 61 == 0 {
+                // Away for a few heartbeats.
+                std::thread::sleep(Duration::from_millis(4));
+            }
+        }
+        for t in senders {
+            t.join().unwrap();
+        }
+        seen.ended.sort();
+        assert_eq!(seen.records, [n; 3], "bounded {bounded}");
+        assert_eq!(
+            seen.barriers,
+            vec![(1, Released::Aligned)],
+            "bounded {bounded}"
+        );
+        assert_eq!(seen.ended, vec![0, 1, 2], "bounded {bounded}");
+    }
+}
+
+#[test]
 fn a_gate_channel_whose_remote_sender_vanishes_is_dead_and_the_others_go_on() {
     let (mut gate, name) = gate("vanish");
     // A sender that takes the request, sends one record's worth of nothing, and vanishes.
