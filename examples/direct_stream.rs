@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, connect_gate_channel, Config, Listener};
 use shmflow::{FlushPolicy, Gate, GateGeometry, GateMessage, Geometry};
 
-const USAGE: &str = "usage: direct_stream [--len BYTES] [--secs S] [--policy P] [--tls] [--gate]
+const USAGE: &str =
+    "usage: direct_stream [--len BYTES] [--secs S] [--policy P] [--segment BYTES] [--tls] [--gate]
 
   --len BYTES   record size (default 65536)
+  --segment B   segment size (default: the default geometry's)
   --secs S      how long to send (default 3)
   --policy P    every (default: each record as it is sent), explicit (whole segments),
                 or a buffer timeout in microseconds
@@ -26,7 +28,7 @@ const USAGE: &str = "usage: direct_stream [--len BYTES] [--secs S] [--policy P] 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = args::parse(
         USAGE,
-        &["--len", "--secs", "--policy"],
+        &["--len", "--secs", "--policy", "--segment"],
         &["--tls", "--gate"],
         0,
     );
@@ -55,7 +57,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..Geometry::default()
         }
     } else {
-        Geometry::default()
+        Geometry {
+            segment_size: a.num("--segment", Geometry::default().segment_size),
+            ..Geometry::default()
+        }
     };
     let reader = std::thread::spawn(move || -> Counted {
         let (mut n, mut bytes) = (0u64, 0u64);

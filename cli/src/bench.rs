@@ -570,6 +570,7 @@ pub(crate) fn role(args: &[String]) -> Result<(), String> {
         "async-drain-sink" => return crate::asyncbench::async_sink(true),
         "remote-sink" => return crate::remotebench::remote_sink(port_arg(args, 1)?),
         "tcp-sink" => return crate::remotebench::tcp_sink(port_arg(args, 1)?),
+        "tcp-framed-sink" => return crate::remotebench::tcp_framed_sink(port_arg(args, 1)?),
         "tcp-echo-two" => return crate::remotebench::tcp_echo_two(port_arg(args, 1)?),
         "tcp-echo" => return crate::remotebench::tcp_echo(port_arg(args, 1)?),
         "remote-echo" => {
@@ -945,8 +946,8 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
     }
     if want("remote") {
         use crate::remotebench::{
-            direct_rtt, direct_stream, remote_rtt, remote_stream, tcp_rtt, tcp_stream, RttWait,
-            Streamed, Writes,
+            direct_rtt, direct_stream, remote_rtt, remote_stream, tcp_framed_stream, tcp_rtt,
+            tcp_stream, RttWait, Streamed, Writes,
         };
         // Alternating, so that a slow moment of the host falls on both sides of each ratio.
         let (mut remote, mut direct, mut tcp) = (Vec::new(), Vec::new(), Vec::new());
@@ -981,11 +982,15 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         let (mut dbulk_send, mut cpu_direct_send) = (Vec::new(), Vec::new());
         let (mut cpu_tcp, mut cpu_bridged, mut cpu_direct) = (Vec::new(), Vec::new(), Vec::new());
         let (mut cpu_bridged_small, mut cpu_direct_small) = (Vec::new(), Vec::new());
+        let (mut framed, mut cpu_framed) = (Vec::new(), Vec::new());
         for _ in 0..cfg.repeats {
             let rate = |s: &Streamed, len: usize| s.count / s.ns * 1e9 * len as f64;
             let s = tcp_stream(cfg.secs);
             raw.push(s.count / s.ns);
             cpu_tcp.push(s.cpu_s_per_gb(s.count));
+            let s = tcp_framed_stream(cfg.secs);
+            framed.push(rate(&s, 1));
+            cpu_framed.push(s.cpu_s_per_gb(s.count * REC as f64));
             let s = remote_stream(cfg.secs, REC);
             small.push(rate(&s, 1));
             cpu_bridged_small.push(s.cpu_s_per_gb(s.count * REC as f64));
@@ -1021,6 +1026,8 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
         note("direct_small_timeout_1ms_rps", med(&mut dsmall_timeout));
         note("direct_small_every_record_rps", med(&mut dsmall_each));
         note("tcp_64k_rps64", raw * 1e9 / REC as f64);
+        note("tcp_framed_rps64", med(&mut framed));
+        note("tcp_framed_cpu_s_per_gb", med(&mut cpu_framed));
         note("remote_bulk_gbps", med(&mut bulk));
         note("direct_bulk_gbps", med(&mut dbulk));
         note("direct_bulk_send_gbps", med(&mut dbulk_send));
@@ -1051,12 +1058,24 @@ fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'static str, f64)
 }
 
 /// Every ratio: its name, numerator, denominator (measures of the same run) and goal.
-const RATIOS: [(&str, &str, &str, &str); 37] = [
+const RATIOS: [(&str, &str, &str, &str); 39] = [
     (
         "direct_small_vs_tcp_64k",
         "direct_small_rps",
         "tcp_64k_rps64",
         ">= 0.8",
+    ),
+    (
+        "direct_small_vs_tcp_framed",
+        "direct_small_rps",
+        "tcp_framed_rps64",
+        "(for reference)",
+    ),
+    (
+        "direct_small_cpu_per_gb_vs_tcp_framed",
+        "direct_small_cpu_s_per_gb",
+        "tcp_framed_cpu_s_per_gb",
+        "(for reference)",
     ),
     (
         "direct_bulk_vs_tcp_64k",

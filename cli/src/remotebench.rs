@@ -14,7 +14,12 @@
 //!   serialized into; neither loop writes the bytes), `direct_bulk_send` with `send` from a
 //!   buffer (one more copy) and the default geometry;
 //! - `tcp_64k_gbps`: a raw TCP stream with 64 KiB writes and reads between the same two
-//!   processes, and `tcp_64k_rps64` the same bytes counted as 64 B records.
+//!   processes, and `tcp_64k_rps64` the same bytes counted as 64 B records;
+//! - `tcp_framed_rps64`: 64 B records framed by hand over a raw TCP stream, the ceiling of any
+//!   transport that carries them one by one: the writer copies each record behind an 8-byte
+//!   header into a 32 KiB buffer (a segment's framing and size) and writes the buffer when the
+//!   next record does not fit; the reader reads whole buffers and walks their frames, checking
+//!   each length and touching the record, as a direct consumer does in place.
 //!
 //! `*_small_*` carry 64 B records, `*_bulk_*` 64 KiB records. `*_cpu_s_per_gb`: CPU seconds
 //! (user + system, every thread of both processes, from `getrusage`) per GB carried, over the
@@ -33,7 +38,7 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::{Geometry, Producer, WaitStrategy};
 
-use crate::harness::{child, finish, parse_report, touch, RTT_G};
+use crate::harness::{child, finish, parse_report, touch, REC, RTT_G};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -352,6 +357,82 @@ pub(crate) fn tcp_sink(port: u16) -> Result<(), String> {
     let mut s = TcpStream::connect(loopback(port)).map_err(|e| e.to_string())?;
     let (bytes, ns) = tcp_read_all(&mut s)?;
     println!("{bytes} {ns}");
+    Ok(())
+}
+
+/// Bytes of a buffer of [`tcp_framed_stream`] (the default segment size).
+const FRAMED_BUF: usize = 32 << 10;
+
+/// Bytes of a frame's header in [`tcp_framed_stream`] (a segment's frame header).
+const FRAMED_HEADER: usize = 8;
+
+/// 64 B records framed by hand over a raw TCP stream for `secs` (see the module's notes):
+/// (records, nanoseconds) as the child counted them.
+pub(crate) fn tcp_framed_stream(secs: f64) -> Streamed {
+    with_cpu(|| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let kid = child("tcp-framed-sink", &[port.to_string()], &[], |_| {});
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let rec = std::hint::black_box([0x5Au8; REC]);
+        let frame = FRAMED_HEADER + REC;
+        let mut buf = vec![0u8; FRAMED_BUF];
+        let mut at = 0;
+        let end = Instant::now() + Duration::from_secs_f64(secs);
+        while Instant::now() < end {
+            for _ in 0..64 {
+                if at + frame > FRAMED_BUF {
+                    // The rest says "no more frames here" (a header of 0), as a seal does.
+                    buf[at..].fill(0);
+                    s.write_all(&buf).unwrap();
+                    at = 0;
+                }
+                buf[at..at + FRAMED_HEADER].copy_from_slice(&(REC as u64).to_le_bytes());
+                buf[at + FRAMED_HEADER..at + frame].copy_from_slice(&rec);
+                at += frame;
+            }
+        }
+        buf[at..].fill(0);
+        s.write_all(&buf).unwrap();
+        drop(s);
+        parse_report(&finish(kid))
+    })
+}
+
+/// The child of [`tcp_framed_stream`]: reads whole buffers to the end, checks every frame's
+/// length and touches its record.
+pub(crate) fn tcp_framed_sink(port: u16) -> Result<(), String> {
+    let mut s = TcpStream::connect(loopback(port)).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; FRAMED_BUF];
+    let (mut n, mut sum, mut start) = (0u64, 0u64, None);
+    loop {
+        match s.read_exact(&mut buf) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(e.to_string()),
+        }
+        start.get_or_insert_with(Instant::now);
+        let mut at = 0;
+        while at + FRAMED_HEADER <= FRAMED_BUF {
+            let head: [u8; FRAMED_HEADER] = buf[at..at + FRAMED_HEADER].try_into().unwrap();
+            let len = u64::from_le_bytes(head) as usize;
+            if len == 0 {
+                break;
+            }
+            let body = at + FRAMED_HEADER;
+            if len > FRAMED_BUF - body {
+                return Err(format!(
+                    "a frame of {len} bytes at {at} overruns its buffer"
+                ));
+            }
+            sum = sum.wrapping_add(touch(&buf[body..body + len]));
+            n += 1;
+            at = body + len.next_multiple_of(8);
+        }
+    }
+    std::hint::black_box(sum);
+    println!("{n} {}", start.map(|s| s.elapsed().as_nanos()).unwrap_or(1));
     Ok(())
 }
 

@@ -234,6 +234,8 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "tcp_pingpong_rtt_p50_ns",
         "remote_small_rps",
         "tcp_64k_rps64",
+        "tcp_framed_rps64",
+        "tcp_framed_cpu_s_per_gb",
         "remote_bulk_gbps",
         "tcp_64k_gbps",
         "rtt_sync_block_p50_ns",

@@ -306,12 +306,17 @@ impl Client {
     }
 }
 
-/// Announces the free segments the sender has no credit for yet.
-async fn announce(p: &mut Producer, c: &mut Credit, id: u32, w: &Writer) -> Result<(), LinkError> {
+/// Announces the free segments the sender has no credit for yet, when they are due
+/// ([`Credit::due`]).
+async fn announce(
+    p: &mut Producer,
+    c: &mut Credit,
+    (id, segments, backlog): (u32, u64, u64),
+    w: &Writer,
+) -> Result<(), LinkError> {
     let free = p.raw_free().map_err(LinkError::local)?;
-    let out = c.outstanding();
-    if free > out {
-        let add = (free - out).min(u32::MAX as u64);
+    let add = c.due(free, segments, backlog).min(u32::MAX as u64);
+    if add > 0 {
         w.send(&Msg::AddCredit {
             channel: id,
             credit: add as u32,
@@ -325,7 +330,8 @@ async fn announce(p: &mut Producer, c: &mut Credit, id: u32, w: &Writer) -> Resu
 impl Receiving<Held<Producer>> {
     /// Announces new credit and shows the figures.
     async fn announce(&mut self, w: &Writer) -> Result<(), LinkError> {
-        announce(&mut self.p, &mut self.credit, self.id, w).await?;
+        let at = (self.id, self.segments, self.backlog);
+        announce(&mut self.p, &mut self.credit, at, w).await?;
         self.p
             .raw_figures(self.credit.outstanding(), self.backlog, self.wire);
         Ok(())

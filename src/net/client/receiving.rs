@@ -106,6 +106,25 @@ impl Credit {
     pub(crate) fn outstanding(&self) -> u64 {
         self.announced - self.started
     }
+
+    /// Credit to announce now, of `free` segments free in a channel of `segments`, its
+    /// sender's backlog `backlog`: every free segment it has no credit for, or 0 while a
+    /// message for them would cost more than it brings. Announcements are batched as long as
+    /// the sender holds at least half the pool in credit and its backlog fits in it: a
+    /// quarter of the pool (at least one segment) at a time, so that a stream of small
+    /// segments costs the receiver one write per several segments, not one each, and the
+    /// sender never runs short for it (it still has half the pool to send when the batch is
+    /// due). Small pools (fewer than 4 segments) are announced segment by segment.
+    pub(crate) fn due(&self, free: u64, segments: u64, backlog: u64) -> u64 {
+        let out = self.outstanding();
+        let add = free.saturating_sub(out);
+        let flush = add >= (segments / 4).max(1) || out * 2 < segments || backlog > out;
+        if flush {
+            add
+        } else {
+            0
+        }
+    }
 }
 
 /// Priority events that may wait for room in one channel's lane. Priority events are outside
@@ -414,6 +433,39 @@ mod tests {
     use crate::protocol::frame;
 
     const SEG: usize = 4096;
+
+    #[test]
+    fn credit_is_announced_in_batches_only_while_the_sender_holds_half_the_pool() {
+        // 64 segments, all announced, 20 spent: the sender holds 44.
+        let c = Credit {
+            announced: 64,
+            started: 20,
+        };
+        let out = c.outstanding();
+        assert_eq!(out, 44);
+        // 1 to 15 segments free beyond that wait for a batch of a quarter of the pool...
+        for add in 1..16 {
+            assert_eq!(c.due(out + add, 64, 0), 0, "{add} free");
+        }
+        assert_eq!(c.due(out + 16, 64, 0), 16);
+        // ...unless the sender's backlog is more than its credit.
+        assert_eq!(c.due(out + 1, 64, out + 1), 1);
+        // Below half the pool in credit, every free segment goes at once.
+        let low = Credit {
+            announced: 64,
+            started: 33,
+        };
+        assert_eq!(low.due(low.outstanding() + 1, 64, 0), 1);
+        // Nothing free beyond the credit: nothing to say.
+        assert_eq!(c.due(out, 64, 0), 0);
+        assert_eq!(c.due(0, 64, 0), 0);
+        // Pools of fewer than 4 segments: segment by segment.
+        let small = Credit {
+            announced: 3,
+            started: 1,
+        };
+        assert_eq!(small.due(3, 3, 0), 1);
+    }
 
     /// A producer's segments without a region: `free` segments for credit, a lane of `room`
     /// priority events, and what was written, in order.

@@ -209,15 +209,17 @@ impl Inner {
         self.sock.shutdown_write();
     }
 
-    /// Announces the free segments the sender has no credit for yet.
+    /// Announces the free segments the sender has no credit for yet, when they are due
+    /// ([`Credit::due`](crate::net::client::receiving::Credit::due)).
     fn announce(&mut self) -> Result<(), Stop> {
         let Some(ch) = self.ch.as_mut() else {
             return Ok(());
         };
-        let free = ch.p.free();
-        let out = ch.credit.outstanding();
-        if free > out {
-            let add = (free - out).min(u32::MAX as u64);
+        let add = ch
+            .credit
+            .due(ch.p.free(), ch.segments, ch.backlog)
+            .min(u32::MAX as u64);
+        if add > 0 {
             self.sock
                 .send(&Msg::AddCredit {
                     channel: ch.id,
@@ -523,7 +525,8 @@ impl Inbound for In {
         let mut inner = self.lock();
         let broken = inner.write_broken;
         inner.ch.as_mut().is_some_and(|ch| {
-            !ch.held.is_empty() || (!broken && ch.p.free() > ch.credit.outstanding())
+            !ch.held.is_empty()
+                || (!broken && ch.credit.due(ch.p.free(), ch.segments, ch.backlog) > 0)
         }) || self.news.load(Ordering::Relaxed)
     }
 

@@ -757,6 +757,12 @@ impl Reader {
                 self.lo = 0;
             }
             let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            if left != Some(Duration::ZERO) {
+                self.wait_at_most(
+                    sock,
+                    left.map_or(self.dead_after, |l| l.min(self.dead_after)),
+                )?;
+            }
             // Where large buffers go straight into their segments, ask for little at once:
             // what a read brings beyond the head of a large buffer is copied once more.
             let ask = if large { SMALL_READ } else { self.buf.len() };
@@ -768,13 +774,6 @@ impl Reader {
             } else if left == Some(Duration::ZERO) {
                 crate::sys::sock::recv_now(sock.stream.as_fd(), dst)
             } else {
-                let t = left
-                    .map_or(self.dead_after, |l| l.min(self.dead_after))
-                    .max(Duration::from_micros(1));
-                if self.timeout != Some(t) {
-                    sock.stream.set_read_timeout(Some(t))?;
-                    self.timeout = Some(t);
-                }
                 started.get_or_insert_with(Instant::now);
                 match &sock.tls {
                     Some(t) => sock.tls_read(t, &mut [std::io::IoSliceMut::new(dst)], false, until),
@@ -872,13 +871,7 @@ impl Reader {
             let now = left == Some(Duration::ZERO);
             if !now {
                 let quiet = self.dead_after.saturating_sub(heard.elapsed());
-                let t = left
-                    .map_or(quiet, |l| l.min(quiet))
-                    .max(Duration::from_micros(1));
-                if self.timeout != Some(t) {
-                    sock.stream.set_read_timeout(Some(t))?;
-                    self.timeout = Some(t);
-                }
+                self.wait_at_most(sock, left.map_or(quiet, |l| l.min(quiet)))?;
             }
             let behind = SMALL_READ.min(self.buf.len());
             let want = dst.len() - *at;
@@ -924,6 +917,26 @@ impl Reader {
             }
         }
         Ok(true)
+    }
+
+    /// Makes a blocking read of `sock` wait at most `t`, and not much less: the socket's
+    /// timeout is set again only when the one set is longer than `t` or shorter by more than
+    /// a sixteenth of it, and then a thirty-second short of `t`, so that the timeouts of a
+    /// stream of reads (the time left of one silence deadline, read after read) cost one
+    /// system call in many rather than one each. A read that the shorter timeout ends early
+    /// only looks again: every caller checks its own deadlines when a read times out.
+    fn wait_at_most(&mut self, sock: &Sock, t: Duration) -> std::io::Result<()> {
+        let t = t.max(Duration::from_micros(1));
+        if self
+            .timeout
+            .is_some_and(|cur| cur <= t && t - cur <= t / 16)
+        {
+            return Ok(());
+        }
+        let set = (t - t / 32).max(Duration::from_micros(1));
+        sock.stream.set_read_timeout(Some(set))?;
+        self.timeout = Some(set);
+        Ok(())
     }
 
     /// True if a whole message is in the buffer (checked as far as its head goes).
