@@ -263,7 +263,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
     // Every ratio has its key; those of the delayed-link group, which runs only when named,
     // are null.
     let ratios = v["ratios"].as_object().unwrap();
-    assert_eq!(ratios.len(), 37);
+    assert_eq!(ratios.len(), 39);
     for (k, r) in ratios {
         assert_eq!(r.is_null(), k.starts_with("netem"), "{k}: {r}");
     }
