@@ -336,6 +336,42 @@ fn under_a_timeout_policy_a_record_goes_out_within_the_interval_with_no_further_
 }
 
 #[test]
+fn segments_waiting_for_credit_go_out_when_it_comes_while_the_producer_makes_no_call() {
+    for kind in [Kind::Direct, Kind::DirectToBridge] {
+        let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+        // Six segments' worth (4 records of 1000 B each) with nobody reading: four go out on
+        // the receiver's credit, the others wait for it in the sender's own segments.
+        let n = 4 * 6u64;
+        for i in 0..n {
+            let mut r = vec![(i % 251) as u8; 1000];
+            r[..8].copy_from_slice(&i.to_le_bytes());
+            tx.send(&r).unwrap();
+        }
+        // Now the consumer reads, and the producer's thread makes no call until it has all:
+        // the credit it hands back is taken, and what waited forwarded, by the sending end's
+        // keeper.
+        let reader = std::thread::spawn(move || {
+            for i in 0..n {
+                let r = match rx.recv_timeout(Duration::from_secs(10)) {
+                    Ok(Some(r)) => r,
+                    other => panic!("{kind:?}: record {i}: {other:?}"),
+                };
+                let b = r.as_bytes().unwrap();
+                assert_eq!(b[..8], i.to_le_bytes(), "{kind:?}");
+                assert!(b[8..].iter().all(|&x| x == (i % 251) as u8), "{kind:?}");
+            }
+            rx
+        });
+        let mut rx = reader.join().unwrap();
+        tx.close_timeout(Duration::from_secs(20)).unwrap();
+        assert!(rx.recv().unwrap().is_none(), "{kind:?}");
+        if let Some(b) = bridge {
+            b.join().unwrap();
+        }
+    }
+}
+
+#[test]
 fn a_slow_consumer_blocks_the_remote_producer_and_a_priority_event_overtakes() {
     for kind in KINDS {
         let (mut tx, mut rx, bridge) = remote_pair(kind, small());

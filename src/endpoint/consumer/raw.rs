@@ -104,7 +104,21 @@ impl Consumer {
                 if kind == frame::WHOLE && !in_span && len as usize <= seg_size - at - HEADER {
                     records += 1;
                     payload += len as u64;
-                    at = frame::next_frame(at, len as usize);
+                    let step = frame::next_frame(at, len as usize) - at;
+                    at += step;
+                    // A run of records of one length: each next header is where the last
+                    // one's step puts it, so its place does not wait for the load before
+                    // (the loads overlap, where a walk that decodes each header to find the
+                    // next is a chain of dependent loads). The same word, at a place that
+                    // holds the whole frame, is the same valid frame; anything else (0
+                    // included) goes to the general walk, each load still Acquire and in
+                    // order.
+                    while at + step <= seg_size && frame::load(self.shared.word(c.seg, at)) == word
+                    {
+                        records += 1;
+                        payload += len as u64;
+                        at += step;
+                    }
                     continue;
                 }
                 let f = match frame::check(at, word, seg_size, in_span) {
@@ -272,5 +286,77 @@ impl Consumer {
     pub(crate) fn raw_lose(mut self) {
         self.detach_as = crate::protocol::ends::Leave::Lost;
         drop(self);
+    }
+}
+
+#[cfg(all(test, not(shmflow_loom)))]
+mod tests {
+    use super::*;
+    use crate::Geometry;
+
+    /// The published part of the segment in hand: (start, end, ends the segment, records,
+    /// payload bytes), handed out.
+    fn chunk(c: &mut Consumer) -> (usize, usize, bool, u64, u64) {
+        match c.raw_poll(true).unwrap() {
+            RawPoll::Chunk(ch) => {
+                let got = (ch.at, ch.end, ch.ends_segment, ch.records, ch.payload);
+                c.raw_done(ch).unwrap();
+                got
+            }
+            other => panic!("expected a chunk, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn runs_of_one_length_and_the_lengths_between_them_are_walked_to_the_last_frame() {
+        let (mut p, mut c) = crate::pair(Geometry {
+            segment_size: 4096,
+            segment_count: 4,
+        })
+        .unwrap();
+        // 10 × 64 B (72 B frames), one of 100 B (112), 3 × 64 B, 5 × 24 B (32).
+        let lens = [[64; 10].as_slice(), &[100], &[64; 3], &[24; 5]].concat();
+        for &len in &lens {
+            p.send(&vec![1u8; len]).unwrap();
+        }
+        assert_eq!(chunk(&mut c), (0, 720 + 112 + 216 + 160, false, 19, 1052));
+        // Nothing new: the walk stops at the 0 after the last frame, not at a stale word.
+        assert_eq!(c.raw_poll(true).unwrap(), RawPoll::Empty);
+        // One more of the first run's length, after the other lengths.
+        p.send(&[2u8; 64]).unwrap();
+        assert_eq!(chunk(&mut c), (1208, 1280, false, 1, 64));
+    }
+
+    #[test]
+    fn a_run_that_reaches_the_segment_end_ends_the_segment_and_the_next_run_starts_at_zero() {
+        let (mut p, mut c) = crate::pair(Geometry {
+            segment_size: 4096,
+            segment_count: 4,
+        })
+        .unwrap();
+        // 56 frames of 72 B fill 4032 B: the 57th does not fit, the segment is sealed.
+        for _ in 0..57 {
+            p.send(&[3u8; 64]).unwrap();
+        }
+        let (at, end, ends, records, payload) = chunk(&mut c);
+        assert_eq!((at, records, payload), (0, 56, 56 * 64));
+        assert!(ends, "the sealed segment is finished");
+        assert!(
+            end >= 4032,
+            "the chunk takes the seal after the frames: {end}"
+        );
+        // The first segment went back: its stale frames are not walked again, and the
+        // next one starts at 0 with the 57th record.
+        assert_eq!(chunk(&mut c), (0, 72, false, 1, 64));
+        // A second lap over the segments (stale words of the same value behind the 0).
+        for _ in 0..3 * 57 {
+            p.send(&[4u8; 64]).unwrap();
+            while let RawPoll::Chunk(ch) = c.raw_poll(true).unwrap() {
+                c.raw_done(ch).unwrap();
+            }
+        }
+        p.send(&[5u8; 24]).unwrap();
+        let (_, _, _, records, payload) = chunk(&mut c);
+        assert_eq!((records, payload), (1, 24));
     }
 }

@@ -49,6 +49,11 @@ struct Out {
     pending: Arc<AtomicBool>,
     /// The last forward stopped for want of credit.
     waiting: bool,
+    /// The backlog (published segments not taken) when the producer's thread last looked
+    /// for credit on the socket for want of it: it looks again once more is published, so
+    /// that a producer that keeps publishing hears credit itself (at most once per segment it
+    /// publishes), rather than leaving it to the keeper's thread.
+    heard_at: Option<u64>,
     /// Bytes of frames sent.
     wire: u64,
     /// The backlog sent with the last buffer.
@@ -85,6 +90,7 @@ impl Direct {
             state: State::Open,
             pending: pending.clone(),
             waiting: false,
+            heard_at: None,
             wire: 0,
             backlog: 0,
             cause: None,
@@ -111,6 +117,7 @@ impl Direct {
     /// Runs `f` on the state; wakes the keeper if segments now wait for credit, stops it once
     /// the channel ended.
     fn with(&mut self, f: impl FnOnce(&mut Out) -> Result<(), LinkError>) -> bool {
+        self.keeper.touch();
         let (wake, open) = {
             let mut o = self.out.lock().unwrap_or_else(|p| p.into_inner());
             let wake = o.run(f);
@@ -211,6 +218,10 @@ impl Out {
             }
             match c.raw_poll(self.credit > 0).map_err(LinkError::local)? {
                 RawPoll::Chunk(ch) if ch.at == 0 && self.credit == 0 => {
+                    let backlog = c.raw_backlog().map_err(LinkError::local)?;
+                    if self.look_for_credit(backlog)? {
+                        continue;
+                    }
                     self.waiting = true;
                     return Ok(());
                 }
@@ -220,6 +231,7 @@ impl Out {
                     if ch.at == 0 {
                         self.credit -= 1;
                         self.started += 1;
+                        self.heard_at = None;
                     }
                     self.backlog = c.raw_backlog().map_err(LinkError::local)?;
                     let backlog = u32::try_from(self.backlog).unwrap_or(u32::MAX);
@@ -230,6 +242,10 @@ impl Out {
                     c.raw_done(ch).map_err(LinkError::local)?;
                 }
                 RawPoll::NeedCredit => {
+                    let backlog = c.raw_backlog().map_err(LinkError::local)?;
+                    if self.look_for_credit(backlog)? {
+                        continue;
+                    }
                     self.waiting = true;
                     return Ok(());
                 }
@@ -254,6 +270,18 @@ impl Out {
                 }
             }
         }
+    }
+
+    /// Out of credit with `backlog` segments published: reads what the receiver sent and is
+    /// there now, once per backlog (see `heard_at`). True if that brought credit (or ended
+    /// the channel): the forward goes on.
+    fn look_for_credit(&mut self, backlog: u64) -> Result<bool, LinkError> {
+        if self.heard_at == Some(backlog) {
+            return Ok(false);
+        }
+        self.heard_at = Some(backlog);
+        self.hear()?;
+        Ok(self.credit > 0 || self.c.is_none())
     }
 
     /// One message from the receiver.

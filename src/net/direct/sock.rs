@@ -395,6 +395,32 @@ struct Orders {
     interval: Option<Duration>,
 }
 
+/// How long an end's thread makes no call before its keeper takes over what waits for
+/// credit. Bounds what a producer that stops calling adds to the wait of its last segments
+/// (on top of the credit's own); a producer that keeps calling pays nothing for it.
+pub(crate) const AWAY: Duration = Duration::from_micros(500);
+
+/// Waits until the end's thread has made no call (`calls` unchanged) for [`AWAY`]: true then,
+/// false as soon as `done` says the wait is moot (the keeper is stopped, nothing waits any
+/// more, a heartbeat is due: a thread that keeps calling without credit writes nothing). The
+/// keeper's thread sleeps meanwhile (`park_timeout`: a wake or a stop cuts a sleep short and
+/// the loop looks again).
+fn away(calls: &AtomicU64, done: impl Fn() -> bool) -> bool {
+    loop {
+        let before = calls.load(Ordering::Relaxed);
+        let start = Instant::now();
+        while start.elapsed() < AWAY {
+            std::thread::park_timeout(AWAY - start.elapsed().min(AWAY));
+            if done() {
+                return false;
+            }
+        }
+        if calls.load(Ordering::Relaxed) == before {
+            return true;
+        }
+    }
+}
+
 /// The keeper of a direct end: a thread that sends a heartbeat whenever the end has written
 /// nothing for `every`, so that the peer does not take an end whose thread is busy elsewhere
 /// as dead; and runs its end's [`Chore`] (a sending end's reads what the receiver said and
@@ -404,7 +430,9 @@ struct Orders {
 ///   reads what its peer says;
 /// - for a sending end, whenever the socket has something to read while `pending` is set
 ///   (segments waiting for credit when the producer's thread returned before the credit
-///   came), and
+///   came) and the end's thread has made no call for [`AWAY`] (a thread that keeps calling
+///   hears its credit itself: were the keeper to forward meanwhile, the two would take turns
+///   at the end's lock and at the CPUs, each turn a wake-up), and
 /// - for a sending end, once per buffer timeout while records are deferred
 ///   (`FlushPolicy::Timeout`): the end marks each deferred record in a [`FlushSignal`], the
 ///   hand-off of the local buffer-timeout flusher (its loom model covers it), and the keeper
@@ -413,6 +441,9 @@ struct Orders {
 ///
 /// Stopped and joined on drop.
 pub(crate) struct Keeper {
+    /// Calls of the end's thread ([`Keeper::touch`]): the keeper takes the end for away
+    /// once this stays the same for [`AWAY`].
+    calls: Arc<AtomicU64>,
     orders: Arc<(Mutex<Orders>, Condvar)>,
     stop: Arc<AtomicBool>,
     signal: Arc<FlushSignal>,
@@ -432,11 +463,13 @@ impl Keeper {
         let orders = Arc::new((Mutex::new(Orders::default()), Condvar::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let signal = Arc::new(FlushSignal::default());
-        let (o, p, st, sig) = (
+        let calls = Arc::new(AtomicU64::new(0));
+        let (o, p, st, sig, n) = (
             orders.clone(),
             pending.clone(),
             stop.clone(),
             signal.clone(),
+            calls.clone(),
         );
         let thread = std::thread::Builder::new()
             .name("shmflow-keeper".into())
@@ -485,7 +518,13 @@ impl Keeper {
                                 );
                             }
                         }
-                        if p.load(Ordering::Relaxed) {
+                        if p.load(Ordering::Relaxed)
+                            && away(&n, || {
+                                st.load(Ordering::Relaxed)
+                                    || !p.load(Ordering::Relaxed)
+                                    || heartbeat_due()
+                            })
+                        {
                             // Until the peer says something (credit), or a heartbeat is due.
                             if let Ok(true) =
                                 crate::sys::sock::wait_readable(sock.stream.as_fd(), every)
@@ -520,12 +559,23 @@ impl Keeper {
                 }
             })?;
         Ok(Keeper {
+            calls,
             orders,
             stop,
             signal,
             interval: None,
             thread: Some(thread),
         })
+    }
+
+    /// The end's thread made a call (see [`AWAY`]).
+    #[inline]
+    pub(crate) fn touch(&self) {
+        // Relaxed: a hint of activity, read by the keeper; nothing is published through it.
+        self.calls.store(
+            self.calls.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
     }
 
     /// Wakes the keeper to look at its `pending` flag (set and cleared by whoever holds the
