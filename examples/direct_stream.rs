@@ -16,6 +16,7 @@ use shmflow::{FlushPolicy, Gate, GateGeometry, GateMessage, Geometry};
 
 const USAGE: &str =
     "usage: direct_stream [--len BYTES] [--secs S] [--policy P] [--segment BYTES] [--tls] [--gate]
+                     [--process]
 
   --len BYTES   record size (default 65536)
   --segment B   segment size (default: the default geometry's)
@@ -23,13 +24,14 @@ const USAGE: &str =
   --policy P    every (default: each record as it is sent), explicit (whole segments),
                 or a buffer timeout in microseconds
   --tls         mutual TLS, with certificates of a throwaway authority
-  --gate        the receiving end is channel 0 of a gate (2 exclusive, 8 floating segments)";
+  --gate        the receiving end is channel 0 of a gate (2 exclusive, 8 floating segments)
+  --process     the reading end runs in a child process (this program, with --sink-at)";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = args::parse(
         USAGE,
-        &["--len", "--secs", "--policy", "--segment"],
-        &["--tls", "--gate"],
+        &["--len", "--secs", "--policy", "--segment", "--sink-at"],
+        &["--tls", "--gate", "--process"],
         0,
     );
     let len: usize = a.num("--len", 65536);
@@ -62,7 +64,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..Geometry::default()
         }
     };
+    if let Some(at) = a.get("--sink-at") {
+        // The child of `--process`: reads and prints what it counted.
+        let mut rx = connect_consumer(at.parse()?, "s", g, rx_cfg)?;
+        let (mut n, mut bytes) = (0u64, 0u64);
+        while let Some(mut r) = rx.recv()? {
+            bytes += record_len(&mut r)?;
+            n += 1;
+        }
+        println!("{n} {bytes}");
+        return Ok(());
+    }
+    let child = if a.has("--process") {
+        if gate || a.has("--tls") {
+            a.fail("--process reads with a plain consumer, without TLS");
+        }
+        let mut cmd = std::process::Command::new(std::env::current_exe()?);
+        cmd.args(["--sink-at", &addr.to_string()])
+            .args(["--segment", &g.segment_size.to_string()])
+            .stdout(std::process::Stdio::piped());
+        Some(cmd.spawn()?)
+    } else {
+        None
+    };
+    let in_thread = child.is_none();
     let reader = std::thread::spawn(move || -> Counted {
+        if !in_thread {
+            let out = child.expect("the child").wait_with_output()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let mut it = text.split_whitespace().map(str::parse::<u64>);
+            return match (it.next(), it.next()) {
+                (Some(Ok(n)), Some(Ok(bytes))) if out.status.success() => Ok((n, bytes)),
+                _ => Err(format!("the reading process: {} {text}", out.status).into()),
+            };
+        }
         let (mut n, mut bytes) = (0u64, 0u64);
         if gate {
             let (mut gate, _handles) = Gate::create_anonymous(GateGeometry::new(1))?;

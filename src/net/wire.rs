@@ -652,7 +652,23 @@ pub(crate) fn check_frames_split(
         if kind == frame::WHOLE && !span && next <= end {
             tally.records += 1;
             tally.payload += len as u64;
+            let step = next - at;
             at = next;
+            // A run of records of one length: the same header word at the place the last
+            // frame's step gives is the same frame, accepted as the one before was, and the
+            // place of each does not wait for the header before (no chain of dependent
+            // loads). Anything else goes through the checks below.
+            while at + step <= end {
+                let i = at - offset - HEADER;
+                match rest.get(i..i + HEADER) {
+                    Some(w) if u64::from_le_bytes(w.try_into().expect("8 bytes")) == word => {
+                        tally.records += 1;
+                        tally.payload += len as u64;
+                        at += step;
+                    }
+                    _ => break,
+                }
+            }
         } else {
             let (f, next) = check_frame(at, word, end, seg_size, span)?;
             span = frame::span_after(f.kind, span);
@@ -859,6 +875,38 @@ mod tests {
         let mut partial = whole(5);
         partial.extend_from_slice(&[1, 2, 3, 4]);
         assert!(check_frames(0, &partial, seg, &mut span).is_err());
+    }
+
+    #[test]
+    fn runs_of_one_frame_length_are_checked_and_counted_frame_by_frame() {
+        let seg = 4096;
+        let whole = |len: u32| {
+            let mut v = frame::encode(len, frame::WHOLE).to_le_bytes().to_vec();
+            v.resize(frame::next_frame(0, len as usize), 0);
+            v
+        };
+        let run = |len: u32, n: usize| whole(len).repeat(n);
+        let mut span = false;
+        // Runs, a run cut by another length, a run of one.
+        let b = [run(64, 10), run(100, 1), run(64, 3), run(24, 5)].concat();
+        let f = check_frames(0, &b, seg, &mut span).unwrap();
+        assert_eq!(
+            (f.ends, f.tally.records, f.tally.payload),
+            (false, 19, 1052)
+        );
+        // A run to the segment's last byte ends it.
+        let f = check_frames(0, &run(56, 64), seg, &mut span).unwrap();
+        assert_eq!((f.ends, f.tally.records), (true, 64));
+        // A run whose last frame is cut by the buffer's end, or whose next word is garbage
+        // (a length past the segment, a kind that does not exist), is refused.
+        let cut = run(64, 10);
+        assert!(check_frames(0, &cut[..cut.len() - 8], seg, &mut span).is_err());
+        for bad in [frame::encode(5000, frame::WHOLE), 0xFFFF_FFFF_0000_0040] {
+            let mut b = run(64, 4);
+            b[3 * 72..3 * 72 + 8].copy_from_slice(&bad.to_le_bytes());
+            assert!(check_frames(0, &b, seg, &mut span).is_err(), "{bad:#x}");
+        }
+        assert!(!span);
     }
 
     #[test]
