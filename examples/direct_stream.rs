@@ -1,5 +1,6 @@
 //! Streams records between two direct network ends over loopback for a few seconds (a sender
-//! thread and a reader thread, no bridge) and prints the rate: for profiling the direct ends.
+//! thread and a reader thread, or with `--process` a reading child process, as the bench has
+//! it; no bridge) and prints the rate: for profiling the direct ends.
 //!
 //! ```text
 //! cargo build --release --features net --example direct_stream
@@ -53,6 +54,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = l.local_addr()?;
     type Counted = Result<(u64, u64), Box<dyn std::error::Error + Send + Sync>>;
     let gate = a.has("--gate");
+    if gate && a.get("--segment").is_some() {
+        a.fail("--gate reads with the gate's segments: --segment does not apply");
+    }
     let g = if gate {
         Geometry {
             segment_size: GateGeometry::new(1).segment_size,
@@ -117,7 +121,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Ok((n, bytes))
     });
-    let mut tx = l.accept_producer("s", g)?;
+    // (A reader that failed before it connected: not a wait for ever.)
+    let mut tx = l.accept_producer_timeout("s", g, Duration::from_secs(30))?;
     tx.set_flush_policy(policy);
     let rec = vec![7u8; len];
     let start = Instant::now();

@@ -372,6 +372,56 @@ fn segments_waiting_for_credit_go_out_when_it_comes_while_the_producer_makes_no_
 }
 
 #[test]
+fn a_producer_that_keeps_sending_within_a_segment_takes_the_credit_that_comes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    for kind in [Kind::Direct, Kind::DirectToBridge] {
+        let (mut tx, mut rx, bridge) = remote_pair(kind, small());
+        // Four segments of four 1000 B records spend the credit; a fifth segment waits for
+        // it with one record and room for 193 records of 8 B (16 B frames) more.
+        for _ in 0..17 {
+            tx.send(&[1u8; 1000]).unwrap();
+        }
+        let got = Arc::new(AtomicBool::new(false));
+        let flag = got.clone();
+        let reader = std::thread::spawn(move || {
+            for i in 0..17 {
+                match rx.recv_timeout(Duration::from_secs(20)) {
+                    Ok(Some(r)) => assert_eq!(r.len(), Some(1000), "{kind:?}: record {i}"),
+                    other => panic!("{kind:?}: record {i}: {other:?}"),
+                }
+            }
+            flag.store(true, Ordering::Release);
+            let mut small = 0;
+            while let Some(r) = rx.recv().unwrap() {
+                assert_eq!(r.len(), Some(8), "{kind:?}");
+                small += 1;
+            }
+            small
+        });
+        // The producer keeps sending small records into the waiting segment, a call more
+        // often than its keeper would take it for away: the credit its consumer hands back
+        // must reach it through these calls, before the segment fills and a new one is
+        // published.
+        let mut sent = 0u64;
+        while !got.load(Ordering::Acquire) {
+            assert!(
+                sent < 193,
+                "{kind:?}: the waiting segment filled before its credit was taken"
+            );
+            tx.send(&sent.to_le_bytes()).unwrap();
+            sent += 1;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        tx.close_timeout(Duration::from_secs(20)).unwrap();
+        assert_eq!(reader.join().unwrap(), sent, "{kind:?}");
+        if let Some(b) = bridge {
+            b.join().unwrap();
+        }
+    }
+}
+
+#[test]
 fn a_slow_consumer_blocks_the_remote_producer_and_a_priority_event_overtakes() {
     for kind in KINDS {
         let (mut tx, mut rx, bridge) = remote_pair(kind, small());

@@ -114,7 +114,8 @@ impl Credit {
     /// quarter of the pool (at least one segment) at a time, so that a stream of small
     /// segments costs the receiver one write per several segments, not one each, and the
     /// sender never runs short for it (it still has half the pool to send when the batch is
-    /// due). Small pools (fewer than 4 segments) are announced segment by segment.
+    /// due). Small pools (fewer than 8 segments, whose quarter is under 2) are announced
+    /// segment by segment.
     pub(crate) fn due(&self, free: u64, segments: u64, backlog: u64) -> u64 {
         let out = self.outstanding();
         let add = free.saturating_sub(out);
@@ -459,7 +460,7 @@ mod tests {
         // Nothing free beyond the credit: nothing to say.
         assert_eq!(c.due(out, 64, 0), 0);
         assert_eq!(c.due(0, 64, 0), 0);
-        // Pools of fewer than 4 segments: segment by segment.
+        // Pools of fewer than 8 segments: segment by segment.
         let small = Credit {
             announced: 3,
             started: 1,

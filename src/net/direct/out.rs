@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
 use crate::endpoint::consumer::Consumer;
 use crate::endpoint::remote::{Outbound, Settled};
-use crate::net::direct::sock::{Chore, Got, Keeper, Reader, Readiness, Sock};
+use crate::net::direct::sock::{Chore, Got, Keeper, Reader, Readiness, Sock, AWAY};
 use crate::net::error::{LinkError, ProtocolError};
 use crate::net::link::Lose;
 use crate::net::wire::{self, Closed, Msg, Peeked};
@@ -50,10 +50,11 @@ struct Out {
     /// The last forward stopped for want of credit.
     waiting: bool,
     /// The backlog (published segments not taken) when the producer's thread last looked
-    /// for credit on the socket for want of it: it looks again once more is published, so
-    /// that a producer that keeps publishing hears credit itself (at most once per segment it
-    /// publishes), rather than leaving it to the keeper's thread.
-    heard_at: Option<u64>,
+    /// for credit on the socket for want of it, and when: it looks again once more is
+    /// published or [`AWAY`] passed, so that a producer that keeps publishing hears credit
+    /// itself (the keeper takes over only once its calls stop), at most once per segment it
+    /// publishes or per `AWAY`.
+    heard_at: Option<(u64, Instant)>,
     /// Bytes of frames sent.
     wire: u64,
     /// The backlog sent with the last buffer.
@@ -273,13 +274,17 @@ impl Out {
     }
 
     /// Out of credit with `backlog` segments published: reads what the receiver sent and is
-    /// there now, once per backlog (see `heard_at`). True if that brought credit (or ended
-    /// the channel): the forward goes on.
+    /// there now, once per backlog or per [`AWAY`] (see `heard_at`). True if that brought
+    /// credit (or ended the channel): the forward goes on.
     fn look_for_credit(&mut self, backlog: u64) -> Result<bool, LinkError> {
-        if self.heard_at == Some(backlog) {
+        let now = Instant::now();
+        if self
+            .heard_at
+            .is_some_and(|(b, t)| b == backlog && now.duration_since(t) < AWAY)
+        {
             return Ok(false);
         }
-        self.heard_at = Some(backlog);
+        self.heard_at = Some((backlog, now));
         self.hear()?;
         Ok(self.credit > 0 || self.c.is_none())
     }

@@ -396,8 +396,10 @@ struct Orders {
 }
 
 /// How long an end's thread makes no call before its keeper takes over what waits for
-/// credit. Bounds what a producer that stops calling adds to the wait of its last segments
-/// (on top of the credit's own); a producer that keeps calling pays nothing for it.
+/// credit. A producer that stops calling adds between one and two of these to the wait of its
+/// last segments (on top of the credit's own: the keeper's look restarts when a call lands
+/// in it); a producer that keeps calling pays nothing for it, and looks for credit itself
+/// (at least once per `AWAY` while it has none).
 pub(crate) const AWAY: Duration = Duration::from_micros(500);
 
 /// Waits until the end's thread has made no call (`calls` unchanged) for [`AWAY`]: true then,
@@ -407,6 +409,9 @@ pub(crate) const AWAY: Duration = Duration::from_micros(500);
 /// the loop looks again).
 fn away(calls: &AtomicU64, done: impl Fn() -> bool) -> bool {
     loop {
+        // Relaxed: pairs with the Relaxed store of `Keeper::touch`, a hint with nothing
+        // published through it: a stale count only moves when the keeper takes the end's
+        // mutex (which orders everything it then reads), never what it does under it.
         let before = calls.load(Ordering::Relaxed);
         let start = Instant::now();
         while start.elapsed() < AWAY {
@@ -520,9 +525,12 @@ impl Keeper {
                         }
                         if p.load(Ordering::Relaxed)
                             && away(&n, || {
+                                // Relaxed: hints, as above (the chore looks at the state
+                                // under its lock). A muted keeper sends no heartbeat: one
+                                // due must not cut this wait short for ever.
                                 st.load(Ordering::Relaxed)
                                     || !p.load(Ordering::Relaxed)
-                                    || heartbeat_due()
+                                    || (!mute && heartbeat_due())
                             })
                         {
                             // Until the peer says something (credit), or a heartbeat is due.
@@ -571,7 +579,8 @@ impl Keeper {
     /// The end's thread made a call (see [`AWAY`]).
     #[inline]
     pub(crate) fn touch(&self) {
-        // Relaxed: a hint of activity, read by the keeper; nothing is published through it.
+        // Relaxed: pairs with the Relaxed loads in `away`; a hint of activity, nothing is
+        // published through it (the end's mutex orders the state).
         self.calls.store(
             self.calls.load(Ordering::Relaxed).wrapping_add(1),
             Ordering::Relaxed,
@@ -808,10 +817,14 @@ impl Reader {
             }
             let left = until.map(|u| u.saturating_duration_since(Instant::now()));
             if left != Some(Duration::ZERO) {
-                self.wait_at_most(
-                    sock,
-                    left.map_or(self.dead_after, |l| l.min(self.dead_after)),
-                )?;
+                // What is left of the silence deadline, as `read_rest` counts it: a timeout
+                // set a little short of it ends a read early, and the read after asks only
+                // for the rest, so that a silent peer is found after `dead_after`, not twice
+                // that.
+                let quiet = started.map_or(self.dead_after, |s| {
+                    self.dead_after.saturating_sub(s.elapsed())
+                });
+                self.wait_at_most(sock, left.map_or(quiet, |l| l.min(quiet)))?;
             }
             // Where large buffers go straight into their segments, ask for little at once:
             // what a read brings beyond the head of a large buffer is copied once more.
@@ -896,8 +909,9 @@ impl Reader {
     /// passes (`Ok(false)`: `*at` says how far it came; call again with the same `dst` to go
     /// on). Each read that may wait also asks for up to [`SMALL_READ`] bytes behind `dst`,
     /// into the buffer: what follows the buffer (the next message's head, in a stream of large
-    /// buffers) comes with the same system call. `*heard` is when the last of it came (the head's arrival at
-    /// first): a peer silent for `dead_after` since then is `PeerSilent`, across calls.
+    /// buffers) comes with the same system call. `*heard` is when the last of it came (the
+    /// head's arrival at first): a peer silent for `dead_after` since then is `PeerSilent`,
+    /// across calls.
     pub(crate) fn read_rest(
         &mut self,
         sock: &Sock,
