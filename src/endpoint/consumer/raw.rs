@@ -292,7 +292,14 @@ impl Consumer {
 #[cfg(all(test, not(shmflow_loom)))]
 mod tests {
     use super::*;
-    use crate::Geometry;
+    use crate::endpoint::producer::Producer;
+    use crate::protocol::abi::Geometry;
+
+    /// A channel in an anonymous region, both ends here.
+    fn pair(g: Geometry) -> (Producer, Consumer) {
+        let (p, handle) = Producer::create_anonymous(g).unwrap();
+        (p, Consumer::from_handle(handle).unwrap())
+    }
 
     /// The published part of the segment in hand: (start, end, ends the segment, records,
     /// payload bytes), handed out.
@@ -309,11 +316,10 @@ mod tests {
 
     #[test]
     fn runs_of_one_length_and_the_lengths_between_them_are_walked_to_the_last_frame() {
-        let (mut p, mut c) = crate::pair(Geometry {
+        let (mut p, mut c) = pair(Geometry {
             segment_size: 4096,
             segment_count: 4,
-        })
-        .unwrap();
+        });
         // 10 × 64 B (72 B frames), one of 100 B (112), 3 × 64 B, 5 × 24 B (32).
         let lens = [[64; 10].as_slice(), &[100], &[64; 3], &[24; 5]].concat();
         for &len in &lens {
@@ -329,11 +335,10 @@ mod tests {
 
     #[test]
     fn a_run_that_reaches_the_segment_end_ends_the_segment_and_the_next_run_starts_at_zero() {
-        let (mut p, mut c) = crate::pair(Geometry {
+        let (mut p, mut c) = pair(Geometry {
             segment_size: 4096,
             segment_count: 4,
-        })
-        .unwrap();
+        });
         // 56 frames of 72 B fill 4032 B: the 57th does not fit, the segment is sealed.
         for _ in 0..57 {
             p.send(&[3u8; 64]).unwrap();
