@@ -839,14 +839,16 @@ mod tests {
         }
     }
 
+    /// A whole record's frame of `len` zero bytes, padded to its end.
+    fn whole(len: u32) -> Vec<u8> {
+        let mut v = frame::encode(len, frame::WHOLE).to_le_bytes().to_vec();
+        v.resize(frame::next_frame(0, len as usize), 0);
+        v
+    }
+
     #[test]
     fn frames_are_checked_against_the_segment() {
         let seg = 4096;
-        let whole = |len: u32| {
-            let mut v = frame::encode(len, frame::WHOLE).to_le_bytes().to_vec();
-            v.resize(frame::next_frame(0, len as usize), 0);
-            v
-        };
         let mut span = false;
         let one = check_frames(0, &whole(5), seg, &mut span).unwrap();
         assert!(!one.ends);
@@ -880,11 +882,6 @@ mod tests {
     #[test]
     fn runs_of_one_frame_length_are_checked_and_counted_frame_by_frame() {
         let seg = 4096;
-        let whole = |len: u32| {
-            let mut v = frame::encode(len, frame::WHOLE).to_le_bytes().to_vec();
-            v.resize(frame::next_frame(0, len as usize), 0);
-            v
-        };
         let run = |len: u32, n: usize| whole(len).repeat(n);
         let mut span = false;
         // Runs, a run cut by another length, a run of one.
