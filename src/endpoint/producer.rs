@@ -914,18 +914,32 @@ impl Producer {
         let seg_size = self.seg_size;
         if HEADER + bytes.len() <= seg_size {
             self.ensure_room(HEADER + bytes.len(), patience)?;
-            let c = self
-                .cur
-                .as_mut()
-                .expect("ensure_room leaves a segment in hand");
-            let at = c.wpos;
-            c.wpos = frame::next_frame(at, bytes.len());
-            self.write_header(at, bytes.len() as u32, frame::WHOLE);
-            self.write_bytes(at + HEADER, bytes);
-            self.record_done(bytes.len() as u64);
+            self.write_whole(bytes);
             return Ok(());
         }
         self.send_spanning(bytes, patience)
+    }
+
+    /// True if a frame of `need` bytes goes into the segment in hand (`ensure_room`'s fast
+    /// path: a pending abort comes only with no segment in hand).
+    #[inline(always)]
+    pub(super) fn fits_in_hand(&self, need: usize) -> bool {
+        matches!(&self.cur, Some(c) if c.wpos + need <= self.seg_end)
+    }
+
+    /// Writes `bytes` as a whole record into the segment in hand, which has room for it
+    /// ([`Producer::fits_in_hand`], or `ensure_room` just made it).
+    #[inline(always)]
+    pub(super) fn write_whole(&mut self, bytes: &[u8]) {
+        let c = self
+            .cur
+            .as_mut()
+            .expect("a segment in hand with room for the record");
+        let at = c.wpos;
+        c.wpos = frame::next_frame(at, bytes.len());
+        self.write_header(at, bytes.len() as u32, frame::WHOLE);
+        self.write_bytes(at + HEADER, bytes);
+        self.record_done(bytes.len() as u64);
     }
 
     /// How many free segments a spanning record of `len` bytes needs to go whole (counting

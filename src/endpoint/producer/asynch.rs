@@ -373,25 +373,43 @@ impl std::future::Future for SendAsync<'_> {
             panic!("`SendAsync` polled after it completed");
         };
         let bytes = this.bytes;
-        // A record that goes into the segment in hand costs no look at the executor's budget:
-        // the budget is spent by the segment (see `segment_budget`), when a record does not
-        // fit in the one in hand.
-        let in_hand = matches!(&p.cur, Some(c) if c.wpos + HEADER + bytes.len() <= p.seg_end);
-        if !in_hand && segment_budget(p.seg_size, cx).is_pending() {
-            this.producer = Some(p);
+        // The common case, kept as short as the blocking `send`'s: the record goes whole into
+        // the segment in hand, which needs no wait and cannot fail, and costs no look at the
+        // executor's budget (the budget is spent by the segment, see `segment_budget`).
+        if p.fits_in_hand(HEADER + bytes.len()) {
+            p.write_whole(bytes);
+            return std::task::Poll::Ready(Ok(()));
+        }
+        this.poll_next_segment(p, cx)
+    }
+}
+
+impl<'a> SendAsync<'a> {
+    /// The first poll of a record that does not fit in the segment in hand (or none is in
+    /// hand): spends the segment's budget, then sends if that needs no wait, or starts the
+    /// slow path. Out of line: once per segment.
+    #[cold]
+    #[inline(never)]
+    fn poll_next_segment(
+        &mut self,
+        p: &'a mut Producer,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), SendError>> {
+        let bytes = self.bytes;
+        if segment_budget(p.seg_size, cx).is_pending() {
+            self.producer = Some(p);
             return std::task::Poll::Pending;
         }
         // Within a segment, the `try_` form either sends or changes nothing (records that
         // span go through the slow path, which first waits for all their segments).
         if HEADER + bytes.len() <= p.seg_size {
-            // (Matched here rather than through `settled`: the hot path.)
             match p.send_inner(bytes, Immediately) {
                 Ok(()) => return std::task::Poll::Ready(Ok(())),
                 Err(Halt::Failed(e)) => return std::task::Poll::Ready(Err(e)),
                 Err(Halt::Expired(NotNow)) => {}
             }
         }
-        start_slow(&mut this.slow, Box::pin(p.send_async_slow(bytes)), cx)
+        start_slow(&mut self.slow, Box::pin(p.send_async_slow(bytes)), cx)
     }
 }
 
