@@ -939,6 +939,30 @@ fn a_direct_consumer_sees_a_silent_sender_dead() {
 }
 
 #[test]
+fn a_blocking_direct_read_tells_a_silent_sender_dead_after_the_deadline_once() {
+    // The read's timeout is set a little short of the silence deadline: the read after it
+    // must ask only for what is left, not for the whole deadline again (which told the
+    // silence after nearly twice the deadline). Bounds with wide margins either side: the
+    // deadline is never cut short, and the second half is not waited again.
+    let dead_after = Duration::from_millis(1000);
+    let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = raw.local_addr().unwrap();
+    // Heartbeats far apart: the keeper's own silence check must not be what tells it.
+    let cfg = Config::default().heartbeat(Duration::from_millis(500), dead_after);
+    let mut rx = connect_consumer(addr, "s", small(), cfg).unwrap();
+    let (_held, _) = raw.accept().unwrap();
+    let start = Instant::now();
+    let got = rx.recv().map(|r| r.is_some());
+    let took = start.elapsed();
+    assert!(
+        matches!(got, Err(RecvError::PeerDead(ref e)) if e.is_remote()),
+        "{got:?}"
+    );
+    assert!(took >= dead_after - Duration::from_millis(50), "{took:?}");
+    assert!(took < dead_after * 3 / 2, "told after {took:?}");
+}
+
+#[test]
 fn a_direct_producer_sees_a_silent_receiver_dead() {
     use std::io::Write;
     let cfg = Config::default().heartbeat(Duration::from_millis(20), Duration::from_millis(200));
