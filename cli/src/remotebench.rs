@@ -12,7 +12,10 @@
 //!   the default policy, records written in place (`claim`, segments of 256 KiB: the record is
 //!   serialized where it is sent from, as the raw TCP loop writes the buffer it would have
 //!   serialized into; neither loop writes the bytes), `direct_bulk_send` with `send` from a
-//!   buffer (one more copy) and the default geometry;
+//!   buffer (one more copy) and the default geometry; `direct_small_64k_seg_*` as
+//!   `direct_small_rps` with segments of 64 KiB, the raw TCP stream's write size (each
+//!   segment is one write: the default 32 KiB segments make twice the writes, reads and
+//!   wake-ups of the TCP stream per byte);
 //! - `tcp_64k_gbps`: a raw TCP stream with 64 KiB writes and reads between the same two
 //!   processes, and `tcp_64k_rps64` the same bytes counted as 64 B records;
 //! - `tcp_framed_rps64`: 64 B records framed by hand over a raw TCP stream, the ceiling of any
@@ -179,7 +182,17 @@ pub(crate) enum Writes {
     /// sent from, as a raw TCP writer writes the buffer it serialized into (neither loop
     /// writes the bytes: both measure the transport).
     InPlace,
+    /// `send`, from a buffer, into segments of 64 KiB ([`WIDE_G`]): each segment one write
+    /// of the raw TCP stream's size.
+    SendWide,
 }
+
+/// Segments of the raw TCP stream's write size ([`Writes::SendWide`]), the default pool's
+/// bytes.
+pub(crate) const WIDE_G: Geometry = Geometry {
+    segment_size: 64 << 10,
+    segment_count: 32,
+};
 
 /// Records of `len` bytes for `secs` between direct ends (`net::Listener::accept_producer`
 /// here, `net::connect_consumer` in a child): no bridge, no runtime; the producer's flush
@@ -196,6 +209,7 @@ pub(crate) fn direct_stream(
         let g = match write {
             Writes::Send => Geometry::default(),
             Writes::InPlace => IN_PLACE_G,
+            Writes::SendWide => WIDE_G,
         };
         let shape = [
             port.to_string(),
@@ -210,7 +224,7 @@ pub(crate) fn direct_stream(
         while Instant::now() < end {
             for _ in 0..64 {
                 match write {
-                    Writes::Send => p.send(&rec).unwrap(),
+                    Writes::Send | Writes::SendWide => p.send(&rec).unwrap(),
                     Writes::InPlace => p.claim(len).unwrap().commit(),
                 }
             }

@@ -253,6 +253,8 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "direct_bulk_cpu_s_per_gb",
         "remote_small_cpu_s_per_gb",
         "direct_small_cpu_s_per_gb",
+        "direct_small_64k_seg_rps",
+        "direct_small_64k_seg_cpu_s_per_gb",
     ] {
         let x = v[k]
             .as_f64()
@@ -263,7 +265,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
     // Every ratio has its key; those of the delayed-link group, which runs only when named,
     // are null.
     let ratios = v["ratios"].as_object().unwrap();
-    assert_eq!(ratios.len(), 39);
+    assert_eq!(ratios.len(), 41);
     for (k, r) in ratios {
         assert_eq!(r.is_null(), k.starts_with("netem"), "{k}: {r}");
     }
