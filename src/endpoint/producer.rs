@@ -724,10 +724,8 @@ impl Producer {
         // Fast path (almost every record): room left in the segment in hand.
         // (A pending abort comes only with no segment in hand: it goes the slow way.)
         debug_assert!(!(self.pending_abort && self.cur.is_some()));
-        if let Some(c) = &self.cur {
-            if c.wpos + need <= self.seg_end {
-                return Ok(());
-            }
+        if self.fits_in_hand(need) {
+            return Ok(());
         }
         self.ensure_room_slow(need, patience)
     }
@@ -923,14 +921,14 @@ impl Producer {
     /// True if a frame of `need` bytes goes into the segment in hand (`ensure_room`'s fast
     /// path: a pending abort comes only with no segment in hand).
     #[inline(always)]
-    pub(super) fn fits_in_hand(&self, need: usize) -> bool {
+    fn fits_in_hand(&self, need: usize) -> bool {
         matches!(&self.cur, Some(c) if c.wpos + need <= self.seg_end)
     }
 
     /// Writes `bytes` as a whole record into the segment in hand, which has room for it
     /// ([`Producer::fits_in_hand`], or `ensure_room` just made it).
     #[inline(always)]
-    pub(super) fn write_whole(&mut self, bytes: &[u8]) {
+    fn write_whole(&mut self, bytes: &[u8]) {
         let c = self
             .cur
             .as_mut()
