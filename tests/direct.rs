@@ -947,7 +947,9 @@ fn a_blocking_direct_read_tells_a_silent_sender_dead_after_the_deadline_once() {
     let dead_after = Duration::from_millis(1000);
     let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = raw.local_addr().unwrap();
-    // Heartbeats far apart: the keeper's own silence check must not be what tells it.
+    // `heartbeat` sets the silence deadline. The keeper cannot be what tells it: the blocking
+    // read holds the end's lock, which the keeper only tries, so the read's own deadline is
+    // what this measures.
     let cfg = Config::default().heartbeat(Duration::from_millis(500), dead_after);
     let mut rx = connect_consumer(addr, "s", small(), cfg).unwrap();
     let (_held, _) = raw.accept().unwrap();
@@ -959,7 +961,7 @@ fn a_blocking_direct_read_tells_a_silent_sender_dead_after_the_deadline_once() {
         "{got:?}"
     );
     assert!(took >= dead_after - Duration::from_millis(50), "{took:?}");
-    assert!(took < dead_after * 3 / 2, "told after {took:?}");
+    assert!(took < dead_after * 9 / 5, "told after {took:?}");
 }
 
 #[test]

@@ -723,7 +723,6 @@ impl Producer {
     fn ensure_room<P: Patience>(&mut self, need: usize, patience: P) -> Sent<(), P> {
         // Fast path (almost every record): room left in the segment in hand.
         // (A pending abort comes only with no segment in hand: it goes the slow way.)
-        debug_assert!(!(self.pending_abort && self.cur.is_some()));
         if self.fits_in_hand(need) {
             return Ok(());
         }
@@ -922,6 +921,7 @@ impl Producer {
     /// path: a pending abort comes only with no segment in hand).
     #[inline(always)]
     fn fits_in_hand(&self, need: usize) -> bool {
+        debug_assert!(!(self.pending_abort && self.cur.is_some()));
         matches!(&self.cur, Some(c) if c.wpos + need <= self.seg_end)
     }
 
