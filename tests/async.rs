@@ -76,6 +76,8 @@ fn futures_are_send() {
     send(&rx.recv_async());
     send(&rx.recv_message_async());
     send(&tx.send_async(b"x"));
+    send(&tx.send_async("x"));
+    send(&tx.send_async(&vec![0u8; 3]));
     send(&tx.claim_async(8));
     send(&tx.stream_async());
     send(&tx.send_event_async(1, b""));
@@ -218,6 +220,52 @@ fn async_to_async_with_every_kind_of_message() {
             .expect("the priority event arrives");
         got.remove(prio);
         assert_eq!(got, want);
+    });
+}
+
+/// `send_async` takes its record as any bytes by reference (slice, array, `Vec`, `str`,
+/// `String`); arrays that fill segments to their end and wait for the next one (the pool of
+/// four is full until the reader frees it) arrive whole and in order.
+#[test]
+fn send_async_takes_bytes_in_any_form() {
+    current_thread().block_on(async {
+        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        let writer = tokio::spawn(async move {
+            let owned = vec![2u8; 100];
+            let text = String::from("three");
+            tx.send_async(&[1u8; 0]).await.unwrap();
+            tx.send_async(&owned).await.unwrap();
+            tx.send_async(&owned[..10]).await.unwrap();
+            tx.send_async("three").await.unwrap();
+            tx.send_async(&text).await.unwrap();
+            let f = tx.send_async(&[4u8; 1000]);
+            assert!(format!("{f:?}").contains("len: 1000"), "{f:?}");
+            f.await.unwrap();
+            // Sixty records of 1000 B: about fifteen segments through a pool of four.
+            for i in 0..60u8 {
+                let mut rec = [i; 1000];
+                rec[999] = !i;
+                tx.send_async(&rec).await.unwrap();
+            }
+        });
+        let mut got = Vec::new();
+        while let Some(r) = bounded("recv_async", rx.recv_async()).await.unwrap() {
+            got.push(r.as_bytes().unwrap().to_vec());
+        }
+        writer.await.unwrap();
+        assert_eq!(got.len(), 6 + 60);
+        assert_eq!(got[0], b"");
+        assert_eq!(got[1], vec![2u8; 100]);
+        assert_eq!(got[2], vec![2u8; 10]);
+        assert_eq!(got[3], b"three");
+        assert_eq!(got[4], b"three");
+        assert_eq!(got[5], vec![4u8; 1000]);
+        for (i, r) in got[6..].iter().enumerate() {
+            let i = i as u8;
+            assert_eq!(r.len(), 1000);
+            assert!(r[..999].iter().all(|&b| b == i), "record {i}");
+            assert_eq!(r[999], !i, "record {i}");
+        }
     });
 }
 

@@ -95,6 +95,11 @@ impl Producer {
 
     /// As [`Producer::send`], waiting in the executor instead of blocking the thread.
     ///
+    /// The record is anything that is bytes by reference (`&[u8]`, `&[u8; N]`, `&Vec<u8>`,
+    /// `&str`), and the future keeps its type: for an array, whose length is part of the type,
+    /// the write is built for that length where the future is polled, as the blocking `send`
+    /// is where it is inlined.
+    ///
     /// Cancellation: dropping the future before it completes sends nothing of the record,
     /// unless it needs more segments than the channel owns (its pool, or a gate channel's
     /// exclusive segments): such a record goes out part by part
@@ -116,7 +121,10 @@ impl Producer {
     /// assert_eq!(rx.recv_async().await?.unwrap().as_bytes(), Some(&b"from a task"[..]));
     /// # Ok(()) }
     /// ```
-    pub fn send_async<'a>(&'a mut self, bytes: &'a [u8]) -> SendAsync<'a> {
+    pub fn send_async<'a, B>(&'a mut self, bytes: &'a B) -> SendAsync<'a, B>
+    where
+        B: AsRef<[u8]> + ?Sized,
+    {
         SendAsync {
             producer: Some(self),
             bytes,
@@ -350,14 +358,18 @@ impl RecordWriter<'_> {
 /// in the first poll without building the waiting state (which is boxed, and built only if
 /// the record has to wait): the async loop costs little more than the blocking one.
 #[must_use = "futures do nothing unless awaited"]
-pub struct SendAsync<'a> {
+pub struct SendAsync<'a, B: ?Sized = [u8]> {
     /// The producer, until the first poll takes it (into the slow path if need be).
     producer: Option<&'a mut Producer>,
-    bytes: &'a [u8],
+    /// The record, as the caller typed it: for an array (`&[u8; 64]`) its length is a
+    /// constant where the future is polled, as it is in the blocking `send` inlined at its
+    /// call (the header, the room test and the copy are then built for it), where a slice's
+    /// length would be loaded again from the future's state at every poll.
+    bytes: &'a B,
     slow: Option<Slow<'a, Result<(), SendError>>>,
 }
 
-impl std::future::Future for SendAsync<'_> {
+impl<B: AsRef<[u8]> + ?Sized> std::future::Future for SendAsync<'_, B> {
     type Output = Result<(), SendError>;
 
     #[inline(always)]
@@ -372,7 +384,7 @@ impl std::future::Future for SendAsync<'_> {
         let Some(p) = this.producer.take() else {
             panic!("`SendAsync` polled after it completed");
         };
-        let bytes = this.bytes;
+        let bytes: &[u8] = this.bytes.as_ref();
         // The common case, kept as short as the blocking `send`'s: the record goes whole into
         // the segment in hand, which needs no wait and cannot fail, and costs no look at the
         // executor's budget (the budget is spent by the segment, see `segment_budget`).
@@ -384,7 +396,7 @@ impl std::future::Future for SendAsync<'_> {
     }
 }
 
-impl<'a> SendAsync<'a> {
+impl<'a, B: AsRef<[u8]> + ?Sized> SendAsync<'a, B> {
     /// The first poll of a record that does not fit in the segment in hand (or none is in
     /// hand): spends the segment's budget, then sends if that needs no wait, or starts the
     /// slow path. Out of line: once per segment.
@@ -395,7 +407,7 @@ impl<'a> SendAsync<'a> {
         p: &'a mut Producer,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<(), SendError>> {
-        let bytes = self.bytes;
+        let bytes: &'a [u8] = self.bytes.as_ref();
         if segment_budget(p.seg_size, cx).is_pending() {
             self.producer = Some(p);
             return std::task::Poll::Pending;
@@ -413,10 +425,10 @@ impl<'a> SendAsync<'a> {
     }
 }
 
-impl std::fmt::Debug for SendAsync<'_> {
+impl<B: AsRef<[u8]> + ?Sized> std::fmt::Debug for SendAsync<'_, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SendAsync")
-            .field("len", &self.bytes.len())
+            .field("len", &self.bytes.as_ref().len())
             .field("waiting", &self.slow.is_some())
             .finish()
     }
