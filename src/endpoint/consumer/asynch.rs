@@ -284,6 +284,34 @@ impl<'a> std::future::Future for RecvAsync<'a> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
         let this = &mut *self;
+        // The common case, kept apart from the rest so that its output is built where the
+        // caller matches it: nothing waiting yet, no look at the executor's budget due, and a
+        // whole record there. The same steps as the rest's, in the same order.
+        if this.slow.is_none() {
+            if let Some(c) = this.consumer.take() {
+                if c.coop > 0 {
+                    if let Some((len, ptr)) = c.fast_whole() {
+                        c.coop -= 1;
+                        c.count_record(len as u64);
+                        return std::task::Poll::Ready(Ok(Some(Record::single(c, ptr, len))));
+                    }
+                }
+                this.consumer = Some(c);
+            }
+        }
+        this.poll_rest(cx)
+    }
+}
+
+impl<'a> RecvAsync<'a> {
+    /// [`RecvAsync::poll`] past its common case: the slow path's poll, the budget's look,
+    /// the record found by the full checks, or the start of the wait. Out of line.
+    #[inline(never)]
+    fn poll_rest(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Option<Record<'a>>, RecvError>> {
+        let this = self;
         if let Some(slow) = &mut this.slow {
             return slow.as_mut().poll(cx);
         }
