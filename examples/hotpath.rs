@@ -7,56 +7,56 @@
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 plain
 //! cargo build --release --features tokio --example hotpath
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 async
+//! valgrind --tool=callgrind target/release/examples/hotpath 200000 async-send
+//! valgrind --tool=callgrind target/release/examples/hotpath 200000 async-recv
 //! ```
 //!
 //! `tuned`: `FlushPolicy::Explicit`, `claim`, one `flush` per batch, `drain`. `plain`: every
 //! setting at its default, `send`, and `recv` record by record. `async`: as `plain`, with
-//! `send_async` and `recv_async` awaited on a current-thread tokio runtime.
+//! `send_async` and `recv_async` awaited on a current-thread tokio runtime; `async-send` and
+//! `async-recv` await only that side (the other blocking, in the same task), to tell the two
+//! sides' costs apart.
 
 #[path = "support/args.rs"]
 mod args;
 
 use shmflow::{FlushPolicy, Geometry};
 
-const USAGE: &str = "usage: hotpath [RECORDS] [tuned|plain|async]
+const USAGE: &str = "usage: hotpath [RECORDS] [tuned|plain|async|async-send|async-recv]
 
   RECORDS   records per run (default 1000000)
   MODE      tuned (default): Explicit flushes, claim, drain; plain: send and recv with every
-            setting at its default; async: as plain, awaited (needs the tokio feature)";
+            setting at its default; async: as plain, awaited (needs the tokio feature);
+            async-send, async-recv: only that side awaited";
 
 fn main() {
     let a = args::parse(USAGE, &[], &[], 2);
     let n: u64 = a.pos(0, 1_000_000);
     let mode = a.pos_str(1).unwrap_or("tuned").to_owned();
-    if !["tuned", "plain", "async"].contains(&mode.as_str()) {
+    if !["tuned", "plain", "async", "async-send", "async-recv"].contains(&mode.as_str()) {
         a.fail(&format!("unknown mode {mode:?}"));
     }
     let plain = mode == "plain";
     let (mut p, mut c) = shmflow::pair(Geometry::default()).unwrap();
     #[cfg(feature = "tokio")]
-    if mode == "async" {
-        let rec = [7u8; 64];
+    if mode.starts_with("async") {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
+        // One loop per mode, each compiled on its own, so that no mode pays for another's branches.
         let sum = rt.block_on(async {
-            let mut sum = 0u64;
-            let mut sent = 0;
-            while sent < n {
-                for _ in 0..400 {
-                    p.send_async(&rec).await.unwrap();
-                }
-                for _ in 0..400 {
-                    let r = c.recv_async().await.unwrap().unwrap();
-                    sum += r.as_bytes().unwrap()[0] as u64;
-                }
-                sent += 400;
+            match mode.as_str() {
+                "async" => awaited::<true, true>(&mut p, &mut c, n).await,
+                "async-send" => awaited::<true, false>(&mut p, &mut c, n).await,
+                _ => awaited::<false, true>(&mut p, &mut c, n).await,
             }
-            sum
         });
         println!("{sum}");
         return;
+    }
+    if mode.starts_with("async") {
+        a.fail("the async modes need the tokio feature");
     }
     if !plain {
         p.set_flush_policy(FlushPolicy::Explicit);
@@ -89,4 +89,36 @@ fn main() {
         sent += 400;
     }
     println!("{sum}");
+}
+
+/// Sends and receives `n` 64 B records in batches of 400, awaiting the sends if `SEND` and the
+/// receives if `RECV` (the other side blocking, in the same task).
+#[cfg(feature = "tokio")]
+async fn awaited<const SEND: bool, const RECV: bool>(
+    p: &mut shmflow::Producer,
+    c: &mut shmflow::Consumer,
+    n: u64,
+) -> u64 {
+    let rec = [7u8; 64];
+    let mut sum = 0u64;
+    let mut sent = 0;
+    while sent < n {
+        for _ in 0..400 {
+            if SEND {
+                p.send_async(&rec).await.unwrap();
+            } else {
+                p.send(&rec).unwrap();
+            }
+        }
+        for _ in 0..400 {
+            let r = if RECV {
+                c.recv_async().await.unwrap().unwrap()
+            } else {
+                c.recv().unwrap().unwrap()
+            };
+            sum += r.as_bytes().unwrap()[0] as u64;
+        }
+        sent += 400;
+    }
+    sum
 }
