@@ -451,9 +451,26 @@ async fn send_channel(
     r
 }
 
+/// How long a channel out of credit waits for credit alone before it waits for priority
+/// events too.
+const CREDIT_ALONE: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Out of credit: waits for credit, or for a priority event, which overtakes the segments
 /// waiting for credit as it overtakes them on one machine.
+///
+/// Credit alone first, for up to [`CREDIT_ALONE`]: a stream whose receiver is the slower side
+/// runs out of credit every few segments, and the credit is back within a round trip. A wait
+/// on the consumer's park word would cost an announcement (a process-wide fence) each time,
+/// and the local producer, publishing meanwhile, would ring the doorbell for every segment,
+/// each ring a wake of this task for nothing. A priority event published during that first
+/// wait goes out when credit comes, or after at most `CREDIT_ALONE`.
 async fn wait_credit_or_priority(c: &mut Consumer, ctl: &Ctl) -> Result<(), RecvError> {
+    if tokio::time::timeout(CREDIT_ALONE, wait_credit(ctl))
+        .await
+        .is_ok()
+    {
+        return Ok(());
+    }
     tokio::select! {
         _ = wait_credit(ctl) => Ok(()),
         r = c.raw_priority_wait() => r,

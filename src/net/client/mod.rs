@@ -3,18 +3,15 @@
 //! announces allows.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::producer::Producer;
 use crate::error::SendError;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
-use crate::net::link::{self, BoxStream, ChannelEnd, Held, Writer};
+use crate::net::link::{self, BoxStream, Held, Writer};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended};
 
@@ -23,9 +20,6 @@ use receiving::{Credit, Entry, In, Last, Receiving, Stop, Waiting};
 
 /// Bytes the connection's reader asks the socket for at once.
 const READ_BUFFER: usize = 256 << 10;
-
-/// Messages waiting for a channel's task (each is bounded by the credit it was sent with).
-const QUEUE: usize = 64;
 
 /// Connects to a [`Server`](crate::net::Server) and feeds the remote channels it requests
 /// into local producers. One TCP connection carries every channel of the client; a channel
@@ -168,14 +162,13 @@ impl Client {
         let mut reader = FramedRead::with_capacity(r, Codec::new(max_seg), READ_BUFFER);
         let writer = Writer::new(w, config.dead_after);
         let stop = CancellationToken::new();
-        // Dropping this future (`run` dropped) stops the heartbeats and the tasks.
+        // Dropping this future (`run` dropped) stops the heartbeats; the channels still held
+        // detach as lost (`Held`).
         let _stop = stop.clone().drop_guard();
         let beat = stop.child_token();
         link::heartbeats(writer.clone(), config.heartbeat, beat.clone());
         let names: Vec<String> = imports.iter().map(|(n, _)| n.clone()).collect();
-        let mut queues: Vec<Option<mpsc::Sender<In>>> = Vec::new();
-        let mut cancelled = vec![false; names.len()];
-        let mut tasks: JoinSet<(u32, ChannelEnd)> = JoinSet::new();
+        let mut slots: Vec<Slot> = Vec::with_capacity(names.len());
         let mut out = Vec::new();
         let mut failure = None;
         for (id, (name, mut p)) in imports.into_iter().enumerate() {
@@ -187,7 +180,7 @@ impl Client {
                         name,
                         result: Err(LinkError::local(e)),
                     });
-                    queues.push(None);
+                    slots.push(Slot::Ended);
                     continue;
                 }
             };
@@ -200,88 +193,179 @@ impl Client {
             if let Err(e) = writer.send(&req).await {
                 failure = Some(e);
             }
-            let (tx, rx) = mpsc::channel(QUEUE);
-            queues.push(Some(tx));
-            let (w, stop) = (writer.clone(), stop.clone());
-            tasks.spawn(
-                async move { (id, receive_channel(p, id, credit as u64, rx, w, stop).await) },
+            let g = p.geometry();
+            let ch = Receiving::new(
+                Held::new(p),
+                id,
+                g.segment_size as usize,
+                g.segment_count as u64,
+                credit as u64,
             );
+            slots.push(Slot::Open {
+                ch: Box::new(ch),
+                last_sent: false,
+                due: false,
+            });
         }
-        while failure.is_none() && !tasks.is_empty() {
-            tokio::select! {
-                Some(done) = tasks.join_next() => match done {
-                    Ok((id, end)) => {
-                        // (No channel is cut before the connection ends.)
-                        let result = end.outcome(None);
-                        // Ended here before its sender closed it (its consumer left or broke, or
-                        // took no priority events): the sender was sent `Cancel` or `Error`, and
-                        // what it sent before that is still on its way (dropped here).
-                        if queues[id as usize].is_some() {
-                            cancelled[id as usize] = true;
-                        }
-                        queues[id as usize] = None;
-                        if let Err(e @ LinkError::Protocol(_)) = &result {
-                            failure = Some(e.clone());
-                        }
-                        out.push(ChannelOutcome { name: names[id as usize].clone(), result });
-                    }
-                    Err(e) => failure = Some(LinkError::Task(e.to_string())),
-                },
-                m = link::next(&mut reader, config.dead_after) => {
+        // The connection's one task: it reads each message and writes it into its channel's
+        // segments at once (the read buffer is free again before the next read), announces
+        // credit once the messages read so far are written, and waits, between messages, for
+        // what a channel waits for: free segments while its sender is short of credit, room
+        // in the lane for a priority event.
+        let mut reading = true;
+        while failure.is_none() && slots.iter().any(Slot::is_open) {
+            let event = tokio::select! {
+                biased;
+                m = link::next(&mut reader, config.dead_after), if reading => Event::Read(m),
+                a = attention(&mut slots) => a,
+            };
+            let (id, step) = match event {
+                Event::Read(m) => {
                     let msg = match m {
                         Ok(Some(m)) => m,
                         // The sender shuts the connection down once every channel has ended:
-                        // the tasks may still be writing what came before the end.
-                        Ok(None) if queues.iter().all(Option::is_none) => break,
-                        Ok(None) => { failure = Some(LinkError::PeerClosed); break; }
-                        Err(e) => { failure = Some(e); break; }
+                        // what is held behind a priority event may still be waiting for room.
+                        Ok(None) if slots.iter().all(Slot::sent_all) => {
+                            reading = false;
+                            continue;
+                        }
+                        Ok(None) => {
+                            failure = Some(LinkError::PeerClosed);
+                            break;
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
                     };
                     let (channel, input) = match msg {
                         Msg::Heartbeat => continue,
-                        Msg::Error { channel: wire::CONNECTION, code, message } => {
+                        Msg::Error {
+                            channel: wire::CONNECTION,
+                            code,
+                            message,
+                        } => {
                             failure = Some(LinkError::remote(code, message));
                             break;
                         }
-                        Msg::Buffer { channel, backlog, offset, frames } => {
-                            (channel, In::Buffer { backlog, offset, frames })
-                        }
-                        Msg::Priority { channel, kind, payload } => {
-                            (channel, In::Priority { entry: Entry::event(kind), payload })
-                        }
+                        Msg::Buffer {
+                            channel,
+                            backlog,
+                            offset,
+                            frames,
+                        } => (
+                            channel,
+                            In::Buffer {
+                                backlog,
+                                offset,
+                                frames,
+                            },
+                        ),
+                        Msg::Priority {
+                            channel,
+                            kind,
+                            payload,
+                        } => (
+                            channel,
+                            In::Priority {
+                                entry: Entry::event(kind),
+                                payload,
+                            },
+                        ),
                         Msg::Announce { channel, payload } => (
                             channel,
                             In::Priority {
-                                entry: Entry { kind: 0, barrier: true },
+                                entry: Entry {
+                                    kind: 0,
+                                    barrier: true,
+                                },
                                 payload,
                             },
                         ),
                         Msg::Close { channel, how } => (channel, In::Close(how)),
-                        Msg::Error { channel, code, message } => (channel, In::Error { code, message }),
+                        Msg::Error {
+                            channel,
+                            code,
+                            message,
+                        } => (channel, In::Error { code, message }),
                         other => {
                             failure = Some(other.wrong_direction("sender").into());
                             break;
                         }
                     };
-                    if cancelled.get(channel as usize) == Some(&true) {
-                        // Late messages of a channel this side cancelled: dropped.
-                        if matches!(input, In::Close(_) | In::Error { .. }) {
-                            cancelled[channel as usize] = false;
-                        }
-                        continue;
-                    }
-                    let Some(Some(q)) = queues.get(channel as usize) else {
-                        failure = Some(ProtocolError::Channel {
-                            channel,
-                            detail: "a message for a channel that is not open".into(),
-                        }.into());
-                        break;
-                    };
                     let last = matches!(input, In::Close(_) | In::Error { .. });
-                    // A task that ended already (its consumer left) drops what follows.
-                    let _ = q.send(input).await;
-                    if last {
-                        queues[channel as usize] = None;
+                    match slots.get_mut(channel as usize) {
+                        Some(Slot::Open { ch, last_sent, due }) if !*last_sent => {
+                            *last_sent = last;
+                            let buffer = matches!(input, In::Buffer { .. });
+                            let step = ch.take(input);
+                            *due |= buffer && step.is_ok();
+                            (channel, step)
+                        }
+                        Some(s @ Slot::Cancelled) => {
+                            // Late messages of a channel this side ended: dropped.
+                            if last {
+                                *s = Slot::Ended;
+                            }
+                            continue;
+                        }
+                        _ => {
+                            failure = Some(
+                                ProtocolError::Channel {
+                                    channel,
+                                    detail: "a message for a channel that is not open".into(),
+                                }
+                                .into(),
+                            );
+                            break;
+                        }
                     }
+                }
+                Event::Room(id, r) => {
+                    let Slot::Open { ch, due, .. } = &mut slots[id] else {
+                        unreachable!("only open channels wait")
+                    };
+                    let step = r.map_err(Stop::Consumer).and_then(|()| ch.release());
+                    // Everything held is written: credit may be due.
+                    *due |= step.is_ok() && ch.held.is_empty();
+                    (id as u32, step)
+                }
+                Event::Free(id, r) => {
+                    let Slot::Open { due, .. } = &mut slots[id] else {
+                        unreachable!("only open channels wait")
+                    };
+                    *due |= r.is_ok();
+                    (id as u32, r.map_err(Stop::Consumer))
+                }
+            };
+            if let Err(why) = step {
+                let Slot::Open { ch, last_sent, .. } =
+                    std::mem::replace(&mut slots[id as usize], Slot::Ended)
+                else {
+                    unreachable!("a step of an open channel")
+                };
+                let result = ch.stop(why, &writer).await;
+                // Ended here before its sender ended it (its consumer left or broke, or took
+                // no priority events): the sender was sent `Cancel` or `Error`, and what it
+                // sent before that is still on its way (dropped here).
+                if !last_sent {
+                    slots[id as usize] = Slot::Cancelled;
+                }
+                if let Err(e @ LinkError::Protocol(_)) = &result {
+                    failure = Some(e.clone());
+                }
+                out.push(ChannelOutcome {
+                    name: names[id as usize].clone(),
+                    result,
+                });
+                continue;
+            }
+            // Credit once every message read so far is written (the next one needs a read):
+            // one announcement for a batch of buffers.
+            let buffered = reader.decoder().peek_len(reader.read_buffer());
+            if !reading || !matches!(buffered, Ok(Some(_))) {
+                if let Err(e) = announce_due(&mut slots, &writer).await {
+                    failure = Some(e);
                 }
             }
         }
@@ -290,12 +374,14 @@ impl Client {
             stop.cancel();
             link::refuse(&writer, e).await;
         }
-        drop(queues);
-        while let Some(done) = tasks.join_next().await {
-            if let Ok((id, end)) = done {
+        for (id, slot) in slots.into_iter().enumerate() {
+            if let Slot::Open { ch, .. } = slot {
+                // Cut by the connection's end: its consumer reads what arrived, then
+                // `PeerDead`.
+                ch.p.take().raw_lose();
                 out.push(ChannelOutcome {
-                    name: names[id as usize].clone(),
-                    result: end.outcome(failure.as_ref()),
+                    name: names[id].clone(),
+                    result: Err(failure.clone().unwrap_or(LinkError::PeerClosed)),
                 });
             }
         }
@@ -304,6 +390,116 @@ impl Client {
         }
         out
     }
+}
+
+/// One imported channel, as the connection's task holds it.
+enum Slot {
+    Open {
+        ch: Box<Receiving<Held<Producer>>>,
+        /// The sender's `Close` or `Error` arrived (it may wait in `ch.held`): nothing more
+        /// may come for the channel.
+        last_sent: bool,
+        /// Buffers were written, or segments came free, since credit was last announced.
+        due: bool,
+    },
+    /// Ended here before its sender ended it: what the sender sent before it read the
+    /// `Cancel` or `Error` is dropped, up to its `Close` or `Error`.
+    Cancelled,
+    /// Ended, or never opened: a message for it breaks the protocol.
+    Ended,
+}
+
+impl Slot {
+    fn is_open(&self) -> bool {
+        matches!(self, Slot::Open { .. })
+    }
+
+    /// Nothing more is to come for it from the sender.
+    fn sent_all(&self) -> bool {
+        !matches!(
+            self,
+            Slot::Open {
+                last_sent: false,
+                ..
+            } | Slot::Cancelled
+        )
+    }
+}
+
+/// What the connection's task turns to next.
+enum Event {
+    /// The next message (or why there is none).
+    Read(Result<Option<Msg>, LinkError>),
+    /// Channel `.0`'s waiting priority event went into its lane (or its consumer is gone).
+    Room(usize, Result<(), SendError>),
+    /// Channel `.0`'s consumer freed segments its sender has no credit for (or is gone).
+    Free(usize, Result<(), SendError>),
+}
+
+/// A wait of one channel, between messages.
+type Wait<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Event> + Send + 'a>>;
+
+/// The first of the open channels' waits to end: a priority event waiting for room in its
+/// lane, or, with nothing held, free segments while its sender is short of credit (it has
+/// none, or less than its backlog). Pending for ever if no channel waits (the reader goes
+/// on).
+async fn attention(slots: &mut [Slot]) -> Event {
+    let mut waits: Vec<Wait<'_>> = Vec::new();
+    for (id, slot) in slots.iter_mut().enumerate() {
+        let Slot::Open { ch, last_sent, .. } = slot else {
+            continue;
+        };
+        if let Some(Waiting::Priority { entry, payload }) = ch.held.front() {
+            let (entry, payload) = (*entry, payload.clone());
+            let p = &mut *ch.p;
+            waits.push(Box::pin(async move {
+                Event::Room(id, p.priority_async(entry, &payload).await)
+            }));
+            continue;
+        }
+        let out = ch.credit.outstanding();
+        if !*last_sent && (out == 0 || ch.backlog > out) {
+            let p = &mut *ch.p;
+            waits.push(Box::pin(async move {
+                Event::Free(id, p.raw_wait_free(out).await)
+            }));
+        }
+    }
+    if waits.is_empty() {
+        return std::future::pending().await;
+    }
+    std::future::poll_fn(|cx| {
+        for w in &mut waits {
+            if let std::task::Poll::Ready(e) = w.as_mut().poll(cx) {
+                return std::task::Poll::Ready(e);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Announces the credit due on every open channel with nothing held (a held buffer's
+/// segment is counted free until it is written) that wrote buffers or saw segments come free
+/// since its last announcement, or whose sender is short of credit (so that a channel starved
+/// of credit is heard even while other channels' messages keep the reader busy), and shows
+/// the figures.
+async fn announce_due(slots: &mut [Slot], w: &Writer) -> Result<(), LinkError> {
+    for slot in slots {
+        if let Slot::Open {
+            ch,
+            due,
+            last_sent: false,
+        } = slot
+        {
+            let out = ch.credit.outstanding();
+            if ch.held.is_empty() && (*due || out == 0 || ch.backlog > out) {
+                *due = false;
+                ch.announce(w).await?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Announces the free segments the sender has no credit for yet, when they are due
@@ -379,103 +575,6 @@ impl Receiving<Held<Producer>> {
 
 /// Why a channel whose consumer takes no priority events is ended (see `PRIORITY_WAITING`).
 use crate::net::error::PRIORITY_UNREAD;
-
-/// One imported channel: writes what arrives into the producer's segments and gives credit
-/// as they come back free. It never waits for its consumer with a message in hand: a priority
-/// event that finds the lane full waits in `held`, with what follows it, while the task goes
-/// on taking messages, so that the connection's reader is never held up by one channel.
-async fn receive_channel(
-    p: Producer,
-    id: u32,
-    initial: u64,
-    mut rx: mpsc::Receiver<In>,
-    w: Arc<Writer>,
-    stop: CancellationToken,
-) -> ChannelEnd {
-    let p = Held::new(p);
-    let g = p.geometry();
-    let mut ch = Receiving::new(
-        p,
-        id,
-        g.segment_size as usize,
-        g.segment_count as u64,
-        initial,
-    );
-    // The reader hands over no more (it handed over the channel's end, or the connection
-    // ended).
-    let mut rx_done = false;
-    // `None`: the connection ended under the channel.
-    let failure: Option<LinkError> = loop {
-        if let Some(Waiting::Priority { entry, payload }) = ch.held.front() {
-            // A priority event waits for room in the lane: take what comes meanwhile.
-            let (entry, payload) = (*entry, payload.clone());
-            let r = tokio::select! {
-                _ = stop.cancelled() => break None,
-                r = ch.p.priority_async(entry, &payload) => match r {
-                    Ok(()) => ch.release(),
-                    Err(e) => Err(Stop::Consumer(e)),
-                },
-                m = rx.recv(), if !rx_done => match m {
-                    Some(m) => ch.take(m),
-                    None => {
-                        rx_done = true;
-                        Ok(())
-                    }
-                },
-            };
-            if let Err(why) = r {
-                return ChannelEnd::Done(ch.stop(why, &w).await);
-            }
-            // Everything held is written: announce, unless more is queued (as below).
-            if ch.held.is_empty() && rx.is_empty() && !rx_done {
-                if let Err(e) = ch.announce(&w).await {
-                    break Some(e);
-                }
-            }
-            continue;
-        }
-        let out = ch.credit.outstanding();
-        // Wait for free segments only when the sender is short of credit: otherwise new free
-        // segments are announced with the next buffer.
-        let short = out == 0 || ch.backlog > out;
-        let input = tokio::select! {
-            // What is queued first: a channel whose end has arrived neither waits for free
-            // segments nor announces credit.
-            biased;
-            m = rx.recv() => match m {
-                Some(m) => m,
-                None => break None,
-            },
-            _ = stop.cancelled() => break None,
-            r = ch.p.raw_wait_free(out), if short => {
-                match r {
-                    Ok(()) => {
-                        if let Err(e) = ch.announce(&w).await {
-                            break Some(e);
-                        }
-                        continue;
-                    }
-                    Err(e) => return ChannelEnd::Done(ch.stop(Stop::Consumer(e), &w).await),
-                }
-            }
-        };
-        let buffer = matches!(input, In::Buffer { .. });
-        if let Err(why) = ch.take(input) {
-            return ChannelEnd::Done(ch.stop(why, &w).await);
-        }
-        // More buffers already queued: write them first, announce once.
-        if buffer && rx.is_empty() && ch.held.is_empty() {
-            if let Err(e) = ch.announce(&w).await {
-                break Some(e);
-            }
-        }
-    };
-    ch.p.take().raw_lose();
-    match failure {
-        Some(e) => ChannelEnd::Done(Err(e)),
-        None => ChannelEnd::Cut,
-    }
-}
 
 /// The local consumer left (`Closed`: the sender is sent `Cancel`, and its producer sees the
 /// channel closed) or died (`Error`: its producer sees it dead).

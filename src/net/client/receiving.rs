@@ -77,7 +77,7 @@ impl Segments for Held<Producer> {
     }
 }
 
-/// Messages the connection's reader hands to one channel's task.
+/// A message of one channel, as the connection's reader takes it.
 pub(crate) enum In {
     Buffer {
         backlog: u32,
