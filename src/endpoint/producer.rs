@@ -88,6 +88,10 @@ pub enum FlushPolicy {
 /// never shows fewer records written than read.
 const COUNTS_EVERY: u64 = 64;
 
+/// Segments from which a pool is large enough that a producer finding every one of them in
+/// flight parks at once under [`WaitStrategy::Block`] (see `Producer::take`).
+const PARK_AT_ONCE: u32 = 8;
+
 #[cfg(not(shmflow_loom))]
 fn policy_interval(p: FlushPolicy) -> Duration {
     match p {
@@ -503,7 +507,17 @@ impl Producer {
             &h.producer_counters.blocked_since_ns,
             &h.producer_counters.backpressured_ns,
         );
-        let got = self.wait_producer::<P, _, SendError>(patience, |p, look| {
+        // Every segment of a pool of `PARK_AT_ONCE` or more is in flight: the consumer has
+        // all of them to read before a late wake-up of this producer could leave it idle, so
+        // `Block` parks at once instead of looking (its looks would only take CPU time from
+        // the consumer, or from a bridge forwarding the pool, on a machine with few CPUs).
+        let wait = match self.wait {
+            WaitStrategy::Block if self.geometry().segment_count >= PARK_AT_ONCE => {
+                WaitStrategy::Park
+            }
+            w => w,
+        };
+        let got = self.wait_producer_as::<P, _, SendError>(wait, patience, |p, look| {
             if !(bound == Bound::Capped && p.capped()) {
                 if let Some(c) = p.try_take()? {
                     return Ok(Some(c));
@@ -545,6 +559,16 @@ impl Producer {
     pub(super) fn wait_producer<P: Patience, T, F>(
         &mut self,
         patience: P,
+        poll: impl FnMut(&mut Producer, Look) -> Result<Option<T>, F>,
+    ) -> Result<T, Halt<P::Expired, F>> {
+        self.wait_producer_as(self.wait, patience, poll)
+    }
+
+    /// [`Producer::wait_producer`] with the strategy `wait`.
+    fn wait_producer_as<P: Patience, T, F>(
+        &mut self,
+        wait: WaitStrategy,
+        patience: P,
         mut poll: impl FnMut(&mut Producer, Look) -> Result<Option<T>, F>,
     ) -> Result<T, Halt<P::Expired, F>> {
         #[cfg(all(feature = "net", not(shmflow_loom)))]
@@ -554,7 +578,7 @@ impl Producer {
         let shared = self.shared.clone();
         park::wait_for::<Host, _, _, F>(
             &shared.header().producer_park,
-            self.wait,
+            wait,
             patience,
             park::Notifier::Rmw,
             park::Pace::Sparse,

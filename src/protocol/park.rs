@@ -113,7 +113,10 @@ pub enum WaitStrategy {
     /// microseconds when the peer sits on another CPU of a VM. For the lowest latency (a
     /// CPU burnt while waiting) use [`WaitStrategy::BusyPoll`]. A direct network consumer
     /// looks the same way, each look a read of its socket that does not wait, and after a
-    /// large batch reads blocking at once.
+    /// large batch reads blocking at once. A producer of a pool of 8 segments or more that
+    /// finds every one of them in flight parks at once: its consumer has the whole pool to
+    /// read before a late wake-up could leave it idle, and looks would only take CPU time
+    /// from the consumer (or from a bridge forwarding the pool).
     #[default]
     Block,
     /// Busy-poll for up to this long before parking: the lowest latency while the peer is
