@@ -339,6 +339,39 @@ fn consumer_waiting_for_records_published_one_by_one_always_wakes() {
     });
 }
 
+/// Model 9b: A notifier that told the word it wakes with the read-modify-write only
+/// (`park::rmw_notifier`, as a receiving bridge does for its consumer) publishes and notifies
+/// with the light notification: the waiter, which reads the bit when it announces itself,
+/// parks without the heavy barrier, and the light notification reads the bit too and takes
+/// the RMW. The waiter always wakes. (Broken variant `light_ignores_no_fence`: the light
+/// notification looks at `PARKED` alone, so neither side has the barrier's other half.)
+#[test]
+fn waiter_of_an_rmw_only_notifier_parks_without_the_barrier_and_wakes() {
+    use crate::protocol::park;
+    use crate::region::os::Host;
+    model(|| {
+        let word = std::sync::Arc::new(support::ParkWord::new());
+        let published = std::sync::Arc::new(crate::sync::AtomicU32::new(0));
+        park::rmw_notifier(word.word());
+        let (w, p) = (word.clone(), published.clone());
+        let notifier = thread::spawn(move || {
+            // Release: pairs with the waiter's Acquire look.
+            p.store(1, crate::sync::Ordering::Release);
+            park::notify_light::<Host>(w.word(), || None);
+        });
+        let got = park::wait_for::<Host, _, _, std::convert::Infallible>(
+            word.word(),
+            WaitStrategy::Park,
+            crate::protocol::park::Forever,
+            park::Notifier::Light,
+            park::Pace::Sparse,
+            |_| Ok((published.load(crate::sync::Ordering::Acquire) == 1).then_some(())),
+        );
+        assert!(got.is_ok());
+        notifier.join().unwrap();
+    });
+}
+
 /// Model 10: The async wait protocol alone: a task (in `block_on`) announces itself on a
 /// park word, re-checks, and registers with the bridge thread, which sleeps on the word and
 /// its own nudge word (the modelled `futex_waitv`); a notifier publishes and notifies with the

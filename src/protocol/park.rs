@@ -2,7 +2,8 @@
 //!
 //! The protocol, for a waiter W and a notifier N sharing a park word P. Bit 0 of P
 //! (`PARKED`) says that W sleeps or is about to; bit 1 (`NO_FENCE`, sticky) that W cannot
-//! issue the heavy barrier, so N must not use the light notification. Every write to P is a
+//! issue the heavy barrier, or that N wakes with the RMW only and said so ([`rmw_notifier`]),
+//! so N must not use the light notification and W skips the barrier. Every write to P is a
 //! read-modify-write with AcqRel ordering:
 //!
 //! ```text
@@ -423,11 +424,26 @@ where
     O::Bell: 'a,
 {
     crate::sync::notifier_fence();
+    #[cfg(not(shmflow_broken = "light_ignores_no_fence"))]
+    let look = PARKED | NO_FENCE;
+    #[cfg(shmflow_broken = "light_ignores_no_fence")]
+    let look = PARKED;
     // Relaxed: ordered after the publication by the asymmetric barrier (SYNC POINT above).
-    if word.atomic().load(Ordering::Relaxed) & (PARKED | NO_FENCE) != 0 {
+    if word.atomic().load(Ordering::Relaxed) & look != 0 {
         return notify::<O>(word, bell());
     }
     false
+}
+
+/// Tells the waiters on `word` that its notifier wakes them with the read-modify-write only
+/// ([`notify`], never [`notify_light`]): sets `NO_FENCE`, so that they announce without the
+/// heavy barrier. SYNC POINT: this RMW precedes every notification of the caller (program
+/// order), each an RMW; a waiter whose announcing RMW reads the bit relies on the RMW argument
+/// of the module docs alone, and one that does not read it issues the barrier as before. Only
+/// for a word whose every notifier uses [`notify`] (a light notifier would read the bit and
+/// take the RMW path too, but may have loaded the word before it was set).
+pub(crate) fn rmw_notifier(word: &FutexWord) {
+    word.atomic().fetch_or(NO_FENCE, Ordering::AcqRel);
 }
 
 /// True if `word` no longer holds `expected`, what a waiter announced (the bridge's look at a

@@ -23,6 +23,16 @@ pub(crate) enum Refused {
 }
 
 impl Producer {
+    /// The bridge writes into a channel of its own and wakes its consumer with the
+    /// read-modify-write only: tells the consumer so, so that it parks without the heavy
+    /// barrier (`park::rmw_notifier`). Not for a gate channel, whose consumer's word the
+    /// gate's other producers notify too, some with the light form.
+    pub(crate) fn raw_rmw_notifier(&self) {
+        if self.shared.gate.is_none() {
+            crate::protocol::park::rmw_notifier(self.shared.consumer_park());
+        }
+    }
+
     /// Free segments in the return ring: what the bridge may announce as credit.
     pub(crate) fn raw_free(&mut self) -> Result<u64> {
         // Within the consumer's cap (buffer debloating): credit is never more than it allows.

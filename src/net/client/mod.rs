@@ -193,6 +193,9 @@ impl Client {
             if let Err(e) = writer.send(&req).await {
                 failure = Some(e);
             }
+            // Every wake-up of its consumer is an RMW (the consumer parks without the heavy
+            // barrier, a process-wide fence that costs an interrupt of every other CPU).
+            p.raw_rmw_notifier();
             let g = p.geometry();
             let ch = Receiving::new(
                 Held::new(p),
