@@ -1,9 +1,10 @@
-//! Streams records through the bridges over loopback for a few seconds, all in one process,
-//! as `shmflow bench --only remote` has them in two: a producer thread writing into a local
-//! channel that a [`Server`] forwards (on a runtime of one worker), a [`Client`] writing into
-//! its own local channel (another runtime of one worker), and a consumer thread reading it in
-//! place. Prints the rate and the CPU seconds per GB the process spent: for profiling the
-//! bridges.
+//! Streams records through the bridges over loopback for a few seconds: a producer thread
+//! writing into a local channel that a [`Server`] forwards (on a runtime of one worker), a
+//! [`Client`] writing into its own local channel (another runtime of one worker), and a
+//! consumer thread reading it in place, all in one process, or with `--process` the client
+//! and the consumer in a child, as `shmflow bench --only remote` has them. Prints the rate
+//! and the CPU seconds per GB both processes spent, and fails if a record was lost: for
+//! profiling the bridges.
 //!
 //! ```text
 //! cargo build --release --features net --example bridge_stream
@@ -117,10 +118,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     let rec = vec![7u8; len];
+    let mut sent = 0u64;
     while start.elapsed() < Duration::from_secs_f64(secs) {
         for _ in 0..64 {
             tx.send(&rec)?;
         }
+        sent += 64;
     }
     drop(tx);
     let served = send_rt.block_on(server)?;
@@ -128,14 +131,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .join()
         .expect("the reader thread")
         .map_err(|e| e.to_string())?;
+    if n != sent || bytes != sent * len as u64 {
+        return Err(format!("{sent} records sent, {n} ({bytes} bytes) received").into());
+    }
     let (s, cpu) = (start.elapsed().as_secs_f64(), cpu_s() - cpu0);
     if let Some(e) = served.channels.iter().find_map(|o| o.result.as_ref().err()) {
         return Err(e.to_string().into());
     }
     println!(
-        "{n} records, {:.3} GB/s, {:.1} M records/s, {:.2} CPU s/GB",
+        "{n} records of {len} B, {:.3} GB/s, {:.0} records/s, {:.2} CPU s/GB",
         bytes as f64 / s / 1e9,
-        n as f64 / s / 1e6,
+        n as f64 / s,
         cpu / (bytes as f64 / 1e9)
     );
     Ok(())
