@@ -442,6 +442,7 @@ where
 /// of the module docs alone, and one that does not read it issues the barrier as before. Only
 /// for a word whose every notifier uses [`notify`] (a light notifier would read the bit and
 /// take the RMW path too, but may have loaded the word before it was set).
+#[cfg(any(feature = "net", shmflow_loom))]
 pub(crate) fn rmw_notifier(word: &FutexWord) {
     word.atomic().fetch_or(NO_FENCE, Ordering::AcqRel);
 }
