@@ -496,6 +496,57 @@ async fn records_sent_after_a_waiting_priority_event_stay_behind_it() {
     assert!(order('r').eq(0..12), "{seen:?}");
 }
 
+/// Channel "b"'s consumer has left (it is cancelled at the receiver, and its sender sends
+/// nothing more for it, not even `Close`), and channel "a"'s end waits behind priority events
+/// that its consumer, starting late, has no room for yet, when the server's side goes away
+/// (its `run` dropped): "a" still arrives whole and ends clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_channel_does_not_cut_what_another_holds_at_the_end() {
+    let (mut tx_a, rx_a) = shmflow::pair(geometry()).unwrap();
+    let (in_a, mut out_a) = shmflow::pair(geometry()).unwrap();
+    let (mut tx_b, rx_b) = shmflow::pair(geometry()).unwrap();
+    let (in_b, out_b) = shmflow::pair(geometry()).unwrap();
+    drop(out_b);
+    let (serving, client) = two_channels([rx_a, rx_b], [in_a, in_b]).await;
+    // "b" streams until the receiver, finding its consumer gone, cancels it.
+    let wb = std::thread::spawn(move || loop {
+        match tx_b.send(&record(0)) {
+            Ok(()) => {}
+            Err(shmflow::SendError::Closed(_)) => return,
+            Err(e) => panic!("{e}"),
+        }
+    });
+    tokio::task::spawn_blocking(move || wb.join().unwrap())
+        .await
+        .unwrap();
+    for i in 0..12u64 {
+        tx_a.send_priority_event(9, &i.to_le_bytes()).unwrap();
+        tx_a.send(&i.to_le_bytes()).unwrap();
+    }
+    // Returns once the sending bridge has read everything, the end included; its `Close`
+    // follows at once.
+    tokio::task::spawn_blocking(move || tx_a.close_timeout(Duration::from_secs(20)).unwrap())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    serving.abort();
+    let reader = tokio::task::spawn_blocking(move || {
+        let mut n = 0;
+        while let Some(m) = out_a.recv_message().unwrap() {
+            assert!(matches!(m, Message::Event(_) | Message::Record(_)), "{m:?}");
+            n += 1;
+        }
+        n
+    });
+    let outcomes = tokio::time::timeout(Duration::from_secs(20), client)
+        .await
+        .expect("the client ends")
+        .unwrap();
+    assert_eq!(of("a", &outcomes), "Ok(Clean)", "{outcomes:?}");
+    assert_eq!(of("b", &outcomes), "Ok(ConsumerLeft)", "{outcomes:?}");
+    assert_eq!(reader.await.unwrap(), 24);
+}
+
 /// The bridges count what crosses them as a reader and a writer would: records and payload
 /// bytes (so `shmflow stat` shows real record rates for a bridge's end).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

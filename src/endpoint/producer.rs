@@ -88,9 +88,9 @@ pub enum FlushPolicy {
 /// never shows fewer records written than read.
 const COUNTS_EVERY: u64 = 64;
 
-/// Segments from which a pool is large enough that a producer finding every one of them in
-/// flight parks at once under [`WaitStrategy::Block`] (see `Producer::take`).
-const PARK_AT_ONCE: u32 = 8;
+/// Segments in flight from which a producer waiting for one to come back parks at once under
+/// [`WaitStrategy::Block`] (see `Producer::take`).
+const PARK_AT_ONCE: u64 = 8;
 
 #[cfg(not(shmflow_loom))]
 fn policy_interval(p: FlushPolicy) -> Duration {
@@ -507,12 +507,13 @@ impl Producer {
             &h.producer_counters.blocked_since_ns,
             &h.producer_counters.backpressured_ns,
         );
-        // Every segment of a pool of `PARK_AT_ONCE` or more is in flight: the consumer has
-        // all of them to read before a late wake-up of this producer could leave it idle, so
-        // `Block` parks at once instead of looking (its looks would only take CPU time from
-        // the consumer, or from a bridge forwarding the pool, on a machine with few CPUs).
+        // `PARK_AT_ONCE` segments or more of this producer's are in flight (no cap holds it
+        // back: it waits for a segment to come back): the consumer has all of them to read
+        // before a late wake-up of this producer could leave it idle, so `Block` parks at
+        // once instead of looking (its looks would only take CPU time from the consumer, or
+        // from a bridge forwarding the channel, on a machine with few CPUs).
         let wait = match self.wait {
-            WaitStrategy::Block if self.geometry().segment_count >= PARK_AT_ONCE => {
+            WaitStrategy::Block if !capped && self.in_flight() >= PARK_AT_ONCE => {
                 WaitStrategy::Park
             }
             w => w,

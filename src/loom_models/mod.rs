@@ -339,12 +339,13 @@ fn consumer_waiting_for_records_published_one_by_one_always_wakes() {
     });
 }
 
-/// Model 9b: A notifier that told the word it wakes with the read-modify-write only
-/// (`park::rmw_notifier`, as a receiving bridge does for its consumer) publishes and notifies
-/// with the light notification: the waiter, which reads the bit when it announces itself,
-/// parks without the heavy barrier, and the light notification reads the bit too and takes
-/// the RMW. The waiter always wakes. (Broken variant `light_ignores_no_fence`: the light
-/// notification looks at `PARKED` alone, so neither side has the barrier's other half.)
+/// Model 9b: A notifier tells the word it wakes with the read-modify-write only
+/// (`park::rmw_notifier`, as a receiving bridge does for its consumer) while the waiter may be
+/// announcing itself, then publishes and notifies with the light notification. A waiter whose
+/// announcing RMW reads the bit parks without the heavy barrier, one that does not issues it;
+/// the light notification reads the bit (its own write) and takes the RMW. The waiter always
+/// wakes. (Broken variant `light_ignores_no_fence`: the light notification looks at `PARKED`
+/// alone, so a waiter that skipped the barrier can be missed.)
 #[test]
 fn waiter_of_an_rmw_only_notifier_parks_without_the_barrier_and_wakes() {
     use crate::protocol::park;
@@ -352,9 +353,9 @@ fn waiter_of_an_rmw_only_notifier_parks_without_the_barrier_and_wakes() {
     model(|| {
         let word = std::sync::Arc::new(support::ParkWord::new());
         let published = std::sync::Arc::new(crate::sync::AtomicU32::new(0));
-        park::rmw_notifier(word.word());
         let (w, p) = (word.clone(), published.clone());
         let notifier = thread::spawn(move || {
+            park::rmw_notifier(w.word());
             // Release: pairs with the waiter's Acquire look.
             p.store(1, crate::sync::Ordering::Release);
             park::notify_light::<Host>(w.word(), || None);

@@ -114,10 +114,11 @@ pub enum WaitStrategy {
     /// microseconds when the peer sits on another CPU of a VM. For the lowest latency (a
     /// CPU burnt while waiting) use [`WaitStrategy::BusyPoll`]. A direct network consumer
     /// looks the same way, each look a read of its socket that does not wait, and after a
-    /// large batch reads blocking at once. A producer of a pool of 8 segments or more that
-    /// finds every one of them in flight parks at once: its consumer has the whole pool to
-    /// read before a late wake-up could leave it idle, and looks would only take CPU time
-    /// from the consumer (or from a bridge forwarding the pool).
+    /// large batch reads blocking at once. A producer that waits for a segment to come back
+    /// with 8 or more of its segments in flight (not held back by a debloating cap) parks at
+    /// once: its consumer has all of them to read before a late wake-up could leave it idle,
+    /// and looks would only take CPU time from the consumer (or from a bridge forwarding the
+    /// channel).
     #[default]
     Block,
     /// Busy-poll for up to this long before parking: the lowest latency while the peer is

@@ -196,6 +196,10 @@ impl Client {
             // Every wake-up of its consumer is an RMW (the consumer parks without the heavy
             // barrier, a process-wide fence that costs an interrupt of every other CPU).
             p.raw_rmw_notifier();
+            // The channel's waits (free segments, room in the lane) are polled by the
+            // connection's one task, afresh after every message of any channel: they park at
+            // once, so that no poll spins in the task.
+            p.set_wait_strategy(crate::WaitStrategy::Park);
             let g = p.geometry();
             let ch = Receiving::new(
                 Held::new(p),
@@ -226,8 +230,9 @@ impl Client {
                 Event::Read(m) => {
                     let msg = match m {
                         Ok(Some(m)) => m,
-                        // The sender shuts the connection down once every channel has ended:
-                        // what is held behind a priority event may still be waiting for room.
+                        // The sender's end of the stream (its `run` ended or was dropped) after
+                        // every channel's end: what is held behind a priority event may still
+                        // be waiting for room.
                         Ok(None) if slots.iter().all(Slot::sent_all) => {
                             reading = false;
                             continue;
@@ -242,7 +247,8 @@ impl Client {
                         }
                     };
                     let (channel, input) = match msg {
-                        Msg::Heartbeat => continue,
+                        // (Still a message read: the credit check below is due as after any.)
+                        Msg::Heartbeat => (wire::CONNECTION, None),
                         Msg::Error {
                             channel: wire::CONNECTION,
                             code,
@@ -258,11 +264,11 @@ impl Client {
                             frames,
                         } => (
                             channel,
-                            In::Buffer {
+                            Some(In::Buffer {
                                 backlog,
                                 offset,
                                 frames,
-                            },
+                            }),
                         ),
                         Msg::Priority {
                             channel,
@@ -270,49 +276,50 @@ impl Client {
                             payload,
                         } => (
                             channel,
-                            In::Priority {
+                            Some(In::Priority {
                                 entry: Entry::event(kind),
                                 payload,
-                            },
+                            }),
                         ),
                         Msg::Announce { channel, payload } => (
                             channel,
-                            In::Priority {
+                            Some(In::Priority {
                                 entry: Entry {
                                     kind: 0,
                                     barrier: true,
                                 },
                                 payload,
-                            },
+                            }),
                         ),
-                        Msg::Close { channel, how } => (channel, In::Close(how)),
+                        Msg::Close { channel, how } => (channel, Some(In::Close(how))),
                         Msg::Error {
                             channel,
                             code,
                             message,
-                        } => (channel, In::Error { code, message }),
+                        } => (channel, Some(In::Error { code, message })),
                         other => {
                             failure = Some(other.wrong_direction("sender").into());
                             break;
                         }
                     };
-                    let last = matches!(input, In::Close(_) | In::Error { .. });
-                    match slots.get_mut(channel as usize) {
-                        Some(Slot::Open { ch, last_sent, due }) if !*last_sent => {
-                            *last_sent = last;
+                    match (input, slots.get_mut(channel as usize)) {
+                        (None, _) => (channel, Ok(())),
+                        (Some(input), Some(Slot::Open { ch, last_sent, due })) if !*last_sent => {
+                            *last_sent = matches!(input, In::Close(_) | In::Error { .. });
                             let buffer = matches!(input, In::Buffer { .. });
                             let step = ch.take(input);
                             *due |= buffer && step.is_ok();
                             (channel, step)
                         }
-                        Some(s @ Slot::Cancelled) => {
-                            // Late messages of a channel this side ended: dropped.
-                            if last {
+                        (Some(input), Some(s @ Slot::Cancelled)) => {
+                            // Late messages of a channel this side ended: dropped (a sender
+                            // that read the `Cancel` sends nothing more, not even `Close`).
+                            if matches!(input, In::Close(_) | In::Error { .. }) {
                                 *s = Slot::Ended;
                             }
-                            continue;
+                            (channel, Ok(()))
                         }
-                        _ => {
+                        (Some(_), _) => {
                             failure = Some(
                                 ProtocolError::Channel {
                                     channel,
@@ -417,14 +424,15 @@ impl Slot {
         matches!(self, Slot::Open { .. })
     }
 
-    /// Nothing more is to come for it from the sender.
+    /// Nothing more is to come for it from the sender (a cancelled channel's sender stops
+    /// at the `Cancel` without a `Close`: what may still come of it is dropped anyway).
     fn sent_all(&self) -> bool {
         !matches!(
             self,
             Slot::Open {
                 last_sent: false,
                 ..
-            } | Slot::Cancelled
+            }
         )
     }
 }
