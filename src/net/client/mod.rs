@@ -199,7 +199,7 @@ impl Client {
             // The channel's waits (free segments, room in the lane) are polled by the
             // connection's one task, afresh after every message of any channel: they park at
             // once, so that no poll spins in the task.
-            p.set_wait_strategy(crate::WaitStrategy::Park);
+            p.set_wait_strategy(crate::protocol::park::WaitStrategy::Park);
             let g = p.geometry();
             let ch = Receiving::new(
                 Held::new(p),
