@@ -714,9 +714,19 @@ impl Consumer {
                 &h.consumer_counters.idle_ns,
             )
         });
+        // A receiving bridge writes what a socket read brought, a segment at a time, as the
+        // network delivers it: after a large batch the next one is a network delivery away,
+        // and `Block`'s looks would only burn CPU time the bridge and its peers need (as a
+        // direct network end reads blocking at once after a large batch).
+        let strategy = match (self.wait, pace) {
+            (WaitStrategy::Block, park::Pace::Stream) if h.link.fed_by_bridge() => {
+                WaitStrategy::Park
+            }
+            (w, _) => w,
+        };
         let got = park::wait_for::<Host, _, _, _>(
             shared.consumer_park(),
-            self.wait,
+            strategy,
             patience,
             park::Notifier::Light,
             pace,

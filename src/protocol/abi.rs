@@ -165,7 +165,8 @@ pub(crate) const LINK_SENDING: u64 = 1;
 pub(crate) const LINK_RECEIVING: u64 = 2;
 
 /// Figures of a network bridge attached as one end of the channel (feature `net`), for
-/// `shmflow stat`; all zero otherwise. Written Relaxed by the bridge, never read back.
+/// `shmflow stat`; all zero otherwise. Written Relaxed by the bridge, never read back by it
+/// (the consumer reads `role` as a hint for its waits).
 #[repr(C)]
 #[derive(Default)]
 pub(crate) struct LinkFigures {
@@ -209,6 +210,13 @@ impl LinkFigures {
                 .store(link.in_flight_bytes, Ordering::Relaxed);
         }
         self.wire_bytes.store(link.wire_bytes, Ordering::Relaxed);
+    }
+
+    /// A receiving bridge is the producer end, as its last publication says: the consumer's
+    /// waits take it as a hint (Relaxed: a wrong answer, from a region that lies, only changes
+    /// how a wait spends its time).
+    pub(crate) fn fed_by_bridge(&self) -> bool {
+        self.role.load(Ordering::Relaxed) == LINK_RECEIVING
     }
 
     /// What the bridge last published (Relaxed: statistics; a reader may see a mix of two

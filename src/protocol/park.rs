@@ -799,6 +799,8 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T, F: From<Box<SysError>>>(
             }
         }
     }
+    // The doorbell's registration with the reactor, kept while the wait goes on.
+    let mut watch = None;
     loop {
         // The doorbell if this process holds it, so does every notifier (`RINGABLE`, no
         // `BELL_LESS`), and a tokio runtime runs this task (its reactor waits on the bell;
@@ -814,14 +816,18 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T, F: From<Box<SysError>>>(
         match ring {
             // `BELL_LESS` came with the announcement: the futex, through the bridge (a
             // bell-less notifier's RMW changes the word the bridge watches).
-            Some(b) if now & BELL_LESS == 0 => O::rung(b, nap).await.map_err(|e| {
-                crate::error::sys(
-                    region,
-                    "wait for the doorbell in the tokio runtime's reactor (the runtime needs \
+            Some(b) if now & BELL_LESS == 0 => {
+                // SAFETY: `watch` is this wait's, dropped at its end, and `b` is borrowed for
+                // the whole wait.
+                unsafe { O::rung(b, &mut watch, nap) }.await.map_err(|e| {
+                    crate::error::sys(
+                        region,
+                        "wait for the doorbell in the tokio runtime's reactor (the runtime needs \
                      its IO and time drivers: `enable_all` on its builder)",
-                    e,
-                )
-            })?,
+                        e,
+                    )
+                })?
+            }
             // SAFETY: the caller's contract is `watch`'s.
             _ => unsafe { watcher.watch(word, now, nap) }
                 .await

@@ -75,11 +75,15 @@ impl AsyncOs for Kernel {
         tokio::task::yield_now()
     }
 
-    fn rung(
-        bell: &Doorbell,
+    type Watch = BellWatch;
+
+    unsafe fn rung<'a>(
+        bell: &'a Doorbell,
+        watch: &'a mut Option<BellWatch>,
         timeout: std::time::Duration,
-    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send + '_ {
-        bell.rung(timeout)
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send + 'a {
+        // SAFETY: the caller's contract is `rung`'s.
+        unsafe { bell.rung(watch, timeout) }
     }
 
     fn futex_waitv(
@@ -133,25 +137,34 @@ impl Doorbell {
     }
 
     /// Waits in the current tokio runtime's reactor until the bell rings (a ring since the
-    /// last wait counts) or `timeout` passes, and takes the rings. The runtime needs its IO
-    /// and time drivers (`enable_io`, `enable_time`; `#[tokio::main]` enables both).
+    /// last wait counts) or `timeout` passes, and takes the rings. The wait end is registered
+    /// with the reactor at the first call of a wait, in `watch`, and stays registered for
+    /// the wait's next calls (each registration costs two system calls). The runtime needs
+    /// its IO and time drivers (`enable_io`, `enable_time`; `#[tokio::main]` enables both).
+    ///
+    /// # Safety
+    /// `watch` is dropped before `self` (it names `self`'s descriptor without owning it).
     #[cfg(feature = "tokio")]
-    pub(crate) async fn rung(&self, timeout: std::time::Duration) -> std::io::Result<()> {
-        use std::os::fd::{AsFd, AsRawFd, RawFd};
+    pub(crate) async unsafe fn rung(
+        &self,
+        watch: &mut Option<BellWatch>,
+        timeout: std::time::Duration,
+    ) -> std::io::Result<()> {
+        use std::os::fd::{AsFd, AsRawFd};
         use tokio::io::unix::AsyncFd;
         use tokio::io::Interest;
-        /// The wait end's number, registered for the length of one wait.
-        struct Raw(RawFd);
-        impl AsRawFd for Raw {
-            fn as_raw_fd(&self) -> RawFd {
-                self.0
+        let reg = match watch {
+            Some(w) => &w.reg,
+            None => {
+                // SAFETY: the descriptor is `self.wait`, open as long as `self`; the
+                // registration lives in `watch`, which the caller drops before `self`, and
+                // deregisters when dropped.
+                let reg = unsafe {
+                    AsyncFd::register_with_interest(Raw(self.wait.as_raw_fd()), Interest::READABLE)
+                }?;
+                &watch.insert(BellWatch { reg }).reg
             }
-        }
-        // SAFETY: the descriptor is `self.wait`, open as long as `self`, which outlives the
-        // registration (dropped at the end of this call, which borrows `self`).
-        let reg = unsafe {
-            AsyncFd::register_with_interest(Raw(self.wait.as_raw_fd()), Interest::READABLE)
-        }?;
+        };
         let wait = async {
             loop {
                 let mut ready = reg.readable().await?;
@@ -165,6 +178,24 @@ impl Doorbell {
             Ok(r) => r,
             Err(_) => Ok(()),
         }
+    }
+}
+
+/// A doorbell's wait end as registered with a tokio runtime's reactor, for one wait (see
+/// [`Doorbell::rung`]): it names the doorbell's descriptor, and is dropped before it.
+#[cfg(all(feature = "tokio", not(shmflow_loom)))]
+pub(crate) struct BellWatch {
+    reg: tokio::io::unix::AsyncFd<Raw>,
+}
+
+/// A descriptor's number, for a registration that must not close it (the doorbell owns it).
+#[cfg(all(feature = "tokio", not(shmflow_loom)))]
+struct Raw(std::os::fd::RawFd);
+
+#[cfg(all(feature = "tokio", not(shmflow_loom)))]
+impl std::os::fd::AsRawFd for Raw {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
     }
 }
 

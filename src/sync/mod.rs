@@ -56,12 +56,21 @@ pub(crate) trait AsyncOs: Os {
     fn in_runtime() -> bool;
     /// Lets the executor run other tasks, then resumes.
     fn yield_now() -> impl std::future::Future<Output = ()> + Send;
+    /// What one wait keeps between its looks at a bell (its registration with the reactor),
+    /// so that a wait woken many times before it ends registers once: made by the first
+    /// [`AsyncOs::rung`] of the wait, dropped with it.
+    type Watch: Send;
     /// Waits until `bell` rings (a ring since the last wait counts) or `timeout` passes, and
-    /// takes the rings.
-    fn rung(
-        bell: &Self::Bell,
+    /// takes the rings; `watch` is the wait's (`None` at its first look).
+    ///
+    /// # Safety
+    /// `watch` is dropped before `bell` is (it may name the bell's descriptor): it belongs
+    /// to one wait, which borrows the bell throughout.
+    unsafe fn rung<'a>(
+        bell: &'a Self::Bell,
+        watch: &'a mut Option<Self::Watch>,
         timeout: std::time::Duration,
-    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send + '_;
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send + 'a;
     /// Sleeps until one of `words` is woken or differs from its expected value, or `timeout`
     /// passes. Spurious returns are allowed. False if the kernel cannot (before Linux 5.16):
     /// the caller must then poll. The words go to the kernel only, never dereferenced, so a

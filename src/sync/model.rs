@@ -240,10 +240,14 @@ impl super::AsyncOs for Modelled {
         .await
     }
 
-    fn rung(
-        bell: &Bell,
+    /// (Nothing to register in the model.)
+    type Watch = ();
+
+    unsafe fn rung<'a>(
+        bell: &'a Bell,
+        _watch: &'a mut Option<()>,
         timeout: Duration,
-    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send + '_ {
+    ) -> impl std::future::Future<Output = std::io::Result<()>> + Send + 'a {
         bell.rung(timeout)
     }
 

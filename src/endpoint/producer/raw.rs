@@ -39,6 +39,12 @@ impl Producer {
         Ok(self.free_now()?)
     }
 
+    /// Segments taken and not given back by the consumer yet: what it has in hand or still
+    /// to read.
+    pub(crate) fn raw_unread(&self) -> u64 {
+        self.in_flight()
+    }
+
     /// Writes `bytes` (whole frames, checked by the caller with `frame::check`) at offset `at`
     /// of a segment and publishes them: `at == 0` takes a fresh segment, any other offset
     /// continues the segment in hand where the last chunk ended. `ends_segment`: the chunk

@@ -451,9 +451,8 @@ enum Event {
 type Wait<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Event> + Send + 'a>>;
 
 /// The first of the open channels' waits to end: a priority event waiting for room in its
-/// lane, or, with nothing held, free segments while its sender is short of credit (it has
-/// none, or less than its backlog). Pending for ever if no channel waits (the reader goes
-/// on).
+/// lane, or, with nothing held, free segments enough for credit to be due while its sender
+/// has none. Pending for ever if no channel waits (the reader goes on).
 async fn attention(slots: &mut [Slot]) -> Event {
     let mut waits: Vec<Wait<'_>> = Vec::new();
     for (id, slot) in slots.iter_mut().enumerate() {
@@ -468,11 +467,16 @@ async fn attention(slots: &mut [Slot]) -> Event {
             }));
             continue;
         }
-        let out = ch.credit.outstanding();
-        if !*last_sent && (out == 0 || ch.backlog > out) {
+        // A sender with credit sends, and each message read is followed by the credit check:
+        // only one without credit leaves the reader idle. (A wait begun for every message
+        // would register with the reactor and announce itself on the park word each time.)
+        if !*last_sent && ch.credit.outstanding() == 0 {
+            // Until credit is due: not a wake for every segment the consumer frees.
+            let (free, unread) = (ch.p.raw_free().unwrap_or(0), ch.p.raw_unread());
+            let above = ch.credit.due_above(free, unread, ch.segments);
             let p = &mut *ch.p;
             waits.push(Box::pin(async move {
-                Event::Free(id, p.raw_wait_free(out).await)
+                Event::Free(id, p.raw_wait_free(above).await)
             }));
         }
     }
@@ -518,11 +522,11 @@ async fn announce_due(slots: &mut [Slot], w: &Writer) -> Result<(), LinkError> {
 async fn announce(
     p: &mut Producer,
     c: &mut Credit,
-    (id, segments, backlog): (u32, u64, u64),
+    (id, segments): (u32, u64),
     w: &Writer,
 ) -> Result<(), LinkError> {
     let free = p.raw_free().map_err(LinkError::local)?;
-    let add = c.due(free, segments, backlog).min(u32::MAX as u64);
+    let add = c.due(free, p.raw_unread(), segments).min(u32::MAX as u64);
     if add > 0 {
         w.send(&Msg::AddCredit {
             channel: id,
@@ -537,7 +541,7 @@ async fn announce(
 impl Receiving<Held<Producer>> {
     /// Announces new credit and shows the figures.
     async fn announce(&mut self, w: &Writer) -> Result<(), LinkError> {
-        let at = (self.id, self.segments, self.backlog);
+        let at = (self.id, self.segments);
         announce(&mut self.p, &mut self.credit, at, w).await?;
         self.p
             .raw_figures(self.credit.outstanding(), self.backlog, self.wire);

@@ -29,6 +29,8 @@ pub(crate) trait Segments {
     ) -> Result<Result<(), Refused>, SendError>;
     /// Free segments: what may be announced as credit (0 if the region cannot say).
     fn free(&mut self) -> u64;
+    /// Segments taken and not given back yet: what the consumer has in hand or still to read.
+    fn unread(&self) -> u64;
     /// Segments the consumer's buffer-debloating cap lets be taken now (`u64::MAX`: no cap).
     fn cap_room(&self) -> u64 {
         u64::MAX
@@ -54,6 +56,10 @@ impl Segments for Held<Producer> {
 
     fn free(&mut self) -> u64 {
         self.raw_free().unwrap_or(0)
+    }
+
+    fn unread(&self) -> u64 {
+        self.raw_unread()
     }
 
     fn cap_room(&self) -> u64 {
@@ -107,25 +113,48 @@ impl Credit {
         self.announced - self.started
     }
 
-    /// Credit to announce now, of `free` segments free in a channel of `segments`, its
-    /// sender's backlog `backlog`: every free segment it has no credit for, or 0 while a
-    /// message for them would cost more than it brings. Announcements are batched as long as
-    /// the sender holds at least half the pool in credit and its backlog fits in it: a
-    /// quarter of the pool (at least one segment) at a time, so that a stream of small
-    /// segments costs the receiver one write per several segments, not one each, and the
-    /// sender never runs short for it (it still has half the pool to send when the batch is
-    /// due). Small pools (fewer than 8 segments, whose quarter is under 2) are announced
-    /// segment by segment.
-    pub(crate) fn due(&self, free: u64, segments: u64, backlog: u64) -> u64 {
+    /// Credit to announce now, of `free` segments free in a channel of `segments` whose
+    /// local consumer has `unread` segments in hand or still to read: every free segment the
+    /// sender has no credit for, or 0 while a message for them would cost more than it
+    /// brings. Announcements wait for a batch of a quarter of the pool (at least one segment)
+    /// as long as the sender holds at least half the pool in credit (it has that much to send
+    /// before it runs short), or the consumer has at least half the pool to read (it is the
+    /// stream's pace then, and has more to read than the batch takes to arrive). Either way the
+    /// stream does not slow for it, and a stream of small segments costs one credit message
+    /// (and one wake of the sender) per several segments, not one each. Small pools (fewer
+    /// than 8 segments, whose quarter is under 2) are announced segment by segment, and so is
+    /// a pool under a buffer-debloating cap (the consumer holds no more than the cap).
+    pub(crate) fn due(&self, free: u64, unread: u64, segments: u64) -> u64 {
         let out = self.outstanding();
         let add = free.saturating_sub(out);
-        let flush = add >= (segments / 4).max(1) || out * 2 < segments || backlog > out;
-        if flush {
+        let short = out * 2 < segments && unread * 2 < segments;
+        if add >= batch(segments) || (add > 0 && short) {
             add
         } else {
             0
         }
     }
+
+    /// Free segments beyond which [`Credit::due`] has something to announce, as the consumer
+    /// gives back segments (each one it gives back is one more free, one fewer to read) and
+    /// nothing arrives (the sender has no credit): a wait for more than this many to be free
+    /// ends when credit is due, not at every segment.
+    pub(crate) fn due_above(&self, free: u64, unread: u64, segments: u64) -> u64 {
+        let out = self.outstanding();
+        let batched = out + batch(segments) - 1;
+        if out * 2 < segments {
+            // The consumer has less than half the pool to read once `free` is past this.
+            let read_down = (free + unread).saturating_sub(segments.div_ceil(2));
+            batched.min(out.max(read_down))
+        } else {
+            batched
+        }
+    }
+}
+
+/// The batch credit waits for while the consumer has the pool to read: a quarter of it.
+fn batch(segments: u64) -> u64 {
+    (segments / 4).max(1)
 }
 
 /// Priority events that may wait for room in one channel's lane. Priority events are outside
@@ -436,36 +465,72 @@ mod tests {
     const SEG: usize = 4096;
 
     #[test]
-    fn credit_is_announced_in_batches_only_while_the_sender_holds_half_the_pool() {
-        // 64 segments, all announced, 20 spent: the sender holds 44.
+    fn credit_is_announced_in_batches_while_the_sender_holds_or_the_consumer_has_half_the_pool() {
+        // 64 segments, 5 announced and unspent, the consumer has 59 to read.
         let c = Credit {
-            announced: 64,
-            started: 20,
+            announced: 100,
+            started: 95,
         };
         let out = c.outstanding();
-        assert_eq!(out, 44);
-        // 1 to 15 segments free beyond that wait for a batch of a quarter of the pool...
+        assert_eq!(out, 5);
+        // 1 to 15 segments given back wait for a batch of a quarter of the pool...
         for add in 1..16 {
-            assert_eq!(c.due(out + add, 64, 0), 0, "{add} free");
+            assert_eq!(c.due(out + add, 59 - add, 64), 0, "{add} free");
         }
-        assert_eq!(c.due(out + 16, 64, 0), 16);
-        // ...unless the sender's backlog is more than its credit.
-        assert_eq!(c.due(out + 1, 64, out + 1), 1);
-        // Below half the pool in credit, every free segment goes at once.
+        assert_eq!(c.due(out + 16, 59 - 16, 64), 16);
+        assert_eq!(c.due_above(out, 59, 64), out + 15);
+        // ...unless the consumer has less than half the pool to read: then at once.
+        assert_eq!(c.due(out + 1, 31, 64), 1);
         let low = Credit {
-            announced: 64,
-            started: 33,
+            announced: 100,
+            started: 70,
         };
-        assert_eq!(low.due(low.outstanding() + 1, 64, 0), 1);
+        assert_eq!(low.outstanding(), 30);
+        assert_eq!(low.due(31, 33, 64), 0);
+        assert_eq!(low.due(33, 31, 64), 3);
+        assert_eq!(low.due_above(30, 34, 64), 32);
+        // A sender that holds half the pool gets batches, however little the consumer has
+        // to read.
+        let rich = Credit {
+            announced: 100,
+            started: 60,
+        };
+        assert_eq!(rich.due(50, 14, 64), 0);
+        assert_eq!(rich.due(56, 8, 64), 16);
+        assert_eq!(rich.due_above(40, 24, 64), 55);
+        // Under a buffer-debloating cap of 2 segments: each at once.
+        assert_eq!(c.due(out + 1, 1, 64), 1);
+        assert_eq!(c.due_above(out, 2, 64), out);
         // Nothing free beyond the credit: nothing to say.
-        assert_eq!(c.due(out, 64, 0), 0);
-        assert_eq!(c.due(0, 64, 0), 0);
+        assert_eq!(c.due(out, 0, 64), 0);
+        assert_eq!(c.due(0, 0, 64), 0);
         // Pools of fewer than 8 segments: segment by segment.
         let small = Credit {
             announced: 3,
-            started: 1,
+            started: 2,
         };
-        assert_eq!(small.due(3, 3, 0), 1);
+        assert_eq!(small.due(2, 1, 3), 1);
+        assert_eq!(small.due_above(1, 2, 3), 1);
+        // `due_above` is where `due` turns as the consumer gives segments back, for every
+        // state of a few pools (and of pools under a cap: `total` below the pool).
+        for segments in [1, 2, 3, 7, 8, 9, 64, 65] {
+            for out in 0..=segments {
+                let c = Credit {
+                    announced: segments + out,
+                    started: segments,
+                };
+                for total in out..=segments {
+                    let above = c.due_above(out, total - out, segments);
+                    for free in out..=total {
+                        assert_eq!(
+                            c.due(free, total - free, segments) > 0,
+                            free > above,
+                            "{segments} segments, {out} credit, {free} free of {total}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     /// A producer's segments without a region: `free` segments for credit, a lane of `room`
@@ -501,6 +566,9 @@ mod tests {
         }
         fn free(&mut self) -> u64 {
             self.free
+        }
+        fn unread(&self) -> u64 {
+            0
         }
         fn unmet(&self) -> u64 {
             self.unmet

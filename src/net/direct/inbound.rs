@@ -217,7 +217,7 @@ impl Inner {
         };
         let add = ch
             .credit
-            .due(ch.p.free(), ch.segments, ch.backlog)
+            .due(ch.p.free(), ch.p.unread(), ch.segments)
             .min(u32::MAX as u64);
         if add > 0 {
             self.sock
@@ -526,7 +526,7 @@ impl Inbound for In {
         let broken = inner.write_broken;
         inner.ch.as_mut().is_some_and(|ch| {
             !ch.held.is_empty()
-                || (!broken && ch.credit.due(ch.p.free(), ch.segments, ch.backlog) > 0)
+                || (!broken && ch.credit.due(ch.p.free(), ch.p.unread(), ch.segments) > 0)
         }) || self.news.load(Ordering::Relaxed)
     }
 
