@@ -139,6 +139,10 @@ pub struct Consumer {
     /// handed back become credit (see `endpoint::remote`). `None` for a local end.
     #[cfg(all(feature = "net", not(shmflow_loom)))]
     link: Option<crate::endpoint::remote::Link<dyn crate::endpoint::remote::Inbound>>,
+    /// A sending bridge's wake-ups of the producer, one per batch of segments given back
+    /// (see `give`).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    owed: crate::endpoint::owed::Owed,
 }
 
 /// The reading path's result for a call with patience `P`: a blocking call's halt is a
@@ -317,6 +321,8 @@ impl Consumer {
             caught_up: false,
             #[cfg(all(feature = "net", not(shmflow_loom)))]
             link: None,
+            #[cfg(all(feature = "net", not(shmflow_loom)))]
+            owed: Default::default(),
         })
     }
 
@@ -577,10 +583,15 @@ impl Consumer {
         }
     }
 
-    /// Pushes a segment into the return ring and wakes the producer.
+    /// Pushes a segment into the return ring and wakes the producer (a sending bridge: once
+    /// per batch, and before it waits, `raw_wake_owed`).
     fn give(&mut self, seg: u32) -> Result<(), Box<CorruptError>> {
         // Release (inside push): our reads of the segment happen before the producer reuses it.
         self.ret.push(&self.shared.return_ring(), seg)?;
+        #[cfg(all(feature = "net", not(shmflow_loom)))]
+        if !self.owed.now() {
+            return Ok(());
+        }
         self.wake_producer();
         Ok(())
     }

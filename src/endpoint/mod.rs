@@ -12,6 +12,8 @@ pub(crate) mod gate_stats;
 pub(crate) mod metrics;
 #[cfg(not(shmflow_loom))]
 pub(crate) mod monitor;
+#[cfg(all(feature = "net", not(shmflow_loom)))]
+pub(crate) mod owed;
 pub(crate) mod partition;
 pub(crate) mod producer;
 #[cfg(all(feature = "net", not(shmflow_loom)))]

@@ -190,6 +190,10 @@ pub struct Producer {
     /// waits are for the peer (see `endpoint::remote`). `None` for a local end.
     #[cfg(all(feature = "net", not(shmflow_loom)))]
     link: Option<crate::endpoint::remote::Link<dyn crate::endpoint::remote::Outbound>>,
+    /// A receiving bridge's wake-ups of the consumer, one per batch of segments committed
+    /// (see `raw_commit`).
+    #[cfg(all(feature = "net", not(shmflow_loom)))]
+    owed: crate::endpoint::owed::Owed,
 }
 
 /// Whether taking a segment waits for the consumer's cap (buffer debloating).
@@ -322,6 +326,8 @@ impl Producer {
             coop: 0,
             #[cfg(all(feature = "net", not(shmflow_loom)))]
             link: None,
+            #[cfg(all(feature = "net", not(shmflow_loom)))]
+            owed: Default::default(),
         })
     }
 

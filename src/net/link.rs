@@ -18,7 +18,7 @@ pub(crate) trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
 pub(crate) type BoxStream = Box<dyn Stream>;
-type Reader = FramedRead<ReadHalf<BoxStream>, Codec>;
+pub(crate) type Reader = FramedRead<ReadHalf<BoxStream>, Codec>;
 
 /// A TCP stream whose gathering writes raise no `SIGPIPE` when the peer has gone (tokio's
 /// go through `writev`, which would kill a host process that has not ignored the signal; its

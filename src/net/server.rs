@@ -390,6 +390,10 @@ async fn send_channel(
     dead_after: std::time::Duration,
 ) -> ChannelEnd {
     let mut c = Held::new(c);
+    // One wake of the local producer per few segments sent, not one each (and the ones held
+    // before every wait).
+    let batch = crate::endpoint::owed::batch_for(c.geometry().segment_count);
+    c.raw_batch_wakes(batch);
     let mut figures = Figures {
         initial: initial as u64,
         ..Figures::default()
@@ -465,6 +469,7 @@ const CREDIT_ALONE: std::time::Duration = std::time::Duration::from_millis(1);
 /// each ring a wake of this task for nothing. A priority event published during that first
 /// wait goes out when credit comes, or after at most `CREDIT_ALONE`.
 async fn wait_credit_or_priority(c: &mut Consumer, ctl: &Ctl) -> Result<(), RecvError> {
+    c.raw_wake_owed();
     if tokio::time::timeout(CREDIT_ALONE, wait_credit(ctl))
         .await
         .is_ok()
@@ -600,6 +605,8 @@ async fn forward(
                 }
                 g.flush().await?;
                 drop(g);
+                // The producer learns of the segments just sent now, not a batch later.
+                c.raw_wake_owed();
                 fig.publish(c, ctl);
             }
             // (Sent at the top of the loop; in the chunk loop above, `Priority` ends the

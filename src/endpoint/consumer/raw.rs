@@ -205,6 +205,20 @@ impl Consumer {
             .map(|(e, len)| (e, bytes::Bytes::copy_from_slice(&self.prio_buf[..len]))))
     }
 
+    /// The bridge wakes the producer once per `batch` segments it gives back, and makes the
+    /// wake-ups it holds before it waits ([`Consumer::raw_wake_owed`]; its own waits here do).
+    pub(crate) fn raw_batch_wakes(&mut self, batch: u8) {
+        self.owed = crate::endpoint::owed::Owed::new(batch);
+    }
+
+    /// Makes the wake-ups held back (see [`Consumer::raw_batch_wakes`]): before the bridge
+    /// waits for anything, so that the producer never sleeps while segments are free.
+    pub(crate) fn raw_wake_owed(&mut self) {
+        if self.owed.settle() {
+            self.wake_producer();
+        }
+    }
+
     /// Segments published after the one in hand (the backlog the bridge announces).
     pub(crate) fn raw_backlog(&mut self) -> Result<u64> {
         Ok(self.data.ready(&self.shared.data_ring())?)
@@ -215,6 +229,7 @@ impl Consumer {
     /// ends or dies (`Err(PeerDead)` once nothing it published is left). Unlike the reader's
     /// wait, it never moves past a frame: every frame, SEALs included, is forwarded.
     pub(crate) async fn raw_readable(&mut self) -> Result<()> {
+        self.raw_wake_owed();
         let shared = self.shared.clone();
         let h = shared.header();
         let _idle = Waiting::start(
@@ -228,6 +243,7 @@ impl Consumer {
     /// Waits in the executor until a priority event is pending: for a bridge that has
     /// segments to send and no credit, so that priority events still overtake them.
     pub(crate) async fn raw_priority_wait(&mut self) -> Result<()> {
+        self.raw_wake_owed();
         self.park_async(WaitStrategy::Park, park::Pace::Sparse, |c, _| {
             Ok(c.prio_pending().then_some(()))
         })

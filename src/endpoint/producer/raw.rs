@@ -33,6 +33,20 @@ impl Producer {
         }
     }
 
+    /// The bridge wakes the consumer once per `batch` segments it commits, and makes the
+    /// wake-ups it holds before it waits ([`Producer::raw_wake_owed`]).
+    pub(crate) fn raw_batch_wakes(&mut self, batch: u8) {
+        self.owed = crate::endpoint::owed::Owed::new(batch);
+    }
+
+    /// Makes the wake-ups held back (see [`Producer::raw_batch_wakes`]): before the bridge
+    /// waits for anything, so that the consumer never sleeps on what was committed.
+    pub(crate) fn raw_wake_owed(&mut self) {
+        if self.owed.settle() {
+            self.notify_consumer();
+        }
+    }
+
     /// Free segments in the return ring: what the bridge may announce as credit.
     pub(crate) fn raw_free(&mut self) -> Result<u64> {
         // Within the consumer's cap (buffer debloating): credit is never more than it allows.
@@ -170,7 +184,9 @@ impl Producer {
         } else if let Some(c) = &mut self.cur {
             c.wpos = end;
         }
-        self.notify_consumer();
+        if self.owed.now() {
+            self.notify_consumer();
+        }
     }
 
     /// Asks the channel's gate for `n` more floating segments (the remote sender's backlog).

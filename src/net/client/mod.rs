@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::endpoint::producer::Producer;
 use crate::error::SendError;
 use crate::net::error::{LinkError, ProtocolError, SetupError};
-use crate::net::link::{self, BoxStream, Held, Writer};
+use crate::net::link::{self, BoxStream, Held, Reader, Writer};
 use crate::net::wire::{self, Closed, Codec, Msg};
 use crate::net::{check_name, ChannelOutcome, Config, Ended};
 
@@ -200,6 +200,10 @@ impl Client {
             // connection's one task, afresh after every message of any channel: they park at
             // once, so that no poll spins in the task.
             p.set_wait_strategy(crate::protocol::park::WaitStrategy::Park);
+            // One wake of the consumer per few segments written, not one each (and the ones
+            // held whenever the task may wait: see the loop).
+            let batch = crate::endpoint::owed::batch_for(p.geometry().segment_count);
+            p.raw_batch_wakes(batch);
             let g = p.geometry();
             let ch = Receiving::new(
                 Held::new(p),
@@ -221,6 +225,15 @@ impl Client {
         // in the lane for a priority event.
         let mut reading = true;
         while failure.is_none() && slots.iter().any(Slot::is_open) {
+            if !reading || !matches!(buffered(&reader), Ok(Some(_))) {
+                // The task may wait now (no whole message is buffered): the consumers learn
+                // of every segment written so far.
+                for slot in &mut slots {
+                    if let Slot::Open { ch, .. } = slot {
+                        ch.p.raw_wake_owed();
+                    }
+                }
+            }
             let event = tokio::select! {
                 biased;
                 m = link::next(&mut reader, config.dead_after), if reading => Event::Read(m),
@@ -372,8 +385,7 @@ impl Client {
             }
             // Credit once every message read so far is written (the next one needs a read):
             // one announcement for a batch of buffers.
-            let buffered = reader.decoder().peek_len(reader.read_buffer());
-            if !reading || !matches!(buffered, Ok(Some(_))) {
+            if !reading || !matches!(buffered(&reader), Ok(Some(_))) {
                 if let Err(e) = announce_due(&mut slots, &writer).await {
                     failure = Some(e);
                 }
@@ -400,6 +412,11 @@ impl Client {
         }
         out
     }
+}
+
+/// The length of the next message if the read buffer holds all of it.
+fn buffered(r: &Reader) -> Result<Option<usize>, ProtocolError> {
+    r.decoder().peek_len(r.read_buffer())
 }
 
 /// One imported channel, as the connection's task holds it.

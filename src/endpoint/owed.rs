@@ -1,0 +1,70 @@
+//! Wake-ups a network bridge holds back. A bridge moves whole segments, several per socket
+//! read or write: a local peer woken for each would switch in and out once per segment, and
+//! on two CPUs those switches cost more than the segments' bytes. The bridge makes one wake-up
+//! per batch instead, and the ones it holds before it may wait for anything (so the peer never
+//! sleeps on work that is there).
+
+/// Wake-ups of the local peer held back for a batch.
+#[derive(Debug, Default)]
+pub(crate) struct Owed {
+    /// Wake-ups per batch: 0 or 1 makes each at once (every end but a bridge's).
+    batch: u8,
+    /// Held since the last one made.
+    held: u8,
+}
+
+impl Owed {
+    /// One wake-up in every `batch`.
+    pub(crate) fn new(batch: u8) -> Owed {
+        Owed { batch, held: 0 }
+    }
+
+    /// A wake-up is due: true if it is to be made now (it makes the held ones too).
+    #[inline]
+    pub(crate) fn now(&mut self) -> bool {
+        if self.batch <= 1 {
+            return true;
+        }
+        self.held += 1;
+        if self.held >= self.batch {
+            self.held = 0;
+            return true;
+        }
+        false
+    }
+
+    /// The held ones are to be made now: true if any was held.
+    pub(crate) fn settle(&mut self) -> bool {
+        std::mem::take(&mut self.held) > 0
+    }
+}
+
+/// The batch for a channel of `segments`: 4, or fewer in a small pool (a quarter of it), so
+/// that a peer never waits for more than a few segments.
+pub(crate) fn batch_for(segments: u32) -> u8 {
+    (segments / 4).clamp(1, 4) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_wake_in_a_batch_and_the_held_ones_when_settled() {
+        let mut o = Owed::new(batch_for(64));
+        assert_eq!(
+            (0..8).map(|_| o.now()).collect::<Vec<_>>(),
+            [false, false, false, true, false, false, false, true]
+        );
+        assert!(!o.settle(), "nothing held after a batch");
+        assert!(!o.now());
+        assert!(o.settle());
+        assert!(!o.settle());
+        // Small pools: a quarter; the default wakes at once.
+        assert_eq!(batch_for(4), 1);
+        assert_eq!(batch_for(8), 2);
+        let mut every = Owed::default();
+        assert!(every.now() && every.now());
+        assert!(!every.settle());
+    }
+}
