@@ -39,10 +39,11 @@ impl Owed {
     }
 }
 
-/// The batch for a channel of `segments`: 4, or fewer in a small pool (a quarter of it), so
-/// that a peer never waits for more than a few segments.
+/// The batch for a channel of `segments`: a quarter of the pool, at most 8 (a socket read's
+/// worth of the default segments), at least 1, so that a peer never waits for more than a
+/// few segments.
 pub(crate) fn batch_for(segments: u32) -> u8 {
-    (segments / 4).clamp(1, 4) as u8
+    (segments / 4).clamp(1, 8) as u8
 }
 
 #[cfg(test)]
@@ -51,7 +52,7 @@ mod tests {
 
     #[test]
     fn one_wake_in_a_batch_and_the_held_ones_when_settled() {
-        let mut o = Owed::new(batch_for(64));
+        let mut o = Owed::new(4);
         assert_eq!(
             (0..8).map(|_| o.now()).collect::<Vec<_>>(),
             [false, false, false, true, false, false, false, true]
@@ -60,9 +61,11 @@ mod tests {
         assert!(!o.now());
         assert!(o.settle());
         assert!(!o.settle());
-        // Small pools: a quarter; the default wakes at once.
-        assert_eq!(batch_for(4), 1);
+        // A quarter of the pool, at most 8; the default wakes at once.
+        assert_eq!(batch_for(64), 8);
+        assert_eq!(batch_for(16), 4);
         assert_eq!(batch_for(8), 2);
+        assert_eq!(batch_for(4), 1);
         let mut every = Owed::default();
         assert!(every.now() && every.now());
         assert!(!every.settle());

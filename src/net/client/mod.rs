@@ -226,13 +226,8 @@ impl Client {
         let mut reading = true;
         while failure.is_none() && slots.iter().any(Slot::is_open) {
             if !reading || !matches!(buffered(&reader), Ok(Some(_))) {
-                // The task may wait now (no whole message is buffered): the consumers learn
-                // of every segment written so far.
-                for slot in &mut slots {
-                    if let Slot::Open { ch, .. } = slot {
-                        ch.p.raw_wake_owed();
-                    }
-                }
+                // The task may wait now (no whole message is buffered).
+                wake_consumers(&mut slots);
             }
             let event = tokio::select! {
                 biased;
@@ -367,6 +362,8 @@ impl Client {
                 else {
                     unreachable!("a step of an open channel")
                 };
+                // (A write follows, which may wait.)
+                wake_consumers(&mut slots);
                 let result = ch.stop(why, &writer).await;
                 // Ended here before its sender ended it (its consumer left or broke, or took
                 // no priority events): the sender was sent `Cancel` or `Error`, and what it
@@ -386,12 +383,15 @@ impl Client {
             // Credit once every message read so far is written (the next one needs a read):
             // one announcement for a batch of buffers.
             if !reading || !matches!(buffered(&reader), Ok(Some(_))) {
+                // (Before the credit's writes, which may wait.)
+                wake_consumers(&mut slots);
                 if let Err(e) = announce_due(&mut slots, &writer).await {
                     failure = Some(e);
                 }
             }
         }
         beat.cancel();
+        wake_consumers(&mut slots);
         if let Some(e) = &failure {
             stop.cancel();
             link::refuse(&writer, e).await;
@@ -411,6 +411,16 @@ impl Client {
             writer.lock().await.shutdown().await;
         }
         out
+    }
+}
+
+/// Every consumer learns of every segment written so far (the wake-ups held for a batch):
+/// before the task may wait.
+fn wake_consumers(slots: &mut [Slot]) {
+    for slot in slots {
+        if let Slot::Open { ch, .. } = slot {
+            ch.p.raw_wake_owed();
+        }
     }
 }
 
