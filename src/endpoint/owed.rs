@@ -1,8 +1,10 @@
 //! Wake-ups a network bridge holds back. A bridge moves whole segments, several per socket
 //! read or write: a local peer woken for each would switch in and out once per segment, and
 //! on two CPUs those switches cost more than the segments' bytes. The bridge makes one wake-up
-//! per batch instead, and the ones it holds before it may wait for anything (so the peer never
-//! sleeps on work that is there).
+//! per batch instead, and the ones it holds before it waits for its peer or the remote side
+//! (credit, frames, a message) and at the end of each batch of segments, so that its peer
+//! sleeps on work that is there at most while the bridge's own socket write of that batch
+//! waits (and never on more than a batch less one).
 
 /// Wake-ups of the local peer held back for a batch.
 #[derive(Debug, Default)]

@@ -390,8 +390,9 @@ async fn send_channel(
     dead_after: std::time::Duration,
 ) -> ChannelEnd {
     let mut c = Held::new(c);
-    // One wake of the local producer per few segments sent, not one each (and the ones held
-    // before every wait).
+    // One wake of the local producer per few segments sent, not one each, and the ones held
+    // before every wait for credit or frames and at the end of each batch of writes (a write
+    // that waits for the socket within a batch holds at most a batch less one).
     let batch = crate::endpoint::owed::batch_for(c.geometry().segment_count);
     c.raw_batch_wakes(batch);
     let mut figures = Figures {
@@ -603,10 +604,11 @@ async fn forward(
                         _ => break,
                     }
                 }
+                // The producer learns of the segments just sent now, not a batch later (and
+                // before the flush, which may wait for the socket).
+                c.raw_wake_owed();
                 g.flush().await?;
                 drop(g);
-                // The producer learns of the segments just sent now, not a batch later.
-                c.raw_wake_owed();
                 fig.publish(c, ctl);
             }
             // (Sent at the top of the loop; in the chunk loop above, `Priority` ends the

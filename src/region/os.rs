@@ -143,7 +143,8 @@ impl Doorbell {
     /// its IO and time drivers (`enable_io`, `enable_time`; `#[tokio::main]` enables both).
     ///
     /// # Safety
-    /// `watch` is dropped before `self` (it names `self`'s descriptor without owning it).
+    /// `watch` is dropped before `self` (it names `self`'s descriptor without owning it),
+    /// and is used with `self` only.
     #[cfg(feature = "tokio")]
     pub(crate) async unsafe fn rung(
         &self,

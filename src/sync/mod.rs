@@ -64,8 +64,11 @@ pub(crate) trait AsyncOs: Os {
     /// takes the rings; `watch` is the wait's (`None` at its first look).
     ///
     /// # Safety
-    /// `watch` is dropped before `bell` is (it may name the bell's descriptor): it belongs
-    /// to one wait, which borrows the bell throughout.
+    /// `watch` is dropped before `bell` is (it may name the bell's descriptor), and is used
+    /// with `bell` only: it belongs to one wait, which borrows the bell throughout. (It stays
+    /// registered with the runtime that ran the wait when it first slept: a wait moved to
+    /// another runtime half-way sleeps its full nap between looks, or fails if that runtime
+    /// is gone.)
     unsafe fn rung<'a>(
         bell: &'a Self::Bell,
         watch: &'a mut Option<Self::Watch>,

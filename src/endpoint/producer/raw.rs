@@ -205,11 +205,13 @@ impl Producer {
         self.supply.demand().saturating_sub(lent)
     }
 
-    /// Waits in the executor until more than `k` segments are free, the consumer leaves
-    /// (`Closed`) or dies (`PeerDead`). Counted as backpressure.
-    pub(crate) async fn raw_wait_free(&mut self, k: u64) -> Result<()> {
+    /// Waits in the executor until `enough(free, unread)` holds for the segments free (as
+    /// [`Producer::raw_free`] counts them) and those the consumer has yet to give back
+    /// ([`Producer::raw_unread`]), looked at again each time the consumer gives one back, or
+    /// until the consumer leaves (`Closed`) or dies (`PeerDead`). Counted as backpressure.
+    pub(crate) async fn raw_wait_free(&mut self, enough: impl Fn(u64, u64) -> bool) -> Result<()> {
         self.wait_async(|p, look| {
-            if p.free_now()? > k {
+            if enough(p.free_now()?, p.in_flight()) {
                 return Ok(Some(()));
             }
             if p.consumer_detached() {

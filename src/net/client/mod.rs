@@ -498,12 +498,14 @@ async fn attention(slots: &mut [Slot]) -> Event {
         // only one without credit leaves the reader idle. (A wait begun for every message
         // would register with the reactor and announce itself on the park word each time.)
         if !*last_sent && ch.credit.outstanding() == 0 {
-            // Until credit is due: not a wake for every segment the consumer frees.
-            let (free, unread) = (ch.p.raw_free().unwrap_or(0), ch.p.raw_unread());
-            let above = ch.credit.due_above(free, unread, ch.segments);
+            // Until credit is due (looked at afresh at each segment the consumer gives back:
+            // what is free and what it has to read need not add up to the same all along, in
+            // a gate channel, or under a debloating cap that changes).
+            let (credit, segments) = (ch.credit, ch.segments);
             let p = &mut *ch.p;
             waits.push(Box::pin(async move {
-                Event::Free(id, p.raw_wait_free(above).await)
+                let due = |free, unread| credit.due(free, unread, segments) > 0;
+                Event::Free(id, p.raw_wait_free(due).await)
             }));
         }
     }
@@ -523,9 +525,9 @@ async fn attention(slots: &mut [Slot]) -> Event {
 
 /// Announces the credit due on every open channel with nothing held (a held buffer's
 /// segment is counted free until it is written) that wrote buffers or saw segments come free
-/// since its last announcement, or whose sender is short of credit (so that a channel starved
-/// of credit is heard even while other channels' messages keep the reader busy), and shows
-/// the figures.
+/// since its last announcement, or whose sender has no credit (so that a channel starved of
+/// credit is heard even while other channels' messages keep the reader busy), and shows the
+/// figures.
 async fn announce_due(slots: &mut [Slot], w: &Writer) -> Result<(), LinkError> {
     for slot in slots {
         if let Slot::Open {
@@ -535,7 +537,7 @@ async fn announce_due(slots: &mut [Slot], w: &Writer) -> Result<(), LinkError> {
         } = slot
         {
             let out = ch.credit.outstanding();
-            if ch.held.is_empty() && (*due || out == 0 || ch.backlog > out) {
+            if ch.held.is_empty() && (*due || out == 0) {
                 *due = false;
                 ch.announce(w).await?;
             }

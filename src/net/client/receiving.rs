@@ -103,6 +103,7 @@ pub(crate) enum In {
 
 /// The credit a receiving channel has announced and the sender has not spent yet, and the
 /// state of the frames received.
+#[derive(Clone, Copy)]
 pub(crate) struct Credit {
     pub(crate) announced: u64,
     pub(crate) started: u64,
@@ -122,8 +123,9 @@ impl Credit {
     /// stream's pace then, and has more to read than the batch takes to arrive). Either way the
     /// stream does not slow for it, and a stream of small segments costs one credit message
     /// (and one wake of the sender) per several segments, not one each. Small pools (fewer
-    /// than 8 segments, whose quarter is under 2) are announced segment by segment, and so is
-    /// a pool under a buffer-debloating cap (the consumer holds no more than the cap).
+    /// than 8 segments, whose quarter is under 2) are announced segment by segment; so are the
+    /// free segments of a consumer held to a buffer-debloating cap under half the pool (it has
+    /// no more than the cap to read), unless its sender holds half the pool.
     pub(crate) fn due(&self, free: u64, unread: u64, segments: u64) -> u64 {
         let out = self.outstanding();
         let add = free.saturating_sub(out);
@@ -132,22 +134,6 @@ impl Credit {
             add
         } else {
             0
-        }
-    }
-
-    /// Free segments beyond which [`Credit::due`] has something to announce, as the consumer
-    /// gives back segments (each one it gives back is one more free, one fewer to read) and
-    /// nothing arrives (the sender has no credit): a wait for more than this many to be free
-    /// ends when credit is due, not at every segment.
-    pub(crate) fn due_above(&self, free: u64, unread: u64, segments: u64) -> u64 {
-        let out = self.outstanding();
-        let batched = out + batch(segments) - 1;
-        if out * 2 < segments {
-            // The consumer has less than half the pool to read once `free` is past this.
-            let read_down = (free + unread).saturating_sub(segments.div_ceil(2));
-            batched.min(out.max(read_down))
-        } else {
-            batched
         }
     }
 }
@@ -478,7 +464,6 @@ mod tests {
             assert_eq!(c.due(out + add, 59 - add, 64), 0, "{add} free");
         }
         assert_eq!(c.due(out + 16, 59 - 16, 64), 16);
-        assert_eq!(c.due_above(out, 59, 64), out + 15);
         // ...unless the consumer has less than half the pool to read: then at once.
         assert_eq!(c.due(out + 1, 31, 64), 1);
         let low = Credit {
@@ -488,7 +473,6 @@ mod tests {
         assert_eq!(low.outstanding(), 30);
         assert_eq!(low.due(31, 33, 64), 0);
         assert_eq!(low.due(33, 31, 64), 3);
-        assert_eq!(low.due_above(30, 34, 64), 32);
         // A sender that holds half the pool gets batches, however little the consumer has
         // to read.
         let rich = Credit {
@@ -497,10 +481,10 @@ mod tests {
         };
         assert_eq!(rich.due(50, 14, 64), 0);
         assert_eq!(rich.due(56, 8, 64), 16);
-        assert_eq!(rich.due_above(40, 24, 64), 55);
-        // Under a buffer-debloating cap of 2 segments: each at once.
+        // Under a buffer-debloating cap of 2 segments: each at once, unless the sender
+        // holds half the pool.
         assert_eq!(c.due(out + 1, 1, 64), 1);
-        assert_eq!(c.due_above(out, 2, 64), out);
+        assert_eq!(rich.due(41, 2, 64), 0);
         // Nothing free beyond the credit: nothing to say.
         assert_eq!(c.due(out, 0, 64), 0);
         assert_eq!(c.due(0, 0, 64), 0);
@@ -510,27 +494,6 @@ mod tests {
             started: 2,
         };
         assert_eq!(small.due(2, 1, 3), 1);
-        assert_eq!(small.due_above(1, 2, 3), 1);
-        // `due_above` is where `due` turns as the consumer gives segments back, for every
-        // state of a few pools (and of pools under a cap: `total` below the pool).
-        for segments in [1, 2, 3, 7, 8, 9, 64, 65] {
-            for out in 0..=segments {
-                let c = Credit {
-                    announced: segments + out,
-                    started: segments,
-                };
-                for total in out..=segments {
-                    let above = c.due_above(out, total - out, segments);
-                    for free in out..=total {
-                        assert_eq!(
-                            c.due(free, total - free, segments) > 0,
-                            free > above,
-                            "{segments} segments, {out} credit, {free} free of {total}"
-                        );
-                    }
-                }
-            }
-        }
     }
 
     /// A producer's segments without a region: `free` segments for credit, a lane of `room`
