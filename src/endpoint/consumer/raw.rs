@@ -212,7 +212,8 @@ impl Consumer {
     }
 
     /// Makes the wake-ups held back (see [`Consumer::raw_batch_wakes`]): before the bridge
-    /// waits for anything, so that the producer never sleeps while segments are free.
+    /// waits for its peer or the remote side, so that the producer does not sleep on segments
+    /// that are free while the bridge waits.
     pub(crate) fn raw_wake_owed(&mut self) {
         if self.owed.settle() {
             self.wake_producer();

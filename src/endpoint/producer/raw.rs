@@ -40,7 +40,8 @@ impl Producer {
     }
 
     /// Makes the wake-ups held back (see [`Producer::raw_batch_wakes`]): before the bridge
-    /// waits for anything, so that the consumer never sleeps on what was committed.
+    /// waits for its peer or the remote side, so that the consumer does not sleep on what was
+    /// committed while the bridge waits.
     pub(crate) fn raw_wake_owed(&mut self) {
         if self.owed.settle() {
             self.notify_consumer();
