@@ -1,0 +1,2 @@
+//! Checkpoint cost against state size.
+fn main() {}

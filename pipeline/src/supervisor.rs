@@ -1,0 +1,631 @@
+//! The supervisor: what Flink's JobManager does, for one pipeline on one machine. It starts
+//! every instance, coordinates the checkpoints, and fails over on any failure.
+//!
+//! **Recovery protocol.** Any instance that exits non-zero or dies by a signal (or a
+//! checkpoint failure beyond the tolerable number) is a failure of the whole pipeline, as in
+//! Flink's full-restart failover: every other instance is killed (SIGKILL) and reaped, the
+//! run's shared-memory regions are removed, the checkpoints that never completed are
+//! discarded, and — if the restart strategy allows it, after its delay — every instance is
+//! started again from the newest completed checkpoint that verifies (metadata, sizes and
+//! checksums): sources seek to their positions, operators load their state, keyed state
+//! rolls back to its savepoint, in-flight records an unaligned barrier overtook are
+//! processed again, sinks commit the transactions of that checkpoint and abort the rest.
+//! Each run of instances has its own region names, so nothing of a failed run is read by
+//! the next.
+//!
+//! Instances die with the supervisor: each is started with a parent-death signal (SIGKILL),
+//! checks at start that the supervisor is still its parent, and exits when the control
+//! connection closes. A supervisor started again on the same directory takes its lock,
+//! removes what the dead run left in `/dev/shm`, and resumes from the last completed
+//! checkpoint.
+
+use std::collections::HashMap;
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::config::{Alignment, Restarts};
+use crate::control::{self, FromInstance, Lines, ToInstance};
+use crate::error::{io, RunError};
+use crate::graph::{Kind, Pipeline};
+use crate::instance::{ENV_FD, ENV_OLDEST, ENV_REGIONS, ENV_RESTORE, ENV_ROLE, ENV_SUPERVISOR};
+use crate::metrics::Metrics;
+use crate::store::{write_atomic, Store};
+
+/// What a run of the supervisor did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunSummary {
+    /// Restarts made by this supervisor.
+    pub restarts: u32,
+    /// Checkpoints completed by this supervisor.
+    pub completed_checkpoints: u64,
+    /// Checkpoints that failed (timed out) under this supervisor.
+    pub failed_checkpoints: u64,
+    /// The newest completed checkpoint.
+    pub last_checkpoint: Option<u64>,
+    /// The pipeline had already run to its end in this directory: nothing was started.
+    pub already_finished: bool,
+}
+
+impl std::fmt::Display for RunSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.already_finished {
+            return write!(
+                f,
+                "the pipeline had already finished (start it fresh to run again)"
+            );
+        }
+        write!(
+            f,
+            "finished: {} checkpoint(s) completed, {} failed, {} restart(s)",
+            self.completed_checkpoints, self.failed_checkpoints, self.restarts
+        )
+    }
+}
+
+/// A message from an instance of attempt `attempt`, or its connection's protocol error.
+enum Event {
+    Msg(usize, FromInstance),
+    Garbage(usize, String),
+}
+
+/// The checkpoint in progress: id, trigger time, final or not, acknowledgements by slot
+/// (state bytes, alignment ns).
+type InProgress = (u64, Instant, bool, HashMap<usize, (u64, u64)>);
+
+/// How an attempt ended.
+enum Outcome {
+    Finished,
+    Failed(String),
+}
+
+struct Supervisor<'p> {
+    p: &'p Pipeline,
+    store: Store,
+    names: Vec<String>,
+    instances: Vec<(usize, usize)>,
+    metrics: Metrics,
+    /// Region names start with this (`/dev/shm/PREFIX…`).
+    prefix: String,
+    summary: RunSummary,
+    /// When the last failure was seen: the recovery time runs from here.
+    failed_at: Option<Instant>,
+}
+
+/// Runs the pipeline to its end (or until the restart strategy gives up).
+pub(crate) fn supervise(p: &Pipeline) -> Result<RunSummary, RunError> {
+    p.validate()?;
+    let (store, _lock) = Store::open(&p.dir, &p.identity())?;
+    if p.fresh {
+        store.wipe()?;
+    }
+    let instances = p.instances();
+    let names = instances
+        .iter()
+        .map(|&(s, i)| p.instance_name(s, i))
+        .collect();
+    let dir = fs::canonicalize(&p.dir).map_err(io(format!("resolving {}", p.dir.display())))?;
+    let prefix = format!(
+        "shmflow-pl-{}-{:08x}",
+        p.name,
+        crc32fast::hash(dir.as_os_str().as_encoded_bytes())
+    );
+    let metrics = Metrics::load(&store.dir);
+    let mut sup = Supervisor {
+        p,
+        store,
+        names,
+        instances,
+        metrics,
+        prefix,
+        summary: RunSummary {
+            restarts: 0,
+            completed_checkpoints: 0,
+            failed_checkpoints: 0,
+            last_checkpoint: None,
+            already_finished: false,
+        },
+        failed_at: None,
+    };
+    // What a dead supervisor's instances left (they died with it).
+    sup.remove_regions();
+    if sup.store.dir.join("finished").exists() {
+        sup.summary.already_finished = true;
+        return Ok(sup.summary);
+    }
+    let mut restarts = Restarts::new(p.restart);
+    sup.metrics.state = "running".into();
+    sup.metrics.supervisor_pid = std::process::id();
+    sup.metrics.restart_strategy = p.restart.name().into();
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let restore = sup.restore_point()?;
+        let outcome = sup.attempt(attempt, restore)?;
+        sup.remove_regions();
+        match outcome {
+            Outcome::Finished => {
+                write_atomic(&sup.store.dir, "finished", b"finished\n").map_err(io(format!(
+                    "writing {}",
+                    sup.store.dir.join("finished").display()
+                )))?;
+                sup.metrics.state = "finished".into();
+                sup.metrics.save(&sup.store.dir);
+                return Ok(sup.summary);
+            }
+            Outcome::Failed(cause) => {
+                let now = Instant::now();
+                sup.failed_at = Some(now);
+                sup.metrics.last_failure_cause = cause.clone();
+                let Some(wait) = restarts.on_failure(now) else {
+                    sup.metrics.state = "failed".into();
+                    sup.metrics.save(&sup.store.dir);
+                    return Err(RunError::RestartsExhausted {
+                        restarts: sup.summary.restarts,
+                        cause,
+                    });
+                };
+                sup.summary.restarts += 1;
+                sup.metrics.num_restarts += 1;
+                sup.metrics.state = "restarting".into();
+                sup.metrics.save(&sup.store.dir);
+                sup.say(format!(
+                    "failure: {cause}; restart {} ({}) in {:?} from {}",
+                    sup.summary.restarts,
+                    p.restart.name(),
+                    wait,
+                    match sup.store.completed()?.first() {
+                        Some(id) => format!("checkpoint {id}"),
+                        None => "the beginning".into(),
+                    }
+                ));
+                std::thread::sleep(wait);
+                sup.metrics.state = "running".into();
+            }
+        }
+    }
+}
+
+impl Supervisor<'_> {
+    fn say(&self, text: String) {
+        if !self.p.quiet {
+            eprintln!("[pipeline {}] {text}", self.p.name);
+        }
+    }
+
+    /// The newest completed checkpoint that verifies; the checkpoints after it (never
+    /// completed, or corrupt) are removed. A corrupt one is reported, never loaded.
+    fn restore_point(&mut self) -> Result<Option<u64>, RunError> {
+        let completed = self.store.completed()?;
+        let mut chosen = None;
+        for id in completed {
+            match self.store.verify(id, &self.names) {
+                Ok(()) => {
+                    chosen = Some(id);
+                    break;
+                }
+                Err(e) => eprintln!(
+                    "[pipeline {}] checkpoint {id} is not usable and is set aside: {e}",
+                    self.p.name
+                ),
+            }
+        }
+        for id in self.store.list()? {
+            if chosen.is_none_or(|c| id > c) {
+                self.store.remove(id)?;
+            }
+        }
+        if let Some(c) = chosen {
+            write_atomic(&self.store.dir, "completed", format!("{c}\n").as_bytes())
+                .map_err(io("writing the completed pointer"))?;
+        }
+        Ok(chosen)
+    }
+
+    /// Removes every region of this pipeline's runs from `/dev/shm`.
+    fn remove_regions(&self) {
+        let Ok(entries) = fs::read_dir("/dev/shm") else {
+            return;
+        };
+        for e in entries.flatten() {
+            if e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&self.prefix))
+            {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+
+    fn spawn(
+        &self,
+        slot: usize,
+        regions: &str,
+        restore: Option<u64>,
+        oldest: u64,
+    ) -> Result<(Child, UnixStream), RunError> {
+        let (s, i) = self.instances[slot];
+        let name = &self.names[slot];
+        let spawn_err = |source| RunError::Spawn {
+            instance: name.clone(),
+            source,
+        };
+        let (ours, theirs) = UnixStream::pair().map_err(spawn_err)?;
+        let fd = theirs.as_raw_fd();
+        let exe = std::env::current_exe().map_err(spawn_err)?;
+        let mut cmd = Command::new(exe);
+        cmd.args(std::env::args_os().skip(1))
+            .env(ENV_ROLE, format!("{}/{i}", self.p.stages[s].name))
+            .env(ENV_REGIONS, regions)
+            .env(
+                ENV_RESTORE,
+                restore.map(|r| r.to_string()).unwrap_or_default(),
+            )
+            .env(ENV_FD, fd.to_string())
+            .env(ENV_SUPERVISOR, std::process::id().to_string())
+            .env(ENV_OLDEST, oldest.to_string());
+        // SAFETY: the closure runs in the child between fork and exec and calls only
+        // async-signal-safe functions (prctl, fcntl) on values copied into it.
+        unsafe {
+            cmd.pre_exec(move || {
+                // The instance dies with the supervisor's thread that started it.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The control socket's end survives the exec (every other descriptor of the
+                // supervisor is close-on-exec).
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(spawn_err)?;
+        drop(theirs);
+        Ok((child, ours))
+    }
+
+    /// One run of every instance, from checkpoint `restore`.
+    fn attempt(&mut self, attempt: u32, restore: Option<u64>) -> Result<Outcome, RunError> {
+        let cfg = self.p.checkpoints;
+        let regions = format!("{}-{}x{attempt}", self.prefix, std::process::id());
+        let oldest = self.store.completed()?.last().copied().unwrap_or(0);
+        if let Some(c) = restore {
+            self.metrics.last_restore_timestamp_ms = wall_ms();
+            self.say(format!("starting from checkpoint {c}"));
+        }
+        let (tx, rx) = mpsc::channel::<Event>();
+        let mut children: Vec<Option<Child>> = Vec::new();
+        let mut streams: Vec<UnixStream> = Vec::new();
+        let mut status = format!("attempt {attempt}\n");
+        for slot in 0..self.instances.len() {
+            let (child, stream) = match self.spawn(slot, &regions, restore, oldest) {
+                Ok(c) => c,
+                Err(e) => {
+                    kill_all(&mut children);
+                    return Err(e);
+                }
+            };
+            status.push_str(&format!("{} {}\n", self.names[slot], child.id()));
+            let reader = stream.try_clone().map_err(io("cloning a control socket"))?;
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut lines = Lines::new(reader);
+                loop {
+                    let ev = match lines.next() {
+                        Ok(Some(line)) => match FromInstance::parse(&line) {
+                            Ok(m) => Event::Msg(slot, m),
+                            Err(e) => Event::Garbage(slot, e),
+                        },
+                        Ok(None) => return,
+                        Err(e) => Event::Garbage(slot, e),
+                    };
+                    let garbage = matches!(ev, Event::Garbage(..));
+                    if tx.send(ev).is_err() || garbage {
+                        return;
+                    }
+                }
+            });
+            children.push(Some(child));
+            streams.push(stream);
+        }
+        drop(tx);
+        let _ = fs::write(self.store.dir.join("status"), status);
+        let outcome = self.coordinate(&cfg, restore, &rx, &mut children, &mut streams);
+        kill_all(&mut children);
+        outcome
+    }
+
+    /// The checkpoint coordinator and the watch over the instances, until the end or a
+    /// failure.
+    fn coordinate(
+        &mut self,
+        cfg: &crate::CheckpointConfig,
+        restore: Option<u64>,
+        rx: &mpsc::Receiver<Event>,
+        children: &mut [Option<Child>],
+        streams: &mut [UnixStream],
+    ) -> Result<Outcome, RunError> {
+        let pids: Vec<u32> = children
+            .iter()
+            .map(|c| c.as_ref().map_or(0, Child::id))
+            .collect();
+        let sources: Vec<usize> = (0..self.instances.len())
+            .filter(|&slot| matches!(self.p.stages[self.instances[slot].0].kind, Kind::Source(_)))
+            .collect();
+        let mut finished_sources = vec![false; self.instances.len()];
+        let mut next_id = restore.unwrap_or(0) + 1;
+        // The checkpoint in progress: id, trigger time, final?, acknowledgements.
+        let mut current: Option<InProgress> = None;
+        let mut last_trigger = Instant::now();
+        let mut last_end = Instant::now();
+        let mut consecutive_failures = 0u32;
+        let mut final_done = false;
+        let mut recovered = self.failed_at.is_none();
+        let mut errors: HashMap<usize, String> = HashMap::new();
+        let mut exited = vec![false; self.instances.len()];
+        loop {
+            let ev = rx.recv_timeout(Duration::from_millis(5));
+            let mut evs = Vec::new();
+            match ev {
+                Ok(e) => {
+                    evs.push(e);
+                    evs.extend(rx.try_iter());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {}
+            }
+            for ev in evs {
+                match ev {
+                    Event::Garbage(slot, e) => {
+                        return Ok(Outcome::Failed(format!(
+                            "instance {}: {e}",
+                            self.names[slot]
+                        )))
+                    }
+                    Event::Msg(slot, FromInstance::Error(text)) => {
+                        errors.insert(slot, text);
+                    }
+                    Event::Msg(slot, FromInstance::Finished) => {
+                        finished_sources[slot] = true;
+                    }
+                    Event::Msg(_, FromInstance::Processed) => {
+                        if !recovered {
+                            recovered = true;
+                            if let Some(t) = self.failed_at {
+                                let ms = t.elapsed().as_secs_f64() * 1e3;
+                                self.metrics.last_recovery_time_ms = ms;
+                                self.say(format!(
+                                    "recovered: first record processed {ms:.1} ms after the failure"
+                                ));
+                            }
+                        }
+                    }
+                    Event::Msg(
+                        slot,
+                        FromInstance::Ack {
+                            id,
+                            bytes,
+                            alignment_ns,
+                        },
+                    ) => match &mut current {
+                        Some((cid, _, _, acks)) if *cid == id => {
+                            acks.insert(slot, (bytes, alignment_ns));
+                        }
+                        // An acknowledgement of an aborted checkpoint: its files go too.
+                        _ if id < next_id => self.store.remove(id)?,
+                        _ => {
+                            return Ok(Outcome::Failed(format!(
+                                "instance {} acknowledged checkpoint {id}, never triggered",
+                                self.names[slot]
+                            )))
+                        }
+                    },
+                }
+            }
+            // Complete?
+            if let Some((id, started, last, acks)) = &current {
+                if acks.len() == self.instances.len() {
+                    let (id, started, last) = (*id, *started, *last);
+                    let align = acks.values().map(|&(_, a)| a).max().unwrap_or(0);
+                    let size = self.store.complete(id, &self.names)?;
+                    let duration = started.elapsed();
+                    // Keep the newest `retained`.
+                    let completed = self.store.completed()?;
+                    let keep = cfg.retained.max(1) as usize;
+                    for &old in completed.iter().skip(keep) {
+                        self.store.remove(old)?;
+                    }
+                    let oldest = completed
+                        .iter()
+                        .take(keep)
+                        .next_back()
+                        .copied()
+                        .unwrap_or(id);
+                    for s in streams.iter_mut() {
+                        let _ = control::send(s, &ToInstance::Complete { id, oldest }.line());
+                    }
+                    self.metrics.completed_checkpoints += 1;
+                    self.metrics.last_checkpoint_id = id;
+                    self.metrics.last_checkpoint_duration_ms = duration.as_secs_f64() * 1e3;
+                    self.metrics.last_checkpoint_size = size;
+                    self.metrics.checkpoint_alignment_time_ms = align as f64 / 1e6;
+                    self.metrics.save(&self.store.dir);
+                    self.summary.completed_checkpoints += 1;
+                    self.summary.last_checkpoint = Some(id);
+                    self.say(format!(
+                        "checkpoint {id}{} complete in {:.1} ms, {size} bytes, alignment {:.1} ms",
+                        if last { " (final)" } else { "" },
+                        duration.as_secs_f64() * 1e3,
+                        align as f64 / 1e6
+                    ));
+                    current = None;
+                    last_end = Instant::now();
+                    consecutive_failures = 0;
+                    final_done |= last;
+                }
+            }
+            // Expired?
+            if let Some((id, started, last, _)) = &current {
+                if started.elapsed() >= cfg.timeout {
+                    let (id, last) = (*id, *last);
+                    for s in streams.iter_mut() {
+                        let _ = control::send(s, &ToInstance::Abort { id }.line());
+                    }
+                    self.store.remove(id)?;
+                    self.metrics.failed_checkpoints += 1;
+                    self.summary.failed_checkpoints += 1;
+                    self.metrics.save(&self.store.dir);
+                    consecutive_failures += 1;
+                    current = None;
+                    last_end = Instant::now();
+                    self.say(format!(
+                        "checkpoint {id} expired after {:?} and is aborted",
+                        cfg.timeout
+                    ));
+                    if last {
+                        return Ok(Outcome::Failed(format!(
+                            "the final checkpoint {id} expired after {:?}",
+                            cfg.timeout
+                        )));
+                    }
+                    if consecutive_failures > cfg.tolerable_failures {
+                        return Ok(Outcome::Failed(format!(
+                            "{consecutive_failures} checkpoint(s) failed in a row, {} tolerated",
+                            cfg.tolerable_failures
+                        )));
+                    }
+                }
+            }
+            // Trigger?
+            let all_finished = sources.iter().all(|&s| finished_sources[s]);
+            let now = Instant::now();
+            if current.is_none()
+                && !final_done
+                && now >= last_end + cfg.min_pause
+                && (all_finished || now >= last_trigger + cfg.interval)
+            {
+                let id = next_id;
+                next_id += 1;
+                let alignment = if all_finished {
+                    Alignment::Aligned
+                } else {
+                    cfg.alignment
+                };
+                let msg = ToInstance::Trigger {
+                    id,
+                    alignment,
+                    last: all_finished,
+                }
+                .line();
+                for &s in &sources {
+                    let _ = control::send(&mut streams[s], &msg);
+                }
+                current = Some((id, now, all_finished, HashMap::new()));
+                last_trigger = now;
+            }
+            // The instances.
+            for slot in 0..children.len() {
+                let Some(child) = children[slot].as_mut() else {
+                    continue;
+                };
+                let status = match child.try_wait() {
+                    Ok(Some(st)) => st,
+                    Ok(None) => continue,
+                    Err(e) => return Err(io(format!("waiting for {}", self.names[slot]))(e)),
+                };
+                children[slot] = None;
+                exited[slot] = true;
+                if status.success() {
+                    continue;
+                }
+                // Its last words may still be on the way.
+                std::thread::sleep(Duration::from_millis(2));
+                for ev in rx.try_iter() {
+                    if let Event::Msg(s, FromInstance::Error(text)) = ev {
+                        errors.insert(s, text);
+                    }
+                }
+                let how = match (status.code(), status.signal()) {
+                    (Some(code), _) => format!("exited with code {code}"),
+                    (_, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
+                    _ => "ended".to_owned(),
+                };
+                let why = errors
+                    .get(&slot)
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default();
+                return Ok(Outcome::Failed(format!(
+                    "instance {} (pid {}) {how}{why}",
+                    self.names[slot], pids[slot]
+                )));
+            }
+            if exited.iter().all(|&e| e) {
+                // Acknowledgements sent just before the exits.
+                for ev in rx.try_iter() {
+                    if let Event::Msg(slot, FromInstance::Ack { id, .. }) = ev {
+                        if let Some((cid, _, _, acks)) = &mut current {
+                            if *cid == id {
+                                acks.insert(slot, (0, 0));
+                            }
+                        }
+                    }
+                }
+                if let Some((id, _, true, acks)) = &current {
+                    if acks.len() == self.instances.len() {
+                        let id = *id;
+                        self.store.complete(id, &self.names)?;
+                        self.metrics.completed_checkpoints += 1;
+                        self.metrics.last_checkpoint_id = id;
+                        self.summary.completed_checkpoints += 1;
+                        self.summary.last_checkpoint = Some(id);
+                        final_done = true;
+                    }
+                }
+                return Ok(match final_done {
+                    true => Outcome::Finished,
+                    false => Outcome::Failed(
+                        "every instance ended before the final checkpoint completed".into(),
+                    ),
+                });
+            }
+        }
+    }
+}
+
+fn kill_all(children: &mut [Option<Child>]) {
+    for c in children.iter_mut().flatten() {
+        let _ = c.kill();
+    }
+    for c in children.iter_mut() {
+        if let Some(mut child) = c.take() {
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGINT => "SIGINT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "a signal",
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
