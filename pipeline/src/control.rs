@@ -8,7 +8,8 @@
 //! instance -> supervisor   K ID BYTES ALIGNNS acknowledged ID durably: its file's size, alignment
 //!                          F                  a source reached the end of its input
 //!                          P                  the first record processed since the start
-//!                          E TEXT             the instance fails with this error (then exits)
+//!                          E OWN TEXT         the instance fails with this error (then exits);
+//!                                             OWN 1: its own, 0: a consequence of a peer's
 //! ```
 //!
 //! A line is at most [`MAX_LINE`] bytes; anything else is the peer's protocol error.
@@ -46,7 +47,10 @@ pub(crate) enum FromInstance {
     },
     Finished,
     Processed,
-    Error(String),
+    Error {
+        own: bool,
+        text: String,
+    },
 }
 
 impl ToInstance {
@@ -118,7 +122,7 @@ impl FromInstance {
             } => format!("K {id} {bytes} {alignment_ns}\n"),
             FromInstance::Finished => "F\n".to_owned(),
             FromInstance::Processed => "P\n".to_owned(),
-            FromInstance::Error(text) => {
+            FromInstance::Error { own, text } => {
                 let mut t: String = text
                     .chars()
                     .map(|c| if c == '\n' { ' ' } else { c })
@@ -127,14 +131,23 @@ impl FromInstance {
                 while t.len() > MAX_LINE - 4 {
                     t.pop();
                 }
-                format!("E {t}\n")
+                format!("E {} {t}\n", *own as u8)
             }
         }
     }
 
     pub(crate) fn parse(line: &str) -> Result<FromInstance, String> {
-        if let Some(text) = line.strip_prefix("E ") {
-            return Ok(FromInstance::Error(text.to_owned()));
+        if let Some(rest) = line.strip_prefix("E ") {
+            let (own, text) = rest.split_once(' ').unwrap_or((rest, ""));
+            let own = match own {
+                "1" => true,
+                "0" => false,
+                _ => return Err(format!("control line {line:?}: OWN is not 0 or 1")),
+            };
+            return Ok(FromInstance::Error {
+                own,
+                text: text.to_owned(),
+            });
         }
         let f: Vec<&str> = line.split(' ').collect();
         let num = |i: usize| -> Result<u64, String> {
@@ -226,11 +239,16 @@ mod tests {
             },
             FromInstance::Finished,
             FromInstance::Processed,
-            FromInstance::Error("a\nb".to_owned()),
+            FromInstance::Error {
+                own: true,
+                text: "a\nb".to_owned(),
+            },
         ] {
             let back = FromInstance::parse(m.line().trim_end()).unwrap();
             match (&m, &back) {
-                (FromInstance::Error(_), FromInstance::Error(t)) => assert_eq!(t, "a b"),
+                (FromInstance::Error { .. }, FromInstance::Error { text, own }) => {
+                    assert_eq!((text.as_str(), *own), ("a b", true))
+                }
                 _ => assert_eq!(back, m),
             }
         }

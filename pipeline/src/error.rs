@@ -227,6 +227,29 @@ impl StageError {
     }
 }
 
+impl StageError {
+    /// Whether this error is a consequence of a peer's failure (a transport error, or an
+    /// input whose producer died or failed) rather than the stage's own.
+    pub(crate) fn is_peer_failure(&self) -> bool {
+        self.0.is::<PeerFailure>()
+            || self.0.is::<shmflow::SendError>()
+            || self.0.is::<shmflow::RecvError>()
+            || self.0.is::<shmflow::RecvTimeoutError>()
+    }
+}
+
+/// An input whose producer died or failed.
+#[derive(Debug)]
+pub(crate) struct PeerFailure(pub(crate) String);
+
+impl fmt::Display for PeerFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PeerFailure {}
+
 impl<E: std::error::Error + Send + Sync + 'static> From<E> for StageError {
     fn from(e: E) -> Self {
         StageError(Box::new(e))

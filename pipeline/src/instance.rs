@@ -28,7 +28,7 @@ use shmflow::{
 };
 
 use crate::control::{self, FromInstance, Lines, ToInstance};
-use crate::error::StageError;
+use crate::error::{PeerFailure, StageError};
 use crate::graph::{Kind, Partitioning, Pipeline};
 use crate::keyed::KeyedState;
 use crate::stage::{Context, KeyedSlot, Operator, Sink};
@@ -65,7 +65,6 @@ pub(crate) fn run(p: &Pipeline, role: &str) -> ! {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("shmflow-pipeline instance {role}: {e}");
-                inst.control.send(&FromInstance::Error(e.to_string()));
                 1
             }
         },
@@ -288,7 +287,7 @@ impl Instance {
     fn work(&mut self, p: &Pipeline) -> Result<(), StageError> {
         let decl = &p.stages[self.stage];
         // The gate first (its producers wait for it), then the outputs.
-        let gate = match decl.kind {
+        let mut gate = match decl.kind {
             Kind::Source(_) => None,
             _ => {
                 let channels = p.inputs(self.stage, self.index).len() as u32;
@@ -304,7 +303,7 @@ impl Instance {
         };
         let mut outputs = self.outputs(p)?;
         let restored = self.restored()?;
-        let result = match (&decl.kind, gate) {
+        let result = match (&decl.kind, gate.as_mut()) {
             (Kind::Source(make), None) => self.source(p, make(self.index), &restored, &mut outputs),
             (Kind::Operator(make), Some(gate)) => {
                 let mut op = make(self.index);
@@ -325,11 +324,18 @@ impl Instance {
             }
             _ => unreachable!("a gate exactly for operators and sinks"),
         };
-        if result.is_err() {
+        if let Err(e) = &result {
+            // The cause first, before the gate and outputs go: their peers fail in turn, and
+            // the supervisor names the first error it heard as the failure's cause.
+            self.control.send(&FromInstance::Error {
+                own: !e.is_peer_failure(),
+                text: e.to_string(),
+            });
             for part in outputs {
                 part.fail();
             }
         }
+        drop(gate);
         result
     }
 
@@ -396,7 +402,7 @@ impl Instance {
         &mut self,
         p: &Pipeline,
         mut work: Work,
-        mut gate: Gate,
+        gate: &mut Gate,
         restored: InstanceState,
         outputs: &mut [Partition],
     ) -> Result<(), StageError> {
@@ -543,16 +549,18 @@ impl Instance {
                     }
                 }
                 GateMessage::ChannelDead { channel, error } => {
-                    return Err(StageError::msg(format!(
+                    return Err(PeerFailure(format!(
                         "input channel {channel} ({}): {error}",
                         upstream(p, self.stage, self.index, channel)
-                    )))
+                    ))
+                    .into())
                 }
                 GateMessage::ChannelFailed { channel, error } => {
-                    return Err(StageError::msg(format!(
+                    return Err(PeerFailure(format!(
                         "input channel {channel} ({}): {error}",
                         upstream(p, self.stage, self.index, channel)
-                    )))
+                    ))
+                    .into())
                 }
                 // The end of one channel, other events, and kinds a later version may add.
                 _ => {}

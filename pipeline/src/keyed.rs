@@ -203,7 +203,7 @@ impl KeyedState {
 
     /// At checkpoint `id`'s barrier: writes what changed, takes a durable savepoint and
     /// returns its id; deletes the savepoints of checkpoints older than the oldest retained.
-    pub(crate) fn checkpoint(&mut self, id: u64) -> Result<u64, StateError> {
+    pub fn checkpoint(&mut self, id: u64) -> Result<u64, StateError> {
         self.spill(Durability::None)?;
         let txn = self
             .db
@@ -238,13 +238,13 @@ impl KeyedState {
     }
 
     /// The coordinator keeps the checkpoints from `id` on.
-    pub(crate) fn set_oldest_retained(&mut self, id: u64) {
+    pub fn set_oldest_retained(&mut self, id: u64) {
         self.oldest_retained = self.oldest_retained.max(id);
     }
 
     /// Rolls the state back to checkpoint `id`'s savepoint, and deletes the savepoints taken
     /// after it.
-    pub(crate) fn restore(&mut self, id: u64, savepoint: u64) -> Result<(), StateError> {
+    pub fn restore(&mut self, id: u64, savepoint: u64) -> Result<(), StateError> {
         self.dirty.clear();
         self.read = None;
         let mut txn = self

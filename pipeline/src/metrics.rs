@@ -34,6 +34,8 @@ pub struct Metrics {
     pub checkpoint_alignment_time_ms: f64,
     /// From the last failure to the first record processed after the restore, in ms.
     pub last_recovery_time_ms: f64,
+    /// When the first record was processed after the last restore, ms since the epoch.
+    pub last_recovered_timestamp_ms: u64,
 }
 
 impl Metrics {
@@ -106,6 +108,7 @@ impl Metrics {
                 "lastCheckpointRestoreTimestamp" => m.last_restore_timestamp_ms = n(),
                 "checkpointAlignmentTime" => m.checkpoint_alignment_time_ms = f(),
                 "lastRecoveryTime" => m.last_recovery_time_ms = f(),
+                "lastRecoveredTimestamp" => m.last_recovered_timestamp_ms = n(),
                 _ => {}
             }
         }

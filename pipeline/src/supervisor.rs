@@ -368,7 +368,7 @@ impl Supervisor<'_> {
         let mut consecutive_failures = 0u32;
         let mut final_done = false;
         let mut recovered = self.failed_at.is_none();
-        let mut errors: HashMap<usize, String> = HashMap::new();
+        let mut errors: Vec<(usize, bool, String)> = Vec::new();
         let mut exited = vec![false; self.instances.len()];
         loop {
             let ev = rx.recv_timeout(Duration::from_millis(5));
@@ -389,8 +389,8 @@ impl Supervisor<'_> {
                             self.names[slot]
                         )))
                     }
-                    Event::Msg(slot, FromInstance::Error(text)) => {
-                        errors.insert(slot, text);
+                    Event::Msg(slot, FromInstance::Error { own, text }) => {
+                        errors.push((slot, own, text));
                     }
                     Event::Msg(slot, FromInstance::Finished) => {
                         finished_sources[slot] = true;
@@ -401,6 +401,8 @@ impl Supervisor<'_> {
                             if let Some(t) = self.failed_at {
                                 let ms = t.elapsed().as_secs_f64() * 1e3;
                                 self.metrics.last_recovery_time_ms = ms;
+                                self.metrics.last_recovered_timestamp_ms = wall_ms();
+                                self.metrics.save(&self.store.dir);
                                 self.say(format!(
                                     "recovered: first record processed {ms:.1} ms after the failure"
                                 ));
@@ -531,40 +533,27 @@ impl Supervisor<'_> {
                 last_trigger = now;
             }
             // The instances.
+            let mut failed = Vec::new();
             for slot in 0..children.len() {
                 let Some(child) = children[slot].as_mut() else {
                     continue;
                 };
-                let status = match child.try_wait() {
-                    Ok(Some(st)) => st,
-                    Ok(None) => continue,
-                    Err(e) => return Err(io(format!("waiting for {}", self.names[slot]))(e)),
-                };
-                children[slot] = None;
-                exited[slot] = true;
-                if status.success() {
-                    continue;
-                }
-                // Its last words may still be on the way.
-                std::thread::sleep(Duration::from_millis(2));
-                for ev in rx.try_iter() {
-                    if let Event::Msg(s, FromInstance::Error(text)) = ev {
-                        errors.insert(s, text);
+                match child.try_wait() {
+                    Ok(Some(st)) => {
+                        children[slot] = None;
+                        exited[slot] = true;
+                        if !st.success() {
+                            failed.push((slot, st));
+                        }
                     }
+                    Ok(None) => {}
+                    Err(e) => return Err(io(format!("waiting for {}", self.names[slot]))(e)),
                 }
-                let how = match (status.code(), status.signal()) {
-                    (Some(code), _) => format!("exited with code {code}"),
-                    (_, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
-                    _ => "ended".to_owned(),
-                };
-                let why = errors
-                    .get(&slot)
-                    .map(|e| format!(": {e}"))
-                    .unwrap_or_default();
-                return Ok(Outcome::Failed(format!(
-                    "instance {} (pid {}) {how}{why}",
-                    self.names[slot], pids[slot]
-                )));
+            }
+            if !failed.is_empty() {
+                return Ok(Outcome::Failed(
+                    self.root_cause(failed, children, rx, &pids, errors),
+                ));
             }
             if exited.iter().all(|&e| e) {
                 // Acknowledgements sent just before the exits.
@@ -596,6 +585,71 @@ impl Supervisor<'_> {
                 });
             }
         }
+    }
+}
+
+impl Supervisor<'_> {
+    /// The failure that started it all: a failure travels (an instance that loses its peer
+    /// fails in turn), so the supervisor gathers what failed within a short grace, and names
+    /// an instance killed by a signal first, else the first that reported an error.
+    fn root_cause(
+        &self,
+        mut failed: Vec<(usize, std::process::ExitStatus)>,
+        children: &mut [Option<Child>],
+        rx: &mpsc::Receiver<Event>,
+        pids: &[u32],
+        mut errors: Vec<(usize, bool, String)>,
+    ) -> String {
+        // Up to 200 ms for a death by a signal (its peers may notice it and exit first).
+        let start = Instant::now();
+        let grace = |failed: &[(usize, std::process::ExitStatus)]| {
+            let waited = start.elapsed();
+            waited < Duration::from_millis(30)
+                || (waited < Duration::from_millis(200)
+                    && !failed.iter().any(|(_, st)| st.signal().is_some()))
+        };
+        while grace(&failed) {
+            for (slot, c) in children.iter_mut().enumerate() {
+                if let Some(Ok(Some(st))) = c.as_mut().map(Child::try_wait) {
+                    *c = None;
+                    if !st.success() {
+                        failed.push((slot, st));
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for ev in rx.try_iter() {
+            if let Event::Msg(s, FromInstance::Error { own, text }) = ev {
+                errors.push((s, own, text));
+            }
+        }
+        let by_signal = failed.iter().find(|(_, st)| st.signal().is_some());
+        // An error of the stage's own before one that reports a peer's failure.
+        let first_error = |own: bool| {
+            errors
+                .iter()
+                .filter(|(_, o, _)| *o == own)
+                .find_map(|(s, _, _)| failed.iter().find(|(f, _)| f == s))
+        };
+        let (slot, status) = by_signal
+            .or_else(|| first_error(true))
+            .or_else(|| first_error(false))
+            .unwrap_or(&failed[0]);
+        let how = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exited with code {code}"),
+            (_, Some(sig)) => format!("was killed by signal {sig} ({})", signal_name(sig)),
+            _ => "ended".to_owned(),
+        };
+        let why = errors
+            .iter()
+            .find(|(s, _, _)| s == slot)
+            .map(|(_, _, e)| format!(": {e}"))
+            .unwrap_or_default();
+        format!(
+            "instance {} (pid {}) {how}{why}",
+            self.names[*slot], pids[*slot]
+        )
     }
 }
 
