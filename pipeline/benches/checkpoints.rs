@@ -1,7 +1,7 @@
 //! What checkpoints cost, measured (not asserted):
 //!
 //! 1. **State size**: the time of one checkpoint of 1 M and 10 M keys (`u64` → `u64`) after
-//!    1 % of them changed, for the heap backend (the whole map serialized and written
+//!    1 000, 10 000 and a tenth of them changed (random keys), for the heap backend (the whole map serialized and written
 //!    atomically, as `Operator::snapshot` does) and the keyed backend (redb: changed pages and
 //!    a savepoint), in alternating pairs.
 //! 2. **Throughput**: the word count pipeline (8 processes) with a checkpoint every 100 ms
@@ -13,6 +13,7 @@
 //! ```text
 //! cargo bench -p shmflow-pipeline --bench checkpoints                 # all, 5 pairs each
 //! cargo bench -p shmflow-pipeline --bench checkpoints -- --quick      # 1 M keys, 2 pairs
+//! cargo bench -p shmflow-pipeline --bench checkpoints -- --only state  # or throughput, recovery
 //! ```
 
 use std::collections::HashMap;
@@ -86,42 +87,42 @@ fn state_size(keys: u64, pairs: usize, dir: &Path) {
         "  {keys} keys loaded in {:.1} s; the keyed backend's first (full) checkpoint {first_ms:.0} ms",
         load.elapsed().as_secs_f64()
     );
-    let (mut heap, mut inc) = (Vec::new(), Vec::new());
     let mut r = 7u64;
-    for p in 0..pairs {
-        let id = 2 + p as u64;
-        // 1 % of the keys change, in both backends.
-        for _ in 0..keys / 100 {
-            r = mix(r);
-            let k = r % keys;
-            map.insert(k, r);
-            keyed.put(&k.to_be_bytes(), &r.to_le_bytes()).unwrap();
+    let mut id = 1;
+    for changed in [1_000u64, 10_000, keys / 10] {
+        let (mut heap, mut inc) = (Vec::new(), Vec::new());
+        for p in 0..pairs {
+            id += 1;
+            // `changed` random keys change, in both backends.
+            for _ in 0..changed {
+                r = mix(r);
+                let k = r % keys;
+                map.insert(k, r);
+                keyed.put(&k.to_be_bytes(), &r.to_le_bytes()).unwrap();
+            }
+            let mut run_inc = || {
+                let t = Instant::now();
+                keyed.checkpoint(id).unwrap();
+                keyed.set_oldest_retained(id - 1);
+                t.elapsed().as_secs_f64() * 1e3
+            };
+            if p % 2 == 0 {
+                heap.push(heap_checkpoint(&map, dir));
+                inc.push(run_inc());
+            } else {
+                inc.push(run_inc());
+                heap.push(heap_checkpoint(&map, dir));
+            }
         }
-        let order = p % 2 == 0;
-        let mut run_inc = || {
-            let t = Instant::now();
-            keyed.checkpoint(id).unwrap();
-            keyed.set_oldest_retained(id - 1);
-            t.elapsed().as_secs_f64() * 1e3
-        };
-        if order {
-            heap.push(heap_checkpoint(&map, dir));
-            inc.push(run_inc());
-        } else {
-            inc.push(run_inc());
-            heap.push(heap_checkpoint(&map, dir));
-        }
+        let ratios: Vec<f64> = inc.iter().zip(&heap).map(|(i, h)| i / h).collect();
+        let (hs, is, rs) = (spread(&heap), spread(&inc), spread(&ratios));
+        let (hm, im, rm) = (
+            median(&mut heap),
+            median(&mut inc),
+            median(&mut ratios.clone()),
+        );
+        println!("  | {keys} | {changed} | {hm:.1} ms {hs} | {im:.1} ms {is} | {rm:.3} {rs} |");
     }
-    let ratios: Vec<f64> = inc.iter().zip(&heap).map(|(i, h)| i / h).collect();
-    let (hs, is, rs) = (spread(&heap), spread(&inc), spread(&ratios));
-    let (hm, im, rm) = (
-        median(&mut heap),
-        median(&mut inc),
-        median(&mut ratios.clone()),
-    );
-    println!("  | {keys} | heap (full) | {hm:.1} ms {hs} |");
-    println!("  | {keys} | keyed (incremental, 1 % changed) | {im:.1} ms {is} |");
-    println!("  | {keys} | incremental / full per pair | {rm:.3} {rs} |");
     drop(keyed);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -130,7 +131,8 @@ fn example() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
     let bin = dir.join("examples").join("pipeline_wordcount");
-    if !bin.exists() {
+    // Built (or found up to date) every time: a stale binary would measure an old build.
+    {
         let ok = Command::new(env!("CARGO"))
             .args([
                 "build",
@@ -279,6 +281,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let pairs = if quick { 2 } else { 5 };
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
+    let wanted = |part: &str| only.is_none_or(|o| o == part);
     let base = std::env::temp_dir().join(format!("shmflow-pipeline-bench-{}", std::process::id()));
     let date = Command::new("date")
         .arg("-u")
@@ -291,22 +299,25 @@ fn main() {
         cpu(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    println!(
-        "checkpoint duration against state size (median [min..max] of {pairs} alternating pairs):"
-    );
-    let keys: &[u64] = if quick {
-        &[1_000_000]
-    } else {
-        &[1_000_000, 10_000_000]
-    };
-    for &k in keys {
-        state_size(k, pairs, &base.join("state"));
+    if wanted("state") {
+        println!("checkpoint duration against state size (median [min..max] of {pairs} alternating pairs):");
+        println!("  | keys | changed since the last | heap (full) | keyed (incremental) | keyed / heap per pair |");
+        let keys: &[u64] = if quick {
+            &[1_000_000]
+        } else {
+            &[1_000_000, 10_000_000]
+        };
+        for &k in keys {
+            state_size(k, pairs, &base.join("state"));
+        }
     }
-    println!(
-        "word count throughput, checkpoints every 100 ms against none ({pairs} alternating pairs):"
-    );
-    throughput(pairs, &base.join("throughput"));
-    println!("recovery time ({} runs):", pairs.max(4));
-    recovery(pairs.max(4), &base.join("recovery"));
+    if wanted("throughput") {
+        println!("word count throughput, checkpoints every 100 ms against none ({pairs} alternating pairs):");
+        throughput(pairs, &base.join("throughput"));
+    }
+    if wanted("recovery") {
+        println!("recovery time ({} runs):", pairs.max(4));
+        recovery(pairs.max(4), &base.join("recovery"));
+    }
     let _ = std::fs::remove_dir_all(&base);
 }

@@ -229,6 +229,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         if args.fresh {
             let _ = std::fs::remove_dir_all(&out);
+            let _ = std::fs::remove_file(work.join("failed-once"));
         }
     }
     let interval = match args.no_checkpoints {
