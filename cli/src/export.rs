@@ -10,6 +10,12 @@
 //! Rates (the `…PerSecond` gauges) cover the time since the previous scrape (a region seen
 //! for the first time has none yet) and are left out for an end that is not attached and
 //! alive; counters are totals, for Prometheus's own `rate()`.
+//!
+//! With `--pipeline DIR` (repeatable) it also serves each pipeline supervisor's figures, with
+//! Flink's names (`numRestarts`, `numberOfCompletedCheckpoints`, `numberOfFailedCheckpoints`,
+//! `lastCheckpointDuration`, `lastCheckpointSize`, `lastCheckpointRestoreTimestamp`,
+//! `checkpointAlignmentTime`, `lastRecoveryTime`, `pipelineSupervisorUp`), labelled `pipeline`
+//! and `dir`.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -270,10 +276,110 @@ impl Families {
     }
 }
 
-/// What the previous scrape saw, for the rates.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PipelineLabels {
+    pipeline: String,
+    dir: String,
+}
+
+/// A pipeline supervisor's figures, with Flink's names.
+#[derive(Default)]
+struct PipelineFamilies {
+    up: Family<PipelineLabels, Gauge<f64, AtomicU64>>,
+    restarts: Family<PipelineLabels, Counter>,
+    completed: Family<PipelineLabels, Counter>,
+    failed: Family<PipelineLabels, Counter>,
+    last_id: Family<PipelineLabels, Gauge<f64, AtomicU64>>,
+    duration: Family<PipelineLabels, Gauge<f64, AtomicU64>>,
+    size: Family<PipelineLabels, Gauge<f64, AtomicU64>>,
+    restore_ts: Family<PipelineLabels, Gauge<f64, AtomicU64>>,
+    alignment: Family<PipelineLabels, Gauge<f64, AtomicU64>>,
+    recovery: Family<PipelineLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl PipelineFamilies {
+    fn add(&self, v: &crate::pipeline::View) {
+        let l = PipelineLabels {
+            pipeline: v.name.clone(),
+            dir: v.dir.display().to_string(),
+        };
+        let m = &v.metrics;
+        let set = |f: &Family<PipelineLabels, Gauge<f64, AtomicU64>>, x: f64| {
+            f.get_or_create(&l).set(x);
+        };
+        set(&self.up, v.supervisor.is_some() as u8 as f64);
+        self.restarts.get_or_create(&l).inc_by(m.num_restarts);
+        self.completed
+            .get_or_create(&l)
+            .inc_by(m.completed_checkpoints);
+        self.failed.get_or_create(&l).inc_by(m.failed_checkpoints);
+        set(&self.last_id, m.last_checkpoint_id as f64);
+        set(&self.duration, m.last_checkpoint_duration_ms);
+        set(&self.size, m.last_checkpoint_size as f64);
+        set(&self.restore_ts, m.last_restore_timestamp_ms as f64);
+        set(&self.alignment, m.checkpoint_alignment_time_ms);
+        set(&self.recovery, m.last_recovery_time_ms);
+    }
+
+    fn register(self, r: &mut Registry) {
+        r.register(
+            "pipelineSupervisorUp",
+            "1 while a supervisor holds the pipeline's checkpoint directory",
+            self.up,
+        );
+        r.register(
+            "numRestarts",
+            "Restarts of the pipeline (full failovers)",
+            self.restarts,
+        );
+        r.register(
+            "numberOfCompletedCheckpoints",
+            "Checkpoints every instance acknowledged",
+            self.completed,
+        );
+        r.register(
+            "numberOfFailedCheckpoints",
+            "Checkpoints aborted after their timeout",
+            self.failed,
+        );
+        r.register(
+            "lastCompletedCheckpointId",
+            "The newest completed checkpoint's id",
+            self.last_id,
+        );
+        r.register(
+            "lastCheckpointDuration",
+            "Milliseconds from the last completed checkpoint's trigger to its completion",
+            self.duration,
+        );
+        r.register(
+            "lastCheckpointSize",
+            "Bytes of the last completed checkpoint's state files",
+            self.size,
+        );
+        r.register(
+            "lastCheckpointRestoreTimestamp",
+            "When the last restore from a checkpoint started, ms since the epoch",
+            self.restore_ts,
+        );
+        r.register(
+            "checkpointAlignmentTime",
+            "Milliseconds the last checkpoint's slowest gate aligned its barriers",
+            self.alignment,
+        );
+        r.register(
+            "lastRecoveryTime",
+            "Milliseconds from the last failure to the first record processed after the restore",
+            self.recovery,
+        );
+    }
+}
+
+/// What the previous scrape saw, for the rates, and the pipeline directories to read.
 #[derive(Default)]
 pub(crate) struct Exporter {
     prev: Mutex<(HashMap<String, Snapshot>, HashMap<String, GateSnapshot>)>,
+    pub(crate) pipelines: Vec<std::path::PathBuf>,
 }
 
 impl Exporter {
@@ -302,6 +408,13 @@ impl Exporter {
         drop(prev);
         let mut registry = Registry::with_prefix("shmflow");
         f.register(&mut registry);
+        if !self.pipelines.is_empty() {
+            let p = PipelineFamilies::default();
+            for dir in &self.pipelines {
+                p.add(&crate::pipeline::View::read(dir)?);
+            }
+            p.register(&mut registry);
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry)
             .map_err(|e| e.to_string())?;
@@ -310,7 +423,13 @@ impl Exporter {
 }
 
 /// Serves `/metrics` on `listen` until killed.
-pub(crate) fn main(listen: std::net::SocketAddr) -> Result<(), String> {
+pub(crate) fn main(
+    listen: std::net::SocketAddr,
+    pipelines: Vec<std::path::PathBuf>,
+) -> Result<(), String> {
+    for dir in &pipelines {
+        crate::pipeline::View::read(dir)?;
+    }
     let server =
         tiny_http::Server::http(listen).map_err(|e| format!("listening on {listen}: {e}"))?;
     let addr = server
@@ -320,7 +439,10 @@ pub(crate) fn main(listen: std::net::SocketAddr) -> Result<(), String> {
     println!("serving http://{addr}/metrics");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    let exporter = Exporter::default();
+    let exporter = Exporter {
+        pipelines,
+        ..Exporter::default()
+    };
     for request in server.incoming_requests() {
         let response = match request.url() {
             "/metrics" => match exporter.scrape() {

@@ -14,6 +14,7 @@ mod harness;
 mod json;
 mod netembench;
 mod openloop;
+mod pipeline;
 mod remote;
 mod remotebench;
 mod top;
@@ -56,7 +57,12 @@ enum Cmd {
     /// by itself (exit 0) once every end has come and gone, after printing the final state.
     Stat {
         /// The region's name, e.g. /orders.
-        name: String,
+        #[arg(required_unless_present = "pipeline")]
+        name: Option<String>,
+        /// A shmflow-pipeline checkpoint directory instead: its supervisor's figures
+        /// (numRestarts, numberOfCompletedCheckpoints, lastCheckpointDuration, ...).
+        #[arg(long, conflicts_with = "name")]
+        pipeline: Option<PathBuf>,
         /// One JSON object per sample instead of the screen view.
         #[arg(long)]
         json: bool,
@@ -74,6 +80,10 @@ enum Cmd {
         /// Milliseconds between refreshes.
         #[arg(long, default_value_t = 1000)]
         interval_ms: u64,
+        /// Also a line per shmflow-pipeline checkpoint directory (repeatable): its state,
+        /// restarts, checkpoints and last failure.
+        #[arg(long)]
+        pipeline: Vec<PathBuf>,
     },
     /// Serve every channel's and gate's metrics to Prometheus at http://LISTEN/metrics, with
     /// Flink's names (backPressuredTimeMsPerSecond, outPoolUsage, numRecordsOut, ...) and
@@ -82,6 +92,9 @@ enum Cmd {
         /// Address to listen on (port 0: any free port; the address is printed).
         #[arg(long, default_value = "127.0.0.1:9187")]
         listen: std::net::SocketAddr,
+        /// Also a shmflow-pipeline checkpoint directory's figures (repeatable).
+        #[arg(long)]
+        pipeline: Vec<PathBuf>,
     },
     /// Measure shmflow against the hardware floor and the OS, between two processes.
     Bench(bench::BenchArgs),
@@ -155,17 +168,25 @@ fn main() -> ExitCode {
         Cmd::Clean { unread, names } => clean(unread, &names),
         Cmd::Stat {
             name,
+            pipeline,
             json,
             interval_ms,
             count,
-        } => stat(
-            &name,
-            json,
-            Duration::from_millis(interval_ms.unwrap_or(if json { 200 } else { 1000 })),
-            count.unwrap_or(if json { 1 } else { u64::MAX }),
-        ),
-        Cmd::Top { interval_ms } => top::main(Duration::from_millis(interval_ms.max(50))),
-        Cmd::Export { listen } => export::main(listen),
+        } => {
+            let interval =
+                Duration::from_millis(interval_ms.unwrap_or(if json { 200 } else { 1000 }));
+            let count = count.unwrap_or(if json { 1 } else { u64::MAX });
+            match (name, pipeline) {
+                (_, Some(dir)) => pipeline::stat(&dir, json, interval, count),
+                (Some(name), None) => stat(&name, json, interval, count),
+                (None, None) => Err("name a region or --pipeline DIR".into()),
+            }
+        }
+        Cmd::Top {
+            interval_ms,
+            pipeline,
+        } => top::main(Duration::from_millis(interval_ms.max(50)), pipeline),
+        Cmd::Export { listen, pipeline } => export::main(listen, pipeline),
         Cmd::Bench(args) => bench::main(&args),
         Cmd::Demo {
             demo:

@@ -56,6 +56,8 @@ pub(crate) struct Top {
     pub(crate) filter: String,
     pub(crate) editing_filter: bool,
     pub(crate) table: TableState,
+    /// A line or two per pipeline directory watched.
+    pub(crate) pipelines: Vec<String>,
 }
 
 fn ends(s: &Snapshot, alive: Alive) -> String {
@@ -295,7 +297,7 @@ impl Top {
     /// Draws the view.
     pub(crate) fn draw(&mut self, f: &mut Frame<'_>) {
         let [head, body, foot] = Layout::vertical([
-            Constraint::Length(2),
+            Constraint::Length(2 + self.pipelines.len() as u16),
             Constraint::Min(3),
             Constraint::Length(1),
         ])
@@ -306,20 +308,25 @@ impl Top {
         };
         let total = self.visible().len();
         f.render_widget(
-            Paragraph::new(vec![
-                Line::from(Span::styled(
-                    title,
-                    Style::new().add_modifier(Modifier::BOLD),
-                )),
-                Line::from(format!(
-                    "{total} shown{}   level: OK < 100 ≤ LOW ≤ 500 < HIGH backpressured ms/s",
-                    if self.filter.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", filter \"{}\"", self.filter)
-                    }
-                )),
-            ]),
+            Paragraph::new(
+                vec![
+                    Line::from(Span::styled(
+                        title,
+                        Style::new().add_modifier(Modifier::BOLD),
+                    )),
+                    Line::from(format!(
+                        "{total} shown{}   level: OK < 100 ≤ LOW ≤ 500 < HIGH backpressured ms/s",
+                        if self.filter.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", filter \"{}\"", self.filter)
+                        }
+                    )),
+                ]
+                .into_iter()
+                .chain(self.pipelines.iter().map(|l| Line::from(l.clone())))
+                .collect::<Vec<_>>(),
+            ),
             head,
         );
         let gate_view = self.open_gate.is_some();
@@ -344,7 +351,15 @@ impl Top {
             ]
             .map(|h| Cell::from(h).style(Style::new().add_modifier(Modifier::BOLD))),
         );
-        let rows: Vec<Row> = self.visible().into_iter().map(row).collect();
+        // The name column takes what the others leave (11 spaces between 12 columns), and a
+        // name longer than that is shortened in the middle: prefixes are often shared.
+        let fixed: u16 = 9 + 5 + 7 + 15 + 15 + 15 + 10 + 8 + HISTORY as u16 + 16 + 12 + 11;
+        let name_width = (f.area().width.saturating_sub(fixed) as usize).max(18);
+        let rows: Vec<Row> = self
+            .visible()
+            .into_iter()
+            .map(|r| row(r, name_width))
+            .collect();
         let table = Table::new(
             rows,
             [
@@ -429,7 +444,21 @@ fn level_style(l: Option<BackpressureLevel>) -> Style {
     }
 }
 
-fn row(r: &RowData) -> Row<'static> {
+/// `name` in at most `width` characters: its start and its end around an ellipsis.
+pub(crate) fn shorten_middle(name: &str, width: usize) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    if chars.len() <= width || width < 3 {
+        return name.to_owned();
+    }
+    let tail = (width - 1) / 2;
+    let head = width - 1 - tail;
+    let mut out: String = chars[..head].iter().collect();
+    out.push('…');
+    out.extend(&chars[chars.len() - tail..]);
+    out
+}
+
+fn row(r: &RowData, name_width: usize) -> Row<'static> {
     let dash = || "—".to_string();
     let usage = match (r.gate_usage, r.floating_held) {
         (Some((e, f, skew)), _) => format!("{e:.2}/{f:.2}{}", if skew { " SKEW" } else { "" }),
@@ -437,7 +466,7 @@ fn row(r: &RowData) -> Row<'static> {
         _ => dash(),
     };
     Row::new(vec![
-        Cell::from(r.name.clone()),
+        Cell::from(shorten_middle(&r.name, name_width)),
         Cell::from(r.kind.clone()),
         Cell::from(r.level.map_or("—", |l| l.as_str())).style(level_style(r.level)),
         Cell::from(r.back_pressured_ms.map_or_else(dash, |b| format!("{b:.0}"))),
@@ -489,11 +518,19 @@ fn take() -> Result<Round, String> {
 }
 
 /// Runs the view in the terminal until `q`.
-pub(crate) fn main(interval: Duration) -> Result<(), String> {
+pub(crate) fn main(interval: Duration, pipelines: Vec<std::path::PathBuf>) -> Result<(), String> {
     use crossterm::event::{self, Event, KeyEventKind};
     let mut top = Top::default();
     let (c, g) = take()?;
     top.update(c, g);
+    let pipeline_lines = || -> Result<Vec<String>, String> {
+        pipelines
+            .iter()
+            .map(|d| crate::pipeline::View::read(d).map(|v| v.lines()))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|v| v.concat())
+    };
+    top.pipelines = pipeline_lines()?;
     let mut terminal = ratatui::init();
     let res = (|| -> Result<(), String> {
         let mut last = std::time::Instant::now();
@@ -510,6 +547,7 @@ pub(crate) fn main(interval: Duration) -> Result<(), String> {
             if last.elapsed() >= interval {
                 let (c, g) = take()?;
                 top.update(c, g);
+                top.pipelines = pipeline_lines()?;
                 last = std::time::Instant::now();
             }
         }
@@ -702,6 +740,14 @@ mod tests {
         let names: Vec<&str> = top.visible().iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["/other"]);
         assert!(!top.key(K::Char('q')));
+    }
+
+    #[test]
+    fn long_names_are_shortened_in_the_middle() {
+        assert_eq!(shorten_middle("/short", 18), "/short");
+        let s = shorten_middle("/shmflow-pl-wordcount-2d2f41ce-6508x1-count-1", 18);
+        assert_eq!(s.chars().count(), 18);
+        assert!(s.starts_with("/shmflow-") && s.ends_with("count-1"), "{s}");
     }
 
     #[test]

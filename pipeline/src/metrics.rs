@@ -76,6 +76,10 @@ impl Metrics {
                 "lastRecoveryTime",
                 format!("{:.3}", self.last_recovery_time_ms),
             ),
+            (
+                "lastRecoveredTimestamp",
+                self.last_recovered_timestamp_ms.to_string(),
+            ),
         ]
     }
 
@@ -142,6 +146,7 @@ mod tests {
             last_failure_cause: "instance a-0 was killed by signal 9 (SIGKILL)".into(),
             completed_checkpoints: 7,
             last_checkpoint_duration_ms: 1.5,
+            last_recovered_timestamp_ms: 1_796_400_322_414,
             ..Metrics::default()
         };
         let dir = std::env::temp_dir().join(format!("shmflow-metrics-{}", std::process::id()));

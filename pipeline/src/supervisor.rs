@@ -600,15 +600,26 @@ impl Supervisor<'_> {
         pids: &[u32],
         mut errors: Vec<(usize, bool, String)>,
     ) -> String {
-        // Up to 200 ms for a death by a signal (its peers may notice it and exit first).
+        // A failure travels, so what failed first may be a consequence: gather exits and
+        // errors until a death by a signal or an error of an instance's own is among them
+        // (at most 200 ms; a killed instance's peers may notice and exit before it is reaped).
         let start = Instant::now();
-        let grace = |failed: &[(usize, std::process::ExitStatus)]| {
-            let waited = start.elapsed();
-            waited < Duration::from_millis(30)
-                || (waited < Duration::from_millis(200)
-                    && !failed.iter().any(|(_, st)| st.signal().is_some()))
+        let grace = |failed: &[(usize, std::process::ExitStatus)],
+                     errors: &[(usize, bool, String)]| {
+            let found = failed.iter().any(|(s, st)| {
+                st.signal().is_some() || errors.iter().any(|(e, own, _)| e == s && *own)
+            });
+            !found && start.elapsed() < Duration::from_millis(200)
         };
-        while grace(&failed) {
+        loop {
+            for ev in rx.try_iter() {
+                if let Event::Msg(s, FromInstance::Error { own, text }) = ev {
+                    errors.push((s, own, text));
+                }
+            }
+            if !grace(&failed, &errors) {
+                break;
+            }
             for (slot, c) in children.iter_mut().enumerate() {
                 if let Some(Ok(Some(st))) = c.as_mut().map(Child::try_wait) {
                     *c = None;
