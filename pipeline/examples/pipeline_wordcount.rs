@@ -54,6 +54,12 @@ struct Args {
     /// Counter 0 fails with an error after this many words, once (the first time only).
     #[arg(long)]
     fail_once_after: Option<u64>,
+    /// Milliseconds after which a checkpoint not complete is aborted.
+    #[arg(long, default_value_t = 30_000)]
+    timeout_ms: u64,
+    /// Failed checkpoints in a row tolerated before a failover.
+    #[arg(long, default_value_t = 0)]
+    tolerable_failures: u32,
     /// Restarts the fixed-delay strategy allows.
     #[arg(long, default_value_t = 10)]
     restarts: u32,
@@ -262,7 +268,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .checkpoints(
             CheckpointConfig::every(interval)
                 .alignment(alignment(&args.alignment)?)
-                .timeout(Duration::from_secs(30))
+                .timeout(Duration::from_millis(args.timeout_ms))
+                .tolerable_failures(args.tolerable_failures)
                 .retained(2),
         )
         .restart(RestartStrategy::fixed_delay(

@@ -12,7 +12,8 @@
 //! - an acknowledgement is a state file written atomically, then a line to the supervisor.
 //!
 //! At the end of its input a source sends an end-of-input event, tells the supervisor, and
-//! waits for the final (aligned) checkpoint; an operator that has the event from every
+//! waits for the final (aligned) checkpoint, then ends its stream once that checkpoint is
+//! complete (a final checkpoint that expires is triggered again); an operator that has the event from every
 //! channel calls `finish` and passes the event on. A sink keeps running until its
 //! pre-committed transactions are committed.
 
@@ -349,31 +350,39 @@ impl Instance {
         source.restore(self.restore.map(|_| restored.operator.as_slice()))?;
         let parallelism = p.stages[self.stage].parallelism;
         let mut ended = false;
+        // The final checkpoint sent, not yet complete: the stream ends once it is (one that
+        // expires is triggered again, so the source stays until then).
+        let mut final_sent: Option<u64> = None;
         loop {
             if self.control.has_pending() {
                 for msg in self.control.take() {
-                    if let ToInstance::Trigger {
-                        id,
-                        alignment,
-                        last,
-                    } = msg
-                    {
-                        let state = InstanceState {
-                            operator: source.position(),
-                            ..InstanceState::default()
-                        };
-                        let payload = alignment_payload(alignment);
-                        for out in outputs.iter_mut() {
-                            out.send_barrier(id, alignment, &payload)?;
-                        }
-                        self.ack(id, &state, 0)?;
-                        if last {
-                            // The stream ends after the final barrier.
+                    match msg {
+                        ToInstance::Trigger {
+                            id,
+                            alignment,
+                            last,
+                        } => {
+                            let state = InstanceState {
+                                operator: source.position(),
+                                ..InstanceState::default()
+                            };
+                            let payload = alignment_payload(alignment);
                             for out in outputs.iter_mut() {
-                                out.flush()?;
+                                out.send_barrier(id, alignment, &payload)?;
                             }
+                            self.ack(id, &state, 0)?;
+                            if last {
+                                for out in outputs.iter_mut() {
+                                    out.flush()?;
+                                }
+                                final_sent = Some(id);
+                            }
+                        }
+                        ToInstance::Complete { id, .. } if final_sent.is_some_and(|f| id >= f) => {
+                            // The end of the stream, after the final checkpoint.
                             return Ok(());
                         }
+                        _ => {}
                     }
                 }
             }

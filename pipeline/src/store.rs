@@ -233,14 +233,23 @@ impl Store {
         state: &InstanceState,
     ) -> std::io::Result<u64> {
         let d = self.chk(id);
-        match fs::create_dir(&d) {
-            Ok(()) => sync_dir(&self.dir)?,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
         let bytes = state.encode(id);
-        write_atomic(&d, instance, &bytes)?;
-        Ok(bytes.len() as u64)
+        // The supervisor removes the directory of a checkpoint it aborted, maybe while this
+        // writes: then the directory is made again (the supervisor removes it again when the
+        // late acknowledgement reaches it).
+        let mut tries = 0;
+        loop {
+            let made = match fs::create_dir(&d) {
+                Ok(()) => sync_dir(&self.dir),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(e),
+            };
+            match made.and_then(|()| write_atomic(&d, instance, &bytes)) {
+                Ok(()) => return Ok(bytes.len() as u64),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 5 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Instance `instance`'s state at checkpoint `id`, checked.
@@ -330,6 +339,18 @@ impl Store {
             .collect();
         ids.reverse();
         Ok(ids)
+    }
+
+    /// Removes checkpoint `id`'s directory, which instances may still be writing (an aborted
+    /// checkpoint's late acknowledgements): tries a few times, and leaves what it cannot
+    /// remove to a later sweep (a directory without metadata is never read).
+    pub(crate) fn remove_aborted(&self, id: u64) {
+        for _ in 0..5 {
+            if self.remove(id).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     pub(crate) fn remove(&self, id: u64) -> Result<(), RunError> {

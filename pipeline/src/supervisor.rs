@@ -146,8 +146,10 @@ pub(crate) fn supervise(p: &Pipeline) -> Result<RunSummary, RunError> {
     loop {
         attempt += 1;
         let restore = sup.restore_point()?;
-        let outcome = sup.attempt(attempt, restore)?;
+        let outcome = sup.attempt(attempt, restore);
+        // The attempt's instances are gone (killed and reaped), whatever its outcome.
         sup.remove_regions();
+        let outcome = outcome?;
         match outcome {
             Outcome::Finished => {
                 write_atomic(&sup.store.dir, "finished", b"finished\n").map_err(io(format!(
@@ -421,7 +423,7 @@ impl Supervisor<'_> {
                             acks.insert(slot, (bytes, alignment_ns));
                         }
                         // An acknowledgement of an aborted checkpoint: its files go too.
-                        _ if id < next_id => self.store.remove(id)?,
+                        _ if id < next_id => self.store.remove_aborted(id),
                         _ => {
                             return Ok(Outcome::Failed(format!(
                                 "instance {} acknowledged checkpoint {id}, never triggered",
@@ -443,6 +445,12 @@ impl Supervisor<'_> {
                     let keep = cfg.retained.max(1) as usize;
                     for &old in completed.iter().skip(keep) {
                         self.store.remove(old)?;
+                    }
+                    // What aborted checkpoints left (late acknowledgements).
+                    for old in self.store.list()? {
+                        if old < id && !completed.contains(&old) {
+                            self.store.remove_aborted(old);
+                        }
                     }
                     let oldest = completed
                         .iter()
@@ -480,7 +488,7 @@ impl Supervisor<'_> {
                     for s in streams.iter_mut() {
                         let _ = control::send(s, &ToInstance::Abort { id }.line());
                     }
-                    self.store.remove(id)?;
+                    self.store.remove_aborted(id);
                     self.metrics.failed_checkpoints += 1;
                     self.summary.failed_checkpoints += 1;
                     self.metrics.save(&self.store.dir);
@@ -488,15 +496,10 @@ impl Supervisor<'_> {
                     current = None;
                     last_end = Instant::now();
                     self.say(format!(
-                        "checkpoint {id} expired after {:?} and is aborted",
+                        "checkpoint {id}{} expired after {:?} and is aborted",
+                        if last { " (final)" } else { "" },
                         cfg.timeout
                     ));
-                    if last {
-                        return Ok(Outcome::Failed(format!(
-                            "the final checkpoint {id} expired after {:?}",
-                            cfg.timeout
-                        )));
-                    }
                     if consecutive_failures > cfg.tolerable_failures {
                         return Ok(Outcome::Failed(format!(
                             "{consecutive_failures} checkpoint(s) failed in a row, {} tolerated",
