@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use shmflow::{
@@ -76,7 +76,8 @@ pub(crate) fn run(p: &Pipeline, role: &str) -> ! {
 /// The control connection, instance side: a thread reads the supervisor's lines into an
 /// inbox; the instance's own thread looks at it between records.
 struct Control {
-    out: UnixStream,
+    /// Shared with the acknowledgement writer: one line per write, under the mutex.
+    out: Arc<Mutex<UnixStream>>,
     inbox: Arc<(Mutex<VecDeque<ToInstance>>, Condvar)>,
     /// Set by the reader after it queued a message, cleared by the taker. A hint only: the
     /// queue itself is under the mutex, so Relaxed on both sides (the mutex orders the data).
@@ -115,7 +116,7 @@ impl Control {
                 }
             })?;
         Ok(Control {
-            out: stream,
+            out: Arc::new(Mutex::new(stream)),
             inbox,
             pending,
         })
@@ -140,8 +141,71 @@ impl Control {
     }
 
     fn send(&mut self, msg: &FromInstance) {
-        // A failed write means the supervisor is gone: the reader thread ends the process.
-        let _ = control::send(&mut self.out, &msg.line());
+        send_line(&self.out, msg);
+    }
+}
+
+/// Writes one message; a failed write means the supervisor is gone (the reader thread then
+/// ends the process).
+fn send_line(out: &Mutex<UnixStream>, msg: &FromInstance) {
+    let mut out = out.lock().unwrap_or_else(|p| p.into_inner());
+    let _ = control::send(&mut out, &msg.line());
+}
+
+/// The asynchronous part of a checkpoint (Flink's async snapshot phase): the state captured
+/// at the barrier is written and synced by this thread while the instance goes on with its
+/// records; the acknowledgement follows the write. At most one checkpoint runs at a time, so
+/// at most one state waits here.
+struct Acker {
+    tx: Option<mpsc::Sender<(u64, InstanceState, u64)>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Acker {
+    fn start(store: Store, name: String, out: Arc<Mutex<UnixStream>>) -> std::io::Result<Acker> {
+        let (tx, rx) = mpsc::channel::<(u64, InstanceState, u64)>();
+        let thread = std::thread::Builder::new()
+            .name("shmflow-ack".into())
+            .spawn(move || {
+                for (id, state, alignment_ns) in rx {
+                    match store.ack(id, &name, &state) {
+                        Ok(bytes) => send_line(
+                            &out,
+                            &FromInstance::Ack {
+                                id,
+                                bytes,
+                                alignment_ns,
+                            },
+                        ),
+                        Err(e) => {
+                            let text = format!("writing checkpoint {id} of {name}: {e}");
+                            eprintln!("shmflow-pipeline instance {name}: {text}");
+                            send_line(&out, &FromInstance::Error { own: true, text });
+                            // The supervisor fails the pipeline over and removes its regions.
+                            std::process::exit(1);
+                        }
+                    }
+                }
+            })?;
+        Ok(Acker {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    fn ack(&self, id: u64, state: InstanceState, alignment_ns: u64) {
+        if let Some(tx) = &self.tx {
+            // The thread lives as long as the sender (it exits the process on failure).
+            let _ = tx.send((id, state, alignment_ns));
+        }
+    }
+
+    /// Waits until every acknowledgement handed over is written and sent.
+    fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -153,6 +217,7 @@ struct Instance {
     store: Store,
     restore: Option<u64>,
     control: Control,
+    acker: Acker,
     keyed: KeyedSlot,
 }
 
@@ -212,6 +277,8 @@ impl Instance {
             oldest_retained: oldest,
             state: None,
         };
+        let control = Control::new(stream)?;
+        let acker = Acker::start(store.clone(), name.clone(), control.out.clone())?;
         Ok(Instance {
             stage,
             index,
@@ -219,7 +286,8 @@ impl Instance {
             regions: env(ENV_REGIONS)?,
             store,
             restore,
-            control: Control::new(stream)?,
+            control,
+            acker,
             keyed,
         })
     }
@@ -273,15 +341,8 @@ impl Instance {
         Ok(parts)
     }
 
-    fn ack(&mut self, id: u64, state: &InstanceState, alignment_ns: u64) -> Result<(), StageError> {
-        let bytes = self.store.ack(id, &self.name, state).map_err(|e| {
-            StageError::msg(format!("writing checkpoint {id} of {}: {e}", self.name))
-        })?;
-        self.control.send(&FromInstance::Ack {
-            id,
-            bytes,
-            alignment_ns,
-        });
+    fn ack(&mut self, id: u64, state: InstanceState, alignment_ns: u64) -> Result<(), StageError> {
+        self.acker.ack(id, state, alignment_ns);
         Ok(())
     }
 
@@ -325,6 +386,9 @@ impl Instance {
             }
             _ => unreachable!("a gate exactly for operators and sinks"),
         };
+        if result.is_ok() {
+            self.acker.finish();
+        }
         if let Err(e) = &result {
             // The cause first, before the gate and outputs go: their peers fail in turn, and
             // the supervisor names the first error it heard as the failure's cause.
@@ -370,7 +434,7 @@ impl Instance {
                             for out in outputs.iter_mut() {
                                 out.send_barrier(id, alignment, &payload)?;
                             }
-                            self.ack(id, &state, 0)?;
+                            self.ack(id, state, 0)?;
                             if last {
                                 for out in outputs.iter_mut() {
                                     out.flush()?;
@@ -526,7 +590,7 @@ impl Instance {
                         out.forward_barrier(id, alignment, emitted_ns, &payload)?;
                     }
                     match released {
-                        Released::Aligned => self.ack(id, &state, alignment_ns)?,
+                        Released::Aligned => self.ack(id, state, alignment_ns)?,
                         _ => pending = Some((id, state, alignment_ns)),
                     }
                 }
@@ -534,7 +598,7 @@ impl Instance {
                     if pending.as_ref().is_some_and(|(p, _, _)| *p == id) =>
                 {
                     let (id, state, align) = pending.take().expect("checked");
-                    self.ack(id, &state, align)?;
+                    self.ack(id, state, align)?;
                 }
                 GateMessage::BarrierCancelled { id }
                     if pending.as_ref().is_some_and(|(p, _, _)| *p == id) =>

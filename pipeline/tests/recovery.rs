@@ -162,6 +162,12 @@ impl Run {
         if let Some(st) = child.try_wait().unwrap() {
             panic!("the run ended ({st}) before the kill of {name}: raise --lines");
         }
+        // A victim that already ended (a source after the final checkpoint) proves nothing.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            !stat.is_empty() && !stat.contains(") Z"),
+            "{name} (pid {pid}) had already ended before its kill: raise --lines"
+        );
         // SAFETY: kill(2) on a pid read from the supervisor's status file.
         let r = unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         println!("killed {name} (pid {pid}): {r}");
@@ -256,7 +262,16 @@ fn two_kills_in_a_row_and_a_kill_during_the_restore() {
         "read-0", "read-1", "split-0", "split-1", "split-2", "count-0", "count-1", "write-0",
     ];
     // Two kills, the second after the pipeline recovered from the first.
-    let run = Run::new("twice", &with(&["--alignment=unaligned"]));
+    let run = Run::new(
+        "twice",
+        &[
+            "--lines",
+            "200000",
+            "--slow-ns",
+            "1000",
+            "--alignment=unaligned",
+        ],
+    );
     let mut child = run.start();
     run.wait_until(&mut child, "the first checkpoint", |r| r.completed() >= 1);
     r = mix(r);
