@@ -54,6 +54,9 @@ struct Args {
     /// Counter 0 fails with an error after this many words, once (the first time only).
     #[arg(long)]
     fail_once_after: Option<u64>,
+    /// With --fail-once-after: counter 0 panics instead of returning an error.
+    #[arg(long)]
+    panic: bool,
     /// Milliseconds after which a checkpoint not complete is aborted.
     #[arg(long, default_value_t = 30_000)]
     timeout_ms: u64,
@@ -131,6 +134,7 @@ struct Count {
     counts: HashMap<Vec<u8>, u64>,
     slow: Duration,
     fail_after: Option<(u64, PathBuf)>,
+    panic: bool,
     words: u64,
 }
 
@@ -140,6 +144,9 @@ impl Operator for Count {
         if let Some((n, mark)) = &self.fail_after {
             if self.words >= *n && !mark.exists() {
                 std::fs::write(mark, b"failed once\n")?;
+                if self.panic {
+                    panic!("a deliberate panic after {n} words (--fail-once-after --panic)");
+                }
                 return Err(StageError::msg(format!(
                     "a deliberate failure after {n} words (--fail-once-after)"
                 )));
@@ -243,7 +250,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         true => Duration::from_secs(365 * 86_400),
         false => Duration::from_millis(args.interval_ms),
     };
-    let (keyed, slow) = (args.keyed, Duration::from_nanos(args.slow_ns));
+    let (keyed, slow, panic) = (args.keyed, Duration::from_nanos(args.slow_ns), args.panic);
     let fail_after = args.fail_once_after.map(|n| (n, work.join("failed-once")));
     let (w1, w2) = (work.clone(), out.clone());
     let started = Instant::now();
@@ -258,6 +265,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 counts: HashMap::new(),
                 slow,
                 fail_after: fail_after.clone().filter(|_| i == 0),
+                panic,
                 words: 0,
             })
         })

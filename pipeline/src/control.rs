@@ -14,7 +14,8 @@
 //!
 //! A line is at most [`MAX_LINE`] bytes; anything else is the peer's protocol error.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -182,36 +183,80 @@ impl Lines {
         }
     }
 
-    pub(crate) fn next(&mut self) -> Result<Option<String>, String> {
+    /// The next line; `Err(LineError::Io)` when the connection failed (a peer that exits
+    /// with unread data makes the other side's read fail with ECONNRESET), `Err(Protocol)`
+    /// for what no peer of ours writes.
+    pub(crate) fn next(&mut self) -> Result<Option<String>, LineError> {
         self.buf.clear();
         let n = Read::by_ref(&mut self.reader)
             .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut self.buf)
-            .map_err(|e| format!("control connection: {e}"))?;
+            .map_err(LineError::Io)?;
         if n == 0 {
             return Ok(None);
         }
         if self.buf.last() != Some(&b'\n') {
-            return Err(match self.buf.len() > MAX_LINE {
+            return Err(LineError::Protocol(match self.buf.len() > MAX_LINE {
                 true => format!("control connection: a line over {MAX_LINE} bytes"),
                 false => "control connection: cut in the middle of a line".to_owned(),
-            });
+            }));
         }
         self.buf.pop();
         String::from_utf8(std::mem::take(&mut self.buf))
             .map(Some)
-            .map_err(|_| "control connection: a line is not UTF-8".to_owned())
+            .map_err(|_| LineError::Protocol("control connection: a line is not UTF-8".to_owned()))
     }
 }
 
-/// Writes one message; an error means the peer is gone.
+/// Why a control line could not be read.
+#[derive(Debug)]
+pub(crate) enum LineError {
+    /// The connection failed.
+    Io(std::io::Error),
+    /// The peer wrote what the protocol does not allow.
+    Protocol(String),
+}
+
+impl std::fmt::Display for LineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LineError::Io(e) => write!(f, "control connection: {e}"),
+            LineError::Protocol(e) => f.write_str(e),
+        }
+    }
+}
+
+/// Writes one message; an error means the peer is gone. `MSG_NOSIGNAL`: a peer that has
+/// gone is `EPIPE`, never a SIGPIPE (a program may have restored its default action).
 pub(crate) fn send(stream: &mut UnixStream, line: &str) -> std::io::Result<()> {
-    stream.write_all(line.as_bytes())
+    let mut buf = line.as_bytes();
+    while !buf.is_empty() {
+        // SAFETY: send(2) reads `buf.len()` bytes from a live slice, on a descriptor the
+        // stream owns for the duration of the call.
+        let n = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn every_message_reads_back_as_written() {
@@ -270,7 +315,7 @@ mod tests {
         let mut lines = Lines::new(b);
         a.write_all(&vec![b'x'; MAX_LINE + 10]).unwrap();
         a.write_all(b"\n").unwrap();
-        assert!(lines.next().unwrap_err().contains("over"));
+        assert!(lines.next().unwrap_err().to_string().contains("over"));
         drop(a);
     }
 }

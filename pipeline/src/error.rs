@@ -147,6 +147,13 @@ pub enum RunError {
         /// The failure that was not restarted.
         cause: String,
     },
+    /// Every completed checkpoint in the directory is corrupt (each was set aside as
+    /// `corrupt-chk-ID`): starting from the beginning would repeat what sinks committed, so
+    /// the supervisor refuses; `fresh_start(true)` discards them.
+    NoUsableCheckpoint {
+        /// The directory.
+        dir: PathBuf,
+    },
     /// Started as a stage instance, with an environment the supervisor did not make.
     BadInstance {
         /// What is wrong.
@@ -165,7 +172,7 @@ impl fmt::Display for RunError {
             } => write!(
                 f,
                 "{} holds the checkpoints of another pipeline ({found}; this one is {expected}): \
-                 choose another directory, or remove it to start afresh",
+                 choose another directory, or start afresh there (fresh_start) to discard them",
                 dir.display()
             ),
             RunError::Locked { dir, pid } => write!(
@@ -183,6 +190,12 @@ impl fmt::Display for RunError {
                 "the restart strategy allows no further restart after {restarts} restart(s); \
                  last failure: {cause} (start the supervisor again to resume from the last \
                  completed checkpoint)"
+            ),
+            RunError::NoUsableCheckpoint { dir } => write!(
+                f,
+                "every completed checkpoint in {} is corrupt (set aside as corrupt-chk-ID): \
+                 start afresh (fresh_start) to discard them and what the sinks committed",
+                dir.display()
             ),
             RunError::BadInstance { reason } => write!(f, "not a valid stage instance: {reason}"),
         }

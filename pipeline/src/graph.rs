@@ -244,8 +244,9 @@ impl Pipeline {
     }
 
     /// Discards every checkpoint, keyed state and finished mark in the directory before it
-    /// starts (without it, a supervisor resumes from the last completed checkpoint). Output
-    /// that a sink already committed is the sink's to remove.
+    /// starts, another pipeline's too (without it, a supervisor resumes from the last
+    /// completed checkpoint, and refuses a directory of another pipeline). Sinks abort what
+    /// they had pending; `FileSink` also removes what it had committed.
     pub fn fresh_start(mut self, fresh: bool) -> Pipeline {
         self.fresh = fresh;
         self

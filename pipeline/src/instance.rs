@@ -62,13 +62,32 @@ pub(crate) fn run(p: &Pipeline, role: &str) -> ! {
             eprintln!("shmflow-pipeline instance {role}: {e}");
             2
         }
-        Ok(mut inst) => match inst.work(p) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("shmflow-pipeline instance {role}: {e}");
-                1
+        Ok(mut inst) => {
+            // A panic in the stage's code is its own failure: the hook tells the supervisor
+            // before the unwinding drops the gate and outputs (and the peers report theirs).
+            let out = inst.control.out.clone();
+            let default_hook = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                // try_lock: a panic while this thread holds the connection must not deadlock.
+                if let Ok(mut out) = out.try_lock() {
+                    let msg = FromInstance::Error {
+                        own: true,
+                        text: format!("panicked: {info}"),
+                    };
+                    let _ = control::send(&mut out, &msg.line());
+                }
+                default_hook(info);
+            }));
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inst.work(p))) {
+                Ok(Ok(())) => 0,
+                Ok(Err(e)) => {
+                    eprintln!("shmflow-pipeline instance {role}: {e}");
+                    1
+                }
+                // The panic hook told the supervisor.
+                Err(_) => 101,
             }
-        },
+        }
     };
     std::process::exit(code)
 }
@@ -98,7 +117,7 @@ impl Control {
                     let msg = match lines.next() {
                         Ok(Some(line)) => ToInstance::parse(&line),
                         Ok(None) => Err("the supervisor is gone".to_owned()),
-                        Err(e) => Err(e),
+                        Err(e) => Err(e.to_string()),
                     };
                     match msg {
                         Ok(m) => {
@@ -154,20 +173,30 @@ fn send_line(out: &Mutex<UnixStream>, msg: &FromInstance) {
 
 /// The asynchronous part of a checkpoint (Flink's async snapshot phase): the state captured
 /// at the barrier is written and synced by this thread while the instance goes on with its
-/// records; the acknowledgement follows the write. At most one checkpoint runs at a time, so
-/// at most one state waits here.
+/// records; the acknowledgement follows the write. When several states wait, only the newest
+/// is written: the coordinator triggers a checkpoint only once the one before ended, and one
+/// whose acknowledgement is still waiting here cannot have completed, so it was aborted.
 struct Acker {
     tx: Option<mpsc::Sender<(u64, InstanceState, u64)>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Why a write failed; the instance's thread fails with it at its next look.
+    failure: Arc<Mutex<Option<String>>>,
 }
 
 impl Acker {
-    fn start(store: Store, name: String, out: Arc<Mutex<UnixStream>>) -> std::io::Result<Acker> {
+    fn start(store: Store, name: String, control: &Control) -> std::io::Result<Acker> {
         let (tx, rx) = mpsc::channel::<(u64, InstanceState, u64)>();
+        let failure = Arc::new(Mutex::new(None));
+        let (out, pending, fail) = (
+            control.out.clone(),
+            control.pending.clone(),
+            failure.clone(),
+        );
         let thread = std::thread::Builder::new()
             .name("shmflow-ack".into())
             .spawn(move || {
-                for (id, state, alignment_ns) in rx {
+                while let Ok(first) = rx.recv() {
+                    let (id, state, alignment_ns) = rx.try_iter().last().unwrap_or(first);
                     match store.ack(id, &name, &state) {
                         Ok(bytes) => send_line(
                             &out,
@@ -178,11 +207,11 @@ impl Acker {
                             },
                         ),
                         Err(e) => {
-                            let text = format!("writing checkpoint {id} of {name}: {e}");
-                            eprintln!("shmflow-pipeline instance {name}: {text}");
-                            send_line(&out, &FromInstance::Error { own: true, text });
-                            // The supervisor fails the pipeline over and removes its regions.
-                            std::process::exit(1);
+                            *fail.lock().unwrap_or_else(|p| p.into_inner()) =
+                                Some(format!("writing checkpoint {id} of {name}: {e}"));
+                            // The instance's thread looks at its control flag between records.
+                            pending.store(true, Ordering::Relaxed);
+                            return;
                         }
                     }
                 }
@@ -190,22 +219,37 @@ impl Acker {
         Ok(Acker {
             tx: Some(tx),
             thread: Some(thread),
+            failure,
         })
     }
 
     fn ack(&self, id: u64, state: InstanceState, alignment_ns: u64) {
         if let Some(tx) = &self.tx {
-            // The thread lives as long as the sender (it exits the process on failure).
+            // After a failure the thread is gone and the send fails: `check` reports it.
             let _ = tx.send((id, state, alignment_ns));
         }
     }
 
+    /// The writer's failure, if it failed.
+    fn check(&self) -> Result<(), StageError> {
+        match self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            Some(e) => Err(StageError::msg(e)),
+            None => Ok(()),
+        }
+    }
+
     /// Waits until every acknowledgement handed over is written and sent.
-    fn finish(&mut self) {
+    fn finish(&mut self) -> Result<(), StageError> {
         self.tx = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        self.check()
     }
 }
 
@@ -260,6 +304,11 @@ impl Instance {
         // SAFETY: the supervisor passed this descriptor (one end of a socket pair) to this
         // process alone, and nothing else in it owns or closes it.
         let stream = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        // Not inherited by what the stage's own code may start.
+        // SAFETY: fcntl on the descriptor this process now owns.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
         let restore = match env(ENV_RESTORE)?.as_str() {
             "" => None,
             id => Some(
@@ -278,7 +327,7 @@ impl Instance {
             state: None,
         };
         let control = Control::new(stream)?;
-        let acker = Acker::start(store.clone(), name.clone(), control.out.clone())?;
+        let acker = Acker::start(store.clone(), name.clone(), &control)?;
         Ok(Instance {
             stage,
             index,
@@ -386,9 +435,7 @@ impl Instance {
             }
             _ => unreachable!("a gate exactly for operators and sinks"),
         };
-        if result.is_ok() {
-            self.acker.finish();
-        }
+        let result = result.and_then(|()| self.acker.finish());
         if let Err(e) = &result {
             // The cause first, before the gate and outputs go: their peers fail in turn, and
             // the supervisor names the first error it heard as the failure's cause.
@@ -419,6 +466,7 @@ impl Instance {
         let mut final_sent: Option<u64> = None;
         loop {
             if self.control.has_pending() {
+                self.acker.check()?;
                 for msg in self.control.take() {
                     match msg {
                         ToInstance::Trigger {
@@ -426,10 +474,13 @@ impl Instance {
                             alignment,
                             last,
                         } => {
-                            let state = InstanceState {
+                            let mut state = InstanceState {
                                 operator: source.position(),
                                 ..InstanceState::default()
                             };
+                            if let Some(k) = self.keyed.state.as_mut() {
+                                state.keyed = Some(k.checkpoint(id)?);
+                            }
                             let payload = alignment_payload(alignment);
                             for out in outputs.iter_mut() {
                                 out.send_barrier(id, alignment, &payload)?;
@@ -499,6 +550,7 @@ impl Instance {
         }
         loop {
             if self.control.has_pending() {
+                self.acker.check()?;
                 for msg in self.control.take() {
                     match msg {
                         ToInstance::Complete { id, oldest } => {
@@ -508,6 +560,7 @@ impl Instance {
                                 }
                                 transactions.retain(|(c, _)| *c > id);
                             }
+                            self.keyed.oldest_retained = self.keyed.oldest_retained.max(oldest);
                             if let Some(k) = self.keyed.state.as_mut() {
                                 k.set_oldest_retained(oldest);
                             }
@@ -645,6 +698,7 @@ impl Instance {
         // A sink stays until what it pre-committed is committed.
         if let Work::Sink(sink) = &mut work {
             while !transactions.is_empty() {
+                self.acker.check()?;
                 for msg in self.control.take() {
                     if let ToInstance::Complete { id, .. } = msg {
                         for (_, t) in transactions.iter().filter(|(c, _)| *c <= id) {

@@ -62,6 +62,11 @@ pub trait Operator {
 /// last completed checkpoint and calls [`Sink::recover`]: the transactions it lists are
 /// committed (their checkpoint completed, their commit may not have happened), every other
 /// one is aborted. So the outside world sees every result exactly once.
+///
+/// Checkpoint ids are not unique across restores: after a restore of checkpoint `c` the next
+/// is `c + 1` again. A sink that names its transactions in an outside system must not take
+/// the id alone as the transaction's identity (add the time, or a counter it keeps in its
+/// handle).
 pub trait Sink {
     /// Adds a record to the open transaction.
     fn write(&mut self, record: &[u8]) -> Result<(), StageError>;

@@ -43,6 +43,21 @@ pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Why a completed checkpoint cannot be used.
+#[derive(Debug)]
+pub(crate) enum Unusable {
+    /// A file is missing, torn, or fails its checks.
+    Corrupt(String),
+    /// A file could not be read (permissions, descriptors, the device).
+    Io(RunError),
+}
+
+impl From<String> for Unusable {
+    fn from(s: String) -> Self {
+        Unusable::Corrupt(s)
+    }
+}
+
 /// One instance's state at a checkpoint.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct InstanceState {
@@ -284,10 +299,20 @@ impl Store {
     }
 
     /// Checks complete checkpoint `id`: its metadata, and every instance file against it.
-    pub(crate) fn verify(&self, id: u64, instances: &[String]) -> Result<(), String> {
+    /// A file that is missing, torn or fails its checks is [`Unusable::Corrupt`]; any other
+    /// failure to read is [`Unusable::Io`] (the checkpoint may be fine).
+    pub(crate) fn verify(&self, id: u64, instances: &[String]) -> Result<(), Unusable> {
+        let read = |p: &Path| {
+            fs::read(p).map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    Unusable::Corrupt(format!("{}: missing", p.display()))
+                }
+                _ => Unusable::Io(io(format!("reading {}", p.display()))(e)),
+            })
+        };
         let d = self.chk(id);
         let path = d.join("_metadata");
-        let buf = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let buf = read(&path)?;
         let what = path.display().to_string();
         let mut m = Dec {
             buf: unframe(&buf, KIND_METADATA, id, &what)?,
@@ -295,24 +320,26 @@ impl Store {
         };
         let n = m.count(24)?;
         if n != instances.len() {
-            return Err(format!(
+            return Err(Unusable::Corrupt(format!(
                 "{what}: {n} instances, the pipeline has {}",
                 instances.len()
-            ));
+            )));
         }
         for _ in 0..n {
             let name = String::from_utf8_lossy(m.bytes()?).into_owned();
             let (len, crc) = (m.u64()?, m.u64()?);
             if !instances.contains(&name) {
-                return Err(format!("{what}: names an unknown instance {name:?}"));
+                return Err(Unusable::Corrupt(format!(
+                    "{what}: names an unknown instance {name:?}"
+                )));
             }
             let p = d.join(&name);
-            let file = fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let file = read(&p)?;
             if file.len() as u64 != len || crc32fast::hash(&file) as u64 != crc {
-                return Err(format!(
+                return Err(Unusable::Corrupt(format!(
                     "{}: differs from the checkpoint's metadata (corrupt)",
                     p.display()
-                ));
+                )));
             }
             InstanceState::decode(&file, id, &p.display().to_string())?;
         }
@@ -344,6 +371,16 @@ impl Store {
     /// Removes checkpoint `id`'s directory, which instances may still be writing (an aborted
     /// checkpoint's late acknowledgements): tries a few times, and leaves what it cannot
     /// remove to a later sweep (a directory without metadata is never read).
+    /// Moves checkpoint `id` aside as `corrupt-chk-ID` (never read again, kept for a look).
+    pub(crate) fn set_aside(&self, id: u64) -> Result<PathBuf, RunError> {
+        let to = self.dir.join(format!("corrupt-chk-{id}"));
+        let _ = fs::remove_dir_all(&to);
+        fs::rename(self.chk(id), &to)
+            .and_then(|()| sync_dir(&self.dir))
+            .map_err(io(format!("moving {} aside", self.chk(id).display())))?;
+        Ok(to)
+    }
+
     pub(crate) fn remove_aborted(&self, id: u64) {
         for _ in 0..5 {
             if self.remove(id).is_ok() {
@@ -365,7 +402,7 @@ impl Store {
 
     /// Takes the directory for this supervisor: creates it, locks it, and checks (or writes)
     /// the pipeline's identity.
-    pub(crate) fn open(dir: &Path, identity: &str) -> Result<(Store, File), RunError> {
+    pub(crate) fn open(dir: &Path, identity: &str, fresh: bool) -> Result<(Store, File), RunError> {
         fs::create_dir_all(dir).map_err(io(format!("creating {}", dir.display())))?;
         let lock_path = dir.join("lock");
         let mut lock = fs::OpenOptions::new()
@@ -389,6 +426,16 @@ impl Store {
             .and_then(|()| lock.write_all(format!("{}\n", std::process::id()).as_bytes()))
             .map_err(io(format!("writing {}", lock_path.display())))?;
         let id_path = dir.join("PIPELINE");
+        let store = Store {
+            dir: dir.to_owned(),
+        };
+        if fresh {
+            // Afresh: whatever the directory held goes, another pipeline's included.
+            store.wipe()?;
+            write_atomic(dir, "PIPELINE", format!("{identity}\n").as_bytes())
+                .map_err(io(format!("writing {}", id_path.display())))?;
+            return Ok((store, lock));
+        }
         match fs::read_to_string(&id_path) {
             Ok(found) if found.trim_end() == identity => {}
             Ok(found) => {
@@ -419,18 +466,25 @@ impl Store {
             }
             Err(e) => return Err(io(format!("reading {}", id_path.display()))(e)),
         }
-        Ok((
-            Store {
-                dir: dir.to_owned(),
-            },
-            lock,
-        ))
+        Ok((store, lock))
     }
 
     /// Removes every checkpoint, the keyed state, the finished mark and the figures.
     pub(crate) fn wipe(&self) -> Result<(), RunError> {
         for id in self.list()? {
             self.remove(id)?;
+        }
+        for e in fs::read_dir(&self.dir)
+            .map_err(io(format!("listing {}", self.dir.display())))?
+            .flatten()
+        {
+            if e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("corrupt-chk-"))
+            {
+                fs::remove_dir_all(e.path())
+                    .map_err(io(format!("removing {}", e.path().display())))?;
+            }
         }
         for name in ["completed", "finished", "metrics"] {
             let p = self.dir.join(name);

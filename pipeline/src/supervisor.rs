@@ -29,12 +29,16 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::{Alignment, Restarts};
-use crate::control::{self, FromInstance, Lines, ToInstance};
+use crate::control::{self, FromInstance, LineError, Lines, ToInstance};
 use crate::error::{io, RunError};
 use crate::graph::{Kind, Pipeline};
 use crate::instance::{ENV_FD, ENV_OLDEST, ENV_REGIONS, ENV_RESTORE, ENV_ROLE, ENV_SUPERVISOR};
 use crate::metrics::Metrics;
-use crate::store::{write_atomic, Store};
+use crate::store::{write_atomic, Store, Unusable};
+
+/// How long the instances may take to end after the final checkpoint completed (a sink's
+/// commits, the streams' ends).
+const SHUTDOWN: Duration = Duration::from_secs(60);
 
 /// What a run of the supervisor did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,10 +104,7 @@ struct Supervisor<'p> {
 /// Runs the pipeline to its end (or until the restart strategy gives up).
 pub(crate) fn supervise(p: &Pipeline) -> Result<RunSummary, RunError> {
     p.validate()?;
-    let (store, _lock) = Store::open(&p.dir, &p.identity())?;
-    if p.fresh {
-        store.wipe()?;
-    }
+    let (store, _lock) = Store::open(&p.dir, &p.identity(), p.fresh)?;
     let instances = p.instances();
     let names = instances
         .iter()
@@ -145,11 +146,20 @@ pub(crate) fn supervise(p: &Pipeline) -> Result<RunSummary, RunError> {
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        let restore = sup.restore_point()?;
+        let restore = match sup.restore_point() {
+            Ok(r) => r,
+            Err(e) => {
+                sup.metrics.state = "failed".into();
+                sup.metrics.save(&sup.store.dir);
+                return Err(e);
+            }
+        };
         let outcome = sup.attempt(attempt, restore);
         // The attempt's instances are gone (killed and reaped), whatever its outcome.
         sup.remove_regions();
-        let outcome = outcome?;
+        // An error of the attempt (an instance that cannot be started, a checkpoint that cannot
+        // be written) is a failure like an instance's, under the restart strategy.
+        let outcome = outcome.unwrap_or_else(|e| Outcome::Failed(e.to_string()));
         match outcome {
             Outcome::Finished => {
                 write_atomic(&sup.store.dir, "finished", b"finished\n").map_err(io(format!(
@@ -205,17 +215,28 @@ impl Supervisor<'_> {
     fn restore_point(&mut self) -> Result<Option<u64>, RunError> {
         let completed = self.store.completed()?;
         let mut chosen = None;
-        for id in completed {
+        for &id in &completed {
             match self.store.verify(id, &self.names) {
                 Ok(()) => {
                     chosen = Some(id);
                     break;
                 }
-                Err(e) => eprintln!(
-                    "[pipeline {}] checkpoint {id} is not usable and is set aside: {e}",
-                    self.p.name
-                ),
+                Err(Unusable::Corrupt(e)) => {
+                    let to = self.store.set_aside(id)?;
+                    eprintln!(
+                        "[pipeline {}] checkpoint {id} is corrupt and is set aside as {}: {e}",
+                        self.p.name,
+                        to.display()
+                    );
+                }
+                // Perhaps a passing fault: nothing is discarded for it.
+                Err(Unusable::Io(e)) => return Err(e),
             }
+        }
+        if chosen.is_none() && !completed.is_empty() {
+            return Err(RunError::NoUsableCheckpoint {
+                dir: self.store.dir.clone(),
+            });
         }
         for id in self.store.list()? {
             if chosen.is_none_or(|c| id > c) {
@@ -259,8 +280,11 @@ impl Supervisor<'_> {
         };
         let (ours, theirs) = UnixStream::pair().map_err(spawn_err)?;
         let fd = theirs.as_raw_fd();
-        let exe = std::env::current_exe().map_err(spawn_err)?;
-        let mut cmd = Command::new(exe);
+        // This very program, even if its file was replaced or removed since it started.
+        let mut cmd = Command::new("/proc/self/exe");
+        if let Some(arg0) = std::env::args_os().next() {
+            cmd.arg0(arg0);
+        }
         cmd.args(std::env::args_os().skip(1))
             .env(ENV_ROLE, format!("{}/{i}", self.p.stages[s].name))
             .env(ENV_REGIONS, regions)
@@ -315,7 +339,14 @@ impl Supervisor<'_> {
                 }
             };
             status.push_str(&format!("{} {}\n", self.names[slot], child.id()));
-            let reader = stream.try_clone().map_err(io("cloning a control socket"))?;
+            let reader = match stream.try_clone() {
+                Ok(r) => r,
+                Err(e) => {
+                    children.push(Some(child));
+                    kill_all(&mut children);
+                    return Err(io("cloning a control socket")(e));
+                }
+            };
             let tx = tx.clone();
             std::thread::spawn(move || {
                 let mut lines = Lines::new(reader);
@@ -325,8 +356,10 @@ impl Supervisor<'_> {
                             Ok(m) => Event::Msg(slot, m),
                             Err(e) => Event::Garbage(slot, e),
                         },
-                        Ok(None) => return,
-                        Err(e) => Event::Garbage(slot, e),
+                        // The end, or a connection reset by an instance that exited: its exit
+                        // status says how it ended.
+                        Ok(None) | Err(LineError::Io(_)) => return,
+                        Err(LineError::Protocol(e)) => Event::Garbage(slot, e),
                     };
                     let garbage = matches!(ev, Event::Garbage(..));
                     if tx.send(ev).is_err() || garbage {
@@ -369,6 +402,8 @@ impl Supervisor<'_> {
         let mut last_end = Instant::now();
         let mut consecutive_failures = 0u32;
         let mut final_done = false;
+        // When the final checkpoint completed: the instances end within a bound after it.
+        let mut final_at: Option<Instant> = None;
         let mut recovered = self.failed_at.is_none();
         let mut errors: Vec<(usize, bool, String)> = Vec::new();
         let mut exited = vec![false; self.instances.len()];
@@ -478,7 +513,10 @@ impl Supervisor<'_> {
                     current = None;
                     last_end = Instant::now();
                     consecutive_failures = 0;
-                    final_done |= last;
+                    if last {
+                        final_done = true;
+                        final_at = Some(Instant::now());
+                    }
                 }
             }
             // Expired?
@@ -557,6 +595,16 @@ impl Supervisor<'_> {
                 return Ok(Outcome::Failed(
                     self.root_cause(failed, children, rx, &pids, errors),
                 ));
+            }
+            if final_at.is_some_and(|t| t.elapsed() > SHUTDOWN) {
+                let left: Vec<&str> = (0..children.len())
+                    .filter(|&s| children[s].is_some())
+                    .map(|s| self.names[s].as_str())
+                    .collect();
+                return Ok(Outcome::Failed(format!(
+                    "{} did not end within {SHUTDOWN:?} of the final checkpoint",
+                    left.join(", ")
+                )));
             }
             if exited.iter().all(|&e| e) {
                 // Acknowledgements sent just before the exits.

@@ -369,6 +369,24 @@ fn a_stage_that_fails_with_an_error_is_restarted_like_a_killed_one() {
 }
 
 #[test]
+fn a_stage_that_panics_is_named_as_the_cause() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let run = Run::new(
+        "panic",
+        &["--lines", "60000", "--fail-once-after", "200000", "--panic"],
+    );
+    run.finish(run.start());
+    assert_eq!(run.restarts(), 1);
+    let cause = run.metric("lastFailureCause").unwrap();
+    assert!(
+        cause.contains("count-0")
+            && cause.contains("panicked")
+            && cause.contains("deliberate panic"),
+        "{cause}"
+    );
+}
+
+#[test]
 fn a_killed_supervisor_takes_its_instances_and_a_new_one_resumes() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let run = Run::new("supervisor", &with(&["--alignment=unaligned", "--keyed"]));
@@ -525,9 +543,14 @@ fn a_corrupt_checkpoint_is_set_aside_and_the_one_before_is_restored() {
     let out = run.finish(run.start());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(&format!("checkpoint {newest} is not usable")),
+        stderr.contains(&format!("checkpoint {newest} is corrupt and is set aside")),
         "{stderr}"
     );
+    assert!(run
+        .chk()
+        .join(format!("corrupt-chk-{newest}"))
+        .join("count-1")
+        .exists());
     // Restored from the one before: a restore happened, and the output is exact (above).
     assert!(run.metric("lastCheckpointRestoreTimestamp").unwrap() != "0");
 }
