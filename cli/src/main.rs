@@ -331,10 +331,33 @@ fn clean(unread_too: bool, names: &[String]) -> Result<(), String> {
     channels.retain(|r| wanted(&r.name));
     let mut gates = list_gates().map_err(|e| e.to_string())?;
     gates.retain(|g| wanted(&g.0));
+    let mut errors = 0;
     for n in names {
         if !channels.iter().any(|r| &r.name == n) && !gates.iter().any(|g| &g.0 == n) {
             eprintln!("shmflow: {n}: not a shmflow region in /dev/shm (see `shmflow list`)");
+            errors += 1;
         }
+    }
+    // Why each live region stays.
+    for r in channels.iter().filter(|r| !r.is_stale()) {
+        let s = &r.snapshot;
+        let who: Vec<String> = [
+            (r.producer_alive, "producer", s.producer_pid),
+            (r.consumer_alive, "consumer", s.consumer_pid),
+        ]
+        .iter()
+        .filter(|(alive, _, _)| *alive)
+        .map(|(_, end, pid)| format!("its {end} (pid {pid}) is alive"))
+        .collect();
+        println!("kept {} ({})", r.name, who.join(", "));
+    }
+    for (name, g) in gates.iter().filter(|g| !g.1.is_stale()) {
+        let live = (0..g.channels()).filter(|&c| g.producer_alive(c)).count();
+        let consumer = match g.consumer_alive() {
+            true => "its consumer is alive, ",
+            false => "",
+        };
+        println!("kept {name} ({consumer}{live} producer(s) alive)");
     }
     for r in channels.iter().filter(|r| r.is_stale()) {
         if r.awaits_consumer() && !unread_too {
@@ -362,11 +385,19 @@ fn clean(unread_too: bool, names: &[String]) -> Result<(), String> {
                 removed += 1;
             }
             Ok(false) => println!("kept {name} (an end came alive)"),
-            Err(e) => eprintln!("shmflow: {e}"),
+            // Removed by someone else meanwhile: what was wanted.
+            Err(OpenError::NotFound { .. }) => println!("{name} is gone already"),
+            Err(e) => {
+                eprintln!("shmflow: {e}");
+                errors += 1;
+            }
         }
     }
     println!("{removed} stale region(s) removed");
-    Ok(())
+    match errors {
+        0 => Ok(()),
+        n => Err(format!("{n} error(s), above")),
+    }
 }
 
 fn stat(name: &str, json: bool, interval: Duration, count: u64) -> Result<(), String> {

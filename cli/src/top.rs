@@ -85,7 +85,7 @@ impl Top {
     pub(crate) fn update(
         &mut self,
         channels: Vec<(String, Snapshot, Alive)>,
-        gates: Vec<(String, GateSnapshot, Vec<bool>)>,
+        gates: Vec<(String, GateSnapshot, Vec<bool>, bool)>,
     ) {
         // The selection follows its row as the rows are sorted again.
         let selected = self
@@ -108,7 +108,7 @@ impl Top {
             rows.push(row);
         }
         self.gate_rows.clear();
-        for (name, now, alive) in gates {
+        for (name, now, alive, consumer_alive) in gates {
             let prev = self
                 .prev_gates
                 .get(&name)
@@ -164,7 +164,7 @@ impl Top {
                             && c.snapshot.producer_state == shmflow::metrics::EndState::Attached)
                         .count(),
                     now.channels.len(),
-                    short(now.consumer_state, true)
+                    short(now.consumer_state, consumer_alive)
                 ),
             });
             sort(&mut chans);
@@ -493,7 +493,8 @@ fn row(r: &RowData, name_width: usize) -> Row<'static> {
 /// Every channel's and every gate's snapshot, by name.
 type Round = (
     Vec<(String, Snapshot, Alive)>,
-    Vec<(String, GateSnapshot, Vec<bool>)>,
+    // A gate: its snapshot, each channel's producer alive, its consumer alive.
+    Vec<(String, GateSnapshot, Vec<bool>, bool)>,
 );
 
 /// Whether a live process holds each end's liveness lock: (producer, consumer).
@@ -511,7 +512,7 @@ fn take() -> Result<Round, String> {
         .into_iter()
         .map(|(n, g)| {
             let alive = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
-            (n, g.snapshot(), alive)
+            (n, g.snapshot(), alive, g.consumer_alive())
         })
         .collect();
     Ok((channels, gates))
@@ -520,6 +521,15 @@ fn take() -> Result<Round, String> {
 /// Runs the view in the terminal until `q`.
 pub(crate) fn main(interval: Duration, pipelines: Vec<std::path::PathBuf>) -> Result<(), String> {
     use crossterm::event::{self, Event, KeyEventKind};
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        return Err(
+            "top draws on a terminal and reads keys from it, and this is not one: \
+                    `shmflow stat NAME` or `shmflow list` print, `shmflow export` serves the \
+                    figures to Prometheus"
+                .into(),
+        );
+    }
     let mut top = Top::default();
     let (c, g) = take()?;
     top.update(c, g);
@@ -709,7 +719,7 @@ mod tests {
                 snap(1, 0, 0, 0, shmflow::metrics::EndState::Attached),
                 UP,
             )],
-            vec![("/g".into(), gate(1, 0), vec![true, true])],
+            vec![("/g".into(), gate(1, 0), vec![true, true], true)],
         );
         top.update(
             vec![(
@@ -717,7 +727,7 @@ mod tests {
                 snap(2, 0, 0, 0, shmflow::metrics::EndState::Attached),
                 UP,
             )],
-            vec![("/g".into(), gate(2, 900), vec![true, true])],
+            vec![("/g".into(), gate(2, 900), vec![true, true], true)],
         );
         assert_eq!(
             top.visible()[0].name,
@@ -740,6 +750,17 @@ mod tests {
         let names: Vec<&str> = top.visible().iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["/other"]);
         assert!(!top.key(K::Char('q')));
+    }
+
+    #[test]
+    fn a_gate_whose_consumer_died_shows_it_dead() {
+        let mut g = GateSnapshot::default();
+        g.consumer_state = shmflow::metrics::EndState::Attached;
+        let mut top = Top::default();
+        top.update(vec![], vec![("/g".into(), g.clone(), vec![], false)]);
+        assert!(top.rows[0].ends.ends_with("/ dead"), "{}", top.rows[0].ends);
+        top.update(vec![], vec![("/g".into(), g, vec![], true)]);
+        assert!(top.rows[0].ends.ends_with("/ up"), "{}", top.rows[0].ends);
     }
 
     #[test]

@@ -562,8 +562,30 @@ fn clean_removes_a_region_no_live_end_uses_and_keeps_a_live_one() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains(&format!("removed {stale}")), "{text}");
     assert!(!text.contains(&format!("removed {live}")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "kept {live} (its producer (pid {}) is alive)",
+            std::process::id()
+        )),
+        "{text}"
+    );
     assert!(std::fs::metadata(format!("/dev/shm{stale}")).is_err());
     assert!(std::fs::metadata(format!("/dev/shm{live}")).is_ok());
+    // A name that is not there is an error: exit 1, with the reason.
+    let out = shmflow(&["clean", "/cli-no-such-region"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a shmflow region"));
+}
+
+#[test]
+fn top_refuses_without_a_terminal() {
+    let out = shmflow(&["top"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("terminal"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Runs `shmflow stat NAME` every 100 ms while `leave` makes every end go, and returns what
