@@ -14,6 +14,7 @@
 //! cargo bench -p shmflow-pipeline --bench checkpoints                 # all, 5 pairs each
 //! cargo bench -p shmflow-pipeline --bench checkpoints -- --quick      # 1 M keys, 2 pairs
 //! cargo bench -p shmflow-pipeline --bench checkpoints -- --only state  # or throughput, recovery
+//! cargo bench -p shmflow-pipeline --bench checkpoints -- --pairs 10     # pairs (runs) per figure
 //! ```
 
 use std::collections::HashMap;
@@ -280,7 +281,11 @@ fn recovery(runs: usize, dir: &Path) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let pairs = if quick { 2 } else { 5 };
+    let pairs = args
+        .iter()
+        .position(|a| a == "--pairs")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(if quick { 2 } else { 5 });
     let only = args
         .iter()
         .position(|a| a == "--only")
