@@ -202,7 +202,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         std::fs::create_dir_all(&work)?;
         for s in 0..SOURCES {
             let p = work.join(format!("readings-{s}.txt"));
-            if !p.exists() {
+            // Written afresh with --fresh (the sizes may have changed), else kept.
+            if args.fresh || !p.exists() {
                 let mut text = String::new();
                 for (sensor, t, v) in readings(s, args.readings, args.sensors) {
                     text.push_str(&format!("{sensor} {t} {v}\n"));

@@ -236,7 +236,8 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         std::fs::create_dir_all(&work)?;
         for s in 0..SOURCES {
             let p = work.join(format!("input-{s}.txt"));
-            if !p.exists() {
+            // Written afresh with --fresh (--lines may have changed), else kept.
+            if args.fresh || !p.exists() {
                 write_input(&p, s, args.lines)?;
             }
         }
