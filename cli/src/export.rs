@@ -7,9 +7,12 @@
 //! prefixed `shmflow_` (counters end in `_total`). Labels: `region` (the name), `channel` (a
 //! gate's channel index, empty for a channel of its own) and, on `endAttached`, `end`
 //! (`producer` or `consumer`).
-//! Rates (the `…PerSecond` gauges) cover the time since the previous scrape (a region seen
-//! for the first time has none yet) and are left out for an end that is not attached and
-//! alive; counters are totals, for Prometheus's own `rate()`.
+//! Rates (the `…PerSecond` gauges) come from the exporter's own sampling at a fixed interval
+//! (`--sample-ms`, default 1000; the first window, before it serves, is 200 ms): each covers
+//! the last interval, whoever scrapes and however often, so two Prometheus servers see the
+//! same figures. A region seen for the first time has none until its second sample, and they
+//! are left out for an end that is not attached and alive. Counters, usages and states are
+//! read at the scrape; counters are totals (`_total`), for Prometheus's own `rate()`.
 //!
 //! With `--pipeline DIR` (repeatable) it also serves each pipeline supervisor's figures, with
 //! Flink's names (`numRestarts`, `numberOfCompletedCheckpoints`, `numberOfFailedCheckpoints`,
@@ -26,7 +29,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use shmflow::metrics::{EndState, GateSnapshot, Snapshot};
+use shmflow::metrics::{EndState, GateSnapshot, Rates, Snapshot};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Labels {
@@ -178,7 +181,7 @@ impl Families {
         &self,
         region: &str,
         channel: &str,
-        prev: Option<&Snapshot>,
+        rates: Option<&Rates>,
         now: &Snapshot,
         alive: (bool, bool),
     ) {
@@ -194,10 +197,7 @@ impl Families {
         // Time figures need a window (none the first time a region is seen) and an end that
         // is there: attached and alive (a producer killed while blocked keeps an endless wait
         // in the region).
-        if let Some(r) = prev
-            .filter(|p| now.at_ns > p.at_ns)
-            .map(|p| now.rates_since(p))
-        {
+        if let Some(r) = rates {
             if alive.0 && now.producer_state == EndState::Attached {
                 set(&self.back_pressured, r.back_pressured_time_ms_per_second);
                 set(&self.producer_busy, r.producer_busy_time_ms_per_second);
@@ -244,7 +244,7 @@ impl Families {
     fn gate(
         &self,
         region: &str,
-        prev: Option<&GateSnapshot>,
+        rates: &HashMap<String, Rates>,
         now: &GateSnapshot,
         alive: &[bool],
         consumer_alive: bool,
@@ -262,8 +262,8 @@ impl Families {
         for (c, n) in now.channels.iter().enumerate() {
             let channel = c.to_string();
             let alive = (alive.get(c).copied().unwrap_or(false), consumer_alive);
-            let p = prev.and_then(|p| p.channels.get(c)).map(|p| &p.snapshot);
-            self.channel(region, &channel, p, &n.snapshot, alive);
+            let r = rates.get(&format!("{region}:{channel}"));
+            self.channel(region, &channel, r, &n.snapshot, alive);
             let l = Labels {
                 region: region.to_owned(),
                 channel,
@@ -375,37 +375,64 @@ impl PipelineFamilies {
     }
 }
 
-/// What the previous scrape saw, for the rates, and the pipeline directories to read.
+/// The sampler's state: the last sample of every channel (gate channels as `GATE:C`), and the
+/// rates over the last interval.
+#[derive(Default)]
+struct Sampled {
+    last: HashMap<String, Snapshot>,
+    rates: HashMap<String, Rates>,
+}
+
+/// The rates of the last sampling interval, and the pipeline directories to read.
 #[derive(Default)]
 pub(crate) struct Exporter {
-    prev: Mutex<(HashMap<String, Snapshot>, HashMap<String, GateSnapshot>)>,
+    sampled: Mutex<Sampled>,
     pub(crate) pipelines: Vec<std::path::PathBuf>,
 }
 
 impl Exporter {
+    /// Takes a sample of every channel and gate channel: the rates since the one before.
+    pub(crate) fn sample(&self) -> Result<(), String> {
+        let mut now = HashMap::new();
+        for r in shmflow::monitor::list_regions().map_err(|e| e.to_string())? {
+            now.insert(r.name, r.snapshot);
+        }
+        for (name, g) in shmflow::monitor::list_gates().map_err(|e| e.to_string())? {
+            for (c, ch) in g.snapshot().channels.into_iter().enumerate() {
+                now.insert(format!("{name}:{c}"), ch.snapshot);
+            }
+        }
+        let mut s = self.sampled.lock().map_err(|_| "a sample panicked")?;
+        let rates = now
+            .iter()
+            .filter_map(|(k, n)| {
+                let p = s.last.get(k).filter(|p| n.at_ns > p.at_ns)?;
+                Some((k.clone(), n.rates_since(p)))
+            })
+            .collect();
+        *s = Sampled { last: now, rates };
+        Ok(())
+    }
+
     /// Every region and gate on the machine, encoded.
     pub(crate) fn scrape(&self) -> Result<String, String> {
         let f = Families::default();
-        let mut prev = self.prev.lock().map_err(|_| "a scrape panicked")?;
-        let mut seen = (HashMap::new(), HashMap::new());
+        let sampled = self.sampled.lock().map_err(|_| "a sample panicked")?;
         for r in shmflow::monitor::list_regions().map_err(|e| e.to_string())? {
             f.channel(
                 &r.name,
                 "",
-                prev.0.get(&r.name),
+                sampled.rates.get(&r.name),
                 &r.snapshot,
                 (r.producer_alive, r.consumer_alive),
             );
-            seen.0.insert(r.name, r.snapshot);
         }
         for (name, g) in shmflow::monitor::list_gates().map_err(|e| e.to_string())? {
             let now = g.snapshot();
             let alive: Vec<bool> = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
-            f.gate(&name, prev.1.get(&name), &now, &alive, g.consumer_alive());
-            seen.1.insert(name, now);
+            f.gate(&name, &sampled.rates, &now, &alive, g.consumer_alive());
         }
-        *prev = seen;
-        drop(prev);
+        drop(sampled);
         let mut registry = Registry::with_prefix("shmflow");
         f.register(&mut registry);
         if !self.pipelines.is_empty() {
@@ -426,6 +453,7 @@ impl Exporter {
 pub(crate) fn main(
     listen: std::net::SocketAddr,
     pipelines: Vec<std::path::PathBuf>,
+    sample: std::time::Duration,
 ) -> Result<(), String> {
     for dir in &pipelines {
         crate::pipeline::View::read(dir)?;
@@ -439,10 +467,25 @@ pub(crate) fn main(
     println!("serving http://{addr}/metrics");
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    let exporter = Exporter {
+    let exporter = std::sync::Arc::new(Exporter {
         pipelines,
         ..Exporter::default()
-    };
+    });
+    // A first window before serving, so that the first scrape has rates; then one sample
+    // every interval, whoever scrapes.
+    exporter.sample()?;
+    std::thread::sleep(sample.min(std::time::Duration::from_millis(200)));
+    exporter.sample()?;
+    let sampler = exporter.clone();
+    std::thread::Builder::new()
+        .name("shmflow-export-sampler".into())
+        .spawn(move || loop {
+            std::thread::sleep(sample);
+            if let Err(e) = sampler.sample() {
+                eprintln!("shmflow export: sampling: {e}");
+            }
+        })
+        .map_err(|e| format!("starting the sampler thread: {e}"))?;
     for request in server.incoming_requests() {
         let response = match request.url() {
             "/metrics" => match exporter.scrape() {

@@ -95,6 +95,10 @@ enum Cmd {
         /// Also a shmflow-pipeline checkpoint directory's figures (repeatable).
         #[arg(long)]
         pipeline: Vec<PathBuf>,
+        /// Milliseconds between the exporter's own samples: each rate gauge covers the last
+        /// interval, whoever scrapes and however often.
+        #[arg(long, default_value_t = 1000)]
+        sample_ms: u64,
     },
     /// Measure shmflow against the hardware floor and the OS, between two processes.
     Bench(bench::BenchArgs),
@@ -186,7 +190,11 @@ fn main() -> ExitCode {
             interval_ms,
             pipeline,
         } => top::main(Duration::from_millis(interval_ms.max(50)), pipeline),
-        Cmd::Export { listen, pipeline } => export::main(listen, pipeline),
+        Cmd::Export {
+            listen,
+            pipeline,
+            sample_ms,
+        } => export::main(listen, pipeline, Duration::from_millis(sample_ms.max(10))),
         Cmd::Bench(args) => bench::main(&args),
         Cmd::Demo {
             demo:

@@ -893,3 +893,45 @@ fn stat_shows_a_gates_debloating_per_channel() {
         "{text}"
     );
 }
+
+#[test]
+fn export_rates_come_from_its_own_sampling_not_from_who_scrapes() {
+    use std::io::BufRead;
+    let name = unique_name("cli-export-sampled");
+    let mut p = Producer::create(&name, Geometry::default()).unwrap();
+    let mut c = Consumer::open(&name).unwrap();
+    for i in 0..1000u64 {
+        p.send_pod(&i).unwrap();
+    }
+    p.flush().unwrap();
+    // One sample window (the first, 200 ms) and no other for a minute.
+    let mut export = Command::new(env!("CARGO_BIN_EXE_shmflow"))
+        .args(["export", "--listen", "127.0.0.1:0", "--sample-ms", "60000"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(export.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("serving http://")
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    // Two scrapers in a row, with records read between: the same rates, live counters.
+    let first = scrape(&addr);
+    while c.try_recv().ok().flatten().is_some() {}
+    let second = scrape(&addr);
+    export.kill().unwrap();
+    export.wait().unwrap();
+    for m in [
+        "shmflow_backPressuredTimeMsPerSecond",
+        "shmflow_idleTimeMsPerSecond",
+    ] {
+        assert_eq!(metric(&first, m, &name), metric(&second, m, &name), "{m}");
+    }
+    assert_eq!(metric(&first, "shmflow_numRecordsIn_total", &name), 0.0);
+    assert_eq!(metric(&second, "shmflow_numRecordsIn_total", &name), 1000.0);
+}
