@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Fails when README.md, pipeline/README.md or a page of docs/ names a file that does not exist:
-a path in `code` with a file ending or a folder of the repository, or a relative link."""
+"""Fails when README.md, pipeline/README.md or a page of docs/ names a file that does not exist
+(a path in `code` with a file ending or under a top folder, or a relative link), or when
+DESIGN.md's layer table leaves out a module of a layer's folder."""
 import os, re, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,6 +60,19 @@ for doc in DOCS:
             found = os.path.exists(target)
         if not found:
             bad.append(f"{doc}: names {token}, which does not exist")
+# DESIGN.md's layer table names every module of every layer's folder.
+design = open(os.path.join(ROOT, "docs", "DESIGN.md"), encoding="utf-8").read()
+for line in design.splitlines():
+    m = re.match(r"\| \d+ \w+ \| `src/(\w+)/`", line)
+    if not m:
+        continue
+    folder = os.path.join(ROOT, "src", m.group(1))
+    named = {n.split("/")[0].split("::")[0].removesuffix(".rs") for n in re.findall(r"`([\w/.:]+)`", line)}
+    for f in sorted(os.listdir(folder)):
+        module = f[:-3] if f.endswith(".rs") else f if os.path.isdir(os.path.join(folder, f)) else None
+        if module and module != "mod" and module not in named:
+            bad.append(f"docs/DESIGN.md: the layer table's row for src/{m.group(1)}/ leaves out `{module}`")
+
 for b in bad:
     print(b)
 print(f"{len(bad)} reference(s) to nothing, in {len(DOCS)} documents")
