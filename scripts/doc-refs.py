@@ -75,5 +75,5 @@ for line in design.splitlines():
 
 for b in bad:
     print(b)
-print(f"{len(bad)} reference(s) to nothing, in {len(DOCS)} documents")
+print(f"{len(bad)} problem(s) in {len(DOCS)} documents")
 sys.exit(1 if bad else 0)
