@@ -136,6 +136,8 @@ struct Count {
     fail_after: Option<(u64, PathBuf)>,
     panic: bool,
     words: u64,
+    /// Where it notes the last checkpoint it heard complete (`WORK/notified-count-I`).
+    notified: PathBuf,
 }
 
 impl Operator for Count {
@@ -182,6 +184,11 @@ impl Operator for Count {
         for l in lines {
             ctx.emit(l.as_bytes())?;
         }
+        Ok(())
+    }
+
+    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<(), StageError> {
+        std::fs::write(&self.notified, checkpoint.to_string())?;
         Ok(())
     }
 
@@ -253,7 +260,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let (keyed, slow, panic) = (args.keyed, Duration::from_nanos(args.slow_ns), args.panic);
     let fail_after = args.fail_once_after.map(|n| (n, work.join("failed-once")));
-    let (w1, w2) = (work.clone(), out.clone());
+    let (w1, w2, w3) = (work.clone(), out.clone(), work.clone());
     let started = Instant::now();
     let summary = Pipeline::new(&args.name, work.join("checkpoints"))
         .source("read", SOURCES as usize, move |i| {
@@ -268,6 +275,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 fail_after: fail_after.clone().filter(|_| i == 0),
                 panic,
                 words: 0,
+                notified: w3.join(format!("notified-count-{i}")),
             })
         })
         .sink("write", 1, move |i| Box::new(FileSink::new(&w2, i)))

@@ -493,11 +493,14 @@ impl Instance {
                                 final_sent = Some(id);
                             }
                         }
-                        ToInstance::Complete { id, .. } if final_sent.is_some_and(|f| id >= f) => {
-                            // The end of the stream, after the final checkpoint.
-                            return Ok(());
+                        ToInstance::Complete { id, .. } => {
+                            source.notify_checkpoint_complete(id)?;
+                            if final_sent.is_some_and(|f| id >= f) {
+                                // The end of the stream, after the final checkpoint.
+                                return Ok(());
+                            }
                         }
-                        _ => {}
+                        ToInstance::Abort { .. } => {}
                     }
                 }
             }
@@ -536,6 +539,8 @@ impl Instance {
         let mut end_forwarded = false;
         let mut pending: Option<(u64, InstanceState, u64)> = None;
         let mut transactions: Vec<(u64, Vec<u8>)> = Vec::new();
+        // The newest barrier released here, and the newest checkpoint heard complete.
+        let (mut last_barrier, mut completed) = (0u64, 0u64);
         let mut told_processed = false;
         let mut buf = Vec::new();
         // What the restored checkpoint's unaligned barrier overtook, first.
@@ -554,16 +559,8 @@ impl Instance {
                 for msg in self.control.take() {
                     match msg {
                         ToInstance::Complete { id, oldest } => {
-                            if let Work::Sink(sink) = &mut work {
-                                for (_, t) in transactions.iter().filter(|(c, _)| *c <= id) {
-                                    sink.commit(t)?;
-                                }
-                                transactions.retain(|(c, _)| *c > id);
-                            }
-                            self.keyed.oldest_retained = self.keyed.oldest_retained.max(oldest);
-                            if let Some(k) = self.keyed.state.as_mut() {
-                                k.set_oldest_retained(oldest);
-                            }
+                            self.completed(&mut work, &mut transactions, id, oldest)?;
+                            completed = completed.max(id);
                         }
                         ToInstance::Abort { id } => {
                             if pending.as_ref().is_some_and(|(p, _, _)| *p == id) {
@@ -623,6 +620,7 @@ impl Instance {
                     alignment_ns,
                     payload,
                 } => {
+                    last_barrier = last_barrier.max(id);
                     let alignment = payload_alignment(payload);
                     let payload = payload.to_vec();
                     let mut state = InstanceState {
@@ -695,22 +693,45 @@ impl Instance {
         for out in outputs.iter_mut() {
             out.flush()?;
         }
-        // A sink stays until what it pre-committed is committed.
-        if let Work::Sink(sink) = &mut work {
-            while !transactions.is_empty() {
-                self.acker.check()?;
-                for msg in self.control.take() {
-                    if let ToInstance::Complete { id, .. } = msg {
-                        for (_, t) in transactions.iter().filter(|(c, _)| *c <= id) {
-                            sink.commit(t)?;
-                        }
-                        transactions.retain(|(c, _)| *c > id);
-                    }
-                }
-                if !transactions.is_empty() {
-                    self.control.wait(TICK);
+        // The input ends only after the final checkpoint completed (the sources end their
+        // streams then): the instance stays until it has heard so, so that a sink commits what
+        // it pre-committed and an operator is told (the supervisor bounds the wait).
+        while completed < last_barrier || !transactions.is_empty() {
+            self.acker.check()?;
+            for msg in self.control.take() {
+                if let ToInstance::Complete { id, oldest } = msg {
+                    self.completed(&mut work, &mut transactions, id, oldest)?;
+                    completed = completed.max(id);
                 }
             }
+            if completed < last_barrier || !transactions.is_empty() {
+                self.control.wait(TICK);
+            }
+        }
+        Ok(())
+    }
+
+    /// Checkpoint `id` is complete: a sink commits its transactions up to it, an operator is
+    /// told, keyed state may drop the savepoints older than `oldest`.
+    fn completed(
+        &mut self,
+        work: &mut Work,
+        transactions: &mut Vec<(u64, Vec<u8>)>,
+        id: u64,
+        oldest: u64,
+    ) -> Result<(), StageError> {
+        match work {
+            Work::Sink(sink) => {
+                for (_, t) in transactions.iter().filter(|(c, _)| *c <= id) {
+                    sink.commit(t)?;
+                }
+                transactions.retain(|(c, _)| *c > id);
+            }
+            Work::Operator(op) => op.notify_checkpoint_complete(id)?,
+        }
+        self.keyed.oldest_retained = self.keyed.oldest_retained.max(oldest);
+        if let Some(k) = self.keyed.state.as_mut() {
+            k.set_oldest_retained(oldest);
         }
         Ok(())
     }

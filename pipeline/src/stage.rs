@@ -24,6 +24,15 @@ pub trait Source {
 
     /// The replay position after everything emitted so far.
     fn position(&mut self) -> Vec<u8>;
+
+    /// Checkpoint `checkpoint` is complete in every instance (Flink's
+    /// `CheckpointListener::notifyCheckpointComplete`): what it covers will never be read
+    /// again, so a source may, say, acknowledge it to the system it reads from. Called on the
+    /// instance's thread between two polls; an error fails the instance.
+    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<(), StageError> {
+        let _ = checkpoint;
+        Ok(())
+    }
 }
 
 /// An operator: records in, records out, with state.
@@ -51,6 +60,15 @@ pub trait Operator {
     /// record, when the pipeline starts from a checkpoint.
     fn restore(&mut self, state: &[u8]) -> Result<(), StageError> {
         let _ = state;
+        Ok(())
+    }
+
+    /// Checkpoint `checkpoint` is complete in every instance (Flink's
+    /// `CheckpointListener::notifyCheckpointComplete`): the state snapshotted for it will be
+    /// restored after any failure from now on. Called on the instance's thread between two
+    /// records; an error fails the instance.
+    fn notify_checkpoint_complete(&mut self, checkpoint: u64) -> Result<(), StageError> {
+        let _ = checkpoint;
         Ok(())
     }
 }

@@ -14,31 +14,41 @@ use std::time::{Duration, Instant};
 /// The runs take both cores: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The example, built once per test process when it is missing or older than this test:
+/// `cargo test` builds the examples with the tests, a run of this test target alone does not,
+/// and a stale one would test old code.
 fn example() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir.join("examples").join("pipeline_wordcount");
-    if !bin.exists() {
-        // `cargo test` builds the examples; a run of this test target alone does not.
-        let ok = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "-p",
-                "shmflow-pipeline",
-                "--example",
-                "pipeline_wordcount",
-            ])
-            .args(["--profile", "test", "--manifest-path"])
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-            .status()
-            .unwrap();
-        assert!(
-            ok.success() && bin.exists(),
-            "{} could not be built",
-            bin.display()
-        );
-    }
-    bin
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().unwrap();
+            let dir = exe.parent().unwrap().parent().unwrap();
+            let bin = dir.join("examples").join("pipeline_wordcount");
+            let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+            // `cargo test` builds both together; an example older than this test is stale.
+            if modified(&bin).is_some_and(|b| modified(&exe).is_some_and(|t| b >= t)) {
+                return bin;
+            }
+            let ok = Command::new(env!("CARGO"))
+                .args([
+                    "build",
+                    "-p",
+                    "shmflow-pipeline",
+                    "--example",
+                    "pipeline_wordcount",
+                ])
+                .args(["--profile", "test", "--manifest-path"])
+                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+                .status()
+                .unwrap();
+            assert!(
+                ok.success() && bin.exists(),
+                "{} could not be built",
+                bin.display()
+            );
+            bin
+        })
+        .clone()
 }
 
 fn mix(mut x: u64) -> u64 {
@@ -463,6 +473,13 @@ fn a_directory_of_another_pipeline_is_refused_and_left_alone() {
         before
     );
     assert!(Path::new(&run.chk().join("finished")).exists());
+    // Each counter heard of every checkpoint's completion, the final one included, before
+    // it ended.
+    let last = run.completed();
+    for i in 0..2 {
+        let heard = std::fs::read_to_string(run.work.join(format!("notified-count-{i}"))).unwrap();
+        assert_eq!(heard, last.to_string(), "counter {i}");
+    }
 }
 
 #[test]
