@@ -20,6 +20,8 @@ struct State {
 pub(crate) struct Flusher {
     interval: Duration,
     state: std::sync::Arc<State>,
+    /// `None` when the system refused the thread: the producer then wakes the consumer itself
+    /// after each publication (what `FlushPolicy::EveryRecord` does), until the policy changes.
     thread: Option<JoinHandle<()>>,
 }
 
@@ -60,11 +62,13 @@ impl Flusher {
                 // since the last look still gets its wake-up.
                 wake_if_marked(&mut wakes);
             })
-            .expect("spawning the shmflow flusher thread");
+            // Out of threads (a limit, memory): no panic; the producer wakes its consumer
+            // itself (see `mark_pending`).
+            .ok();
         Flusher {
             interval: requested,
             state,
-            thread: Some(thread),
+            thread,
         }
     }
 
@@ -73,11 +77,17 @@ impl Flusher {
         self.interval
     }
 
-    /// Called by the producer after every publication (see `FlushSignal::mark`).
+    /// Called by the producer after every publication (see `FlushSignal::mark`). False when
+    /// there is no thread (the system refused it): the caller wakes the consumer itself.
     #[inline]
-    pub(crate) fn mark_pending(&self) {
-        if let Some(t) = &self.thread {
-            self.state.signal.mark(|| t.thread().unpark());
+    #[must_use]
+    pub(crate) fn mark_pending(&self) -> bool {
+        match &self.thread {
+            Some(t) => {
+                self.state.signal.mark(|| t.thread().unpark());
+                true
+            }
+            None => false,
         }
     }
 }

@@ -889,7 +889,8 @@ impl Producer {
                     // flusher, which makes at most one per interval.
                     if self.store_commit() {
                         let interval = policy_interval(self.policy);
-                        self.flusher
+                        let marked = self
+                            .flusher
                             .get_or_insert_with(|| {
                                 crate::endpoint::flusher::Flusher::start(
                                     self.shared.clone(),
@@ -897,6 +898,10 @@ impl Producer {
                                 )
                             })
                             .mark_pending();
+                        if !marked {
+                            // No flusher thread could be started: wake now.
+                            self.notify_consumer();
+                        }
                     }
                 }
                 #[cfg(shmflow_loom)]
