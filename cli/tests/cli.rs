@@ -709,6 +709,29 @@ fn scrape(addr: &str) -> String {
 }
 
 /// The value of `metric{region="name"...}` in a scrape.
+/// Starts `shmflow export` on a free loopback port with `extra` arguments; returns it and
+/// the address it serves.
+fn start_export(extra: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut export = Command::new(env!("CARGO_BIN_EXE_shmflow"))
+        .args(["export", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(export.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("serving http://")
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{line}"))
+        .to_owned();
+    (export, addr)
+}
+
 fn metric(body: &str, metric: &str, region: &str) -> f64 {
     let prefix = format!("{metric}{{region=\"{region}\"");
     body.lines()
@@ -720,7 +743,6 @@ fn metric(body: &str, metric: &str, region: &str) -> f64 {
 
 #[test]
 fn export_serves_flink_named_metrics_that_agree_with_stat_during_a_running_pipeline() {
-    use std::io::BufRead;
     use std::sync::atomic::{AtomicBool, Ordering};
     let name = unique_name("cli-export");
     let gate = unique_name("cli-export-gate");
@@ -748,21 +770,7 @@ fn export_serves_flink_named_metrics_that_agree_with_stat_during_a_running_pipel
             let _ = c.recv_timeout(std::time::Duration::from_millis(10));
         }
     });
-    let mut export = Command::new(env!("CARGO_BIN_EXE_shmflow"))
-        .args(["export", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(export.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("serving http://")
-        .and_then(|a| a.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("{line}"))
-        .to_owned();
+    let (mut export, addr) = start_export(&[]);
     std::thread::sleep(std::time::Duration::from_millis(200));
     let first = scrape(&addr);
     let out = shmflow(&["stat", &name, "--json", "--interval-ms", "50"]);
@@ -896,7 +904,6 @@ fn stat_shows_a_gates_debloating_per_channel() {
 
 #[test]
 fn export_rates_come_from_its_own_sampling_not_from_who_scrapes() {
-    use std::io::BufRead;
     let name = unique_name("cli-export-sampled");
     let mut p = Producer::create(&name, Geometry::default()).unwrap();
     let mut c = Consumer::open(&name).unwrap();
@@ -905,21 +912,7 @@ fn export_rates_come_from_its_own_sampling_not_from_who_scrapes() {
     }
     p.flush().unwrap();
     // One sample window (the first, 200 ms) and no other for a minute.
-    let mut export = Command::new(env!("CARGO_BIN_EXE_shmflow"))
-        .args(["export", "--listen", "127.0.0.1:0", "--sample-ms", "60000"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(export.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("serving http://")
-        .and_then(|a| a.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("{line}"))
-        .to_owned();
+    let (mut export, addr) = start_export(&["--sample-ms", "60000"]);
     // Two scrapers in a row, with records read between: the same rates, live counters.
     let first = scrape(&addr);
     while c.try_recv().ok().flatten().is_some() {}
