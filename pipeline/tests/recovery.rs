@@ -205,6 +205,33 @@ impl Run {
         out
     }
 
+    /// Runs until `n` checkpoints completed, then SIGKILLs the supervisor and checks that
+    /// every instance dies with it (parent-death signal) within 5 s.
+    fn kill_supervisor_after(&self, n: u64) {
+        let mut child = self.start();
+        self.wait_until(&mut child, "checkpoints", |r| r.completed() >= n);
+        let (_, pids) = self.status().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let start = Instant::now();
+        for (name, pid) in &pids {
+            // SAFETY: kill(2) with signal 0 only asks whether the pid exists.
+            while unsafe { libc::kill(*pid as i32, 0) } == 0 {
+                // A zombie is reaped by init; one still running is not.
+                let state =
+                    std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                if state.contains(") Z") {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "{name} (pid {pid}) outlived its supervisor"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+
     fn restarts(&self) -> u64 {
         self.metric("numRestarts")
             .and_then(|v| v.parse().ok())
@@ -385,29 +412,8 @@ fn a_stage_that_fails_by_itself_is_restarted_and_named_as_the_cause() {
 fn a_killed_supervisor_takes_its_instances_and_a_new_one_resumes() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let run = Run::new("supervisor", &with(&["--alignment=unaligned", "--keyed"]));
-    let mut child = run.start();
-    run.wait_until(&mut child, "two checkpoints", |r| r.completed() >= 2);
-    let (_, pids) = run.status().unwrap();
+    run.kill_supervisor_after(2);
     let resumed_from = run.completed();
-    child.kill().unwrap();
-    child.wait().unwrap();
-    // Every instance dies with it (parent-death signal).
-    let start = Instant::now();
-    for (name, pid) in &pids {
-        // SAFETY: kill(2) with signal 0 only asks whether the pid exists.
-        while unsafe { libc::kill(*pid as i32, 0) } == 0 {
-            // A zombie is reaped by init; one still running is not.
-            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            if state.contains(") Z") {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(5),
-                "{name} (pid {pid}) outlived its supervisor"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
     // Started again on the same directory: from the last completed checkpoint, not afresh.
     let child = run.start();
     let out = run.finish(child);
@@ -526,12 +532,8 @@ fn expired_checkpoints_are_aborted_everywhere_and_the_output_stays_exact() {
 fn a_corrupt_checkpoint_is_set_aside_and_the_one_before_is_restored() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let run = Run::new("corrupt", &with(&["--keyed", "--alignment=unaligned"]));
-    let mut child = run.start();
-    run.wait_until(&mut child, "three checkpoints", |r| r.completed() >= 3);
-    child.kill().unwrap();
-    child.wait().unwrap();
+    run.kill_supervisor_after(3);
     // Every instance is gone with the supervisor; flip a byte of the newest checkpoint.
-    std::thread::sleep(Duration::from_millis(100));
     let newest: u64 = std::fs::read_to_string(run.chk().join("completed"))
         .unwrap()
         .trim()
