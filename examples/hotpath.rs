@@ -80,7 +80,7 @@ fn main() {
                 claim.commit();
             }
             p.flush().unwrap();
-            c.drain(usize::MAX, |r| {
+            c.try_drain(usize::MAX, |r| {
                 sum += r.as_bytes().unwrap()[0] as u64;
                 Ok::<_, shmflow::RecvError>(())
             })

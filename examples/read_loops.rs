@@ -19,7 +19,7 @@ const N: u64 = 5_000_000;
 fn by_drain(c: &mut Consumer) -> Result<u64> {
     let (mut sum, mut n) = (0u64, 0u64);
     while n < N {
-        let k = c.drain(usize::MAX, |r| {
+        let k = c.try_drain(usize::MAX, |r| {
             sum += u64::from(r.as_bytes().unwrap()[0]);
             Ok::<_, shmflow::Error>(())
         })?;

@@ -829,7 +829,7 @@ fn sink(opts: &Opts) -> Result<(), String> {
                 let b = record.as_bytes().ok_or("a result spans segments")?;
                 let n = u64::from_le_bytes(b[..8].try_into().map_err(|_| "short result")?);
                 let w = String::from_utf8_lossy(&b[8..]).into_owned();
-                per_counter[channel] += n;
+                per_counter[channel as usize] += n;
                 if got.insert(w.clone(), n).is_some() {
                     return Err(format!("word {w:?} counted by two counters"));
                 }

@@ -223,6 +223,71 @@ fn async_to_async_with_every_kind_of_message() {
     });
 }
 
+/// Awaited barriers wait for room like records: an aligned one for a segment, an unaligned
+/// one also for a lane slot; each arrives in its place, its announcement ahead.
+#[test]
+fn awaited_barriers_wait_for_room_and_arrive_in_place() {
+    current_thread().block_on(async {
+        let (mut tx, mut rx) = shmflow::pair(small()).unwrap();
+        let writer = tokio::spawn(async move {
+            for i in 0..20u64 {
+                tx.send_async(&vec![i as u8; 3000]).await.unwrap();
+                if i % 5 == 4 {
+                    let alignment = if i % 10 == 4 {
+                        shmflow::Alignment::Aligned
+                    } else {
+                        shmflow::Alignment::Unaligned
+                    };
+                    tx.send_barrier_async(i, alignment, b"").await.unwrap();
+                }
+            }
+            tx.forward_barrier_async(100, shmflow::Alignment::Aligned, 1, b"")
+                .await
+                .unwrap();
+            tx.flush_async().await.unwrap();
+        });
+        let mut got = Vec::new();
+        while let Some(m) = bounded("recv_message_async", rx.recv_message_async())
+            .await
+            .unwrap()
+        {
+            match m {
+                Message::Record(r) => got.push(format!("r{}", r.as_bytes().unwrap()[0])),
+                Message::Barrier(b) if b.priority => got.push(format!("!{}", b.id)),
+                Message::Barrier(b) => got.push(format!("B{}@{}", b.id, b.emitted_ns)),
+                other => panic!("unexpected message {other:?}"),
+            }
+            // A slow reader: the pool of four stays full while the writer waits.
+            tokio::task::yield_now().await;
+        }
+        writer.await.unwrap();
+        let in_band: Vec<&str> = got
+            .iter()
+            .filter(|m| !m.starts_with('!'))
+            .map(|m| m.split('@').next().unwrap())
+            .collect();
+        let mut want: Vec<String> = Vec::new();
+        for i in 0..20u64 {
+            want.push(format!("r{i}"));
+            if i % 5 == 4 {
+                want.push(format!("B{i}"));
+            }
+        }
+        want.push("B100".into());
+        assert_eq!(in_band, want);
+        assert!(
+            got.contains(&"B100@1".to_string()),
+            "the forwarded time is kept"
+        );
+        // Each unaligned barrier's announcement comes before the barrier itself.
+        for id in [9u64, 19] {
+            let ann = got.iter().position(|m| *m == format!("!{id}"));
+            let own = got.iter().position(|m| m.starts_with(&format!("B{id}@")));
+            assert!(ann.is_some() && ann < own, "{id}: {got:?}");
+        }
+    });
+}
+
 /// `send_async` takes its record as any bytes by reference (slice, array, `Vec`, `str`,
 /// `String`); arrays that fill segments to their end and wait for the next one (the pool of
 /// four is full until the reader frees it) arrive whole and in order.
@@ -1229,13 +1294,13 @@ fn an_awaiting_gate_sleeps_on_its_doorbell_and_sees_a_killed_channel() {
                     slow += usize::from(t.elapsed() >= LOOK_ENDED);
                     match got {
                         Ok(Some(GateMessage::Record { channel, record })) => {
-                            if record.as_pod::<u64>() != Some(&next[channel]) {
+                            if record.as_pod::<u64>() != Some(&next[channel as usize]) {
                                 return Err(format!(
                                     "channel {channel}: record {} differs",
-                                    next[channel]
+                                    next[channel as usize]
                                 ));
                             }
-                            next[channel] += 1;
+                            next[channel as usize] += 1;
                         }
                         other => {
                             return Err(format!(

@@ -431,3 +431,37 @@ fn priority_events_of_a_held_channel_still_overtake() {
     );
     assert!(got[2].contains("kind: 5"), "{got:?}");
 }
+
+#[test]
+fn a_partition_barrier_that_stopped_part_way_reaches_the_rest_once() {
+    let name = unique_name("barrier-partition-retry");
+    let mut gate = Gate::create(&name, geometry(2)).unwrap();
+    let a = Producer::open_channel(&name, 0).unwrap();
+    let b = Producer::open_channel(&name, 1).unwrap();
+    let mut part = shmflow::Partition::new(vec![a, b], shmflow::Partitioner::RoundRobin).unwrap();
+    // Fill channel 1: every segment holds a record the gate has not read.
+    let mut filled = 0;
+    while part.try_send_to(1, &[7u8; 3000]).is_ok() {
+        filled += 1;
+    }
+    assert!(filled > 0);
+    let r = part.try_send_barrier(1, Alignment::Aligned, b"");
+    assert!(matches!(r, Err(shmflow::TrySendError::Full)), "{r:?}");
+    let r = part.send_barrier_timeout(1, Alignment::Aligned, b"", Duration::from_millis(20));
+    assert!(
+        matches!(r, Err(shmflow::SendTimeoutError::Timeout)),
+        "{r:?}"
+    );
+    // Channel 0 has the barrier and is held; channel 1's records come through.
+    let got = drain(&mut gate);
+    assert_eq!(got.len(), filled, "{got:?}");
+    assert!(got.iter().all(|m| m.starts_with("r1:")), "{got:?}");
+    // Again with the same id: only channel 1 takes it (a second barrier 1 on channel 0 would
+    // be its protocol error, and close it).
+    part.send_barrier(1, Alignment::Aligned, b"").unwrap();
+    part.send_to(0, b"after").unwrap();
+    part.flush_timeout(Duration::from_secs(5)).unwrap();
+    let got = drain(&mut gate);
+    assert_eq!(got, ["B1:aligned", "r0:after"]);
+    assert!(gate.is_open(0) && gate.is_open(1));
+}

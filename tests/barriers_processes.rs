@@ -51,13 +51,13 @@ fn play() -> Result<(), String> {
 /// What the gate handed out, in order.
 #[derive(Debug, PartialEq)]
 enum Got {
-    Rec(usize, u64),
-    InFlight(usize, u64, u64),
+    Rec(u32, u64),
+    InFlight(u32, u64, u64),
     Barrier(u64, Released),
     Cancelled(u64),
     InFlightEnd(u64),
-    End(usize),
-    Dead(usize),
+    End(u32),
+    Dead(u32),
 }
 
 fn got(m: GateMessage<'_>) -> Got {
@@ -140,15 +140,15 @@ fn barriers_align_the_channels_of_real_processes() {
     for m in &out {
         match *m {
             Got::Rec(c, s) => {
-                assert_eq!(s, next[c], "in order: {out:?}");
-                next[c] += 1;
+                assert_eq!(s, next[c as usize], "in order: {out:?}");
+                next[c as usize] += 1;
             }
             Got::Barrier(id, how) => {
                 assert_eq!(how, Released::Aligned);
                 assert_eq!(next, [50 * id; 3], "aligned at {id}");
                 released.push(id);
             }
-            Got::End(c) => assert_eq!(next[c], 150),
+            Got::End(c) => assert_eq!(next[c as usize], 150),
             ref other => panic!("{other:?}"),
         }
     }
@@ -332,7 +332,7 @@ fn overtaken_records_are_handed_back_exactly_once_across_processes() {
         Got::Barrier(1, Released::Unaligned { timed_out: false }),
         "{out:?}"
     );
-    for (c, before, after) in [(0usize, 150u64, 100u64), (1, 60, 40)] {
+    for (c, before, after) in [(0u32, 150u64, 100u64), (1, 60, 40)] {
         let inflight: Vec<u64> = out
             .iter()
             .filter_map(|m| match m {

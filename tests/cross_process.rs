@@ -400,12 +400,12 @@ fn one_child_takes_two_channels_of_a_gate() {
             shmflow::GateMessage::Record { channel, record } => {
                 assert_eq!(
                     record.as_pod::<u64>(),
-                    Some(&next[channel]),
+                    Some(&next[channel as usize]),
                     "channel {channel}"
                 );
-                next[channel] += 1;
+                next[channel as usize] += 1;
             }
-            shmflow::GateMessage::EndOfPartition { channel } => ended[channel] = true,
+            shmflow::GateMessage::EndOfPartition { channel } => ended[channel as usize] = true,
             other => panic!("unexpected message on channel {:?}", other.channel()),
         }
     }

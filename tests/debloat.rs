@@ -308,8 +308,8 @@ fn a_gate_caps_each_channel_and_leaves_the_floating_segments_alone() {
         match gate.recv().unwrap().expect("producers stream") {
             GateMessage::Record { channel, record } => {
                 let bytes = record.as_bytes().expect("whole");
-                check_record(next[channel], LEN, bytes, &mut scratch).unwrap();
-                next[channel] += 1;
+                check_record(next[channel as usize], LEN, bytes, &mut scratch).unwrap();
+                next[channel as usize] += 1;
             }
             other => panic!("{other:?}"),
         }

@@ -347,6 +347,19 @@ fn segments_waiting_for_credit_go_out_when_it_comes_while_the_producer_makes_no_
             r[..8].copy_from_slice(&i.to_le_bytes());
             tx.send(&r).unwrap();
         }
+        // Nobody reads: a flush that may not wait for the credit says so, and sends nothing
+        // twice.
+        assert!(
+            matches!(tx.try_flush(), Err(shmflow::TrySendError::Full)),
+            "{kind:?}"
+        );
+        assert!(
+            matches!(
+                tx.flush_timeout(Duration::from_millis(20)),
+                Err(shmflow::SendTimeoutError::Timeout)
+            ),
+            "{kind:?}"
+        );
         // Now the consumer reads, and the producer's thread makes no call until it has all:
         // the credit it hands back is taken, and what waited forwarded, by the sending end's
         // keeper.
@@ -1463,7 +1476,7 @@ fn send_gate_records(mut tx: Producer, c: u8, n: u64) {
 struct GateSeen {
     records: [u64; 3],
     barriers: Vec<(u64, Released)>,
-    ended: Vec<usize>,
+    ended: Vec<u32>,
     floating_held: u64,
 }
 
@@ -1471,13 +1484,13 @@ impl GateSeen {
     fn take(&mut self, m: GateMessage<'_>) {
         match m {
             GateMessage::Record { channel, record } => {
-                let i = self.records[channel];
+                let i = self.records[channel as usize];
                 assert_eq!(
                     record.to_vec().unwrap(),
                     gate_record(channel as u8, i),
                     "channel {channel} record {i}"
                 );
-                self.records[channel] += 1;
+                self.records[channel as usize] += 1;
             }
             GateMessage::Barrier {
                 id,

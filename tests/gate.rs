@@ -53,15 +53,15 @@ fn records_from_every_channel_arrive_in_order_per_channel_then_end() {
                 );
                 assert_eq!(
                     u64::from_le_bytes(b[8..16].try_into().unwrap()),
-                    next[channel]
+                    next[channel as usize]
                 );
                 assert!(b[16..].iter().all(|&x| x == channel as u8));
-                next[channel] += 1;
+                next[channel as usize] += 1;
             }
             GateMessage::EndOfPartition { channel } => {
-                assert_eq!(next[channel], n, "end comes after every record");
-                assert!(!ended[channel]);
-                ended[channel] = true;
+                assert_eq!(next[channel as usize], n, "end comes after every record");
+                assert!(!ended[channel as usize]);
+                ended[channel as usize] = true;
             }
             other => panic!("unexpected message on channel {:?}", other.channel()),
         }
@@ -115,7 +115,7 @@ fn partition_round_robin_key_and_broadcast() {
         rr.send(&[i]).unwrap();
     }
     rr.flush().unwrap();
-    let mut got = HashMap::<usize, Vec<u8>>::new();
+    let mut got = HashMap::<u32, Vec<u8>>::new();
     for _ in 0..6 {
         match gate.recv_timeout(Duration::from_secs(5)).unwrap().unwrap() {
             GateMessage::Record { channel, record } => got
@@ -141,7 +141,7 @@ fn partition_round_robin_key_and_broadcast() {
         {
             let b = record.as_bytes().unwrap();
             assert!(b == b"all" || b == b"all2");
-            seen[channel] += 1;
+            seen[channel as usize] += 1;
         }
     }
     assert_eq!(seen, [2, 2, 2]);
@@ -159,7 +159,7 @@ fn partition_round_robin_key_and_broadcast() {
         if let GateMessage::Record { channel, record } =
             gate.recv_timeout(Duration::from_secs(5)).unwrap().unwrap()
         {
-            assert_eq!(record.as_bytes().unwrap()[0] as usize % 3, channel);
+            assert_eq!(record.as_bytes().unwrap()[0] as u32 % 3, channel);
         }
     }
 }
@@ -216,7 +216,7 @@ fn a_busy_channel_does_not_starve_another() {
         p.flush().unwrap();
     }
     let mut left = counts.clone();
-    let mut run = (usize::MAX, 0usize);
+    let mut run = (u32::MAX, 0usize);
     let mut longest_run_while_others_wait = 0;
     while left.iter().any(|&n| n > 0) {
         let Some(GateMessage::Record { channel, record }) =
@@ -225,13 +225,16 @@ fn a_busy_channel_does_not_starve_another() {
             panic!("records only")
         };
         assert_eq!(record.as_bytes().unwrap(), &[channel as u8; 24]);
-        left[channel] -= 1;
+        left[channel as usize] -= 1;
         run = if run.0 == channel {
             (channel, run.1 + 1)
         } else {
             (channel, 1)
         };
-        let others_waiting = left.iter().enumerate().any(|(c, &n)| c != channel && n > 0);
+        let others_waiting = left
+            .iter()
+            .enumerate()
+            .any(|(c, &n)| c != channel as usize && n > 0);
         if others_waiting {
             longest_run_while_others_wait = longest_run_while_others_wait.max(run.1);
         }

@@ -77,15 +77,15 @@ fn a_killed_producer_is_reported_dead_and_the_gate_serves_the_rest() {
             match msg {
                 GateMessage::Record { channel, record } => {
                     let b = record.as_bytes().expect("records fit a segment");
-                    let len = len_of(&mut lens[channel]);
-                    check_record(next[channel], len, b, &mut scratch)
+                    let len = len_of(&mut lens[channel as usize]);
+                    check_record(next[channel as usize], len, b, &mut scratch)
                         .unwrap_or_else(|e| panic!("trial {trial}, channel {channel}: {e}"));
-                    next[channel] += 1;
+                    next[channel as usize] += 1;
                 }
                 GateMessage::EndOfPartition { channel } => {
                     assert_ne!(channel, 1, "the killed producer never ends cleanly");
-                    assert_eq!(next[channel], PER_CHANNEL);
-                    ended[channel] = true;
+                    assert_eq!(next[channel as usize], PER_CHANNEL);
+                    ended[channel as usize] = true;
                 }
                 GateMessage::ChannelDead { channel, error } => {
                     assert_eq!(channel, 1);

@@ -299,7 +299,7 @@ fn drain_hands_over_what_is_there() {
     p.flush().unwrap();
     let mut seen = Vec::new();
     let n = c
-        .drain(usize::MAX, |r| {
+        .try_drain(usize::MAX, |r| {
             seen.push(u32::from_le_bytes(
                 r.as_bytes().unwrap().try_into().unwrap(),
             ));
@@ -308,20 +308,73 @@ fn drain_hands_over_what_is_there() {
         .unwrap();
     assert_eq!(n, 100);
     assert_eq!(seen, (0..100).collect::<Vec<_>>());
-    assert_eq!(c.drain(10, |_| Ok::<_, shmflow::RecvError>(())).unwrap(), 0);
+    assert_eq!(
+        c.try_drain(10, |_| Ok::<_, shmflow::RecvError>(()))
+            .unwrap(),
+        0
+    );
     assert!(!c.is_ended(), "empty, but the producer is still there");
     p.send(b"last").unwrap();
     drop(p);
     assert!(c.is_closed() && !c.is_ended(), "a record is left");
-    assert_eq!(c.drain(1, |_| Ok::<_, shmflow::RecvError>(())).unwrap(), 1);
+    assert_eq!(
+        c.try_drain(1, |_| Ok::<_, shmflow::RecvError>(())).unwrap(),
+        1
+    );
     assert!(
         !c.is_ended(),
         "drain stopped at its max, before looking further"
     );
-    assert_eq!(c.drain(10, |_| Ok::<_, shmflow::RecvError>(())).unwrap(), 0);
+    assert_eq!(
+        c.try_drain(10, |_| Ok::<_, shmflow::RecvError>(()))
+            .unwrap(),
+        0
+    );
     assert!(c.is_ended());
     assert!(c.recv().unwrap().is_none());
     assert!(c.is_ended());
+}
+
+#[test]
+fn drain_waits_for_the_first_record_and_the_timeout_forms_give_up() {
+    let (mut p, mut c) = pair(4);
+    let t = std::time::Instant::now();
+    let n = c
+        .drain_timeout(10, std::time::Duration::from_millis(50), |_| {
+            Ok::<_, shmflow::RecvError>(())
+        })
+        .unwrap();
+    assert_eq!(n, 0, "nothing came");
+    assert!(t.elapsed() >= std::time::Duration::from_millis(50));
+    assert!(!c.is_ended());
+    let writer = std::thread::spawn(move || {
+        for i in 0..3u32 {
+            p.send(&i.to_le_bytes()).unwrap();
+        }
+        p.close();
+    });
+    let mut seen = Vec::new();
+    loop {
+        let n = c
+            .drain(usize::MAX, |r| {
+                seen.push(r.as_bytes().unwrap().to_vec());
+                Ok::<_, shmflow::RecvError>(())
+            })
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(seen.len(), 3);
+    assert!(c.is_ended());
+    let later = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    assert_eq!(
+        c.drain_deadline(10, later, |_| Ok::<_, shmflow::RecvError>(()))
+            .unwrap(),
+        0,
+        "the end of the stream returns at once"
+    );
 }
 
 #[test]

@@ -892,8 +892,14 @@ fn a_gate_reads_a_local_and_a_remote_channel() {
         match m {
             GateMessage::Record { channel, record } => {
                 let v = record.to_vec().unwrap();
-                check_record(next[channel], len_of(next[channel]), &v, &mut scratch).unwrap();
-                next[channel] += 1;
+                check_record(
+                    next[channel as usize],
+                    len_of(next[channel as usize]),
+                    &v,
+                    &mut scratch,
+                )
+                .unwrap();
+                next[channel as usize] += 1;
             }
             GateMessage::EndOfPartition { .. } => ended += 1,
             other => panic!("{other:?}"),
@@ -973,10 +979,10 @@ fn a_remote_channel_in_a_gate_carries_aligned_and_unaligned_barriers() {
         match m {
             GateMessage::Record { channel, record } => {
                 let s = seq(&record);
-                assert_eq!(s, next[channel]);
+                assert_eq!(s, next[channel as usize]);
                 // Before 2's release: anything; after it, only what follows a channel's barrier.
                 assert!(!unaligned || inflight_end || s >= 100, "{channel}:{s}");
-                next[channel] += 1;
+                next[channel as usize] += 1;
             }
             GateMessage::InFlight {
                 channel,
@@ -984,9 +990,9 @@ fn a_remote_channel_in_a_gate_carries_aligned_and_unaligned_barriers() {
                 record,
             } => {
                 let s = seq(&record);
-                assert_eq!(s, next[channel]);
+                assert_eq!(s, next[channel as usize]);
                 assert!((50..100).contains(&s), "{channel}:{s}");
-                next[channel] += 1;
+                next[channel as usize] += 1;
             }
             GateMessage::Barrier {
                 id: 1, released: r, ..

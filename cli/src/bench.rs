@@ -621,7 +621,7 @@ fn sink_records(c: &mut Consumer) -> Result<(u64, u64, Option<Instant>), String>
     loop {
         if start.is_some() {
             let k = c
-                .drain(usize::MAX, |r| read(r, &mut sum))
+                .try_drain(usize::MAX, |r| read(r, &mut sum))
                 .map_err(|e| e.to_string())?;
             n += k as u64;
             if k > 0 {

@@ -49,7 +49,7 @@ fn exercise(p: Option<&mut Producer>, c: Option<&mut Consumer>, seed: u8) {
                 Err(_) => {}
             }
         }
-        let _ = c.drain(16, |r| {
+        let _ = c.try_drain(16, |r| {
             let _ = r.as_bytes();
             Ok::<_, shmflow::RecvError>(())
         });

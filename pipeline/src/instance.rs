@@ -534,7 +534,7 @@ impl Instance {
         outputs: &mut [Partition],
     ) -> Result<(), StageError> {
         let parallelism = p.stages[self.stage].parallelism;
-        let mut ended = vec![false; gate.channels()];
+        let mut ended = vec![false; gate.channels() as usize];
         let mut finished = restored.finished;
         let mut end_forwarded = false;
         let mut pending: Option<(u64, InstanceState, u64)> = None;
@@ -657,7 +657,7 @@ impl Instance {
                     pending = None;
                 }
                 GateMessage::Event { channel, event } if event.kind == END_OF_INPUT => {
-                    ended[channel] = true;
+                    ended[channel as usize] = true;
                     if ended.iter().all(|&e| e) && !end_forwarded {
                         if !finished {
                             if let Work::Operator(op) = &mut work {
@@ -675,14 +675,14 @@ impl Instance {
                 GateMessage::ChannelDead { channel, error } => {
                     return Err(PeerFailure(format!(
                         "input channel {channel} ({}): {error}",
-                        upstream(p, self.stage, self.index, channel)
+                        upstream(p, self.stage, self.index, channel as usize)
                     ))
                     .into())
                 }
                 GateMessage::ChannelFailed { channel, error } => {
                     return Err(PeerFailure(format!(
                         "input channel {channel} ({}): {error}",
-                        upstream(p, self.stage, self.index, channel)
+                        upstream(p, self.stage, self.index, channel as usize)
                     ))
                     .into())
                 }

@@ -1277,12 +1277,99 @@ impl Consumer {
         self.recv_inner(Until::at(deadline))
     }
 
+    /// Hands the records that are available (at most `max`) to `f`, waiting for the first
+    /// one if none is there; returns how many. 0 means the stream has ended (or `max` is 0).
+    /// Stops early at end of stream or when `f` fails, with `f`'s error. Each record is built
+    /// in place for `f`, never moved through a `Result`, so its speed does not depend on how
+    /// the caller's loop compiles.
+    ///
+    /// # Errors
+    /// `f`'s error, or what [`Consumer::recv`] would return (converted with
+    /// `From<RecvError>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// for _ in 0..100 {
+    ///     tx.send(b"x")?;
+    /// }
+    /// drop(tx);
+    /// let mut bytes = 0;
+    /// loop {
+    ///     let n = rx.drain(usize::MAX, |r| {
+    ///         bytes += r.len().unwrap_or(0);
+    ///         Ok::<_, shmflow::Error>(())
+    ///     })?;
+    ///     if n == 0 {
+    ///         break; // the end of the stream
+    ///     }
+    /// }
+    /// assert_eq!(bytes, 100);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    pub fn drain<F, E>(&mut self, max: usize, f: F) -> Result<usize, E>
+    where
+        F: FnMut(Record<'_>) -> Result<(), E>,
+        E: From<RecvError>,
+    {
+        self.drain_core(max, f, Forever)
+    }
+
+    /// As [`Consumer::drain`], waiting at most `timeout` for the first record; 0 when
+    /// nothing came in time or the stream has ended ([`is_ended`](Consumer::is_ended) tells
+    /// them apart).
+    ///
+    /// # Errors
+    /// As [`Consumer::drain`].
+    pub fn drain_timeout<F, E>(&mut self, max: usize, timeout: Duration, f: F) -> Result<usize, E>
+    where
+        F: FnMut(Record<'_>) -> Result<(), E>,
+        E: From<RecvError>,
+    {
+        self.drain_core(max, f, Until::after(timeout))
+    }
+
+    /// As [`Consumer::drain_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Consumer::drain`].
+    pub fn drain_deadline<F, E>(&mut self, max: usize, deadline: Instant, f: F) -> Result<usize, E>
+    where
+        F: FnMut(Record<'_>) -> Result<(), E>,
+        E: From<RecvError>,
+    {
+        self.drain_core(max, f, Until::at(deadline))
+    }
+
+    /// The waiting forms' core: the records there now, else one as `patience` allows and
+    /// then the rest of those there.
+    fn drain_core<F, E, P: Patience>(
+        &mut self,
+        max: usize,
+        mut f: F,
+        patience: P,
+    ) -> Result<usize, E>
+    where
+        F: FnMut(Record<'_>) -> Result<(), E>,
+        E: From<RecvError>,
+    {
+        let n = self.try_drain(max, &mut f)?;
+        if n > 0 || max == 0 {
+            return Ok(n);
+        }
+        match self.recv_inner::<_, Halt<_, _>>(patience) {
+            Ok(Some(r)) => f(r)?,
+            Ok(None) | Err(Halt::Expired(_)) => return Ok(0),
+            Err(Halt::Failed(e)) => return Err(E::from(e)),
+        }
+        Ok(1 + self.try_drain(max - 1, &mut f)?)
+    }
+
     /// Hands every record that is available now (at most `max`) to `f`, without waiting;
     /// returns how many. Stops early at end of stream or when `f` fails, with `f`'s error.
     /// A count of 0 means nothing was there yet or the stream has ended:
     /// [`is_ended`](Consumer::is_ended) tells them apart.
-    /// Each record is built in place for `f`, never moved through a `Result`, so its speed
-    /// does not depend on how the caller's loop compiles.
     ///
     /// # Errors
     /// `f`'s error, or what `try_recv` would return other than `Empty` (converted with
@@ -1297,14 +1384,15 @@ impl Consumer {
     /// }
     /// tx.flush()?;
     /// let mut bytes = 0;
-    /// let n = rx.drain(usize::MAX, |r| {
+    /// let n = rx.try_drain(usize::MAX, |r| {
     ///     bytes += r.len().unwrap_or(0);
     ///     Ok::<_, shmflow::Error>(())
     /// })?;
     /// assert_eq!((n, bytes), (100, 100));
+    /// assert_eq!(rx.try_drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 0); // none now
     /// # Ok::<(), shmflow::Error>(())
     /// ```
-    pub fn drain<F, E>(&mut self, max: usize, mut f: F) -> Result<usize, E>
+    pub fn try_drain<F, E>(&mut self, max: usize, mut f: F) -> Result<usize, E>
     where
         F: FnMut(Record<'_>) -> Result<(), E>,
         E: From<RecvError>,
@@ -1364,7 +1452,7 @@ impl Consumer {
 
     /// True once this consumer has reached the end of the stream: it has read every record
     /// and the producer has detached cleanly, as `recv` returning `Ok(None)` or
-    /// [`drain`](Consumer::drain) stopping there says. Unlike [`is_closed`](Consumer::is_closed),
+    /// [`try_drain`](Consumer::try_drain) stopping there says. Unlike [`is_closed`](Consumer::is_closed),
     /// it is never true while records remain; a producer that failed or died ends the stream
     /// with an error instead, and this stays false.
     ///
@@ -1374,11 +1462,11 @@ impl Consumer {
     /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
     /// tx.send(b"one")?;
     /// tx.flush()?;
-    /// assert_eq!(rx.drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 1);
-    /// assert_eq!(rx.drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 0);
+    /// assert_eq!(rx.try_drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 1);
+    /// assert_eq!(rx.try_drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 0);
     /// assert!(!rx.is_ended()); // nothing yet: the producer is still there
     /// drop(tx);
-    /// assert_eq!(rx.drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 0);
+    /// assert_eq!(rx.try_drain(usize::MAX, |_| Ok::<_, shmflow::Error>(()))?, 0);
     /// assert!(rx.is_ended()); // the end of the stream
     /// # Ok::<(), shmflow::Error>(())
     /// ```

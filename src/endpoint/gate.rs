@@ -49,34 +49,34 @@ pub enum GateMessage<'a> {
     /// A record from `channel`.
     Record {
         /// The channel it came through.
-        channel: usize,
+        channel: u32,
         /// The record, in place.
         record: Record<'a>,
     },
     /// An event from `channel` (ordinary or priority).
     Event {
         /// The channel it came through.
-        channel: usize,
+        channel: u32,
         /// The event.
         event: Event<'a>,
     },
     /// `channel`'s producer detached after everything it sent was delivered.
     EndOfPartition {
         /// The channel that ended.
-        channel: usize,
+        channel: u32,
     },
     /// `channel`'s producer was dropped while its thread unwound from a panic; everything it
     /// committed was delivered before this.
     ChannelFailed {
         /// The channel whose producer failed.
-        channel: usize,
+        channel: u32,
         /// Which producer.
         error: Box<crate::error::ProducerFailedError>,
     },
     /// `channel`'s producer died; everything it committed was delivered before this.
     ChannelDead {
         /// The channel whose producer died.
-        channel: usize,
+        channel: u32,
         /// What died, naming the pid.
         error: Box<crate::error::PeerDeadError>,
     },
@@ -123,7 +123,7 @@ pub enum GateMessage<'a> {
     /// and persist it as part of `checkpoint`'s in-flight data (handed out once, in order).
     InFlight {
         /// The channel it came through.
-        channel: usize,
+        channel: u32,
         /// The checkpoint whose in-flight data it is.
         checkpoint: u64,
         /// The record, in place.
@@ -140,7 +140,7 @@ pub enum GateMessage<'a> {
 impl GateMessage<'_> {
     /// The channel the message is about (`None` for a checkpoint's messages, which are about
     /// every channel).
-    pub fn channel(&self) -> Option<usize> {
+    pub fn channel(&self) -> Option<u32> {
         match self {
             GateMessage::Record { channel, .. }
             | GateMessage::Event { channel, .. }
@@ -518,8 +518,8 @@ impl Gate {
     }
 
     /// Number of channels.
-    pub fn channels(&self) -> usize {
-        self.chans.len()
+    pub fn channels(&self) -> u32 {
+        self.chans.len() as u32
     }
 
     /// Sets how blocking calls wait (see [`WaitStrategy`]), for the gate and every channel.
@@ -581,8 +581,11 @@ impl Gate {
     ///
     /// # Panics
     /// If `c` is not below [`Gate::channels`].
-    pub fn is_open(&self, c: usize) -> bool {
-        !matches!(self.state[c], State::Done | State::Ended | State::Failed)
+    pub fn is_open(&self, c: u32) -> bool {
+        !matches!(
+            self.state[c as usize],
+            State::Done | State::Ended | State::Failed
+        )
     }
 
     /// The gate's figures now: per channel and for the pools (see [`GateSnapshot`]).
@@ -941,12 +944,16 @@ impl Gate {
                 self.retire(c, true);
                 self.cp.closed(c);
                 return Ok(Delivered::Message(match failed {
-                    Some(UncleanEnd::Failed(error)) => {
-                        GateMessage::ChannelFailed { channel: c, error }
-                    }
+                    Some(UncleanEnd::Failed(error)) => GateMessage::ChannelFailed {
+                        channel: c as u32,
+                        error,
+                    },
                     // A network bridge that lost its remote producer.
-                    Some(UncleanEnd::Lost(error)) => GateMessage::ChannelDead { channel: c, error },
-                    None => GateMessage::EndOfPartition { channel: c },
+                    Some(UncleanEnd::Lost(error)) => GateMessage::ChannelDead {
+                        channel: c as u32,
+                        error,
+                    },
+                    None => GateMessage::EndOfPartition { channel: c as u32 },
                 }));
             }
             Pick::Dead(c, error) => {
@@ -962,7 +969,7 @@ impl Gate {
                 // Dead: it will never write the floating segments it holds again.
                 self.retire(c, true);
                 return Ok(Delivered::Message(GateMessage::ChannelDead {
-                    channel: c,
+                    channel: c as u32,
                     error,
                 }));
             }
@@ -995,14 +1002,20 @@ impl Gate {
                     let n = &mut self.cp.inflight[c];
                     *n = (n.0 + 1, n.1 + record.len().unwrap_or(0) as u64);
                     GateMessage::InFlight {
-                        channel: c,
+                        channel: c as u32,
                         checkpoint,
                         record,
                     }
                 }
-                None => GateMessage::Record { channel: c, record },
+                None => GateMessage::Record {
+                    channel: c as u32,
+                    record,
+                },
             },
-            Ok(Some(Message::Event(event))) => GateMessage::Event { channel: c, event },
+            Ok(Some(Message::Event(event))) => GateMessage::Event {
+                channel: c as u32,
+                event,
+            },
             Ok(Some(Message::Barrier(b))) => {
                 self.cp.barrier(c, &b);
                 return Ok(Delivered::Again);
@@ -1011,13 +1024,16 @@ impl Gate {
                 // Reclaimed at the next call (the borrow of the channel lives until here).
                 self.state[c] = State::Ended;
                 self.cp.closed(c);
-                GateMessage::EndOfPartition { channel: c }
+                GateMessage::EndOfPartition { channel: c as u32 }
             }
             // The producer ended the stream as failed (dropped while panicking).
             Err(Halt::Failed(RecvError::ProducerFailed(error))) => {
                 self.state[c] = State::Ended;
                 self.cp.closed(c);
-                GateMessage::ChannelFailed { channel: c, error }
+                GateMessage::ChannelFailed {
+                    channel: c as u32,
+                    error,
+                }
             }
             // `ready` saw a committed frame (or a priority event); only a producer rewriting
             // what it committed makes it vanish: the header (or the lane's tail) reads as

@@ -267,8 +267,8 @@ impl GateMonitor {
     }
 
     /// Number of channels.
-    pub fn channels(&self) -> usize {
-        self.chans.len()
+    pub fn channels(&self) -> u32 {
+        self.chans.len() as u32
     }
 
     /// The region's name.
@@ -282,11 +282,8 @@ impl GateMonitor {
     }
 
     /// True while a live process holds channel `c`'s producer lock.
-    pub fn producer_alive(&self, c: usize) -> bool {
-        self.locked(crate::region::liveness::lock_byte(
-            Some(c as u32),
-            End::Producer,
-        ))
+    pub fn producer_alive(&self, c: u32) -> bool {
+        self.locked(crate::region::liveness::lock_byte(Some(c), End::Producer))
     }
 
     fn locked(&self, byte: i64) -> bool {

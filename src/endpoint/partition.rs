@@ -43,6 +43,11 @@ pub struct Partition {
     outputs: Vec<Producer>,
     partitioner: Partitioner,
     next: usize,
+    /// The last barrier id each channel has taken: a barrier call that stopped part-way
+    /// (a timeout, a full channel) and is made again with the same id goes only to the
+    /// channels that lack it, never twice to one (a gate takes a repeated id as a protocol
+    /// error).
+    barriers: Vec<Option<u64>>,
 }
 
 enum Route {
@@ -87,10 +92,12 @@ impl Partition {
                 0,
             ));
         }
+        let barriers = vec![None; outputs.len()];
         Ok(Partition {
             outputs,
             partitioner,
             next: 0,
+            barriers,
         })
     }
 
@@ -248,13 +255,56 @@ impl Partition {
         }
     }
 
+    fn key_channel(&self, key: u64) -> usize {
+        (key % self.outputs.len() as u64) as usize
+    }
+
     /// Sends `record` to the channel of `key` (`key % N`), whatever the partitioner.
     ///
     /// # Errors
     /// As [`Producer::send`].
     pub fn send_keyed(&mut self, key: u64, record: &[u8]) -> Result<(), SendError> {
-        let c = (key % self.outputs.len() as u64) as usize;
+        let c = self.key_channel(key);
         self.outputs[c].send(record)
+    }
+
+    /// As [`Partition::send_keyed`], or [`TrySendError::Full`] — with nothing sent — if the
+    /// key's channel has no room now.
+    ///
+    /// # Errors
+    /// As [`Producer::try_send`].
+    pub fn try_send_keyed(&mut self, key: u64, record: &[u8]) -> Result<(), TrySendError> {
+        let c = self.key_channel(key);
+        self.outputs[c].try_send(record)
+    }
+
+    /// As [`Partition::send_keyed`], waiting at most `timeout` ([`SendTimeoutError::Timeout`],
+    /// with nothing sent).
+    ///
+    /// # Errors
+    /// As [`Producer::send_timeout`].
+    pub fn send_keyed_timeout(
+        &mut self,
+        key: u64,
+        record: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        let c = self.key_channel(key);
+        self.outputs[c].send_timeout(record, timeout)
+    }
+
+    /// As [`Partition::send_keyed_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Producer::send_deadline`].
+    pub fn send_keyed_deadline(
+        &mut self,
+        key: u64,
+        record: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        let c = self.key_channel(key);
+        self.outputs[c].send_deadline(record, deadline)
     }
 
     /// Sends `record` to channel `c`, whatever the partitioner.
@@ -268,6 +318,51 @@ impl Partition {
         self.outputs[c].send(record)
     }
 
+    /// As [`Partition::send_to`], or [`TrySendError::Full`] — with nothing sent — if channel
+    /// `c` has no room now.
+    ///
+    /// # Errors
+    /// As [`Producer::try_send`].
+    ///
+    /// # Panics
+    /// If `c` is not below [`Partition::channels`].
+    pub fn try_send_to(&mut self, c: usize, record: &[u8]) -> Result<(), TrySendError> {
+        self.outputs[c].try_send(record)
+    }
+
+    /// As [`Partition::send_to`], waiting at most `timeout` ([`SendTimeoutError::Timeout`],
+    /// with nothing sent).
+    ///
+    /// # Errors
+    /// As [`Producer::send_timeout`].
+    ///
+    /// # Panics
+    /// If `c` is not below [`Partition::channels`].
+    pub fn send_to_timeout(
+        &mut self,
+        c: usize,
+        record: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        self.outputs[c].send_timeout(record, timeout)
+    }
+
+    /// As [`Partition::send_to_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Producer::send_deadline`].
+    ///
+    /// # Panics
+    /// If `c` is not below [`Partition::channels`].
+    pub fn send_to_deadline(
+        &mut self,
+        c: usize,
+        record: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        self.outputs[c].send_deadline(record, deadline)
+    }
+
     /// Sends an event to every channel, in order with the records (Flink broadcasts events).
     ///
     /// # Errors
@@ -278,9 +373,45 @@ impl Partition {
             .try_for_each(|p| p.send_event(kind, payload))
     }
 
+    /// As [`Partition::send_event`], waiting at most `timeout` in all
+    /// ([`SendTimeoutError::Timeout`]): the channels before the one that was full have the
+    /// event, the rest do not. (There is no `try_` form: an event reaching some channels and
+    /// not others could not be told apart from one sent twice when retried.)
+    ///
+    /// # Errors
+    /// As [`Producer::send_event_timeout`], from the first channel that fails.
+    pub fn send_event_timeout(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        let deadline = deadline_after(timeout);
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.send_event_deadline(kind, payload, deadline))
+    }
+
+    /// As [`Partition::send_event_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Producer::send_event_deadline`], from the first channel that fails.
+    pub fn send_event_deadline(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.send_event_deadline(kind, payload, deadline))
+    }
+
     /// Sends checkpoint barrier `id` to every channel (as
     /// [`Producer::send_barrier`]), each after the records already sent to it: every
-    /// downstream gate aligns on it.
+    /// downstream gate aligns on it. A call made again with the same `id` after one that
+    /// stopped part-way (an error, a timeout, a full channel) sends it only to the channels
+    /// that lack it.
     ///
     /// # Errors
     /// As [`Producer::send_barrier`], from the first channel that fails (the channels before
@@ -291,9 +422,54 @@ impl Partition {
         alignment: crate::endpoint::event::Alignment,
         payload: &[u8],
     ) -> Result<(), SendError> {
-        self.outputs
-            .iter_mut()
-            .try_for_each(|p| p.send_barrier(id, alignment, payload))
+        self.each_barrier(id, |p| p.send_barrier(id, alignment, payload))
+    }
+
+    /// As [`Partition::send_barrier`], or [`TrySendError::Full`] at the first channel that has
+    /// no room now (the channels before it have the barrier; call again with the same `id`
+    /// to reach the rest).
+    ///
+    /// # Errors
+    /// As [`Producer::try_send_barrier`], from the first channel that fails.
+    pub fn try_send_barrier(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        payload: &[u8],
+    ) -> Result<(), TrySendError> {
+        self.each_barrier(id, |p| p.try_send_barrier(id, alignment, payload))
+    }
+
+    /// As [`Partition::send_barrier`], waiting at most `timeout` in all
+    /// ([`SendTimeoutError::Timeout`]; call again with the same `id` to reach the channels
+    /// that lack it).
+    ///
+    /// # Errors
+    /// As [`Producer::send_barrier_timeout`], from the first channel that fails.
+    pub fn send_barrier_timeout(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        self.send_barrier_deadline(id, alignment, payload, deadline_after(timeout))
+    }
+
+    /// As [`Partition::send_barrier_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Producer::send_barrier_deadline`], from the first channel that fails.
+    pub fn send_barrier_deadline(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        self.each_barrier(id, |p| {
+            p.send_barrier_deadline(id, alignment, payload, deadline)
+        })
     }
 
     /// Passes a released barrier on to every channel, keeping its first sender's time (as
@@ -308,9 +484,25 @@ impl Partition {
         emitted_ns: u64,
         payload: &[u8],
     ) -> Result<(), SendError> {
-        self.outputs
-            .iter_mut()
-            .try_for_each(|p| p.forward_barrier(id, alignment, emitted_ns, payload))
+        self.each_barrier(id, |p| {
+            p.forward_barrier(id, alignment, emitted_ns, payload)
+        })
+    }
+
+    /// Runs `send` on every channel that has not taken barrier `id` yet, in channel order,
+    /// stopping at the first that fails.
+    fn each_barrier<E>(
+        &mut self,
+        id: u64,
+        mut send: impl FnMut(&mut Producer) -> Result<(), E>,
+    ) -> Result<(), E> {
+        for (p, last) in self.outputs.iter_mut().zip(self.barriers.iter_mut()) {
+            if *last != Some(id) {
+                send(p)?;
+                *last = Some(id);
+            }
+        }
+        Ok(())
     }
 
     /// Sends a priority event to every channel (see [`Producer::send_priority_event`]).
@@ -323,7 +515,36 @@ impl Partition {
             .try_for_each(|p| p.send_priority_event(kind, payload))
     }
 
-    /// Makes everything sent visible on every channel.
+    /// As [`Partition::send_priority_event`], waiting at most `timeout` in all for room in
+    /// each lane (the channels before the one that was full have the event).
+    ///
+    /// # Errors
+    /// As [`Producer::send_priority_event_timeout`], from the first channel that fails.
+    pub fn send_priority_event_timeout(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        self.send_priority_event_deadline(kind, payload, deadline_after(timeout))
+    }
+
+    /// As [`Partition::send_priority_event_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Producer::send_priority_event_deadline`], from the first channel that fails.
+    pub fn send_priority_event_deadline(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.send_priority_event_deadline(kind, payload, deadline))
+    }
+
+    /// Makes everything sent visible on every channel (see [`Producer::flush`]).
     ///
     /// # Errors
     /// As [`Producer::flush`], from the first channel that fails.
@@ -331,10 +552,52 @@ impl Partition {
         self.outputs.iter_mut().try_for_each(|p| p.flush())
     }
 
+    /// As [`Partition::flush`], with [`Producer::try_flush`] on every channel: every channel
+    /// is flushed, and [`TrySendError::Full`] says a direct network end still waits for
+    /// credit.
+    ///
+    /// # Errors
+    /// As [`Producer::try_flush`], the first error of all the channels.
+    pub fn try_flush(&mut self) -> Result<(), TrySendError> {
+        let mut first = Ok(());
+        for p in self.outputs.iter_mut() {
+            let r = p.try_flush();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    /// As [`Partition::flush`], waiting at most `timeout` in all for credit.
+    ///
+    /// # Errors
+    /// As [`Producer::flush_timeout`], from the first channel that fails.
+    pub fn flush_timeout(&mut self, timeout: Duration) -> Result<(), SendTimeoutError> {
+        self.flush_deadline(deadline_after(timeout))
+    }
+
+    /// As [`Partition::flush_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Producer::flush_deadline`], from the first channel that fails.
+    pub fn flush_deadline(&mut self, deadline: Instant) -> Result<(), SendTimeoutError> {
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.flush_deadline(deadline))
+    }
+
     /// Ends every channel as failed (see [`Producer::fail`]).
     pub fn fail(self) {
         self.outputs.into_iter().for_each(Producer::fail);
     }
+}
+
+/// `timeout` from now, or as good as never if that overflows.
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
 }
 
 impl std::fmt::Debug for Partition {
@@ -378,7 +641,7 @@ impl Partition {
     /// # Errors
     /// As [`Producer::send`].
     pub async fn send_keyed_async(&mut self, key: u64, record: &[u8]) -> Result<(), SendError> {
-        let c = (key % self.outputs.len() as u64) as usize;
+        let c = self.key_channel(key);
         self.outputs[c].send_async(record).await
     }
 
@@ -400,6 +663,28 @@ impl Partition {
     pub async fn send_event_async(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
         for p in self.outputs.iter_mut() {
             p.send_event_async(kind, payload).await?;
+        }
+        Ok(())
+    }
+
+    /// As [`Partition::send_barrier`], waiting in the executor (as
+    /// [`Producer::send_barrier_async`]); a future dropped part-way leaves the barrier on the
+    /// channels before the one it waited for, and a call again with the same `id` reaches the
+    /// rest.
+    ///
+    /// # Errors
+    /// As [`Partition::send_barrier`].
+    pub async fn send_barrier_async(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        for (p, last) in self.outputs.iter_mut().zip(self.barriers.iter_mut()) {
+            if *last != Some(id) {
+                p.send_barrier_async(id, alignment, payload).await?;
+                *last = Some(id);
+            }
         }
         Ok(())
     }

@@ -190,7 +190,7 @@ impl Consumer {
             // that the next batch is a large one.
             self.readable::<Skip>().await?;
         }
-        let n = self.drain(max, &mut f)?;
+        let n = self.try_drain(max, &mut f)?;
         if n > 0 || max == 0 {
             // Fewer than `max`: it stopped where the writer is; a streaming one if the reader
             // moved on by `STREAM_BYTES` since it last waited (as `recv_async` tells).
@@ -202,7 +202,7 @@ impl Consumer {
             Some(r) => f(r)?,
             None => return Ok(0),
         }
-        Ok(1 + self.drain(max - 1, &mut f)?)
+        Ok(1 + self.try_drain(max - 1, &mut f)?)
     }
 
     /// As [`Consumer::recv_message`], waiting in the executor. Cancellation as for

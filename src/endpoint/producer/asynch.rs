@@ -244,6 +244,64 @@ impl Producer {
         }
     }
 
+    /// As [`Producer::send_barrier`], waiting in the executor. Dropping the future sends
+    /// nothing. Unlike the blocking form, an announced barrier (unaligned, or aligned with a
+    /// timeout) is announced once there is room for the barrier too, as with
+    /// [`Producer::send_barrier_timeout`].
+    ///
+    /// # Errors
+    /// As [`Producer::send_barrier`].
+    pub async fn send_barrier_async(
+        &mut self,
+        id: u64,
+        alignment: crate::Alignment,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        self.barrier_async(id, alignment, None, payload).await
+    }
+
+    /// As [`Producer::forward_barrier`], waiting in the executor (as
+    /// [`Producer::send_barrier_async`]).
+    ///
+    /// # Errors
+    /// As [`Producer::send_barrier`].
+    pub async fn forward_barrier_async(
+        &mut self,
+        id: u64,
+        alignment: crate::Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        self.barrier_async(id, alignment, Some(emitted_ns), payload)
+            .await
+    }
+
+    async fn barrier_async(
+        &mut self,
+        id: u64,
+        alignment: crate::Alignment,
+        emitted_ns: Option<u64>,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        loop {
+            match settled(self.barrier_inner(id, alignment, emitted_ns, payload, Immediately)) {
+                Some(r) => return r,
+                None if alignment.announced()
+                    && !crate::protocol::lane::lane_has_room(
+                        self.shared.header(),
+                        self.prio_tail,
+                    ) =>
+                {
+                    self.lane_room_async().await?
+                }
+                None => {
+                    let need = 1 + self.pending_abort as u64;
+                    self.free_async(need, Bound::Capped).await?
+                }
+            }
+        }
+    }
+
     /// As [`Producer::send_priority_event`], waiting in the executor for room in the lane.
     /// Dropping the future sends nothing.
     ///
@@ -266,23 +324,26 @@ impl Producer {
     ) -> Result<(), SendError> {
         loop {
             match settled(self.priority_inner(entry, payload, Immediately)) {
-                None => {
-                    self.wait_async(|p, look| {
-                        // Room in the lane, without pushing: the `try_` form pushes.
-                        if crate::protocol::lane::lane_has_room(p.shared.header(), p.prio_tail) {
-                            return Ok(Some(()));
-                        }
-                        if p.consumer_detached() {
-                            return Err(p.closed_error());
-                        }
-                        p.check_peer(look)?;
-                        Ok(None)
-                    })
-                    .await?
-                }
+                None => self.lane_room_async().await?,
                 Some(r) => return r,
             }
         }
+    }
+
+    /// Waits in the executor for room in the priority lane, without pushing: the `try_`
+    /// forms push.
+    async fn lane_room_async(&mut self) -> Result<(), SendError> {
+        self.wait_async(|p, look| {
+            if crate::protocol::lane::lane_has_room(p.shared.header(), p.prio_tail) {
+                return Ok(Some(()));
+            }
+            if p.consumer_detached() {
+                return Err(p.closed_error());
+            }
+            p.check_peer(look)?;
+            Ok(None)
+        })
+        .await
     }
 
     /// As [`Producer::flush`]; if a record was aborted half-way (a send that failed or was
@@ -296,7 +357,8 @@ impl Producer {
             // (An abort notice is not held back by the cap.)
             self.free_async(1, Bound::Free).await?;
         }
-        self.flush_inner()?;
+        // Publishes; a direct end still waiting for credit is awaited below.
+        settled(self.flush_inner(Immediately)).unwrap_or(Ok(()))?;
         #[cfg(all(feature = "net", not(shmflow_loom)))]
         if self.link.as_ref().is_some_and(|l| l.waiting()) {
             self.wait_async(|p, _| {

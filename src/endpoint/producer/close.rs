@@ -3,25 +3,52 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Gone, Producer, WaitStrategy};
-use crate::error::{CloseError, Halt, SendError, TimedOut};
+use super::{Gone, Producer, Sent, WaitStrategy};
+use crate::error::{CloseError, Halt, SendError, SendTimeoutError, TimedOut, TrySendError};
 use crate::protocol::ends::EndState;
-use crate::protocol::park::{self, Immediately, Look, Until};
+use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until};
 use crate::region::os::Host;
 
 impl Producer {
     /// Makes every record sent so far visible to the consumer and wakes it if it is parked.
     /// A direct network end (`net::Listener::accept_producer`, feature `net`) returns
-    /// once every record is on the wire, waiting for credit if it must.
+    /// once every record is on the wire, waiting for credit if it must; a producer in shared
+    /// memory never waits here.
     ///
     /// # Errors
     /// [`SendError::Closed`] if the consumer has detached, [`SendError::PeerDead`] once its
     /// death has been seen.
     pub fn flush(&mut self) -> Result<(), SendError> {
-        self.flush_inner()
+        self.flush_inner(Forever).map_err(Into::into)
     }
 
-    pub(super) fn flush_inner(&mut self) -> Result<(), SendError> {
+    /// As [`Producer::flush`], or [`TrySendError::Full`] if a direct network end still holds
+    /// records that wait for credit (they are published, and go when credit comes).
+    ///
+    /// # Errors
+    /// As [`Producer::flush`], or [`TrySendError::Full`].
+    pub fn try_flush(&mut self) -> Result<(), TrySendError> {
+        self.flush_inner(Immediately).map_err(Into::into)
+    }
+
+    /// As [`Producer::flush`], waiting at most `timeout` for a direct network end's credit
+    /// ([`SendTimeoutError::Timeout`]: the records are published and go when credit comes).
+    ///
+    /// # Errors
+    /// As [`Producer::flush`], or [`SendTimeoutError::Timeout`].
+    pub fn flush_timeout(&mut self, timeout: Duration) -> Result<(), SendTimeoutError> {
+        self.flush_inner(Until::after(timeout)).map_err(Into::into)
+    }
+
+    /// As [`Producer::flush_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Producer::flush_timeout`].
+    pub fn flush_deadline(&mut self, deadline: Instant) -> Result<(), SendTimeoutError> {
+        self.flush_inner(Until::at(deadline)).map_err(Into::into)
+    }
+
+    pub(super) fn flush_inner<P: Patience>(&mut self, patience: P) -> Sent<(), P> {
         self.check_gone()?;
         // A producer that only flushes learns of a dead consumer too (a clock read; the
         // liveness syscall at most every `CHECK_INTERVAL`).
@@ -30,7 +57,7 @@ impl Producer {
             // Best effort: if no segment is free the abort stays pending.
             match self.write_pending_abort(Immediately) {
                 Ok(()) | Err(Halt::Expired(_)) => {}
-                Err(Halt::Failed(e)) => return Err(e),
+                Err(Halt::Failed(e)) => return Err(Halt::Failed(e)),
             }
         }
         self.publish();
@@ -43,18 +70,15 @@ impl Producer {
         #[cfg(all(feature = "net", not(shmflow_loom)))]
         if self.link.as_ref().is_some_and(|l| l.waiting()) {
             // A direct network end: everything goes on the wire first, credit permitting.
-            use crate::protocol::park::Forever;
-            self.wait_producer::<Forever, _, SendError>(Forever, |p, _| {
+            self.wait_producer(patience, |p, _| {
                 Ok((!p.link.as_ref().is_some_and(|l| l.waiting())).then_some(()))
-            })
-            .map_err(|h| match h {
-                Halt::Failed(e) => e,
-                Halt::Expired(never) => match never {},
             })?;
         }
+        #[cfg(not(all(feature = "net", not(shmflow_loom))))]
+        let _ = patience;
         if self.consumer_detached() {
             self.gone = true;
-            return Err(self.closed_error());
+            return Err(self.closed_error().into());
         }
         Ok(())
     }

@@ -255,6 +255,18 @@ impl Producer {
             .map_err(Into::into)
     }
 
+    /// As [`Producer::send_barrier_timeout`], waiting until `deadline` at most.
+    pub fn send_barrier_deadline(
+        &mut self,
+        id: u64,
+        alignment: Alignment,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        self.barrier_inner(id, alignment, None, payload, Until::at(deadline))
+            .map_err(Into::into)
+    }
+
     /// Passes on a barrier that a gate released (as [`Producer::send_barrier`]), keeping the
     /// time its first sender sent it (`emitted_ns`, from
     /// [`GateMessage::Barrier`](crate::GateMessage::Barrier)): the alignment timeout and the
