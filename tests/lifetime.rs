@@ -133,6 +133,75 @@ fn a_writer_that_exits_before_its_reader_opens_loses_nothing() {
     }
 }
 
+/// The writer child of the pool-size test: `N` records of `LEN` bytes, each with `try_send`
+/// (a full pool is an error, never a wait), into a pool sized by `Geometry::for_records`
+/// (or one segment less with `SMALLER`), then it exits.
+fn sized_writer_child() -> ! {
+    let name = std::env::var("NAME").unwrap();
+    let n: u64 = std::env::var("N").unwrap().parse().unwrap();
+    let len: usize = std::env::var("LEN").unwrap().parse().unwrap();
+    let mut g = Geometry::for_records(n, len).unwrap();
+    if std::env::var_os("SMALLER").is_some() {
+        g.segment_count -= 1;
+    }
+    let mut p = Producer::create(&name, g).unwrap();
+    let mut record = vec![0u8; len];
+    for i in 0..n {
+        record[..8].copy_from_slice(&i.to_le_bytes());
+        if let Err(e) = p.try_send(&record) {
+            println!("record {i}: {e}");
+            std::process::exit(3);
+        }
+    }
+    drop(p);
+    std::process::exit(0)
+}
+
+#[test]
+fn a_pool_sized_for_the_output_lets_the_writer_end_before_its_reader_opens() {
+    const T: &str = "a_pool_sized_for_the_output_lets_the_writer_end_before_its_reader_opens";
+    if role().is_some() {
+        sized_writer_child();
+    }
+    // Whole records several to a segment, one to a segment, and records that span segments.
+    for (n, len, tight) in [
+        (5_000u64, 100usize, true),
+        (40, 20_000, true),
+        (6, 100_000, false),
+    ] {
+        let run = |smaller: bool| {
+            let name = unique_name(&format!("sized{n}x{len}{smaller}"));
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.args(["--exact", T, "--nocapture", "--test-threads=1"])
+                .env(ROLE, "writer")
+                .env("NAME", &name)
+                .env("N", n.to_string())
+                .env("LEN", len.to_string());
+            if smaller {
+                c.env("SMALLER", "1");
+            }
+            let code = c.status().unwrap().code();
+            (name, code)
+        };
+        let (name, code) = run(false);
+        assert_eq!(code, Some(0), "{n} × {len} B: the writer filled the pool");
+        let mut rx = Consumer::open(&name).unwrap();
+        let mut k = 0u64;
+        while let Some(r) = rx.recv().unwrap() {
+            let b = r.to_vec().unwrap();
+            assert_eq!((b.len(), &b[..8]), (len, &k.to_le_bytes()[..]));
+            k += 1;
+        }
+        assert_eq!(k, n, "{n} × {len} B");
+        if tight {
+            // The figure is exact for records that do not span: a segment less is too small.
+            let (name, code) = run(true);
+            assert_eq!(code, Some(3), "{n} × {len} B in one segment less");
+            remove_stale_and_unread(&name).unwrap();
+        }
+    }
+}
+
 #[test]
 fn a_writer_that_dies_before_its_reader_opens_leaves_its_records_then_peer_dead() {
     const T: &str = "a_writer_that_dies_before_its_reader_opens_leaves_its_records_then_peer_dead";

@@ -402,6 +402,59 @@ const fn align_up(x: usize, a: usize) -> usize {
 }
 
 impl Geometry {
+    /// The default segment size with a pool large enough for `records` records of `len`
+    /// bytes each at once: a writer can send them all and end before its reader opens the
+    /// region. With a smaller pool the writer blocks once the pool is full, until a reader
+    /// frees a segment (a `try_`/timeout send reports it instead).
+    ///
+    /// Each record takes its length plus an 8-byte frame header, rounded up to 8 bytes, in
+    /// a segment; a record longer than a segment spans several, with a header per part.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let g = shmflow::Geometry::for_records(10_000, 100)?;
+    /// // 32 KiB segments hold 284 records of 100 B (112 bytes each with the header).
+    /// assert_eq!((g.segment_size, g.segment_count), (32 * 1024, 36));
+    /// # Ok::<(), shmflow::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ConfigError`] if they need more than the largest pool (2^20 segments).
+    pub fn for_records(records: u64, len: usize) -> Result<Geometry, ConfigError> {
+        let seg = DEFAULT_SEGMENT_SIZE as u64;
+        let header = crate::protocol::frame::HEADER as u64;
+        let len = len as u64;
+        let usable = seg - header;
+        let segments = if len <= usable {
+            let per_segment = seg / (len + header).next_multiple_of(8);
+            records.div_ceil(per_segment)
+        } else {
+            // A spanning record may begin in a segment's last bytes and so take one part
+            // more than its length needs; each part has its header and alignment.
+            let parts = len.div_ceil(usable) + 1;
+            let bytes = records
+                .saturating_mul(len.saturating_add(parts * (header + 8)))
+                .saturating_add(seg);
+            bytes.div_ceil(seg)
+        };
+        let count = u32::try_from(segments.max(2))
+            .ok()
+            .filter(|&n| n <= MAX_SEGMENT_COUNT)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "Geometry::for_records",
+                    "records × len",
+                    format!("a pool of at most {MAX_SEGMENT_COUNT} segments of {seg} bytes"),
+                    segments,
+                )
+            })?;
+        Ok(Geometry {
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            segment_count: count,
+        })
+    }
+
     /// Checks the limits; `region` names where the values came from.
     pub fn validate(&self, region: &str) -> Result<(), ConfigError> {
         let bad =
