@@ -414,8 +414,8 @@ impl Geometry {
     ///
     /// ```
     /// let g = shmflow::Geometry::for_records(10_000, 100)?;
-    /// // 32 KiB segments hold 284 records of 100 B (112 bytes each with the header).
-    /// assert_eq!((g.segment_size, g.segment_count), (32 * 1024, 36));
+    /// // A 32 KiB segment holds 292 records of 100 B (112 bytes each with the header).
+    /// assert_eq!((g.segment_size, g.segment_count), (32 * 1024, 35));
     /// # Ok::<(), shmflow::ConfigError>(())
     /// ```
     ///
