@@ -466,17 +466,26 @@ fn a_slow_consumer_blocks_the_remote_producer_and_a_priority_event_overtakes() {
             assert_eq!(link.credit, 0, "{kind:?}: {link:?}");
             assert!(link.wire_bytes >= 4 * 4000, "{kind:?}: {link:?}");
         }
-        // A priority event overtakes the records that wait for credit.
+        // A priority event overtakes the records that wait for credit: it comes before the
+        // last of them (without the overtaking it would come after every record sent).
         tx.send_priority_event(5, b"urgent").unwrap();
-        // Time to cross (a bridge puts it in its local lane when it arrives; without the
-        // overtaking it would wait for credit for ever).
-        std::thread::sleep(Duration::from_millis(300));
-        match rx.recv_message_timeout(Duration::from_secs(5)).unwrap() {
-            Some(Message::Event(e)) => assert_eq!((e.kind, e.payload), (5, &b"urgent"[..])),
-            other => panic!("{kind:?}: expected the priority event first, got {other:?}"),
+        let mut before = 0u64;
+        loop {
+            match rx.recv_message_timeout(Duration::from_secs(5)).unwrap() {
+                Some(Message::Event(e)) => {
+                    assert_eq!((e.kind, e.payload), (5, &b"urgent"[..]));
+                    break;
+                }
+                Some(Message::Record(_)) => before += 1,
+                other => panic!("{kind:?}: expected records or the event, got {other:?}"),
+            }
+            assert!(
+                before < sent,
+                "{kind:?}: the event came after every record sent before it"
+            );
         }
         let reader = std::thread::spawn(move || {
-            let mut n = 0;
+            let mut n = before;
             while let Some(r) = rx.recv().unwrap() {
                 assert_eq!(r.as_bytes().unwrap(), &[1u8; 1000][..]);
                 n += 1;
@@ -500,13 +509,21 @@ fn priority_events_beyond_the_lane_wait_in_the_socket_for_a_direct_consumer() {
     for kind in [Kind::Direct, Kind::BridgeToDirect] {
         let (mut tx, mut rx, bridge) = remote_pair(kind, small());
         let n = 600u64;
+        // The writer sends everything while the consumer is away (600 records of 8 bytes fit
+        // in the receiver's credit; events take none).
+        let (done_tx, done) = std::sync::mpsc::channel();
         let writer = std::thread::spawn(move || {
             for i in 0..n {
                 tx.send_priority_event(3, &i.to_le_bytes()).unwrap();
                 tx.send(&i.to_le_bytes()).unwrap();
             }
+            tx.flush().unwrap();
+            done_tx.send(()).unwrap();
+            tx
         });
-        std::thread::sleep(Duration::from_millis(300));
+        done.recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{kind:?}: the writer blocked with the consumer away"));
+        drop(writer.join().unwrap());
         let (mut events, mut records) = (0u64, 0u64);
         while let Some(m) = rx.recv_message().unwrap() {
             match m {
@@ -531,7 +548,6 @@ fn priority_events_beyond_the_lane_wait_in_the_socket_for_a_direct_consumer() {
             }
         }
         assert_eq!((events, records), (n, n), "{kind:?}");
-        writer.join().unwrap();
         if let Some(b) = bridge {
             b.join().unwrap();
         }

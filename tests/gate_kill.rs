@@ -156,7 +156,10 @@ fn a_gate_whose_consumer_crashed_is_stale_and_can_be_cleaned() {
         let r = p.send(&[2; 4000]);
         (p, r, std::time::Instant::now())
     });
-    std::thread::sleep(Duration::from_millis(200));
+    let monitor = shmflow::monitor::GateMonitor::open(&name).unwrap();
+    wait_for("the producer to block in send", || {
+        monitor.snapshot().channels[1].snapshot.backpressured_ns > 0
+    });
     let killed = std::time::Instant::now();
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{role, spawn, FD_VAR};
+use common::{role, spawn, wait_for, FD_VAR};
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, RecvError};
 
 const G: Geometry = Geometry {
@@ -111,8 +111,9 @@ fn a_producer_that_exits_right_after_its_last_send_has_it_delivered_by_its_own_w
     if let Some(r) = role() {
         assert_eq!(r, "send-and-exit");
         let mut p = Producer::from_env(FD_VAR).unwrap();
-        // Give the parent time to park in `recv`, then send and leave without detaching.
-        std::thread::sleep(Duration::from_millis(300));
+        // Once the parent has waited in `recv` long enough to have parked (past any spin), send
+        // and leave without detaching.
+        wait_for("the consumer to park", || p.metrics().idle_ns > 50_000_000);
         p.send(b"last words").unwrap();
         // SAFETY: _exit ends the process at once; nothing of ours needs to run.
         unsafe { libc::_exit(0) };

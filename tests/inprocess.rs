@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::thread;
 use std::time::Duration;
 
-use common::{check_record, make_record};
+use common::{check_record, make_record, wait_for};
 use shmflow::{
     Consumer, FlushPolicy, Geometry, Producer, RecvTimeoutError, SendError, SendTimeoutError,
     TryRecvError, TrySendError,
@@ -272,7 +272,9 @@ fn dropping_the_consumer_unblocks_the_producer_with_closed() {
     p.send(&rec).unwrap();
     p.send(&rec).unwrap();
     let t = thread::spawn(move || p.send(&rec));
-    thread::sleep(Duration::from_millis(50));
+    wait_for("the producer to wait for room", || {
+        c.metrics().backpressured_ns > 0
+    });
     drop(c);
     assert!(matches!(t.join().unwrap(), Err(SendError::Closed(_))));
 }
@@ -282,7 +284,7 @@ fn buffer_timeout_makes_a_lone_record_visible() {
     let (mut p, mut c) = pair(4);
     p.set_flush_policy(FlushPolicy::Timeout(Duration::from_millis(5)));
     let t = thread::spawn(move || c.recv().unwrap().unwrap().to_vec().unwrap());
-    thread::sleep(Duration::from_millis(30)); // let the consumer park
+    wait_for("the consumer to wait", || p.metrics().idle_ns > 0);
     p.send(b"lonely").unwrap();
     // No flush, producer stays alive and idle.
     assert_eq!(t.join().unwrap(), b"lonely");
@@ -621,7 +623,7 @@ fn a_reader_of_records_skips_priority_events_while_it_waits() {
                 done_tx.send(()).unwrap();
                 got
             });
-            thread::sleep(Duration::from_millis(50));
+            wait_for("the reader to wait", || p.metrics().idle_ns > 0);
             for i in 0..20u64 {
                 p.send_priority_event_timeout(3, &i.to_le_bytes(), Duration::from_secs(10))
                     .unwrap_or_else(|e| panic!("{wait:?} async {asynch}: event {i}: {e}"));

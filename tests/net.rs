@@ -170,15 +170,26 @@ async fn a_slow_consumer_blocks_the_remote_producer() {
     // A priority event overtakes the records that wait for credit, across the link too.
     let mut tx_a = tx_a;
     tx_a.send_priority_event(5, b"urgent").unwrap();
-    // Time to cross; without the overtaking it would wait for credit for ever.
-    std::thread::sleep(Duration::from_millis(300));
-    match rx_b.recv_message_timeout(Duration::from_secs(5)).unwrap() {
-        Some(Message::Event(e)) => assert_eq!((e.kind, e.payload), (5, &b"urgent"[..])),
-        other => panic!("expected the priority event first, got {other:?}"),
+    // It comes before the last of the records that wait for credit (without the overtaking
+    // it would come after every record sent before it).
+    let mut before = 0u64;
+    loop {
+        match rx_b.recv_message_timeout(Duration::from_secs(5)).unwrap() {
+            Some(Message::Event(e)) => {
+                assert_eq!((e.kind, e.payload), (5, &b"urgent"[..]));
+                break;
+            }
+            Some(Message::Record(_)) => before += 1,
+            other => panic!("expected records or the event, got {other:?}"),
+        }
+        assert!(
+            before < sent,
+            "the event came after every record sent before it"
+        );
     }
     // Reading on the far side lets everything through.
     let reader = std::thread::spawn(move || {
-        let mut n = 0;
+        let mut n = before;
         while let Some(r) = rx_b.recv().unwrap() {
             assert_eq!(r.as_bytes().unwrap(), &[1u8; 1000][..]);
             n += 1;

@@ -65,9 +65,28 @@ fn read_prefix(rx: &mut Consumer, from: u64) -> (u64, Result<(), Error>) {
 }
 
 /// Writes records until an error.
-fn write_until_error(mut tx: Producer) -> (u64, Error) {
+fn write_until_error(tx: Producer) -> (u64, Error) {
+    write_until_error_from(tx, 0)
+}
+
+/// Sends records until a send has had to wait for room (the slow reader holds the rest);
+/// returns the next record's number.
+fn send_until_blocked(tx: &mut Producer) -> u64 {
     let mut rec = Vec::new();
     for seq in 0.. {
+        make_record(seq, len_of(seq), &mut rec);
+        tx.send(&rec).unwrap();
+        if tx.metrics().backpressured_ns > 0 {
+            return seq + 1;
+        }
+    }
+    unreachable!()
+}
+
+/// As `write_until_error`, from record `from` on.
+fn write_until_error_from(mut tx: Producer, from: u64) -> (u64, Error) {
+    let mut rec = Vec::new();
+    for seq in from.. {
         make_record(seq, len_of(seq), &mut rec);
         if let Err(e) = tx.send(&rec) {
             return (seq, e.into());
@@ -216,8 +235,9 @@ fn receiving_process_killed_blocked_producer_gets_peer_dead() {
         &[("PORT", port.to_string())],
     );
     read_line(&mut child, "connected");
-    let writer = std::thread::spawn(move || write_until_error(tx));
-    std::thread::sleep(Duration::from_millis(300));
+    let mut tx = tx;
+    let next = send_until_blocked(&mut tx);
+    let writer = std::thread::spawn(move || write_until_error_from(tx, next));
     sigkill(&mut child);
     let killed = Instant::now();
     let (sent, e) = writer.join().unwrap();
@@ -305,8 +325,9 @@ fn direct_receiving_process_killed_producer_gets_peer_dead() {
     );
     let tx = l.accept_producer("c", geometry()).unwrap();
     read_line(&mut child, "connected");
-    let writer = std::thread::spawn(move || write_until_error(tx));
-    std::thread::sleep(Duration::from_millis(300));
+    let mut tx = tx;
+    let next = send_until_blocked(&mut tx);
+    let writer = std::thread::spawn(move || write_until_error_from(tx, next));
     sigkill(&mut child);
     let killed = Instant::now();
     let (sent, e) = writer.join().unwrap();

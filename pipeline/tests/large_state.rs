@@ -62,6 +62,7 @@ fn workload(path: &std::path::Path) {
 }
 
 #[test]
+#[ignore = "needs root (a memory cgroup with a low limit): CI runs it as root"]
 fn keyed_state_larger_than_its_memory_limit() {
     if let Ok(path) = std::env::var("SHMFLOW_LARGE_STATE_CHILD") {
         if let Ok(procs) = std::env::var("SHMFLOW_LARGE_STATE_CGROUP") {
@@ -71,6 +72,12 @@ fn keyed_state_larger_than_its_memory_limit() {
         workload(&PathBuf::from(path));
         return;
     }
+    // SAFETY: geteuid(2) has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "this test needs root (a memory cgroup); run it as root, as CI does with --ignored"
+    );
     let cg = PathBuf::from(format!(
         "/sys/fs/cgroup/memory/shmflow-large-state-{}",
         std::process::id()
@@ -91,6 +98,7 @@ fn keyed_state_larger_than_its_memory_limit() {
             "keyed_state_larger_than_its_memory_limit",
             "--exact",
             "--nocapture",
+            "--include-ignored",
         ])
         .env("SHMFLOW_LARGE_STATE_CHILD", dir.join("state.redb"))
         .env("SHMFLOW_LARGE_STATE_CGROUP", cg.join("cgroup.procs"))

@@ -215,11 +215,17 @@ pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
 
 /// Waits (up to 10 s) until a child has attached its end, as `attached` reports.
 pub(crate) fn wait_attached(attached: impl Fn() -> bool) {
+    wait_for("the peer to attach", attached);
+}
+
+/// Looks at `cond` until it holds (a state another thread or process reaches: a peer
+/// attached, a peer waiting), failing the test after 10 s.
+pub(crate) fn wait_for(what: &str, cond: impl Fn() -> bool) {
     let start = Instant::now();
-    while !attached() {
+    while !cond() {
         assert!(
             start.elapsed() < Duration::from_secs(10),
-            "the peer never attached"
+            "waited 10 s for {what}"
         );
         std::thread::sleep(Duration::from_micros(200));
     }
@@ -310,4 +316,15 @@ pub(crate) fn assert_cap_held(seen: &CapSeen, what: &str) {
     assert!((2..=4).contains(&seen.cap), "{what}: {seen:?}");
     assert!(seen.samples > 100, "{what}: {seen:?}");
     assert!(seen.worst <= seen.cap + 2, "{what}: {seen:?}");
+}
+
+/// Fails a test that needs root when it runs as another user: such tests are `#[ignore]`d
+/// with the reason, and CI runs them as root (`--ignored`).
+pub(crate) fn require_root(why: &str) {
+    // SAFETY: geteuid(2) has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this test needs root ({why}); run it as root, as CI does with --ignored"
+    );
 }
