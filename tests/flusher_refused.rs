@@ -45,9 +45,9 @@ fn a_refused_flusher_thread_neither_panics_nor_hides_records() {
         return;
     }
     // SAFETY: geteuid(2) has no preconditions.
+    let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
+        euid, 0,
         "this test needs root (a pids cgroup); run it as root, as CI does with --ignored"
     );
     let cg = PathBuf::from(format!(

@@ -73,9 +73,9 @@ fn keyed_state_larger_than_its_memory_limit() {
         return;
     }
     // SAFETY: geteuid(2) has no preconditions.
+    let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
+        euid, 0,
         "this test needs root (a memory cgroup); run it as root, as CI does with --ignored"
     );
     let cg = PathBuf::from(format!(
