@@ -47,7 +47,9 @@ use crate::protocol::abi::Geometry;
 use tokio_rustls::rustls;
 
 mod inbound;
+mod keeper;
 mod out;
+mod reader;
 mod sock;
 
 use sock::{Got, Reader, Sock};

@@ -1,0 +1,206 @@
+//! Choosing the next channel to read: lending floating segments, the round-robin scan with its
+//! quantum, the liveness looks at the producers, and waiting (with the alignment timeout's
+//! switch) when no channel has anything.
+
+#[allow(unused_imports)]
+use super::*;
+
+impl Gate {
+    /// Takes back the floating segments channels handed back, then lends to channels that
+    /// ask while the pool has some.
+    pub(super) fn lend(&mut self) {
+        let before = self.pool.free();
+        for c in &mut self.chans {
+            if let Some(l) = c.lending() {
+                for seg in l.take_returned() {
+                    self.pool.put(seg);
+                }
+            }
+        }
+        if self.pool.free() > 0 {
+            for (c, st) in self.chans.iter_mut().zip(&self.state) {
+                if !matches!(st, State::Open) || c.backlog() == 0 {
+                    continue;
+                }
+                let Some(seg) = self.pool.take() else { break };
+                // A channel that turns out corrupt fails when it is read; lending is best
+                // effort, and a segment that could not be handed over stays in the pool.
+                if c.grant(seg).is_err() {
+                    self.pool.put(seg);
+                }
+            }
+        }
+        if self.pool.free() != before {
+            self.publish_pool();
+        }
+    }
+
+    /// Looks at every channel once, starting with the one whose turn it is.
+    pub(super) fn scan(&mut self) -> Option<Pick> {
+        let m = self.chans.len();
+        let start = if self.burst < QUANTUM {
+            self.rr
+        } else {
+            self.burst = 0;
+            (self.rr + 1) % m
+        };
+        let mut all_done = true;
+        for i in 0..m {
+            let c = (start + i) % m;
+            if matches!(self.state[c], State::Done | State::Ended | State::Failed) {
+                continue;
+            }
+            all_done = false;
+            self.fill_link(c);
+            if !self.cp.align.readable(c) {
+                // Held by an alignment: its priority lane only (priority events and
+                // announcements overtake the data it holds).
+                if self.chans[c].prio_waiting() {
+                    return Some(Pick::Read(c));
+                }
+                continue;
+            }
+            match self.chans[c].ready() {
+                Ok(Ready::Message) => {
+                    if c != self.rr {
+                        self.rr = c;
+                        self.burst = 0;
+                    }
+                    return Some(Pick::Read(c));
+                }
+                Ok(Ready::Ended) => return Some(Pick::Ended(c)),
+                Ok(Ready::Empty) => {
+                    // A dead producer's channel, drained: its death is reported once.
+                    if let State::Dying(_) = self.state[c] {
+                        if let State::Dying(e) = std::mem::replace(&mut self.state[c], State::Done)
+                        {
+                            return Some(Pick::Dead(c, e));
+                        }
+                    }
+                }
+                Err(e) => return Some(Pick::Failed(c, e)),
+            }
+        }
+        if all_done {
+            Some(Pick::AllDone)
+        } else {
+            if self.rr == start {
+                // The channel whose turn it was had nothing: the next one's turn.
+                self.burst = QUANTUM;
+            }
+            None
+        }
+    }
+
+    /// Looks at the producers' locks: a dead one's channel drains, then reports its death.
+    pub(super) fn check_producers(&mut self) {
+        self.last_check_ns = monotonic_ns();
+        for (c, st) in self.chans.iter_mut().zip(self.state.iter_mut()) {
+            if matches!(st, State::Open) {
+                if let Err(e) = c.check_producer() {
+                    *st = State::Dying(e);
+                }
+            }
+        }
+    }
+
+    /// What to deliver next, waiting as `patience` allows (a scan fails no call: a channel's
+    /// failure is its pick).
+    pub(super) fn decide<P: Patience>(&mut self, patience: P) -> Result<Pick, P::Expired> {
+        match self.switch_instant() {
+            Some(at) => match self.decide_until(park::Sooner {
+                inner: patience,
+                at,
+            }) {
+                Ok(p) => Ok(p),
+                Err(None) => Ok(Pick::Switch),
+                Err(Some(x)) => Err(x),
+            },
+            None => self.decide_until(patience),
+        }
+    }
+
+    /// When the alignment in progress switches to unaligned, as an instant, if it can.
+    pub(super) fn switch_instant(&self) -> Option<std::time::Instant> {
+        let at = self.cp.align.switch_at_ns()?;
+        let now = monotonic_ns();
+        Some(std::time::Instant::now() + Duration::from_nanos(at.saturating_sub(now)))
+    }
+
+    pub(super) fn decide_until<P: Patience>(&mut self, patience: P) -> Result<Pick, P::Expired> {
+        self.lend();
+        self.scans = self.scans.wrapping_add(1);
+        if self.scans % 1024 == 0
+            && monotonic_ns().saturating_sub(self.last_check_ns)
+                > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
+        {
+            // Busy with some channels: still notice a dead one within about the interval.
+            self.check_producers();
+        }
+        if let Some(p) = self.scan() {
+            return Ok(p);
+        }
+        let shared = self.shared.clone();
+        let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
+        // A `try_` look is no wait.
+        let idle = patience
+            .waits()
+            .then(|| Waiting::start(&figures.idle_since_ns, &figures.idle_ns));
+        let got = park::wait_for::<Host, _, _, Infallible>(
+            shared.consumer_park(),
+            self.wait,
+            patience,
+            park::Notifier::Light,
+            park::Pace::Sparse,
+            |look| Ok(self.poll_pick(look)),
+        );
+        drop(idle);
+        got.map_err(Halt::expired)
+    }
+
+    /// What a waiting gate looks at: lends what was asked for, looks at the producers'
+    /// liveness when due, and scans the channels.
+    pub(super) fn poll_pick(&mut self, look: crate::protocol::park::Look) -> Option<Pick> {
+        self.lend();
+        let due = || {
+            monotonic_ns().saturating_sub(self.last_check_ns)
+                > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
+        };
+        if look == crate::protocol::park::Look::Now
+            || (look == crate::protocol::park::Look::IfDue && due())
+        {
+            self.check_producers();
+        }
+        if look == crate::protocol::park::Look::Now {
+            self.mark_links();
+        }
+        self.scan()
+    }
+
+    pub(super) fn recv_inner<P: Patience>(
+        &mut self,
+        patience: P,
+    ) -> Result<Option<GateMessage<'_>>, Halt<P::Expired, RecvError>> {
+        self.retire_finished();
+        loop {
+            if let Some(step) = self.cp.steps.pop_front() {
+                return Ok(Some(self.step_message(step)?));
+            }
+            self.cp.tick();
+            if !self.cp.steps.is_empty() {
+                continue;
+            }
+            let pick = self.decide(patience).map_err(Halt::Expired)?;
+            let this: *mut Gate = self;
+            // SAFETY: `this` is `self`, reborrowed for one call. The borrow ends with the
+            // call on every path but the `return`, which returns it for the lifetime of
+            // `self`; the compiler cannot see that the `Again` path holds no borrow (a known
+            // limit of its borrow checker), so it is reborrowed through a pointer.
+            match unsafe { &mut *this }.deliver(pick)? {
+                Delivered::Message(m) => return Ok(Some(m)),
+                Delivered::AllDone => return Ok(None),
+                Delivered::Again => {}
+            }
+        }
+    }
+}
