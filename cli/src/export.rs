@@ -298,7 +298,7 @@ struct PipelineFamilies {
 }
 
 impl PipelineFamilies {
-    fn add(&self, v: &crate::pipeline::View) {
+    fn add(&self, v: &crate::inspect::pipeline::View) {
         let l = PipelineLabels {
             pipeline: v.name.clone(),
             dir: v.dir.display().to_string(),
@@ -438,7 +438,7 @@ impl Exporter {
         if !self.pipelines.is_empty() {
             let p = PipelineFamilies::default();
             for dir in &self.pipelines {
-                p.add(&crate::pipeline::View::read(dir)?);
+                p.add(&crate::inspect::pipeline::View::read(dir)?);
             }
             p.register(&mut registry);
         }
@@ -456,7 +456,7 @@ pub(crate) fn main(
     sample: std::time::Duration,
 ) -> Result<(), String> {
     for dir in &pipelines {
-        crate::pipeline::View::read(dir)?;
+        crate::inspect::pipeline::View::read(dir)?;
     }
     let server =
         tiny_http::Server::http(listen).map_err(|e| format!("listening on {listen}: {e}"))?;

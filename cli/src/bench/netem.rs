@@ -23,7 +23,7 @@
 //!   on whole milliseconds, adds to it).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::Geometry;
 
-use crate::harness::{child, finish, parse_report};
-use crate::remotebench::read_all;
+use super::harness::{child, finish, parse_report};
+use super::remote::{read_all, tcp_read_all};
+use super::roles::Role;
 
 /// The delays measured, one way, in milliseconds.
 pub(crate) const DELAYS_MS: [u64; 2] = [1, 10];
@@ -49,36 +50,16 @@ const POOL4: Geometry = Geometry {
 const BULK: usize = 64 << 10;
 const SECS: f64 = 3.0;
 /// The sender's address in namespace A.
-const NS_ADDR: &str = "10.233.0.1:7431";
+const NS_ADDR: SocketAddr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 233, 0, 1), 7431));
 
 /// What is measured: how it crosses, and with which pool and record length.
-#[derive(Clone, Copy)]
-enum Kind {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Kind {
     Tcp,
     Direct,
     Remote,
     /// The link's round trip: 8 bytes echoed on a raw TCP connection, 40 times.
     Ping,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Tcp => "tcp",
-            Kind::Direct => "direct",
-            Kind::Remote => "remote",
-            Kind::Ping => "ping",
-        }
-    }
-    fn parse(s: &str) -> Result<Kind, String> {
-        Ok(match s {
-            "tcp" => Kind::Tcp,
-            "direct" => Kind::Direct,
-            "remote" => Kind::Remote,
-            "ping" => Kind::Ping,
-            other => return Err(format!("unknown link kind {other}")),
-        })
-    }
 }
 
 fn config() -> Config {
@@ -223,25 +204,25 @@ impl Link {
     /// Runs the sender and the receiver of `kind` across the link: (bytes, nanoseconds) as the
     /// receiver counted them.
     fn measure(&self, kind: Kind, g: Geometry, len: usize) -> (f64, f64) {
-        let shape = [
-            g.segment_size.to_string(),
-            g.segment_count.to_string(),
-            len.to_string(),
-        ];
-        let args = |addr: &str, secs: Option<f64>| {
-            let mut v = vec![kind.name().to_string(), addr.to_string()];
-            v.extend(secs.map(|s| s.to_string()));
-            v.extend(shape.iter().cloned());
-            v
+        let send = |addr| Role::NetemSend {
+            kind,
+            addr,
+            secs: SECS,
+            segment_size: g.segment_size,
+            segment_count: g.segment_count,
+            len,
+        };
+        let recv = |addr| Role::NetemRecv {
+            kind,
+            addr,
+            segment_size: g.segment_size,
+            segment_count: g.segment_count,
+            len,
         };
         let (sender, receiver): (Child, Child) = match self {
             Link::Netem(n) => {
-                let send = child("netem-send", &args(NS_ADDR, Some(SECS)), &[], |cmd| {
-                    enter(cmd, &n.a)
-                });
-                let recv = child("netem-recv", &args(NS_ADDR, None), &[], |cmd| {
-                    enter(cmd, &n.b)
-                });
+                let send = child(&send(NS_ADDR), &[], |cmd| enter(cmd, &n.a));
+                let recv = child(&recv(NS_ADDR), &[], |cmd| enter(cmd, &n.b));
                 (send, recv)
             }
             Link::Relay(rt, d) => {
@@ -251,13 +232,8 @@ impl Link {
                     .port();
                 let to = SocketAddr::from(([127, 0, 0, 1], port));
                 let at = rt.block_on(relay(to, d.clone()));
-                let send = child(
-                    "netem-send",
-                    &args(&to.to_string(), Some(SECS)),
-                    &[],
-                    |_| {},
-                );
-                let recv = child("netem-recv", &args(&at.to_string(), None), &[], |_| {});
+                let send = child(&send(to), &[], |_| {});
+                let recv = child(&recv(at), &[], |_| {});
                 (send, recv)
             }
         };
@@ -397,32 +373,15 @@ fn names(d: u64) -> [&'static str; 7] {
     }
 }
 
-fn geometry(args: &[String], from: usize) -> Result<(Geometry, usize), String> {
-    let n = |i: usize| -> Result<u64, String> {
-        args.get(from + i)
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| format!("netem role: argument {} must be a number", from + i))
-    };
-    let g = Geometry {
-        segment_size: n(0)? as u32,
-        segment_count: n(1)? as u32,
-    };
-    Ok((g, n(2)? as usize))
-}
-
-/// The sending child: `KIND ADDR SECS SEG_SIZE SEG_COUNT LEN`; listens on `ADDR`, sends
-/// `LEN`-byte records (or writes) for `SECS`, then ends the stream.
-pub(crate) fn send(args: &[String]) -> Result<(), String> {
-    let kind = Kind::parse(args.get(1).ok_or("netem-send: a kind")?)?;
-    let addr: SocketAddr = args
-        .get(2)
-        .and_then(|a| a.parse().ok())
-        .ok_or("netem-send: an address")?;
-    let secs: f64 = args
-        .get(3)
-        .and_then(|a| a.parse().ok())
-        .ok_or("netem-send: seconds")?;
-    let (g, len) = geometry(args, 4)?;
+/// The sending child: listens on `addr`, sends `len`-byte records (or writes) for `secs`
+/// into a pool of geometry `g`, then ends the stream.
+pub(crate) fn send(
+    kind: Kind,
+    addr: SocketAddr,
+    secs: f64,
+    g: Geometry,
+    len: usize,
+) -> Result<(), String> {
     let rec = vec![0x5Au8; len];
     let end = || Instant::now() + Duration::from_secs_f64(secs);
     match kind {
@@ -481,15 +440,9 @@ pub(crate) fn send(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The receiving child: `KIND ADDR SEG_SIZE SEG_COUNT LEN`; connects to `ADDR` (retrying
-/// while the sender starts), reads to the end touching every byte, prints `bytes ns`.
-pub(crate) fn recv(args: &[String]) -> Result<(), String> {
-    let kind = Kind::parse(args.get(1).ok_or("netem-recv: a kind")?)?;
-    let addr: SocketAddr = args
-        .get(2)
-        .and_then(|a| a.parse().ok())
-        .ok_or("netem-recv: an address")?;
-    let (g, len) = geometry(args, 3)?;
+/// The receiving child: connects to `addr` (retrying while the sender starts), reads `len`-byte
+/// records into a pool of geometry `g` to the end touching every byte, prints `bytes ns`.
+pub(crate) fn recv(kind: Kind, addr: SocketAddr, g: Geometry, len: usize) -> Result<(), String> {
     let start = Instant::now();
     let retry = |e: String| -> Result<(), String> {
         if start.elapsed() > Duration::from_secs(20) {
@@ -529,7 +482,7 @@ pub(crate) fn recv(args: &[String]) -> Result<(), String> {
                     Err(e) => retry(e.to_string())?,
                 }
             };
-            crate::remotebench::tcp_read_all(&mut s)?
+            tcp_read_all(&mut s)?
         }
         Kind::Direct => {
             let mut rx = loop {

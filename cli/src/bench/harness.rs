@@ -1,7 +1,8 @@
-//! What every benchmark group shares: spawning and finishing the measuring child processes,
-//! passing descriptors to them, timing rounds, reading their reports, and naming the machine.
-//! Every group depends on it; `bench` runs the others (`asyncbench`, `openloop`,
-//! `remotebench`), which never refer back to `bench` or to each other.
+//! What every benchmark group shares: spawning and finishing the measuring child processes
+//! (each a hidden `__bench-role` subcommand of this binary, see `roles`), passing descriptors
+//! to them, pinning to a CPU, timing rounds, reading their reports, and naming the machine.
+//! Every group depends on it; the groups never refer back to `bench`, and only `netem` to
+//! another group (`remote`'s readers).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -11,6 +12,8 @@ use std::time::Instant;
 
 use shmflow::Geometry;
 
+use super::roles::Role;
+
 pub(crate) const RTT_G: Geometry = Geometry {
     segment_size: 4096,
     segment_count: 4,
@@ -18,16 +21,13 @@ pub(crate) const RTT_G: Geometry = Geometry {
 
 pub(crate) const REC: usize = 64;
 
-pub(crate) fn child(
-    kind: &str,
-    args: &[String],
-    fds: &[(&str, RawFd)],
-    setup: impl FnOnce(&mut Command),
-) -> Child {
+/// Spawns this binary as the peer `role`, its stdout piped (its report), with the descriptors
+/// `fds` left open across exec and named by the environment variables beside them; `setup`
+/// adjusts the command before it is spawned.
+pub(crate) fn child(role: &Role, fds: &[(&str, RawFd)], setup: impl FnOnce(&mut Command)) -> Child {
     let mut cmd = Command::new(std::env::current_exe().expect("own path"));
     cmd.arg("__bench-role")
-        .arg(kind)
-        .args(args)
+        .args(role.to_args())
         .stdout(Stdio::piped());
     let raw: Vec<RawFd> = fds.iter().map(|f| f.1).collect();
     for (var, fd) in fds {
@@ -49,6 +49,42 @@ pub(crate) fn child(
     cmd.spawn().expect("spawning the bench peer")
 }
 
+/// Pins the child to CPU 0 (before it execs), as `pin(0)` pins this thread.
+pub(crate) fn pin_cpu0() -> impl FnOnce(&mut Command) {
+    |cmd: &mut Command| {
+        // SAFETY: sched_setaffinity in the child between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                pin(0);
+                Ok(())
+            });
+        }
+    }
+}
+
+/// Pins the calling thread to `cpu`.
+pub(crate) fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; sched_setaffinity on the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Lets the calling thread run on every CPU again.
+pub(crate) fn unpin() {
+    // SAFETY: as in `pin`, with every CPU.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The descriptor the parent passed in the environment variable `var`, now ours.
 pub(crate) fn env_fd(var: &str) -> OwnedFd {
     let fd: RawFd = std::env::var(var).expect(var).parse().expect(var);
     // SAFETY: the parent passed this descriptor for us to own.
@@ -91,8 +127,7 @@ impl RawFdOf for shmflow::PeerHandle {
 pub(crate) fn uds_echo_child() -> (UnixStream, Child) {
     let (mine, theirs) = UnixStream::pair().unwrap();
     let c = child(
-        "echo-fd",
-        &[],
+        &Role::EchoFd,
         &[("IN", theirs.as_raw_fd()), ("OUT", theirs.as_raw_fd())],
         |_| {},
     );

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{child, finish, parse_report, touch, RawFdOf, REC, RTT_G};
+use super::harness::{child, finish, parse_report, touch, RawFdOf, REC, RTT_G};
+use super::roles::{EchoWait, Role};
 
 fn current() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -82,9 +83,9 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
     let (mut pong, pong_peer) = Consumer::create_anonymous(RTT_G).unwrap();
     ping.set_flush_policy(FlushPolicy::EveryRecord);
     let (wait, mode) = if matches!(how, Rtt::SyncBlock | Rtt::CurrentBlock) {
-        (WaitStrategy::Block, "block")
+        (WaitStrategy::Block, EchoWait::Block)
     } else {
-        (WaitStrategy::Park, "parked")
+        (WaitStrategy::Park, EchoWait::Parked)
     };
     ping.set_wait_strategy(wait);
     pong.set_wait_strategy(wait);
@@ -93,9 +94,9 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
             ("PING", ping_peer.as_fd_raw()),
             ("PONG", pong_peer.as_fd_raw()),
         ];
-        child("echo", &[mode.into()], &fds, |_| {})
+        child(&Role::Echo { wait: mode }, &fds, |_| {})
     } else {
-        child("echo", &[mode.into()], &[], |cmd| {
+        child(&Role::Echo { wait: mode }, &[], |cmd| {
             ping_peer.pass_to(cmd, "PING");
             pong_peer.pass_to(cmd, "PONG");
         })
@@ -103,7 +104,7 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
     drop((ping_peer, pong_peer));
     let (v, ping, mut pong) = match how {
         Rtt::Sync | Rtt::SyncBlock => {
-            let v = crate::harness::time_rounds(rounds, |i| {
+            let v = super::harness::time_rounds(rounds, |i| {
                 ping.send_pod(&i).unwrap();
                 let r = pong.recv().unwrap().unwrap();
                 assert_eq!(r.as_pod::<u64>(), Some(&i));
@@ -131,7 +132,7 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
 
 /// The same loop over a tokio `UnixStream`, the peer a blocking echo.
 pub(crate) fn tokio_uds_rtt(rounds: usize) -> Vec<u64> {
-    let (mine, c) = crate::harness::uds_echo_child();
+    let (mine, c) = super::harness::uds_echo_child();
     mine.set_nonblocking(true).unwrap();
     let v = current().block_on(async move {
         let mut s = tokio::net::UnixStream::from_std(mine).unwrap();
@@ -158,11 +159,11 @@ pub(crate) fn tokio_uds_rtt(rounds: usize) -> Vec<u64> {
 pub(crate) fn async_stream(secs: f64, drain: bool) -> (f64, f64) {
     let (mut p, peer) = Producer::create_anonymous(Geometry::default()).unwrap();
     let sink = if drain {
-        "async-drain-sink"
+        Role::AsyncDrainSink
     } else {
-        "async-sink"
+        Role::AsyncSink
     };
-    let c = child(sink, &[], &[], |cmd| peer.pass_to(cmd, "CH"));
+    let c = child(&sink, &[], |cmd| peer.pass_to(cmd, "CH"));
     drop(peer);
     // As the blocking loop's record: 64 bytes of a length the compiler sees.
     let rec = [0x5Au8; REC];

@@ -145,7 +145,7 @@ fn checkpoints(c: &shmflow::metrics::CheckpointStats) -> Value {
         "released": c.released,
         "cancelled": c.cancelled,
         "last_id": c.last_id,
-        "last_released": crate::released_name(c.last_released),
+        "last_released": super::released_name(c.last_released),
         "checkpointAlignmentTime": c.checkpoint_alignment_time_ns,
         "checkpointStartDelayNanos": c.checkpoint_start_delay_nanos,
         "last_held_records": c.last_held_records,

@@ -19,7 +19,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 
-use crate::harness::{child, env_fd, finish, machine, pipe_pair, RawFdOf};
+use super::harness::{child, env_fd, finish, machine, pipe_pair, RawFdOf};
+use super::roles::Role;
 
 /// A sender this far behind its schedule at the end has not sustained the rate.
 const LAG_LIMIT: Duration = Duration::from_millis(1);
@@ -34,13 +35,14 @@ const PERCENTILES: [(&str, f64); 5] = [
 ];
 
 /// The transports compared in one run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Transport {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Transport {
     /// shmflow with every setting at its default (`EveryRecord`, `WaitStrategy::Block`).
     ShmflowDefault,
     /// shmflow tuned for latency: the receiver busy-polls (`WaitStrategy::BusyPoll`).
     ShmflowBusyPoll,
     /// A Unix stream socket, one `write` per message, blocking reads.
+    #[value(name = "unix-socket")]
     Uds,
     /// A pipe, one `write` per message, blocking reads.
     Pipe,
@@ -112,11 +114,11 @@ fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, 
     // The receiver counts what was scheduled from `measure_from` on.
     let start = now_ns() + 50_000_000;
     let measure_from = start + warm;
-    let args = [
-        t.name().to_string(),
-        len.to_string(),
-        measure_from.to_string(),
-    ];
+    let sink = Role::OlSink {
+        transport: t,
+        len,
+        from: measure_from,
+    };
     let mut msg = vec![0x5Au8; len];
     let (mut send, c): (Sender, Child) = match t {
         Transport::ShmflowDefault | Transport::ShmflowBusyPoll => {
@@ -124,7 +126,7 @@ fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, 
             let (mut p, peer) = Producer::create_anonymous(g).map_err(|e| e.to_string())?;
             // The sender keeps the defaults in both cases; only the receiver's wait differs.
             p.set_flush_policy(FlushPolicy::default());
-            let c = child("ol-sink", &args, &[("CH", peer.as_fd_raw())], |_| {});
+            let c = child(&sink, &[("CH", peer.as_fd_raw())], |_| {});
             drop(peer);
             (
                 Box::new(move |m: &[u8]| p.send(m).map_err(|e| e.to_string())),
@@ -133,7 +135,7 @@ fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, 
         }
         Transport::Uds => {
             let (mut mine, theirs) = UnixStream::pair().map_err(|e| e.to_string())?;
-            let c = child("ol-sink", &args, &[("IN", theirs.as_raw_fd())], |_| {});
+            let c = child(&sink, &[("IN", theirs.as_raw_fd())], |_| {});
             drop(theirs);
             (
                 Box::new(move |m: &[u8]| mine.write_all(m).map_err(|e| e.to_string())),
@@ -142,7 +144,7 @@ fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, 
         }
         Transport::Pipe => {
             let (r, w) = pipe_pair();
-            let c = child("ol-sink", &args, &[("IN", r.as_raw_fd())], |_| {});
+            let c = child(&sink, &[("IN", r.as_raw_fd())], |_| {});
             drop(r);
             let mut w = std::fs::File::from(w);
             (
@@ -217,12 +219,10 @@ fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, 
     })
 }
 
-/// The receiving process: `ol-sink TRANSPORT LEN MEASURE_FROM_NS`. Prints the count, the
+/// The receiving process: messages of `len` bytes over `transport`, the latency of those
+/// scheduled at `from` (monotonic nanoseconds) or later counted. Prints the count, the
 /// percentiles and max, then the distribution's points (percentile × 1e6, ns).
-pub(crate) fn sink(args: &[String]) -> Result<(), String> {
-    let transport = args.get(1).ok_or("transport")?.as_str();
-    let len: usize = args.get(2).ok_or("len")?.parse().map_err(|_| "len")?;
-    let from: u64 = args.get(3).ok_or("from")?.parse().map_err(|_| "from")?;
+pub(crate) fn sink(transport: Transport, len: usize, from: u64) -> Result<(), String> {
     let mut h =
         Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
     let mut take = |b: &[u8]| {
@@ -233,9 +233,9 @@ pub(crate) fn sink(args: &[String]) -> Result<(), String> {
         }
     };
     match transport {
-        "shmflow-default" | "shmflow-busy-poll" => {
+        Transport::ShmflowDefault | Transport::ShmflowBusyPoll => {
             let mut c = Consumer::from_env("CH").map_err(|e| e.to_string())?;
-            if transport == "shmflow-busy-poll" {
+            if transport == Transport::ShmflowBusyPoll {
                 c.set_wait_strategy(WaitStrategy::BusyPoll(Duration::from_millis(100)));
             }
             // The loop a user writes.
@@ -243,7 +243,7 @@ pub(crate) fn sink(args: &[String]) -> Result<(), String> {
                 take(r.as_bytes().ok_or("a record in one segment")?);
             }
         }
-        _ => {
+        Transport::Uds | Transport::Pipe => {
             let mut r = BufReader::with_capacity(64 * 1024, std::fs::File::from(env_fd("IN")));
             let mut buf = vec![0u8; len];
             while r.read_exact(&mut buf).is_ok() {

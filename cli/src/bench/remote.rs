@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::{Geometry, Producer, WaitStrategy};
 
-use crate::harness::{child, finish, parse_report, touch, REC, RTT_G};
+use super::harness::{child, finish, parse_report, touch, REC, RTT_G};
+use super::roles::Role;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -88,7 +89,7 @@ fn remote_stream_inner(secs: f64, len: usize) -> (f64, f64) {
         let port = s.local_addr().unwrap().port();
         (tokio::spawn(s.run()), port)
     });
-    let kid = child("remote-sink", &[port.to_string()], &[], |_| {});
+    let kid = child(&Role::RemoteSink { port }, &[], |_| {});
     let rec = vec![0x5Au8; len];
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
@@ -211,12 +212,12 @@ pub(crate) fn direct_stream(
             Writes::InPlace => IN_PLACE_G,
             Writes::SendWide => WIDE_G,
         };
-        let shape = [
-            port.to_string(),
-            g.segment_size.to_string(),
-            g.segment_count.to_string(),
-        ];
-        let kid = child("direct-sink", &shape, &[], |_| {});
+        let sink = Role::DirectSink {
+            port,
+            segment_size: g.segment_size,
+            segment_count: g.segment_count,
+        };
+        let kid = child(&sink, &[], |_| {});
         let mut p = l.accept_producer("bench", g).unwrap();
         p.set_flush_policy(policy);
         let rec = vec![0x5Au8; len];
@@ -246,28 +247,13 @@ pub(crate) fn direct_sink(port: u16, g: Geometry) -> Result<(), String> {
 /// How the ends of a direct round trip wait for the reply: at the default `Block` (a bounded
 /// look, each reading the socket without waiting, before a blocking read), or blocking in the
 /// read at once (`Park`), as a raw TCP ping-pong does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum RttWait {
     Block,
     Park,
 }
 
 impl RttWait {
-    fn arg(self) -> &'static str {
-        match self {
-            RttWait::Block => "block",
-            RttWait::Park => "park",
-        }
-    }
-
-    pub(crate) fn parse(s: &str) -> Result<RttWait, String> {
-        match s {
-            "block" => Ok(RttWait::Block),
-            "park" => Ok(RttWait::Park),
-            other => Err(format!("unknown wait {other}")),
-        }
-    }
-
     fn strategy(self) -> WaitStrategy {
         match self {
             RttWait::Block => WaitStrategy::Block,
@@ -282,12 +268,7 @@ pub(crate) fn direct_rtt(rounds: usize, wait: RttWait) -> Vec<u64> {
     let l = Listener::bind(loopback(0), Config::default()).unwrap();
     let port = l.local_addr().unwrap().port();
     let back = free_port();
-    let kid = child(
-        "direct-echo",
-        &[port.to_string(), back.to_string(), wait.arg().to_string()],
-        &[],
-        |_| {},
-    );
+    let kid = child(&Role::DirectEcho { port, back, wait }, &[], |_| {});
     let mut ping = l.accept_producer("ping", RTT_G).unwrap();
     let start = Instant::now();
     let mut pong = loop {
@@ -299,7 +280,7 @@ pub(crate) fn direct_rtt(rounds: usize, wait: RttWait) -> Vec<u64> {
     };
     ping.set_wait_strategy(wait.strategy());
     pong.set_wait_strategy(wait.strategy());
-    let v = crate::harness::time_rounds(rounds, |i| {
+    let v = super::harness::time_rounds(rounds, |i| {
         ping.send_pod(&i).unwrap();
         let r = pong.recv().unwrap().unwrap();
         assert_eq!(r.as_pod::<u64>(), Some(&i));
@@ -354,7 +335,7 @@ pub(crate) fn tcp_stream(secs: f64) -> Streamed {
 fn tcp_stream_inner(secs: f64) -> (f64, f64) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let kid = child("tcp-sink", &[port.to_string()], &[], |_| {});
+    let kid = child(&Role::TcpSink { port }, &[], |_| {});
     let (mut s, _) = l.accept().unwrap();
     s.set_nodelay(true).unwrap();
     let buf = vec![0x5Au8; 64 << 10];
@@ -386,7 +367,7 @@ pub(crate) fn tcp_framed_stream(secs: f64) -> Streamed {
     with_cpu(|| {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let kid = child("tcp-framed-sink", &[port.to_string()], &[], |_| {});
+        let kid = child(&Role::TcpFramedSink { port }, &[], |_| {});
         let (mut s, _) = l.accept().unwrap();
         s.set_nodelay(true).unwrap();
         let rec = std::hint::black_box([0x5Au8; REC]);
@@ -480,18 +461,13 @@ pub(crate) fn remote_rtt(rounds: usize) -> Vec<u64> {
         let port = s.local_addr().unwrap().port();
         (tokio::spawn(s.run()), port)
     });
-    let kid = child(
-        "remote-echo",
-        &[port.to_string(), back.to_string()],
-        &[],
-        |_| {},
-    );
+    let kid = child(&Role::RemoteEcho { port, back }, &[], |_| {});
     let client = rt.spawn(async move {
         let mut c = connect(loopback(back)).await;
         c.import("pong", pong_in).unwrap();
         c.run().await
     });
-    let v = crate::harness::time_rounds(rounds, |i| {
+    let v = super::harness::time_rounds(rounds, |i| {
         ping.send_pod(&i).unwrap();
         let r = pong.recv().unwrap().unwrap();
         assert_eq!(r.as_pod::<u64>(), Some(&i));
@@ -536,11 +512,11 @@ pub(crate) fn remote_echo(port: u16, back: u16) -> Result<(), String> {
 pub(crate) fn tcp_rtt(rounds: usize) -> Vec<u64> {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let kid = child("tcp-echo", &[port.to_string()], &[], |_| {});
+    let kid = child(&Role::TcpEcho { port }, &[], |_| {});
     let (mut s, _) = l.accept().unwrap();
     s.set_nodelay(true).unwrap();
     let mut buf = [0u8; 8];
-    let v = crate::harness::time_rounds(rounds, |i| {
+    let v = super::harness::time_rounds(rounds, |i| {
         s.write_all(&i.to_le_bytes()).unwrap();
         s.read_exact(&mut buf).unwrap();
         assert_eq!(u64::from_le_bytes(buf), i);
@@ -556,12 +532,12 @@ pub(crate) fn tcp_rtt(rounds: usize) -> Vec<u64> {
 pub(crate) fn tcp_rtt_two(rounds: usize) -> Vec<u64> {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
-    let kid = child("tcp-echo-two", &[port.to_string()], &[], |_| {});
+    let kid = child(&Role::TcpEchoTwo { port }, &[], |_| {});
     let (mut ping, _) = l.accept().unwrap();
     let (mut pong, _) = l.accept().unwrap();
     ping.set_nodelay(true).unwrap();
     let mut buf = [0u8; 8];
-    let v = crate::harness::time_rounds(rounds, |i| {
+    let v = super::harness::time_rounds(rounds, |i| {
         ping.write_all(&i.to_le_bytes()).unwrap();
         pong.read_exact(&mut buf).unwrap();
         assert_eq!(u64::from_le_bytes(buf), i);

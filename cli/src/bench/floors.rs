@@ -1,0 +1,277 @@
+//! The hardware floors `shmflow bench` holds shmflow against, and their peers: a round trip
+//! on one shared word, busy-polled (`floor_spin_*`) or through the futex (`floor_futex_*`),
+//! and a raw ring of 64 KiB slots in shared memory, busy-polled on both sides
+//! (`floor_small_rps`, `floor_bulk_gbps`). No protocol, no checks: what moving the bytes costs.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use super::harness::{
+    child, env_fd, finish, parse_report, pin, pin_cpu0, time_rounds, touch, unpin,
+};
+use super::roles::Role;
+use super::Cfg;
+
+/// A shared mapping of `len` bytes of a memfd, and the memfd (which the peer maps too). The
+/// mapping is raw (`MmapRaw`: pointers, never references to its bytes), as both processes
+/// write it.
+struct Raw {
+    fd: File,
+    map: MmapRaw,
+}
+
+impl Raw {
+    /// A new memfd of `len` bytes, mapped.
+    fn new(len: usize) -> Raw {
+        // SAFETY: memfd_create with a valid name; checked.
+        let fd = unsafe { libc::memfd_create(c"shmflow-bench".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0);
+        // SAFETY: fresh descriptor.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let file = File::from(fd);
+        file.set_len(len as u64).expect("sizing the memfd");
+        Raw::map(file.into(), len)
+    }
+
+    /// Maps the first `len` bytes of `fd`, shared, read-write, its pages faulted in at once
+    /// (`MAP_POPULATE`) so that no measure pays for them.
+    fn map(fd: OwnedFd, len: usize) -> Raw {
+        let fd = File::from(fd);
+        let map = MmapOptions::new()
+            .len(len)
+            .populate()
+            .map_raw(&fd)
+            .expect("mapping the shared memory");
+        Raw { fd, map }
+    }
+
+    /// The start of the mapping.
+    fn ptr(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off + 8 <= self.map.len() && off.is_multiple_of(8));
+        // SAFETY: in bounds, aligned, and only ever accessed atomically by both processes.
+        unsafe { &*(self.ptr().add(off) as *const AtomicU64) }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off + 4 <= self.map.len() && off.is_multiple_of(4));
+        // SAFETY: as for `u64_at`.
+        unsafe { &*(self.ptr().add(off) as *const AtomicU32) }
+    }
+}
+
+fn futex_wait(w: &AtomicU32, expected: u32) {
+    // SAFETY: a valid shared word; FUTEX_WAIT only reads it.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            w.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            std::ptr::null::<libc::timespec>(),
+        )
+    };
+}
+
+fn futex_wake(w: &AtomicU32) {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, 1) };
+}
+
+// ----- round trips -----------------------------------------------------------------------------
+
+/// Round trips on one shared word, busy-polled on both sides (sorted nanoseconds).
+pub(super) fn floor_spin(cfg: &Cfg) -> Vec<u64> {
+    let raw = Raw::new(4096);
+    let c = child(&Role::SpinFloor, &[("RAW", raw.fd.as_raw_fd())], |_| {});
+    let w = raw.u64_at(0);
+    let v = time_rounds(cfg.rounds, |_| {
+        let x = w.load(Ordering::Acquire);
+        w.store(x + 1, Ordering::Release);
+        while w.load(Ordering::Acquire) != x + 2 {
+            std::hint::spin_loop();
+        }
+    });
+    w.store(u64::MAX, Ordering::Release);
+    finish(c);
+    v
+}
+
+/// The peer of [`floor_spin`]: answers each odd value of the word with the next one.
+pub(super) fn spin_floor_peer() {
+    let raw = Raw::map(env_fd("RAW"), 4096);
+    let w = raw.u64_at(0);
+    loop {
+        let x = w.load(Ordering::Acquire);
+        if x == u64::MAX {
+            break;
+        }
+        if x % 2 == 1 {
+            w.store(x + 1, Ordering::Release);
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Round trips on one shared word, each side sleeping on the futex until the other wakes it
+/// (sorted nanoseconds); `same_cpu`: both processes pinned to CPU 0.
+pub(super) fn floor_futex(cfg: &Cfg, same_cpu: bool) -> Vec<u64> {
+    let raw = Raw::new(4096);
+    if same_cpu {
+        pin(0);
+    }
+    let c = child(&Role::FutexFloor, &[("RAW", raw.fd.as_raw_fd())], |cmd| {
+        if same_cpu {
+            pin_cpu0()(cmd)
+        }
+    });
+    let w = raw.u32_at(0);
+    let v = time_rounds(cfg.rounds, |_| {
+        w.store(1, Ordering::Release);
+        futex_wake(w);
+        loop {
+            let x = w.load(Ordering::Acquire);
+            if x == 2 {
+                break;
+            }
+            futex_wait(w, x);
+        }
+    });
+    w.store(3, Ordering::Release);
+    futex_wake(w);
+    finish(c);
+    if same_cpu {
+        unpin();
+    }
+    v
+}
+
+/// The peer of [`floor_futex`]: answers 1 with 2 and a wake-up, ends on 3.
+pub(super) fn futex_floor_peer() {
+    let raw = Raw::map(env_fd("RAW"), 4096);
+    let w = raw.u32_at(0);
+    loop {
+        let x = w.load(Ordering::Acquire);
+        match x {
+            1 => {
+                w.store(2, Ordering::Release);
+                futex_wake(w);
+            }
+            3 => break,
+            _ => futex_wait(w, x),
+        }
+    }
+}
+
+// ----- throughput ------------------------------------------------------------------------------
+
+/// Raw ring of 64 KiB slots: a 4 KiB header (`head`, `tail`, `done` on their own lines, then
+/// each slot's used length), then the slots. Small records are packed `[u32 len][payload]`,
+/// 8-aligned; a 64 KiB record fills a slot exactly.
+const SLOT: usize = 64 * 1024;
+const LENS: usize = 512;
+fn raw_ring_len(slots: usize) -> usize {
+    4096 + slots * SLOT
+}
+
+/// Records of `len` bytes through a raw ring of `pool` bytes for `cfg.secs`: (records,
+/// nanoseconds) as the peer counted them.
+pub(super) fn floor_stream(cfg: &Cfg, pool: usize, len: usize) -> (f64, f64) {
+    let slots = (pool / SLOT).max(2);
+    let raw = Raw::new(raw_ring_len(slots));
+    let c = child(
+        &Role::RawSink { slots, len },
+        &[("RAW", raw.fd.as_raw_fd())],
+        |_| {},
+    );
+    let (head, tail, done) = (raw.u64_at(0), raw.u64_at(128), raw.u64_at(256));
+    let buf = vec![0x5Au8; len];
+    let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
+    let mut t = 0u64;
+    let frame = (4 + len + 7) & !7;
+    while Instant::now() < end {
+        for _ in 0..8 {
+            while t - head.load(Ordering::Acquire) >= slots as u64 {
+                std::hint::spin_loop();
+            }
+            let slot = (t % slots as u64) as usize;
+            // SAFETY: the slot lies inside the mapping and is ours until we publish `tail`.
+            let base = unsafe { raw.ptr().add(4096 + slot * SLOT) };
+            let used = if len == SLOT {
+                // SAFETY: exactly one slot.
+                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), base, SLOT) };
+                SLOT
+            } else {
+                let mut off = 0;
+                while off + frame <= SLOT {
+                    // SAFETY: in bounds of the slot (checked by the loop condition).
+                    unsafe {
+                        (base.add(off) as *mut u32).write_unaligned(len as u32);
+                        std::ptr::copy_nonoverlapping(buf.as_ptr(), base.add(off + 4), len);
+                    }
+                    off += frame;
+                }
+                off
+            };
+            raw.u64_at(LENS + slot * 8)
+                .store(used as u64, Ordering::Relaxed);
+            t += 1;
+            tail.store(t, Ordering::Release);
+        }
+    }
+    done.store(1, Ordering::Release);
+    parse_report(&finish(c))
+}
+
+/// The peer of [`floor_stream`]: reads the ring of `slots` slots to its end, touching every
+/// record of `len` bytes; prints `records nanoseconds`.
+pub(super) fn raw_sink(slots: usize, len: usize) {
+    let raw = Raw::map(env_fd("RAW"), raw_ring_len(slots));
+    let (head, tail, done) = (raw.u64_at(0), raw.u64_at(128), raw.u64_at(256));
+    let frame = (4 + len + 7) & !7;
+    let (mut h, mut n, mut sum, mut start) = (0u64, 0u64, 0u64, None);
+    loop {
+        let t = tail.load(Ordering::Acquire);
+        if h == t {
+            if done.load(Ordering::Acquire) == 1 && tail.load(Ordering::Acquire) == h {
+                break;
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        start.get_or_insert_with(Instant::now);
+        while h < t {
+            let slot = (h % slots as u64) as usize;
+            // SAFETY: the slot is published (Acquire on tail) and inside the mapping.
+            let base = unsafe { raw.ptr().add(4096 + slot * SLOT) };
+            let used = (raw.u64_at(LENS + slot * 8).load(Ordering::Relaxed) as usize).min(SLOT);
+            if len == SLOT {
+                // SAFETY: one whole slot.
+                sum = sum.wrapping_add(touch(unsafe { std::slice::from_raw_parts(base, used) }));
+                n += 1;
+            }
+            let mut off = if len == SLOT { used } else { 0 };
+            while off < used {
+                // SAFETY: within the slot.
+                let l = unsafe { (base.add(off) as *const u32).read_unaligned() } as usize;
+                // SAFETY: the record lies within the slot (the producer wrote it so).
+                let payload =
+                    unsafe { std::slice::from_raw_parts(base.add(off + 4), l.min(SLOT - off - 4)) };
+                sum = sum.wrapping_add(touch(payload));
+                n += 1;
+                off += frame;
+            }
+            h += 1;
+            head.store(h, Ordering::Release);
+        }
+    }
+    std::hint::black_box(sum);
+    println!("{n} {}", start.map(|s| s.elapsed().as_nanos()).unwrap_or(1));
+}
