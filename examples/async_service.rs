@@ -13,10 +13,9 @@
 //! feeder is held back: its backpressured time shows it), then at full speed, and checks
 //! that every record arrived once, in order, intact. Exits non-zero otherwise.
 
-#[path = "support/args.rs"]
-mod args;
-
 use std::time::{Duration, Instant};
+
+use clap::Parser;
 
 use shmflow::{Consumer, Producer, WaitStrategy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
@@ -113,15 +112,23 @@ async fn client(
     Ok(())
 }
 
-const USAGE: &str = "usage: async_service [--records N]
-
-  --records N   records the feeding process sends (default 200000); exits non-zero on any
-                missing or garbled record";
+/// A tokio service serving over TCP the records a channel fed by another process carries, with
+/// backpressure end to end.
+#[derive(Parser)]
+#[command(name = "async_service", args_override_self = true)]
+struct Args {
+    /// Records the feeding process sends; exits non-zero on any missing or garbled record.
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    records: u64,
+    /// Be the feeding process (the service starts it).
+    #[arg(long, hide = true)]
+    feed: bool,
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let args = args::parse(USAGE, &["--records"], &["--feed"], 0);
-    let records = args.num("--records", 200_000u64);
-    if args.has("--feed") {
+    let args = Args::parse();
+    let records = args.records;
+    if args.feed {
         return feed(records).map_err(|e| e.to_string().into());
     }
 

@@ -11,20 +11,32 @@
 //! perf record -g target/release/examples/bridge_stream --len 64 --secs 3
 //! ```
 
-#[path = "support/args.rs"]
-mod args;
-
 use std::time::{Duration, Instant};
+
+use clap::Parser;
 
 use shmflow::net::{Client, Config, Server};
 use shmflow::Geometry;
 
-const USAGE: &str = "usage: bridge_stream [--len BYTES] [--secs S] [--process]
-
-  --len BYTES   record size (default 64)
-  --secs S      how long to send (default 3)
-  --process     the receiving bridge and its consumer run in a child process (this program,
-                with --sink-at)";
+/// Streams records through the bridges over loopback and prints the rate and the CPU seconds
+/// per GB: for profiling the bridges.
+#[derive(Parser)]
+#[command(name = "bridge_stream", args_override_self = true)]
+struct Args {
+    /// Record size.
+    #[arg(long, value_name = "BYTES", default_value_t = 64)]
+    len: usize,
+    /// How long to send.
+    #[arg(long, value_name = "S", default_value_t = 3.0)]
+    secs: f64,
+    /// The receiving bridge and its consumer run in a child process (this program, with
+    /// --sink-at).
+    #[arg(long)]
+    process: bool,
+    /// Be the child of --process: receive from the server at this address.
+    #[arg(long, value_name = "ADDR", hide = true)]
+    sink_at: Option<std::net::SocketAddr>,
+}
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
@@ -79,12 +91,11 @@ fn receive(addr: std::net::SocketAddr) -> Counted {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let a = args::parse(USAGE, &["--len", "--secs", "--sink-at"], &["--process"], 0);
-    let len: usize = a.num("--len", 64);
-    let secs: f64 = a.num("--secs", 3.0);
-    if let Some(at) = a.get("--sink-at") {
+    let a = Args::parse();
+    let (len, secs) = (a.len, a.secs);
+    if let Some(at) = a.sink_at {
         // The child of `--process`: receives and prints what it counted.
-        let (n, bytes) = receive(at.parse()?).map_err(|e| e.to_string())?;
+        let (n, bytes) = receive(at).map_err(|e| e.to_string())?;
         println!("{n} {bytes}");
         return Ok(());
     }
@@ -97,7 +108,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok::<_, Box<dyn std::error::Error>>((tokio::spawn(s.run()), addr))
     })?;
     let (start, cpu0) = (Instant::now(), cpu_s());
-    let child = if a.has("--process") {
+    let child = if a.process {
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.args(["--sink-at", &addr.to_string()])
             .stdout(std::process::Stdio::piped());

@@ -7,45 +7,63 @@
 //! perf record -g target/release/examples/direct_stream --len 65536 --secs 3
 //! ```
 
-#[path = "support/args.rs"]
-mod args;
-
 use std::time::{Duration, Instant};
+
+use clap::Parser;
 
 use shmflow::net::{connect_consumer, connect_gate_channel, Config, Listener};
 use shmflow::{FlushPolicy, Gate, GateGeometry, GateMessage, Geometry};
 
-const USAGE: &str =
-    "usage: direct_stream [--len BYTES] [--secs S] [--policy P] [--segment BYTES] [--tls] [--gate]
-                     [--process]
+/// Streams records between two direct network ends over loopback and prints the rate: for
+/// profiling the direct ends.
+#[derive(Parser)]
+#[command(name = "direct_stream", args_override_self = true)]
+struct Args {
+    /// Record size.
+    #[arg(long, value_name = "BYTES", default_value_t = 65536)]
+    len: usize,
+    /// Segment size [default: the default geometry's].
+    #[arg(long, value_name = "BYTES")]
+    segment: Option<u32>,
+    /// How long to send.
+    #[arg(long, value_name = "S", default_value_t = 3.0)]
+    secs: f64,
+    /// every (each record as it is sent), explicit (whole segments), or a buffer timeout in
+    /// microseconds.
+    #[arg(long, value_name = "P", default_value = "every", value_parser = policy)]
+    policy: FlushPolicy,
+    /// Mutual TLS, with certificates of a throwaway authority.
+    #[arg(long)]
+    tls: bool,
+    /// The receiving end is channel 0 of a gate (2 exclusive, 8 floating segments), which
+    /// reads with the gate's segments.
+    #[arg(long, conflicts_with = "segment")]
+    gate: bool,
+    /// The reading end runs in a child process (this program, with --sink-at), a plain
+    /// consumer without TLS.
+    #[arg(long, conflicts_with_all = ["gate", "tls"])]
+    process: bool,
+    /// Be the child of --process: read from the sender at this address.
+    #[arg(long, value_name = "ADDR", hide = true)]
+    sink_at: Option<std::net::SocketAddr>,
+}
 
-  --len BYTES   record size (default 65536)
-  --segment B   segment size (default: the default geometry's)
-  --secs S      how long to send (default 3)
-  --policy P    every (default: each record as it is sent), explicit (whole segments),
-                or a buffer timeout in microseconds
-  --tls         mutual TLS, with certificates of a throwaway authority
-  --gate        the receiving end is channel 0 of a gate (2 exclusive, 8 floating segments)
-  --process     the reading end runs in a child process (this program, with --sink-at)";
+/// `--policy`: `every`, `explicit`, or microseconds.
+fn policy(p: &str) -> Result<FlushPolicy, String> {
+    match p {
+        "every" => Ok(FlushPolicy::EveryRecord),
+        "explicit" => Ok(FlushPolicy::Explicit),
+        us => us
+            .parse()
+            .map(|us| FlushPolicy::Timeout(Duration::from_micros(us)))
+            .map_err(|_| format!("unknown policy {us:?}")),
+    }
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let a = args::parse(
-        USAGE,
-        &["--len", "--secs", "--policy", "--segment", "--sink-at"],
-        &["--tls", "--gate", "--process"],
-        0,
-    );
-    let len: usize = a.num("--len", 65536);
-    let secs: f64 = a.num("--secs", 3.0);
-    let policy = match a.get("--policy") {
-        None | Some("every") => FlushPolicy::EveryRecord,
-        Some("explicit") => FlushPolicy::Explicit,
-        Some(us) => match us.parse() {
-            Ok(us) => FlushPolicy::Timeout(Duration::from_micros(us)),
-            Err(_) => a.fail(&format!("unknown policy {us:?}")),
-        },
-    };
-    let (tx_cfg, rx_cfg) = if a.has("--tls") {
+    let a = Args::parse();
+    let (len, secs, policy) = (a.len, a.secs, a.policy);
+    let (tx_cfg, rx_cfg) = if a.tls {
         tls_configs()?
     } else {
         (Config::default(), Config::default())
@@ -53,10 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let l = Listener::bind("127.0.0.1:0".parse()?, tx_cfg)?;
     let addr = l.local_addr()?;
     type Counted = Result<(u64, u64), Box<dyn std::error::Error + Send + Sync>>;
-    let gate = a.has("--gate");
-    if gate && a.get("--segment").is_some() {
-        a.fail("--gate reads with the gate's segments: --segment does not apply");
-    }
+    let gate = a.gate;
     let g = if gate {
         Geometry {
             segment_size: GateGeometry::new(1).segment_size,
@@ -64,13 +79,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     } else {
         Geometry {
-            segment_size: a.num("--segment", Geometry::default().segment_size),
+            segment_size: a.segment.unwrap_or(Geometry::default().segment_size),
             ..Geometry::default()
         }
     };
-    if let Some(at) = a.get("--sink-at") {
+    if let Some(at) = a.sink_at {
         // The child of `--process`: reads and prints what it counted.
-        let mut rx = connect_consumer(at.parse()?, "s", g, rx_cfg)?;
+        let mut rx = connect_consumer(at, "s", g, rx_cfg)?;
         let (mut n, mut bytes) = (0u64, 0u64);
         while let Some(mut r) = rx.recv()? {
             bytes += record_len(&mut r)?;
@@ -79,10 +94,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{n} {bytes}");
         return Ok(());
     }
-    let child = if a.has("--process") {
-        if gate || a.has("--tls") {
-            a.fail("--process reads with a plain consumer, without TLS");
-        }
+    let child = if a.process {
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.args(["--sink-at", &addr.to_string()])
             .args(["--segment", &g.segment_size.to_string()])

@@ -17,46 +17,65 @@
 //! `async-recv` await only that side (the other blocking, in the same task), to tell the two
 //! sides' costs apart.
 
-#[path = "support/args.rs"]
-mod args;
-
+use clap::{CommandFactory, Parser, ValueEnum};
 use shmflow::{FlushPolicy, Geometry};
 
-const USAGE: &str = "usage: hotpath [RECORDS] [tuned|plain|async|async-send|async-recv]
+/// Instruction counts of the hot path, for callgrind: one thread writes batches of 64-byte
+/// records and reads them back.
+#[derive(Parser)]
+#[command(name = "hotpath")]
+struct Args {
+    /// Records per run.
+    #[arg(default_value_t = 1_000_000)]
+    records: u64,
+    /// How both sides are written.
+    #[arg(value_enum, default_value_t = Mode::Tuned)]
+    mode: Mode,
+}
 
-  RECORDS   records per run (default 1000000)
-  MODE      tuned (default): Explicit flushes, claim, drain; plain: send and recv with every
-            setting at its default; async: as plain, awaited (needs the tokio feature);
-            async-send, async-recv: only that side awaited";
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Explicit flushes, claim, drain.
+    Tuned,
+    /// send and recv with every setting at its default.
+    Plain,
+    /// As plain, awaited (needs the tokio feature).
+    Async,
+    /// Only the sending side awaited.
+    AsyncSend,
+    /// Only the receiving side awaited.
+    AsyncRecv,
+}
 
 fn main() {
-    let a = args::parse(USAGE, &[], &[], 2);
-    let n: u64 = a.pos(0, 1_000_000);
-    let mode = a.pos_str(1).unwrap_or("tuned").to_owned();
-    if !["tuned", "plain", "async", "async-send", "async-recv"].contains(&mode.as_str()) {
-        a.fail(&format!("unknown mode {mode:?}"));
-    }
-    let plain = mode == "plain";
+    let Args { records: n, mode } = Args::parse();
+    let is_async = matches!(mode, Mode::Async | Mode::AsyncSend | Mode::AsyncRecv);
+    let plain = mode == Mode::Plain;
     let (mut p, mut c) = shmflow::pair(Geometry::default()).unwrap();
     #[cfg(feature = "tokio")]
-    if mode.starts_with("async") {
+    if is_async {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         // One loop per mode, each compiled on its own, so that no mode pays for another's branches.
         let sum = rt.block_on(async {
-            match mode.as_str() {
-                "async" => awaited::<true, true>(&mut p, &mut c, n).await,
-                "async-send" => awaited::<true, false>(&mut p, &mut c, n).await,
+            match mode {
+                Mode::Async => awaited::<true, true>(&mut p, &mut c, n).await,
+                Mode::AsyncSend => awaited::<true, false>(&mut p, &mut c, n).await,
                 _ => awaited::<false, true>(&mut p, &mut c, n).await,
             }
         });
         println!("{sum}");
         return;
     }
-    if mode.starts_with("async") {
-        a.fail("the async modes need the tokio feature");
+    if is_async {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::InvalidValue,
+                "the async modes need the tokio feature",
+            )
+            .exit();
     }
     if !plain {
         p.set_flush_policy(FlushPolicy::Explicit);

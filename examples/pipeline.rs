@@ -16,12 +16,10 @@
 //! (`/shmflow-pipeline-PID-a` and `-b`) that `shmflow list` shows and `shmflow stat NAME`
 //! watches live, while the pipeline runs; the source prints the names and the commands.
 
-#[path = "support/args.rs"]
-mod args;
-
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use shmflow::{Consumer, FlushPolicy, Geometry, PeerHandle, Producer};
 
 const FD_VAR: &str = "PIPELINE_FD";
@@ -34,28 +32,38 @@ struct Args {
     named: Option<String>,
 }
 
-const USAGE: &str = "usage: pipeline [--records N] [--sink-rate RECORDS_PER_SEC] [--named]
-
-  --records N          records the source sends (default 10000000)
-  --sink-rate R        cap the sink at R records/s: backpressure slows the source to it
-  --named              use named regions that `shmflow list` and `shmflow stat` can watch";
+/// Three processes linked by two shmflow channels: source → transform → sink.
+#[derive(Parser)]
+#[command(name = "pipeline", args_override_self = true)]
+struct Cli {
+    /// Records the source sends.
+    #[arg(long, value_name = "N", default_value_t = 10_000_000)]
+    records: u64,
+    /// Cap the sink at R records/s: backpressure slows the source to it.
+    #[arg(long, value_name = "R")]
+    sink_rate: Option<f64>,
+    /// Use named regions that `shmflow list` and `shmflow stat` can watch.
+    #[arg(long)]
+    named: bool,
+    /// The stage this process runs (the source starts the others).
+    #[arg(long, hide = true, default_value = "source")]
+    role: String,
+    /// The named regions' prefix, given to the stages the source starts.
+    #[arg(long, hide = true)]
+    prefix: Option<String>,
+}
 
 fn parse_args() -> Args {
-    let a = args::parse(
-        USAGE,
-        &["--role", "--records", "--sink-rate", "--prefix"],
-        &["--named"],
-        0,
-    );
-    let named = match a.get("--prefix") {
-        Some(p) => Some(p.to_owned()),
-        None if a.has("--named") => Some(format!("/shmflow-pipeline-{}", std::process::id())),
+    let a = Cli::parse();
+    let named = match a.prefix {
+        Some(p) => Some(p),
+        None if a.named => Some(format!("/shmflow-pipeline-{}", std::process::id())),
         None => None,
     };
     Args {
-        role: a.get("--role").unwrap_or("source").to_owned(),
-        records: a.num("--records", 10_000_000),
-        sink_rate: a.get("--sink-rate").map(|_| a.num("--sink-rate", 0.0)),
+        role: a.role,
+        records: a.records,
+        sink_rate: a.sink_rate,
         named,
     }
 }

@@ -6,11 +6,9 @@
 //! cargo run --release --example read_loops [ROUNDS]
 //! ```
 
-#[path = "support/args.rs"]
-mod args;
-
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use shmflow::{Consumer, FlushPolicy, Geometry, Result, WaitStrategy};
 
 const N: u64 = 5_000_000;
@@ -59,12 +57,18 @@ fn by_recv_unwrap(c: &mut Consumer) -> Result<u64> {
 
 type Reader = fn(&mut Consumer) -> Result<u64>;
 
-const USAGE: &str = "usage: read_loops [ROUNDS]
-
-  ROUNDS    alternating runs of three ways to read a stream (default 11)";
+/// Reader loop shapes compared: `drain`, `while let Some(r) = rx.recv()?` and
+/// `recv().unwrap()`, two threads, 64 B records.
+#[derive(Parser)]
+#[command(name = "read_loops")]
+struct Args {
+    /// Alternating runs of three ways to read a stream.
+    #[arg(default_value_t = 11)]
+    rounds: usize,
+}
 
 fn main() {
-    let rounds: usize = args::parse(USAGE, &[], &[], 1).pos(0, 11);
+    let rounds = Args::parse().rounds;
     let readers: [(&str, Reader); 3] = [
         ("drain", by_drain),
         ("while let Some(r) = recv()?", by_recv_question_mark),

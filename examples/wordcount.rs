@@ -81,9 +81,6 @@
 //! exits non-zero by itself, that `/dev/shm` holds nothing of the run but the killed stage's
 //! own gate, and that `shmflow clean` (`remove_if_stale`) removes it; it exits 0 if all holds.
 
-#[path = "support/args.rs"]
-mod args;
-
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -91,6 +88,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use shmflow::metrics::{BackpressureLevel, GateSnapshot};
 use shmflow::monitor::GateMonitor;
 use shmflow::{
@@ -139,113 +138,150 @@ enum CrashSeed {
     None,
 }
 
-const USAGE: &str = "usage: wordcount [--lines N] [--slow-counter K [--slow-ns N]] [--skew] [--remote]
-                 [--kill-stage ROLE:INDEX] [--prefix /NAME]
-                 [--barriers MODE [--barrier-interval-ms N]]
-                 [--checkpoint-dir DIR [--crash-seed S|random|none] [--crashes N]]
+/// A word count over 8 processes (2 sources, 3 tokenizers, 2 counters, a sink) linked by
+/// shmflow gates; exits non-zero if a count differs.
+#[derive(Parser)]
+#[command(name = "wordcount", args_override_self = true)]
+struct Args {
+    /// Lines per source.
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    lines: u64,
+    /// Counter K does busy work per word: backpressure reaches the sources.
+    #[arg(long, value_name = "K")]
+    slow_counter: Option<usize>,
+    /// The slowed counter's work per word in ns.
+    #[arg(long, value_name = "N", default_value_t = 3000)]
+    slow_ns: u64,
+    /// One hot word takes half the words (its counter's gate borrows floating segments).
+    #[arg(long)]
+    skew: bool,
+    /// Tokenizers and counters talk over TCP on loopback (needs the net feature).
+    #[arg(long)]
+    remote: bool,
+    /// SIGKILL stage ROLE:I (source, tokenizer, counter, sink) mid-run and check that every
+    /// other stage stops non-zero and only its gate is left.
+    #[arg(long, value_name = "ROLE:I", value_parser = kill_stage)]
+    kill_stage: Option<(String, usize)>,
+    /// Prefix of the gates' names [default: /shmflow-wc-PID].
+    #[arg(long, value_name = "/NAME")]
+    prefix: Option<String>,
+    /// The sources send checkpoint barriers: aligned, unaligned or timeout:MS (aligned,
+    /// switching to unaligned after MS ms); counters report their delay.
+    #[arg(long, value_name = "MODE", value_parser = barriers)]
+    barriers: Option<Alignment>,
+    /// Time between barriers.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    barrier_interval_ms: u64,
+    /// Buffer debloating on every gate: what is in flight to a stage is what it reads in N ms
+    /// (a barrier waits behind about that much).
+    #[arg(long, value_name = "N")]
+    debloat_ms: Option<u64>,
+    /// Exactly-once: the sources read their input from files in DIR, every stage acknowledges
+    /// each checkpoint there with its state, and after a crash the whole pipeline restarts
+    /// from the last complete checkpoint (needs --barriers).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// With --checkpoint-dir: kill the stage drawn from seed S at a moment drawn from it, then
+    /// recover; `random` (the default) draws a seed and prints it, `none` kills nothing.
+    #[arg(long, value_name = "S|random|none", value_parser = crash_seed)]
+    crash_seed: Option<CrashSeed>,
+    /// Crash that many attempts in a row [default: 1].
+    #[arg(long, value_name = "N")]
+    crashes: Option<u32>,
+    /// The port of the TCP link (given to the stages by the orchestrator).
+    #[arg(long, hide = true)]
+    port: Option<u16>,
+    /// The stage this process runs (given by the orchestrator).
+    #[arg(long, hide = true)]
+    role: Option<String>,
+    /// The stage's index among its kind.
+    #[arg(long, hide = true)]
+    index: Option<usize>,
+    /// The checkpoint to start from (given to the stages by the orchestrator).
+    #[arg(long, hide = true)]
+    restore: Option<u64>,
+}
 
-  --lines N              lines per source (default 200000)
-  --slow-counter K       counter K does busy work per word: backpressure reaches the sources
-  --slow-ns N            the slowed counter's work per word in ns (default 3000)
-  --skew                 one hot word takes half the words (its counter's gate borrows floating segments)
-  --remote               tokenizers and counters talk over TCP on loopback (needs the net feature)
-  --kill-stage ROLE:I    SIGKILL stage ROLE:I (source, tokenizer, counter, sink) mid-run and check
-                         that every other stage stops non-zero and only its gate is left
-  --prefix /NAME         prefix of the gates' names (default /shmflow-wc-PID)
-  --barriers MODE        the sources send checkpoint barriers: aligned, unaligned or timeout:MS
-                         (aligned, switching to unaligned after MS ms); counters report their delay
-  --barrier-interval-ms N  time between barriers (default 500)
-  --debloat-ms N         buffer debloating on every gate: what is in flight to a stage is what it
-                         reads in N ms (a barrier waits behind about that much)
-  --checkpoint-dir DIR   exactly-once: the sources read their input from files in DIR, every stage
-                         acknowledges each checkpoint there with its state, and after a crash the
-                         whole pipeline restarts from the last complete checkpoint (needs --barriers)
-  --crash-seed S         with --checkpoint-dir: kill the stage drawn from seed S at a moment drawn from
-                         it, then recover; `random` (the default) draws a seed and prints it, `none`
-                         kills nothing
-  --crashes N            crash that many attempts in a row (default 1)";
+/// `--kill-stage ROLE:INDEX`.
+fn kill_stage(v: &str) -> Result<(String, usize), String> {
+    v.split_once(':')
+        .and_then(|(r, i)| Some((r.to_owned(), i.parse().ok()?)))
+        .ok_or_else(|| "--kill-stage takes ROLE:INDEX".to_owned())
+}
+
+/// `--barriers aligned|unaligned|timeout:MS`.
+fn barriers(m: &str) -> Result<Alignment, String> {
+    match m {
+        "aligned" => Ok(Alignment::Aligned),
+        "unaligned" => Ok(Alignment::Unaligned),
+        t => match t.strip_prefix("timeout:").and_then(|ms| ms.parse().ok()) {
+            Some(ms) => Ok(Alignment::AlignedWithTimeout(Duration::from_millis(ms))),
+            None => Err("--barriers takes aligned, unaligned or timeout:MS".to_owned()),
+        },
+    }
+}
+
+/// `--crash-seed S|random|none`.
+fn crash_seed(v: &str) -> Result<CrashSeed, String> {
+    match v {
+        "random" => Ok(CrashSeed::Random),
+        "none" => Ok(CrashSeed::None),
+        s => s
+            .parse()
+            .map(CrashSeed::Seed)
+            .map_err(|_| format!("{s:?} is not a seed, `random` or `none`")),
+    }
+}
+
+/// Prints `msg` with the usage and exits 2, as for a command line that does not parse.
+fn usage_error(msg: &str) -> ! {
+    Args::command()
+        .error(ErrorKind::ArgumentConflict, msg)
+        .exit()
+}
 
 fn main() {
-    let parsed = args::parse(
-        USAGE,
-        &[
-            "--lines",
-            "--slow-counter",
-            "--slow-ns",
-            "--prefix",
-            "--kill-stage",
-            "--port",
-            "--role",
-            "--index",
-            "--barriers",
-            "--barrier-interval-ms",
-            "--debloat-ms",
-            "--checkpoint-dir",
-            "--crash-seed",
-            "--crashes",
-            "--restore",
-        ],
-        &["--skew", "--remote"],
-        0,
-    );
+    let parsed = Args::parse();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let get = |name: &str| parsed.get(name).map(str::to_owned);
     let opts = Opts {
-        lines: parsed.num("--lines", 200_000),
-        slow_counter: parsed
-            .get("--slow-counter")
-            .map(|_| parsed.num("--slow-counter", 0)),
-        slow_ns: parsed.num("--slow-ns", 3000),
-        skew: parsed.has("--skew"),
-        prefix: get("--prefix").unwrap_or_else(|| format!("/shmflow-wc-{}", std::process::id())),
-        kill_stage: get("--kill-stage").map(|v| {
-            let parsed_stage = v
-                .split_once(':')
-                .and_then(|(r, i)| Some((r.to_owned(), i.parse().ok()?)));
-            parsed_stage.unwrap_or_else(|| parsed.fail("--kill-stage takes ROLE:INDEX"))
-        }),
-        remote: match parsed.get("--port") {
-            Some(_) => Some(parsed.num("--port", 0)),
-            None if parsed.has("--remote") => Some(free_port()),
+        lines: parsed.lines,
+        slow_counter: parsed.slow_counter,
+        slow_ns: parsed.slow_ns,
+        skew: parsed.skew,
+        prefix: parsed
+            .prefix
+            .clone()
+            .unwrap_or_else(|| format!("/shmflow-wc-{}", std::process::id())),
+        kill_stage: parsed.kill_stage.clone(),
+        remote: match parsed.port {
+            Some(port) => Some(port),
+            None if parsed.remote => Some(free_port()),
             None => None,
         },
-        barriers: get("--barriers").map(|m| match m.as_str() {
-            "aligned" => Alignment::Aligned,
-            "unaligned" => Alignment::Unaligned,
-            t => match t.strip_prefix("timeout:").and_then(|ms| ms.parse().ok()) {
-                Some(ms) => Alignment::AlignedWithTimeout(Duration::from_millis(ms)),
-                None => parsed.fail("--barriers takes aligned, unaligned or timeout:MS"),
-            },
-        }),
-        barrier_interval: Duration::from_millis(parsed.num("--barrier-interval-ms", 500)),
-        debloat: parsed
-            .get("--debloat-ms")
-            .map(|_| Duration::from_millis(parsed.num("--debloat-ms", 100))),
-        checkpoint_dir: get("--checkpoint-dir").map(PathBuf::from),
-        crash_seed: match get("--crash-seed").as_deref() {
-            None | Some("random") => CrashSeed::Random,
-            Some("none") => CrashSeed::None,
-            Some(_) => CrashSeed::Seed(parsed.num("--crash-seed", 0)),
-        },
-        crashes: parsed.num("--crashes", 1),
-        restore: parsed.get("--restore").map(|_| parsed.num("--restore", 0)),
+        barriers: parsed.barriers,
+        barrier_interval: Duration::from_millis(parsed.barrier_interval_ms),
+        debloat: parsed.debloat_ms.map(Duration::from_millis),
+        checkpoint_dir: parsed.checkpoint_dir.clone(),
+        crash_seed: parsed.crash_seed.unwrap_or(CrashSeed::Random),
+        crashes: parsed.crashes.unwrap_or(1),
+        restore: parsed.restore,
     };
     if opts.checkpoint_dir.is_some() {
         if opts.barriers.is_none() {
-            parsed.fail("--checkpoint-dir needs --barriers aligned|unaligned|timeout:MS");
+            usage_error("--checkpoint-dir needs --barriers aligned|unaligned|timeout:MS");
         }
-        if opts.kill_stage.is_some() || parsed.has("--remote") {
-            parsed.fail("--checkpoint-dir goes with neither --kill-stage nor --remote");
+        if opts.kill_stage.is_some() || parsed.remote {
+            usage_error("--checkpoint-dir goes with neither --kill-stage nor --remote");
         }
-    } else if parsed.get("--crash-seed").is_some() || parsed.get("--crashes").is_some() {
-        parsed.fail("--crash-seed and --crashes need --checkpoint-dir");
+    } else if parsed.crash_seed.is_some() || parsed.crashes.is_some() {
+        usage_error("--crash-seed and --crashes need --checkpoint-dir");
     }
-    let result = match get("--role").as_deref() {
+    let result = match parsed.role.as_deref() {
         None if opts.kill_stage.is_some() => kill_and_check(&opts, &args),
         None if opts.checkpoint_dir.is_some() => exactly_once(&opts, &args),
         None => orchestrate(&opts, &args),
         Some(role) => {
-            let index: usize = parsed.num("--index", 0);
+            let index = parsed.index.unwrap_or(0);
             match role {
                 "source" => source(&opts, index),
                 "tokenizer" => tokenizer(&opts, index),
@@ -258,10 +294,10 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        match get("--role") {
+        match &parsed.role {
             Some(role) => eprintln!(
                 "wordcount {role} {}: {e}",
-                get("--index").unwrap_or_default()
+                parsed.index.map(|i| i.to_string()).unwrap_or_default()
             ),
             None => eprintln!("wordcount: {e}"),
         }
