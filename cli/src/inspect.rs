@@ -54,7 +54,7 @@ fn released_name(r: Option<shmflow::Released>) -> &'static str {
 }
 
 /// Nanoseconds in the unit that reads best (ns, µs, ms or s).
-fn duration_ns(ns: u64) -> String {
+pub(crate) fn duration_ns(ns: u64) -> String {
     match ns {
         0..=9_999 => format!("{ns} ns"),
         10_000..=9_999_999 => format!("{:.1} µs", ns as f64 / 1e3),
@@ -64,7 +64,7 @@ fn duration_ns(ns: u64) -> String {
 }
 
 /// Bytes in the unit that reads best (B, KiB or MiB).
-fn bytes_text(b: u64) -> String {
+pub(crate) fn bytes_text(b: u64) -> String {
     match b {
         0..=9_999 => format!("{b} B"),
         10_000..=9_999_999 => format!("{:.1} KiB", b as f64 / 1024.0),

@@ -42,6 +42,37 @@ pub(crate) struct RowData {
     /// A network bridge's end: (sending, credit, backlog).
     pub(crate) link: Option<(bool, u64, u64)>,
     pub(crate) ends: String,
+    /// Gates: the last checkpoint released (id, alignment time, how), as text.
+    pub(crate) checkpoint: Option<String>,
+    /// Debloating, where it is on: the cap (in-flight limit in segments) and the in-flight
+    /// limit in bytes, as text.
+    pub(crate) debloat: Option<String>,
+}
+
+/// A gate's last checkpoint: `#id alignment-time how` (A aligned, U unaligned, T switched to
+/// unaligned by the alignment timeout), or "none" before the first.
+fn checkpoint_text(k: &shmflow::metrics::CheckpointStats) -> String {
+    let how = match k.last_released {
+        None => return "none".into(),
+        Some(shmflow::Released::Aligned) => "A",
+        Some(shmflow::Released::Unaligned { timed_out: true }) => "T",
+        Some(_) => "U",
+    };
+    format!(
+        "#{} {} {how}",
+        k.last_id,
+        crate::inspect::duration_ns(k.checkpoint_alignment_time_ns)
+    )
+}
+
+/// Debloating's figures of a channel, if it is on: `cap N ≤ BYTES`.
+fn debloat_text(s: &Snapshot) -> Option<String> {
+    let limit = s.in_flight_limit_bytes()?;
+    Some(format!(
+        "cap {} ≤ {}",
+        s.segment_cap,
+        crate::inspect::bytes_text(limit)
+    ))
 }
 
 /// The view's state: what was seen last, the selection, the filter, the open gate.
@@ -167,6 +198,15 @@ impl Top {
                     now.channels.len(),
                     short(now.consumer_state, consumer_alive)
                 ),
+                checkpoint: Some(checkpoint_text(&now.checkpoints)),
+                debloat: now
+                    .channels
+                    .iter()
+                    .find_map(|c| debloat_text(&c.snapshot))
+                    .map(|_| {
+                        let caps: u64 = now.channels.iter().map(|c| c.snapshot.segment_cap).sum();
+                        format!("cap {caps} in all")
+                    }),
             });
             sort(&mut chans);
             self.gate_rows.insert(name.clone(), chans);
@@ -225,6 +265,8 @@ impl Top {
             history,
             link: now.link.map(|l| (l.sending, l.credit, l.backlog)),
             ends: ends(now, alive),
+            checkpoint: None,
+            debloat: debloat_text(now),
         }
     }
 

@@ -8,7 +8,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 use shmflow::metrics::BackpressureLevel;
 
-use super::{RowData, Top, HISTORY};
+use super::{RowData, Top};
 
 impl Top {
     /// Draws the view.
@@ -47,56 +47,12 @@ impl Top {
             head,
         );
         let gate_view = self.open_gate.is_some();
-        let header = Row::new(
-            [
-                "NAME",
-                "KIND",
-                "LEVEL",
-                "BP ms/s",
-                "OUT POOL",
-                "IN POOL",
-                if gate_view {
-                    "FLOAT/BACKLOG"
-                } else {
-                    "EXCL/FLOAT"
-                },
-                "REC/S",
-                "MB/S",
-                "REC/S HISTORY",
-                "LINK",
-                "ENDS",
-            ]
-            .map(|h| Cell::from(h).style(Style::new().add_modifier(Modifier::BOLD))),
-        );
-        // The name column takes what the others leave (11 spaces between 12 columns), and a
-        // name longer than that is shortened in the middle: prefixes are often shared.
-        let fixed: u16 = 9 + 5 + 7 + 15 + 15 + 15 + 10 + 8 + HISTORY as u16 + 16 + 12 + 11;
-        let name_width = (f.area().width.saturating_sub(fixed) as usize).max(18);
-        let rows: Vec<Row> = self
-            .visible()
-            .into_iter()
-            .map(|r| row(r, name_width))
-            .collect();
-        let table = Table::new(
-            rows,
-            [
-                Constraint::Min(18),
-                Constraint::Length(9),
-                Constraint::Length(5),
-                Constraint::Length(7),
-                Constraint::Length(15),
-                Constraint::Length(15),
-                Constraint::Length(15),
-                Constraint::Length(10),
-                Constraint::Length(8),
-                Constraint::Length(HISTORY as u16),
-                Constraint::Length(16),
-                Constraint::Length(12),
-            ],
-        )
-        .header(header)
-        .block(Block::new().borders(Borders::TOP))
-        .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
+        let visible = self.visible();
+        let (widths, header, rows) = table(&visible, gate_view, f.area().width);
+        let table = Table::new(rows, widths)
+            .header(header)
+            .block(Block::new().borders(Borders::TOP))
+            .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED));
         f.render_stateful_widget(table, body, &mut self.table);
         let help = if self.editing_filter {
             format!("filter: {}▏  Enter keep · Esc drop", self.filter)
@@ -158,34 +114,143 @@ pub(crate) fn shorten_middle(name: &str, width: usize) -> String {
     out
 }
 
-fn row(r: &RowData, name_width: usize) -> Row<'static> {
+/// One column: its heading, and each row's cell as text and style.
+struct Column {
+    heading: &'static str,
+    cells: Vec<(String, Style)>,
+    /// Lower goes first when the screen is too narrow for every column.
+    keep: u8,
+}
+
+impl Column {
+    /// As wide as its widest cell or heading: a figure is never cut.
+    fn width(&self) -> u16 {
+        self.cells
+            .iter()
+            .map(|(t, _)| t.chars().count())
+            .chain([self.heading.chars().count()])
+            .max()
+            .unwrap_or(0) as u16
+    }
+}
+
+/// The least the name column gets before other columns are left out.
+const NAME_MIN: u16 = 16;
+
+/// The table for `rows` at `width` columns: every column as wide as its widest figure;
+/// columns are left out, least needed first, until the rest fit with at least [`NAME_MIN`]
+/// for the names, which take what is left (shortened in the middle).
+fn table(
+    rows: &[&RowData],
+    gate_view: bool,
+    width: u16,
+) -> (Vec<Constraint>, Row<'static>, Vec<Row<'static>>) {
     let dash = || "—".to_string();
-    let usage = match (r.gate_usage, r.floating_held) {
-        (Some((e, f, skew)), _) => format!("{e:.2}/{f:.2}{}", if skew { " SKEW" } else { "" }),
-        (_, Some((held, backlog))) => format!("{held} / {backlog}"),
-        _ => dash(),
+    let plain = Style::new();
+    let col = |heading, keep, cell: &dyn Fn(&RowData) -> (String, Style)| Column {
+        heading,
+        cells: rows.iter().map(|r| cell(r)).collect(),
+        keep,
     };
-    Row::new(vec![
-        Cell::from(shorten_middle(&r.name, name_width)),
-        Cell::from(r.kind.clone()),
-        Cell::from(r.level.map_or("—", |l| l.as_str())).style(level_style(r.level)),
-        Cell::from(r.back_pressured_ms.map_or_else(dash, |b| format!("{b:.0}"))),
-        Cell::from(bar(r.out_pool, 10)),
-        Cell::from(bar(r.in_pool, 10)),
-        Cell::from(usage).style(if r.gate_usage.is_some_and(|g| g.2) {
-            Style::new().fg(Color::Magenta)
-        } else {
-            Style::new()
-        }),
-        Cell::from(format!("{:.0}", r.records_per_s)),
-        Cell::from(format!("{:.1}", r.mb_per_s)),
-        Cell::from(sparkline(&r.history)).style(Style::new().fg(Color::Cyan)),
-        Cell::from(r.link.map_or_else(dash, |(sending, credit, backlog)| {
-            format!(
-                "{} c{credit} b{backlog}",
-                if sending { "out" } else { "in" }
+    let columns = vec![
+        col("KIND", 4, &|r| (r.kind.clone(), plain)),
+        col("LEVEL", 9, &|r| {
+            (
+                r.level.map_or("—", |l| l.as_str()).to_string(),
+                level_style(r.level),
             )
-        })),
-        Cell::from(r.ends.clone()),
-    ])
+        }),
+        col("BP ms/s", 8, &|r| {
+            (
+                r.back_pressured_ms.map_or_else(dash, |b| format!("{b:.0}")),
+                plain,
+            )
+        }),
+        col("OUT POOL", 3, &|r| (bar(r.out_pool, 10), plain)),
+        col("IN POOL", 3, &|r| (bar(r.in_pool, 10), plain)),
+        col(
+            if gate_view {
+                "FLOAT/BACKLOG"
+            } else {
+                "EXCL/FLOAT"
+            },
+            3,
+            &|r| {
+                let text = match (r.gate_usage, r.floating_held) {
+                    (Some((e, f, skew)), _) => {
+                        format!("{e:.2}/{f:.2}{}", if skew { " SKEW" } else { "" })
+                    }
+                    (_, Some((held, backlog))) => format!("{held} / {backlog}"),
+                    _ => dash(),
+                };
+                let style = if r.gate_usage.is_some_and(|g| g.2) {
+                    Style::new().fg(Color::Magenta)
+                } else {
+                    plain
+                };
+                (text, style)
+            },
+        ),
+        col("REC/S", 7, &|r| (format!("{:.0}", r.records_per_s), plain)),
+        col("MB/S", 6, &|r| (format!("{:.1}", r.mb_per_s), plain)),
+        col("REC/S HISTORY", 0, &|r| {
+            (sparkline(&r.history), Style::new().fg(Color::Cyan))
+        }),
+        col("CHECKPOINT", 6, &|r| {
+            (r.checkpoint.clone().unwrap_or_else(dash), plain)
+        }),
+        col("DEBLOAT", 5, &|r| {
+            (r.debloat.clone().unwrap_or_else(dash), plain)
+        }),
+        col("LINK", 1, &|r| {
+            let text = r.link.map_or_else(dash, |(sending, credit, backlog)| {
+                format!(
+                    "{} c{credit} b{backlog}",
+                    if sending { "out" } else { "in" }
+                )
+            });
+            (text, plain)
+        }),
+        col("ENDS", 7, &|r| (r.ends.clone(), plain)),
+    ];
+    // Leave out the least needed columns until the rest fit (one space between columns).
+    let mut shown: Vec<bool> = vec![true; columns.len()];
+    let need = |shown: &[bool]| -> u16 {
+        columns
+            .iter()
+            .zip(shown)
+            .filter(|(_, &s)| s)
+            .map(|(c, _)| c.width() + 1)
+            .sum::<u16>()
+            + NAME_MIN
+    };
+    let mut order: Vec<usize> = (0..columns.len()).collect();
+    order.sort_by_key(|&i| columns[i].keep);
+    for i in order {
+        if need(&shown) <= width {
+            break;
+        }
+        shown[i] = false;
+    }
+    let name_width = width.saturating_sub(need(&shown) - NAME_MIN).max(NAME_MIN);
+    let bold = Style::new().add_modifier(Modifier::BOLD);
+    let mut widths = vec![Constraint::Length(name_width)];
+    let mut heading = vec![Cell::from("NAME").style(bold)];
+    for (c, _) in columns.iter().zip(&shown).filter(|(_, &s)| s) {
+        widths.push(Constraint::Length(c.width()));
+        heading.push(Cell::from(c.heading).style(bold));
+    }
+    let body = rows
+        .iter()
+        .enumerate()
+        .map(|(k, r)| {
+            let mut cells = vec![Cell::from(shorten_middle(&r.name, name_width as usize))];
+            for (c, _) in columns.iter().zip(&shown).filter(|(_, &s)| s) {
+                let (text, style) = c.cells[k].clone();
+                cells.push(Cell::from(text).style(style));
+            }
+            Row::new(cells)
+        })
+        .collect();
+    (widths, Row::new(heading), body)
 }

@@ -31,7 +31,11 @@ fn snap(
 }
 
 fn screen(top: &mut Top) -> String {
-    let mut t = Terminal::new(TestBackend::new(200, 14)).unwrap();
+    screen_of(top, 200)
+}
+
+fn screen_of(top: &mut Top, width: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(width, 14)).unwrap();
     t.draw(|f| top.draw(f)).unwrap();
     let buf = t.backend().buffer().clone();
     (0..buf.area.height)
@@ -211,4 +215,71 @@ fn bars_and_sparklines() {
     assert_eq!(bar(2.0, 2), "██ 1.00");
     assert_eq!(sparkline(&[0.0, 1.0, 2.0]), "▁▅█");
     assert_eq!(sparkline(&[0.0, 0.0]), "▁▁");
+}
+
+#[test]
+fn narrow_screens_leave_out_columns_and_never_cut_a_figure() {
+    use shmflow::metrics::ChannelStats;
+    use shmflow::metrics::EndState::Attached;
+    // A fast channel with debloating on, and a gate that released checkpoint 41 aligned.
+    let fast = |at: u64| {
+        let mut s = snap(at, at * 123_456_789, at * 123_456_789, 0, Attached);
+        s.bytes_read = at * 98_765_432_100;
+        (s.segment_cap, s.segment_fill, s.debloat_target_ns) = (5, 32768, 100_000_000);
+        s
+    };
+    let gate = |at: u64| {
+        let mut g = GateSnapshot::default();
+        g.at_ns = at * 1_000_000_000;
+        (g.exclusive, g.floating) = (2, 8);
+        g.consumer_state = Attached;
+        let mut c = ChannelStats::default();
+        c.snapshot = snap(at, 0, 0, 0, Attached);
+        g.channels = vec![c];
+        g.checkpoints.last_id = 41;
+        g.checkpoints.last_released = Some(shmflow::Released::Aligned);
+        g.checkpoints.checkpoint_alignment_time_ns = 2_500_000;
+        g
+    };
+    let mut top = Top::default();
+    let name = "/shmflow-pl-wordcount-2d2f41ce-6508x1-count-1";
+    for at in [1, 2] {
+        top.update(
+            vec![(name.into(), fast(at), UP)],
+            vec![("/g".into(), gate(at), vec![true], true)],
+        );
+    }
+    let rate = format!(
+        "{:.0}",
+        top.rows
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap()
+            .records_per_s
+    );
+    assert_eq!(rate, "123456789");
+    let wide = screen_of(&mut top, 220);
+    assert!(
+        wide.contains("#41 2500.0 µs A"),
+        "the checkpoint column: {wide}"
+    );
+    assert!(wide.contains("cap 5 ≤ 160.0 KiB"), "the debloating column: {wide}");
+    assert!(
+        wide.contains(name),
+        "a wide screen shows the whole name: {wide}"
+    );
+    for width in [60, 80, 100, 132] {
+        let s = screen_of(&mut top, width);
+        assert!(s.contains(&rate), "{width} columns cut the rate: {s}");
+        assert!(s.contains("BP ms/s") && s.contains("LEVEL"), "{width}: {s}");
+        for line in s.lines() {
+            assert!(line.chars().count() <= width as usize);
+        }
+        assert!(s.contains("/shmf"), "{width}: the name's start: {s}");
+    }
+    let s = screen_of(&mut top, 80);
+    assert!(
+        !s.contains("HISTORY"),
+        "the history goes first at 80 columns: {s}"
+    );
 }
