@@ -66,6 +66,7 @@ struct Families {
     gate_exclusive: F64Gauge,
     gate_floating: F64Gauge,
     floating_held: F64Gauge,
+    floating_asked: F64Gauge,
     backlog: F64Gauge,
     debloated_size: F64Gauge,
     segment_cap: F64Gauge,
@@ -157,8 +158,13 @@ impl Families {
         );
         r.register(
             "backlog",
-            "Segments a gate channel's producer asked for and was not granted",
+            "Segments the producer has published and the consumer not yet taken: the queue now",
             self.backlog,
+        );
+        r.register(
+            "floatingBuffersAskedNotGranted",
+            "Floating segments a gate channel's producer asked for and the gate has not lent (an ask stands until granted)",
+            self.floating_asked,
         );
         r.register(
             "debloatedBufferSize",
@@ -193,6 +199,10 @@ impl Families {
             f.get_or_create(&l).set(v);
         };
         set(&self.out_pool, now.out_pool_usage());
+        set(
+            &self.backlog,
+            now.segments_committed.saturating_sub(now.segments_taken) as f64,
+        );
         set(&self.in_pool, now.in_pool_usage());
         // Time figures need a window (none the first time a region is seen) and an end that
         // is there: attached and alive (a producer killed while blocked keeps an endless wait
@@ -271,7 +281,7 @@ impl Families {
             self.floating_held
                 .get_or_create(&l)
                 .set(n.floating_held as f64);
-            self.backlog.get_or_create(&l).set(n.backlog as f64);
+            self.floating_asked.get_or_create(&l).set(n.backlog as f64);
         }
     }
 }
@@ -449,6 +459,64 @@ impl Exporter {
     }
 }
 
+/// What a scraper asked for: OpenMetrics (Prometheus asks for it first in `Accept`), or the
+/// classic text format (version 0.0.4) otherwise, as curl and `promtool check metrics` read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Format {
+    OpenMetrics,
+    Text,
+}
+
+impl Format {
+    pub(crate) fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => {
+                "Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8"
+            }
+            Format::Text => "Content-Type: text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// An OpenMetrics exposition in the classic text format: a counter's HELP and TYPE name its
+/// samples' `_total` name, and the text has no `# EOF` (nor `# UNIT`).
+pub(crate) fn classic_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((p, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if counters.contains(name) {
+                    out.push_str(&format!("{p}{name}_total {tail}"));
+                } else {
+                    out.push_str(line);
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Serves `/metrics` on `listen` until killed.
 pub(crate) fn main(
     listen: std::net::SocketAddr,
@@ -487,13 +555,27 @@ pub(crate) fn main(
         })
         .map_err(|e| format!("starting the sampler thread: {e}"))?;
     for request in server.incoming_requests() {
+        let format = Format::from_accept(
+            request
+                .headers()
+                .iter()
+                .find(|h| h.field.equiv("Accept"))
+                .map(|h| h.value.as_str()),
+        );
         let response = match request.url() {
             "/metrics" => match exporter.scrape() {
-                Ok(body) => tiny_http::Response::from_string(body).with_header(
-                    "Content-Type: application/openmetrics-text; version=1.0.0; charset=utf-8"
-                        .parse::<tiny_http::Header>()
-                        .expect("a valid header"),
-                ),
+                Ok(body) => {
+                    let body = match format {
+                        Format::OpenMetrics => body,
+                        Format::Text => classic_text(&body),
+                    };
+                    tiny_http::Response::from_string(body).with_header(
+                        format
+                            .content_type()
+                            .parse::<tiny_http::Header>()
+                            .expect("a valid header"),
+                    )
+                }
                 Err(e) => tiny_http::Response::from_string(format!("scrape failed: {e}\n"))
                     .with_status_code(500),
             },

@@ -156,7 +156,12 @@ impl Top {
                     &n.snapshot,
                     up,
                 );
-                row.floating_held = Some((n.floating_held, n.backlog));
+                row.floating_held = Some((
+                    n.floating_held,
+                    n.snapshot
+                        .segments_committed
+                        .saturating_sub(n.snapshot.segments_taken),
+                ));
                 chans.push(row);
             }
             let bp = chans

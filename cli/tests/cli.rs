@@ -690,13 +690,24 @@ fn list_shows_an_ended_stream_nobody_read_and_clean_keeps_it_unless_asked() {
     assert!(std::fs::metadata(format!("/dev/shm{name}")).is_err());
 }
 
-/// One `GET /metrics` over a plain TCP connection: the body.
+/// One `GET /metrics` over a plain TCP connection, asking for OpenMetrics as Prometheus
+/// does: the body.
 fn scrape(addr: &str) -> String {
+    let (head, body) = get_metrics(addr, Some("application/openmetrics-text; version=1.0.0"));
+    assert!(head.contains("openmetrics-text"), "{head}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    body
+}
+
+/// One `GET /metrics` with `accept` as the `Accept` header (none: as curl): the head and the
+/// body.
+fn get_metrics(addr: &str, accept: Option<&str>) -> (String, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let accept = accept.map_or_else(String::new, |a| format!("Accept: {a}\r\n"));
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n").unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
@@ -704,8 +715,7 @@ fn scrape(addr: &str) -> String {
         head.starts_with("HTTP/1.") && head.contains(" 200 "),
         "{head}"
     );
-    assert!(head.contains("openmetrics-text"), "{head}");
-    body.to_owned()
+    (head.to_owned(), body.to_owned())
 }
 
 /// The value of `metric{region="name"...}` in a scrape.
@@ -927,4 +937,69 @@ fn export_rates_come_from_its_own_sampling_not_from_who_scrapes() {
     }
     assert_eq!(metric(&first, "shmflow_numRecordsIn_total", &name), 0.0);
     assert_eq!(metric(&second, "shmflow_numRecordsIn_total", &name), 1000.0);
+}
+
+#[test]
+fn export_backlog_is_the_queue_now_and_promtool_finds_only_flinks_camel_case() {
+    let name = unique_name("cli-export-backlog");
+    let g = Geometry {
+        segment_size: 4096,
+        segment_count: 8,
+    };
+    let mut p = Producer::create(&name, g).unwrap();
+    let mut c = Consumer::open(&name).unwrap();
+    // Three segments' worth published, none read.
+    for _ in 0..12 {
+        p.send(&[1u8; 1000]).unwrap();
+    }
+    p.flush().unwrap();
+    let (mut export, addr) = start_export(&[]);
+    let queued = metric(&scrape(&addr), "shmflow_backlog", &name);
+    assert!(queued >= 2.0, "segments queued: {queued}");
+    while c.try_recv().ok().flatten().is_some() {}
+    let (head, text) = get_metrics(&addr, None);
+    export.kill().unwrap();
+    export.wait().unwrap();
+    assert_eq!(
+        metric(&text, "shmflow_backlog", &name),
+        0.0,
+        "read: the queue is empty"
+    );
+    // Without an `Accept` for OpenMetrics: the classic text format.
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(!text.contains("# EOF"), "{text}");
+    assert!(
+        text.contains("# TYPE shmflow_numRecordsIn_total counter"),
+        "{text}"
+    );
+    // promtool (from Prometheus) finds nothing but the camelCase of Flink's names.
+    let promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut promtool = match promtool {
+        Ok(p) => p,
+        Err(e) if std::env::var_os("SHMFLOW_REQUIRE_PROMTOOL").is_none() => {
+            println!("SKIP the promtool check: {e} (CI installs it)");
+            return;
+        }
+        Err(e) => panic!("promtool: {e}"),
+    };
+    use std::io::Write;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let other: Vec<&str> = said
+        .lines()
+        .filter(|l| !l.ends_with("metric names should be written in 'snake_case' not 'camelCase'"))
+        .collect();
+    assert!(other.is_empty(), "promtool: {said}");
 }

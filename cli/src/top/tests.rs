@@ -263,7 +263,10 @@ fn narrow_screens_leave_out_columns_and_never_cut_a_figure() {
         wide.contains("#41 2500.0 µs A"),
         "the checkpoint column: {wide}"
     );
-    assert!(wide.contains("cap 5 ≤ 160.0 KiB"), "the debloating column: {wide}");
+    assert!(
+        wide.contains("cap 5 ≤ 160.0 KiB"),
+        "the debloating column: {wide}"
+    );
     assert!(
         wide.contains(name),
         "a wide screen shows the whole name: {wide}"
