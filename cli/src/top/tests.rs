@@ -139,7 +139,9 @@ fn a_gate_opens_to_its_channels_and_the_filter_narrows_the_rows() {
     let ch = |at, w, bp, held| {
         let mut c = ChannelStats::default();
         c.snapshot = snap(at, w, w, bp, shmflow::metrics::EndState::Attached);
-        (c.backlog, c.floating_held) = (3, held);
+        (c.backlog, c.floating_held) = (1, held);
+        // Three segments queued: published, not yet taken.
+        (c.snapshot.segments_committed, c.snapshot.segments_taken) = (5, 2);
         c
     };
     let gate = |at, hot_bp| {
