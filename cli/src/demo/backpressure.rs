@@ -359,6 +359,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_phase_is_judged_by_its_slower_side() {
+        use shmflow::metrics::BackpressureLevel::{High, Low, Ok};
+        let ph = |p: f64, c: f64| Phase {
+            label: format!("{p}:{c}"),
+            producer: Some(p),
+            consumer: Some(c),
+        };
+        assert_eq!(report::judge(&ph(1.0, 0.3), 31.0, High), None);
+        assert!(
+            report::judge(&ph(1.0, 0.3), 30.0, Ok).is_some(),
+            "no backpressure"
+        );
+        assert_eq!(report::judge(&ph(0.6, 1.0), 58.0, Ok), None);
+        assert!(
+            report::judge(&ph(0.6, 1.0), 60.0, Low).is_some(),
+            "a producer that waits"
+        );
+        assert!(
+            report::judge(&ph(1.0, 1.0), 78.0, High).is_some(),
+            "read far below 100 %"
+        );
+        assert_eq!(report::judge(&ph(1.0, 1.0), 95.0, High), None);
+    }
+
+    #[test]
     fn the_default_phases_are_the_experiment_as_told() {
         let p = phases(DEFAULT_PHASES).unwrap();
         let targets: Vec<(Option<f64>, Option<f64>)> =
