@@ -16,7 +16,9 @@ pub(crate) enum Cmd {
     /// Flink's backpressure experiment between two processes: after a calibration phase, the
     /// producer at 60 % with the consumer keeping up, the consumer slowed to 30 %, both at
     /// 100 %, the consumer at 30 % again, both at 100 %; a CSV and an SVG of throughput,
-    /// backpressure and pool usage.
+    /// backpressure and pool usage. It judges each phase against its targets: exit 2 if one
+    /// missed them (saying which), 3 if the calibration was too disturbed to judge ("host too
+    /// busy").
     Backpressure(backpressure::Args),
     /// Checkpoint barriers through a backpressured gate, read at a fixed rate by this process
     /// from producer processes writing flat out: aligned barriers, aligned barriers with

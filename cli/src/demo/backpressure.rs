@@ -303,12 +303,25 @@ pub(crate) fn main(args: &Args) -> Result<(), String> {
     if !status.success() {
         return Err(format!("consumer failed: {status}"));
     }
-    report::report(
+    let verdict = report::report(
         &plan,
         &samples,
         out,
         (segments, segment_size, record_size, remote),
-    )
+    )?;
+    // Exit 2: a phase missed its targets; 3: the host was too busy to judge (what CI, on a
+    // shared machine, takes as a run that could not be judged, not a failure).
+    match verdict {
+        report::Verdict::Followed => Ok(()),
+        report::Verdict::Missed(why) => {
+            eprintln!("shmflow: {why}");
+            std::process::exit(2)
+        }
+        report::Verdict::HostTooBusy(why) => {
+            eprintln!("shmflow: {why}");
+            std::process::exit(3)
+        }
+    }
 }
 
 /// The child: the consumer of the region `name` (or with `port`, of its own region `name`, fed

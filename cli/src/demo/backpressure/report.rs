@@ -26,7 +26,7 @@ pub(super) fn report(
     samples: &[(Snapshot, Snapshot)],
     out: &std::path::Path,
     (segments, segment_size, record_size, remote): (u32, u32, usize, bool),
-) -> Result<(), String> {
+) -> Result<Verdict, String> {
     let t0 = plan.start_ns;
     let end = plan.phase_start(plan.phases.len());
     let rows: Vec<Row> = samples
@@ -124,14 +124,14 @@ pub(super) fn report(
         }
     }
     if disturbed {
-        return Err(format!(
+        return Ok(Verdict::HostTooBusy(format!(
             "host too busy: the calibration's rate ranged {:.2}-{:.2} M records/s (10th-90th \
              percentile), more than 1.5x, so the phases cannot be judged; {} and the plot are \
              written; run again on a quieter host",
             p10 / 1e6,
             p90 / 1e6,
             csv_path.display()
-        ));
+        )));
     }
     let svg_path = out.join("backpressure.svg");
     let title = format!(
@@ -149,13 +149,23 @@ pub(super) fn report(
     println!("wrote {} and {}", csv_path.display(), svg_path.display());
     if missed.is_empty() {
         println!("every phase followed its targets");
-        Ok(())
+        Ok(Verdict::Followed)
     } else {
-        Err(format!(
+        Ok(Verdict::Missed(format!(
             "phases that did not follow their targets (other work on this host can cause it; run again on a quieter one):\n  {}",
             missed.join("\n  ")
-        ))
+        )))
     }
+}
+
+/// How the run went against its targets.
+pub(super) enum Verdict {
+    /// Every phase followed its targets.
+    Followed,
+    /// Some did not: which, and why.
+    Missed(String),
+    /// The calibration was disturbed: nothing could be judged.
+    HostTooBusy(String),
 }
 
 /// What a phase should show: the consumer reads at the slower side's target (within 20
