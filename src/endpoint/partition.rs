@@ -102,16 +102,16 @@ impl Partition {
     }
 
     /// Number of channels.
-    pub fn channels(&self) -> usize {
-        self.outputs.len()
+    pub fn channels(&self) -> u32 {
+        self.outputs.len() as u32
     }
 
     /// Channel `i`'s producer (for its metrics, or to write to it directly).
     ///
     /// # Panics
     /// If `i` is not below [`Partition::channels`].
-    pub fn output(&mut self, i: usize) -> &mut Producer {
-        &mut self.outputs[i]
+    pub fn output(&mut self, i: u32) -> &mut Producer {
+        &mut self.outputs[i as usize]
     }
 
     /// Gives the producers back.
@@ -135,9 +135,9 @@ impl Partition {
 
     /// The channel `record` would go to (without advancing round-robin); `None` for
     /// broadcast.
-    pub fn channel_of(&mut self, record: &[u8]) -> Option<usize> {
+    pub fn channel_of(&mut self, record: &[u8]) -> Option<u32> {
         match self.route(record) {
-            Route::One(c) => Some(c),
+            Route::One(c) => Some(c as u32),
             Route::All => None,
         }
     }
@@ -191,7 +191,7 @@ impl Partition {
     pub fn try_send(&mut self, record: &[u8]) -> Result<(), TrySendError> {
         match self.route(record) {
             Route::One(c) => {
-                self.outputs[c].try_send(record)?;
+                self.outputs[c as usize].try_send(record)?;
                 self.next = c + 1;
                 Ok(())
             }
@@ -265,7 +265,7 @@ impl Partition {
     /// As [`Producer::send`].
     pub fn send_keyed(&mut self, key: u64, record: &[u8]) -> Result<(), SendError> {
         let c = self.key_channel(key);
-        self.outputs[c].send(record)
+        self.outputs[c as usize].send(record)
     }
 
     /// As [`Partition::send_keyed`], or [`TrySendError::Full`] — with nothing sent — if the
@@ -275,7 +275,7 @@ impl Partition {
     /// As [`Producer::try_send`].
     pub fn try_send_keyed(&mut self, key: u64, record: &[u8]) -> Result<(), TrySendError> {
         let c = self.key_channel(key);
-        self.outputs[c].try_send(record)
+        self.outputs[c as usize].try_send(record)
     }
 
     /// As [`Partition::send_keyed`], waiting at most `timeout` ([`SendTimeoutError::Timeout`],
@@ -290,7 +290,7 @@ impl Partition {
         timeout: Duration,
     ) -> Result<(), SendTimeoutError> {
         let c = self.key_channel(key);
-        self.outputs[c].send_timeout(record, timeout)
+        self.outputs[c as usize].send_timeout(record, timeout)
     }
 
     /// As [`Partition::send_keyed_timeout`], waiting until `deadline` at most.
@@ -304,7 +304,7 @@ impl Partition {
         deadline: Instant,
     ) -> Result<(), SendTimeoutError> {
         let c = self.key_channel(key);
-        self.outputs[c].send_deadline(record, deadline)
+        self.outputs[c as usize].send_deadline(record, deadline)
     }
 
     /// Sends `record` to channel `c`, whatever the partitioner.
@@ -314,8 +314,8 @@ impl Partition {
     ///
     /// # Panics
     /// If `c` is not below [`Partition::channels`].
-    pub fn send_to(&mut self, c: usize, record: &[u8]) -> Result<(), SendError> {
-        self.outputs[c].send(record)
+    pub fn send_to(&mut self, c: u32, record: &[u8]) -> Result<(), SendError> {
+        self.outputs[c as usize].send(record)
     }
 
     /// As [`Partition::send_to`], or [`TrySendError::Full`] — with nothing sent — if channel
@@ -326,8 +326,8 @@ impl Partition {
     ///
     /// # Panics
     /// If `c` is not below [`Partition::channels`].
-    pub fn try_send_to(&mut self, c: usize, record: &[u8]) -> Result<(), TrySendError> {
-        self.outputs[c].try_send(record)
+    pub fn try_send_to(&mut self, c: u32, record: &[u8]) -> Result<(), TrySendError> {
+        self.outputs[c as usize].try_send(record)
     }
 
     /// As [`Partition::send_to`], waiting at most `timeout` ([`SendTimeoutError::Timeout`],
@@ -340,11 +340,11 @@ impl Partition {
     /// If `c` is not below [`Partition::channels`].
     pub fn send_to_timeout(
         &mut self,
-        c: usize,
+        c: u32,
         record: &[u8],
         timeout: Duration,
     ) -> Result<(), SendTimeoutError> {
-        self.outputs[c].send_timeout(record, timeout)
+        self.outputs[c as usize].send_timeout(record, timeout)
     }
 
     /// As [`Partition::send_to_timeout`], waiting until `deadline` at most.
@@ -356,11 +356,11 @@ impl Partition {
     /// If `c` is not below [`Partition::channels`].
     pub fn send_to_deadline(
         &mut self,
-        c: usize,
+        c: u32,
         record: &[u8],
         deadline: Instant,
     ) -> Result<(), SendTimeoutError> {
-        self.outputs[c].send_deadline(record, deadline)
+        self.outputs[c as usize].send_deadline(record, deadline)
     }
 
     /// Sends an event to every channel, in order with the records (Flink broadcasts events).
@@ -642,7 +642,7 @@ impl Partition {
     /// As [`Producer::send`].
     pub async fn send_keyed_async(&mut self, key: u64, record: &[u8]) -> Result<(), SendError> {
         let c = self.key_channel(key);
-        self.outputs[c].send_async(record).await
+        self.outputs[c as usize].send_async(record).await
     }
 
     /// As [`Partition::send_to`], waiting in the executor.
@@ -652,8 +652,8 @@ impl Partition {
     ///
     /// # Panics
     /// If `c` is not below [`Partition::channels`].
-    pub async fn send_to_async(&mut self, c: usize, record: &[u8]) -> Result<(), SendError> {
-        self.outputs[c].send_async(record).await
+    pub async fn send_to_async(&mut self, c: u32, record: &[u8]) -> Result<(), SendError> {
+        self.outputs[c as usize].send_async(record).await
     }
 
     /// As [`Partition::send_event`], waiting in the executor.
