@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fails when README.md, pipeline/README.md or a page of docs/ names a file that does not exist
-(a path in `code` with a file ending or under a top folder, or a relative link), or when
-DESIGN.md's layer table leaves out a module of a layer's folder."""
+(a path in `code` with a file ending or under a top folder, or a relative link), names in
+`code` a test, function or model (a snake_case name of three words or more) that no source
+file holds, or when DESIGN.md's layer table leaves out a module of a layer's folder."""
 import os, re, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,6 +61,27 @@ for doc in DOCS:
             found = os.path.exists(target)
         if not found:
             bad.append(f"{doc}: names {token}, which does not exist")
+# Names of three words or more in `code` (tests, functions, loom models) exist in the sources.
+import subprocess
+
+words = set()
+sources = subprocess.run(
+    ["git", "ls-files", "*.rs", "*.sh", "*.py", "*.toml", ".ci/run"],
+    cwd=ROOT, capture_output=True, text=True, check=True,
+).stdout.split()
+for f in sources:
+    words.add(os.path.splitext(os.path.basename(f))[0])
+    try:
+        words.update(re.findall(r"[a-z][a-z0-9_]*", open(os.path.join(ROOT, f), encoding="utf-8").read()))
+    except (OSError, UnicodeDecodeError):
+        pass
+NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+){2,}$")
+for doc in DOCS:
+    text = re.sub(r"```.*?```", "", open(os.path.join(ROOT, doc), encoding="utf-8").read(), flags=re.S)
+    for m in re.finditer(r"`([^`\n]+)`", text):
+        for token in re.findall(r"[a-z][a-z0-9_]*", m.group(1)):
+            if NAME.match(token) and token not in words:
+                bad.append(f"{doc}: names `{token}`, which no source file holds")
 # DESIGN.md's layer table names every module of every layer's folder.
 design = open(os.path.join(ROOT, "docs", "DESIGN.md"), encoding="utf-8").read()
 for line in design.splitlines():
