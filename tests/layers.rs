@@ -8,8 +8,10 @@
 //!    allows (threads, files, processes, sockets, `libc`, `nix`, `tokio`, …), and the protocol
 //!    layer takes from `sync` only what [`PROTOCOL_FROM_SYNC`] lists;
 //! 4. no code above the protocol layer touches an atomic of the shared header itself (a load,
-//!    store or read-modify-write on a field of a structure of `protocol/abi.rs`): the rules of
-//!    shared memory are the protocol's operations;
+//!    store or read-modify-write on a field of a structure of `protocol/abi.rs`), nor names a
+//!    field of the header at all (`header().x`, or `h.x` for an `h` bound to a header): the
+//!    rules of shared memory are the protocol's operations, and its figures are written and
+//!    read through the protocol's typed writers and readers;
 //! 5. every exception in [`KNOWN`] still occurs (so that the list only shrinks), and no other
 //!    does.
 
@@ -136,6 +138,29 @@ struct Collect {
     modules: BTreeSet<Vec<String>>,
     /// Atomic operations on a field: (module, field, method, line).
     atomics: Vec<(Vec<String>, String, String, usize)>,
+    /// Fields named on a header: (module, field, line).
+    header_fields: Vec<(Vec<String>, String, usize)>,
+    /// Local names bound to a header (or a part of one) in the function being read.
+    header_locals: Vec<BTreeSet<String>>,
+}
+
+/// The methods that hand out a region's header.
+const HEADER_GETTERS: [&str; 2] = ["header", "gate_header"];
+
+/// True if `e` is a header, or a part of one: a call of a header getter, a local bound to
+/// one, or a field, reference or parenthesis of either.
+fn of_header(e: &syn::Expr, locals: &BTreeSet<String>) -> bool {
+    match e {
+        syn::Expr::MethodCall(m) => HEADER_GETTERS.contains(&m.method.to_string().as_str()),
+        syn::Expr::Path(p) => p
+            .path
+            .get_ident()
+            .is_some_and(|i| locals.contains(&i.to_string())),
+        syn::Expr::Field(f) => of_header(&f.base, locals),
+        syn::Expr::Reference(r) => of_header(&r.expr, locals),
+        syn::Expr::Paren(p) => of_header(&p.expr, locals),
+        _ => false,
+    }
 }
 
 /// The atomic operations that read or write shared memory.
@@ -274,6 +299,44 @@ impl<'ast> Visit<'ast> for Collect {
         syn::visit::visit_expr_method_call(self, m);
     }
 
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        self.header_locals.push(BTreeSet::new());
+        syn::visit::visit_item_fn(self, f);
+        self.header_locals.pop();
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        self.header_locals.push(BTreeSet::new());
+        syn::visit::visit_impl_item_fn(self, f);
+        self.header_locals.pop();
+    }
+
+    fn visit_local(&mut self, l: &'ast syn::Local) {
+        if let (Some(init), syn::Pat::Ident(id)) = (&l.init, &l.pat) {
+            let empty = BTreeSet::new();
+            let locals = self.header_locals.last().unwrap_or(&empty);
+            if of_header(&init.expr, locals) {
+                if let Some(set) = self.header_locals.last_mut() {
+                    set.insert(id.ident.to_string());
+                }
+            }
+        }
+        syn::visit::visit_local(self, l);
+    }
+
+    fn visit_expr_field(&mut self, f: &'ast syn::ExprField) {
+        if let syn::Member::Named(field) = &f.member {
+            let empty = BTreeSet::new();
+            let locals = self.header_locals.last().unwrap_or(&empty);
+            if of_header(&f.base, locals) {
+                let line = field.span().start().line;
+                let here = self.here();
+                self.header_fields.push((here, field.to_string(), line));
+            }
+        }
+        syn::visit::visit_expr_field(self, f);
+    }
+
     fn visit_macro(&mut self, m: &'ast syn::Macro) {
         syn::visit::visit_macro(self, m);
         self.tokens(m.tokens.clone());
@@ -392,11 +455,12 @@ fn the_check_catches_each_kind_of_violation() {
         ),
         src(
             "endpoint",
-            "use crate::region::R; fn f(h: &H) { h.data_head.load(O); self.own.load(O); }",
+            "use crate::region::R; fn f(s: &S) { let h = s.header(); h.data_head.load(O); \
+             self.own.load(O); s.header().idle_ns; let x = s.other(); x.idle_ns; }",
         ),
         src(
             "protocol::abi",
-            "pub struct Header { pub data_head: AtomicU64 }",
+            "pub struct Header { pub data_head: AtomicU64, pub idle_ns: AtomicU64 }",
         ),
     ];
     let (problems, _) = check(&tree, &[("protocol -> tokio", "planted, known")]);
@@ -411,6 +475,7 @@ fn the_check_catches_each_kind_of_violation() {
         "layer 4 (region) uses `libc::getpid`",
         "cycle between modules: endpoint <-> region",
         "endpoint calls `load` on `data_head`, an atomic of the shared header",
+        "endpoint names `idle_ns`, a field of the shared header",
     ] {
         assert!(all.contains(want), "missing {want:?} in:\n{all}");
     }
@@ -436,6 +501,8 @@ fn check(sources: &[Source], known: &[(&str, &str)]) -> (Vec<String>, usize) {
         uses: Vec::new(),
         modules: BTreeSet::new(),
         atomics: Vec::new(),
+        header_fields: Vec::new(),
+        header_locals: Vec::new(),
     };
     let mut file_of = BTreeMap::new();
     for f in sources {
@@ -595,6 +662,25 @@ fn check(sources: &[Source], known: &[(&str, &str)]) -> (Vec<String>, usize) {
                 format!(
                     "{}:{line}: {me} calls `{method}` on `{field}`, an atomic of the shared \
                      header: make it an operation of the protocol layer",
+                    file_of[&file_module(module)]
+                ),
+                &mut seen_known,
+                &mut problems,
+            );
+        }
+    }
+    for (module, field, line) in &c.header_fields {
+        let layer = layer_of(&file_module(module)).unwrap();
+        let in_test = module
+            .iter()
+            .any(|m| m == "tests" || m.ends_with("_tests") || m == "loom_models");
+        if layer > 3 && !in_test && header_fields.contains(field) {
+            let me = module.join("::");
+            add(
+                format!("{me} -> header.{field}"),
+                format!(
+                    "{}:{line}: {me} names `{field}`, a field of the shared header: write or \
+                     read it through an operation of the protocol layer",
                     file_of[&file_module(module)]
                 ),
                 &mut seen_known,

@@ -29,6 +29,7 @@ use crate::protocol::barrier;
 use crate::protocol::counters::Local;
 use crate::protocol::debloat::{self, Debloat};
 use crate::protocol::ends::EndState;
+use crate::protocol::figures;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until, WaitStrategy};
 use crate::protocol::pool::Recycler;
@@ -245,7 +246,7 @@ impl Consumer {
     fn producer_detached(&self) -> bool {
         // Acquire (in `state`): pairs with the producer's `leave`, after its last seal.
         matches!(
-            self.shared.header().producer.state(),
+            self.shared.header().producer_end().state(),
             EndState::Detached | EndState::Failed | EndState::Lost
         )
     }
@@ -254,7 +255,7 @@ impl Consumer {
     /// its thread unwound from a panic), `Some(PeerDead)` if it was a network bridge that lost
     /// its remote peer.
     pub(crate) fn producer_end(&self) -> Option<UncleanEnd> {
-        let p = &self.shared.header().producer;
+        let p = self.shared.header().producer_end();
         let pid = || p.pid();
         match p.state() {
             EndState::Failed => Some(UncleanEnd::Failed(producer_failed(
@@ -477,8 +478,8 @@ impl Drop for Consumer {
         self.publish_counts();
         let h = self.shared.header();
         // Our last reads of the region happen before the producer sees us gone.
-        h.consumer.leave(self.detach_as);
-        park::notify::<Host>(&h.producer_park, self.shared.producer_bell());
+        h.consumer_end().leave(self.detach_as);
+        park::notify::<Host>(h.producer_park(), self.shared.producer_bell());
         // The only reader leaves: a named channel's name goes (see `region::name`).
         #[cfg(not(shmflow_loom))]
         crate::region::name::settle(

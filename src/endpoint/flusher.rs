@@ -47,7 +47,7 @@ impl Flusher {
                             shared.consumer_bell(),
                         )
                     {
-                        wakes.add(&shared.header().producer_counters.flusher_wakes, 1);
+                        crate::protocol::figures::flusher_woke(shared.header(), wakes);
                     }
                     marked
                 };

@@ -33,6 +33,7 @@ use std::convert::Infallible;
 
 use crate::error::{corrupt, Halt, Lost, RecvError, RecvTimeoutError, TryRecvError};
 use crate::protocol::abi::GateGeometry;
+use crate::protocol::figures;
 use crate::protocol::park::{self, Forever, Immediately, Patience, Until, WaitStrategy};
 use crate::protocol::pool;
 use crate::region::os::Host;
@@ -279,7 +280,7 @@ impl Drop for Gate {
         // Each channel's consumer marks its own header detached when it drops.
         let g = self.shared.gate.as_ref().expect("gate").gate_header();
         // Our last reads happen before anyone sees us gone.
-        g.consumer.leave(crate::protocol::ends::Leave::Clean);
+        g.consumer_end().leave(crate::protocol::ends::Leave::Clean);
     }
 }
 

@@ -2,7 +2,8 @@
 //! each channel's backlog and floating segments, and each channel's own counters — all read
 //! from the region, so `shmflow stat` computes the same from a read-only mapping.
 
-use crate::endpoint::metrics::{snapshot as channel_snapshot, Snapshot};
+use crate::endpoint::metrics::{from_figures as channel_snapshot, Snapshot};
+use crate::protocol::figures;
 use crate::region::view::Shared;
 use crate::sync::Arc;
 
@@ -131,78 +132,74 @@ impl GateSnapshot {
 pub(crate) fn snapshot(chans: &[Arc<Shared>]) -> GateSnapshot {
     let m = chans[0].gate.as_ref().expect("gate channels");
     let gg = m.geometry;
-    let g = m.gate_header();
-    let r = crate::protocol::counters::read;
     let now = crate::sys::clock::monotonic_ns();
-    let since = r(&g.pool.idle_since_ns);
-    let mut idle = r(&g.pool.idle_ns);
-    if since != 0 && since <= now {
-        idle = idle.saturating_add(now - since);
+    let g = figures::read_gate(m.gate_header());
+    let mut idle = g.idle_ns;
+    if g.idle_since_ns != 0 && g.idle_since_ns <= now {
+        idle = idle.saturating_add(now - g.idle_since_ns);
     }
     GateSnapshot {
         at_ns: now,
         exclusive: gg.exclusive as u64,
         floating: gg.floating as u64,
-        floating_free: r(&g.pool.floating_free).min(gg.floating as u64),
+        floating_free: g.floating_free.min(gg.floating as u64),
         idle_ns: idle,
-        consumer_state: g.consumer.state(),
+        consumer_state: g.consumer_state,
         channels: chans.iter().map(|s| channel(s)).collect(),
         checkpoints: checkpoints(&g.checkpoints),
     }
 }
 
-fn checkpoints(f: &crate::protocol::abi::CheckpointFigures) -> CheckpointStats {
+fn checkpoints(f: &figures::Checkpoints) -> CheckpointStats {
     use crate::endpoint::event::Released;
-    use crate::protocol::abi::{RELEASED_ALIGNED, RELEASED_TIMED_OUT, RELEASED_UNALIGNED};
-    let r = crate::protocol::counters::read;
+    use figures::ReleasedAs;
     CheckpointStats {
-        released: r(&f.released),
-        cancelled: r(&f.abandoned),
-        last_id: r(&f.last_id),
-        // Untrusted: a value no gate writes reads as none.
-        last_released: match r(&f.last_how) {
-            RELEASED_ALIGNED => Some(Released::Aligned),
-            RELEASED_UNALIGNED => Some(Released::Unaligned { timed_out: false }),
-            RELEASED_TIMED_OUT => Some(Released::Unaligned { timed_out: true }),
-            _ => None,
-        },
-        checkpoint_alignment_time_ns: r(&f.last_alignment_ns),
-        checkpoint_start_delay_nanos: r(&f.last_start_delay_ns),
-        last_held_records: r(&f.last_held_records),
-        last_held_bytes: r(&f.last_held_bytes),
-        inflight_records: r(&f.inflight_records),
-        inflight_bytes: r(&f.inflight_bytes),
+        released: f.released,
+        cancelled: f.abandoned,
+        last_id: f.last_id,
+        last_released: f.last_how.map(|how| match how {
+            ReleasedAs::Aligned => Released::Aligned,
+            ReleasedAs::Unaligned => Released::Unaligned { timed_out: false },
+            ReleasedAs::TimedOut => Released::Unaligned { timed_out: true },
+        }),
+        checkpoint_alignment_time_ns: f.last_alignment_ns,
+        checkpoint_start_delay_nanos: f.last_start_delay_ns,
+        last_held_records: f.last_held_records,
+        last_held_bytes: f.last_held_bytes,
+        inflight_records: f.inflight_records,
+        inflight_bytes: f.inflight_bytes,
     }
 }
 
 fn channel(s: &Shared) -> ChannelStats {
     let m = s.gate.as_ref().expect("gate channel");
-    let h = s.header();
-    let r = crate::protocol::counters::read;
+    let now = crate::sys::clock::monotonic_ns();
+    let f = figures::read_channel(s.header());
     let exclusive = m.geometry.exclusive_range(m.index);
     // Free exclusive segments sit in the return ring: count them there. Values are untrusted
     // and the cursors may move while we look: clamp, and count only real exclusive indices.
     let slots = s.ret_slots();
-    let head = r(&h.prod.ret_head);
-    let tail = r(&h.cons.ret_tail);
+    let (head, tail) = (f.cursors.ret_head, f.cursors.ret_tail);
     let queued = tail.saturating_sub(head).min(slots.len() as u64);
     let free_exclusive = (0..queued)
         .filter(|i| {
-            let v = r(&slots[((head + i) % slots.len() as u64) as usize]);
+            let v =
+                crate::protocol::counters::read(&slots[((head + i) % slots.len() as u64) as usize]);
             v < u32::MAX as u64 && exclusive.contains(&(v as u32))
         })
         .count() as u64;
-    let held = r(&h.cons.floating_held).min(m.geometry.floating as u64);
+    let held = f.cursors.floating_held.min(m.geometry.floating as u64);
+    let cc = &f.consumer;
     ChannelStats {
-        snapshot: channel_snapshot(s),
-        backlog: r(&h.prod.demand).saturating_sub(r(&h.cons.lent)),
+        snapshot: channel_snapshot(s, &f, now),
+        backlog: f.cursors.demand.saturating_sub(f.cursors.lent),
         floating_held: held,
         exclusive_in_use: (m.geometry.exclusive as u64).saturating_sub(free_exclusive),
-        inflight_records: r(&h.consumer_counters.inflight_records),
-        inflight_bytes: r(&h.consumer_counters.inflight_bytes),
-        held_records: r(&h.consumer_counters.held_records),
-        held_bytes: r(&h.consumer_counters.held_bytes),
-        held_ns: r(&h.consumer_counters.held_ns),
-        barrier_delay_ns: r(&h.consumer_counters.barrier_delay_ns),
+        inflight_records: cc.inflight_records,
+        inflight_bytes: cc.inflight_bytes,
+        held_records: cc.held_records,
+        held_bytes: cc.held_bytes,
+        held_ns: cc.held_ns,
+        barrier_delay_ns: cc.barrier_delay_ns,
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::protocol::abi::{Link, LINK_RECEIVING, LINK_SENDING};
 pub use crate::protocol::ends::EndState;
-use crate::sync::AtomicU64;
+use crate::protocol::figures;
 
 /// Nanoseconds on the monotonic clock (the clock of [`Snapshot::at_ns`]), comparable between
 /// processes of one boot.
@@ -218,9 +218,17 @@ impl Snapshot {
 
 /// Reads a snapshot from a region header.
 pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
-    let h = shared.header();
-    let r = crate::protocol::counters::read;
     let now = monotonic_ns();
+    let f = figures::read_channel(shared.header());
+    from_figures(shared, &f, now)
+}
+
+/// The snapshot of a channel whose figures `f` were read at `now`.
+pub(crate) fn from_figures(
+    shared: &crate::region::view::Shared,
+    f: &figures::Channel,
+    now: u64,
+) -> Snapshot {
     // Saturating and wrapping arithmetic: a hostile peer can write any value in its counters.
     let with_ongoing = |total: u64, since: u64| {
         if since != 0 && since <= now {
@@ -229,24 +237,21 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
             total
         }
     };
-    let pc = &h.producer_counters;
-    let cc = &h.consumer_counters;
+    let (pc, cc, cur) = (&f.producer, &f.consumer, &f.cursors);
     // A gate channel's pool is its exclusive segments plus the floating ones it holds.
     let n = match &shared.gate {
         None => shared.n() as u64,
-        Some(m) => {
-            m.geometry.exclusive as u64 + r(&h.cons.floating_held).min(m.geometry.floating as u64)
-        }
+        Some(m) => m.geometry.exclusive as u64 + cur.floating_held.min(m.geometry.floating as u64),
     };
-    // Cursors: read each once; a torn view between them only skews a usage figure.
-    let data_tail = r(&h.prod.data_tail);
-    let ret_head = r(&h.prod.ret_head);
-    let ret_tail = r(&h.cons.ret_tail);
-    let free = ret_tail.saturating_sub(ret_head).min(n);
+    // Cursors: each read once; a torn view between them only skews a usage figure.
+    let free = cur.ret_tail.saturating_sub(cur.ret_head).min(n);
     // Every segment that is not free is queued for or held by the consumer (a producer hands
     // a segment over as it takes it). For a single channel that is also takes − returns.
     let at_consumer = match &shared.gate {
-        None => data_tail.saturating_sub(ret_tail.saturating_sub(n)).min(n),
+        None => cur
+            .data_tail
+            .saturating_sub(cur.ret_tail.saturating_sub(n))
+            .min(n),
         Some(_) => n - free,
     };
     Snapshot {
@@ -256,35 +261,36 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
         // The producer publishes its counts in batches (every 64 records under a per-record
         // policy); nothing can have been read that was not written, so the consumer's counts
         // are a lower bound too (exact once the consumer has caught up with an idle producer).
-        records_written: r(&pc.records).max(r(&cc.records)),
-        bytes_written: r(&pc.bytes).max(r(&cc.bytes)),
-        segments_committed: r(&pc.segments_committed),
-        segments_acquired: r(&pc.segments_acquired),
-        producer_wakes: r(&pc.wakes).wrapping_add(r(&pc.flusher_wakes)),
-        backpressured_ns: with_ongoing(r(&pc.backpressured_ns), r(&pc.blocked_since_ns)),
-        records_read: r(&cc.records),
-        bytes_read: r(&cc.bytes),
-        segments_taken: r(&cc.segments_taken),
-        segments_returned: r(&cc.segments_returned),
-        consumer_wakes: r(&cc.wakes),
-        idle_ns: with_ongoing(r(&cc.idle_ns), r(&cc.idle_since_ns)),
+        records_written: pc.records.max(cc.records),
+        bytes_written: pc.bytes.max(cc.bytes),
+        segments_committed: pc.segments_committed,
+        segments_acquired: pc.segments_acquired,
+        producer_wakes: pc.wakes.wrapping_add(pc.flusher_wakes),
+        backpressured_ns: with_ongoing(pc.backpressured_ns, pc.blocked_since_ns),
+        records_read: cc.records,
+        bytes_read: cc.bytes,
+        segments_taken: cc.segments_taken,
+        segments_returned: cc.segments_returned,
+        consumer_wakes: cc.wakes,
+        idle_ns: with_ongoing(cc.idle_ns, cc.idle_since_ns),
         segments_not_free: n - free,
         segments_at_consumer: at_consumer,
-        segments_in_flight: r(&pc.segments_acquired)
-            .saturating_sub(r(&h.cons.segments_done))
+        segments_in_flight: pc
+            .segments_acquired
+            .saturating_sub(cur.segments_done)
             .min(shared.n() as u64),
-        segment_cap: r(&h.cons.segment_cap),
-        segment_fill: match r(&h.cons.segment_fill) {
-            f @ 1.. if f < shared.segment_size() as u64 => f,
+        segment_cap: cur.segment_cap,
+        segment_fill: match cur.segment_fill {
+            fill @ 1.. if fill < shared.segment_size() as u64 => fill,
             _ => shared.segment_size() as u64,
         },
-        debloat_target_ns: r(&cc.debloat_target_ns),
-        debloat_rate: r(&cc.debloat_rate),
-        producer_state: h.producer.state(),
-        consumer_state: h.consumer.state(),
-        producer_pid: h.producer.pid(),
-        consumer_pid: h.consumer.pid(),
-        link: match h.link.read() {
+        debloat_target_ns: cc.debloat_target_ns,
+        debloat_rate: cc.debloat_rate,
+        producer_state: f.producer_end.state,
+        consumer_state: f.consumer_end.state,
+        producer_pid: f.producer_end.pid,
+        consumer_pid: f.consumer_end.pid,
+        link: match f.link {
             l @ Link {
                 role: LINK_SENDING | LINK_RECEIVING,
                 ..
@@ -301,30 +307,26 @@ pub(crate) fn snapshot(shared: &crate::region::view::Shared) -> Snapshot {
     }
 }
 
-/// A wait in progress, shown live (`since`) and added to `total` when it ends — also when the
-/// future that waits is dropped, which is why the counter lives in shared memory alone.
+/// A wait in progress, shown live (its figures' `since`) and added to their total when it
+/// ends — also when the future that waits is dropped, which is why the total lives in shared
+/// memory alone.
 pub(crate) struct Waiting<'a> {
-    since: &'a AtomicU64,
-    total: &'a AtomicU64,
+    wait: figures::Wait<'a>,
     start: u64,
 }
 
 impl<'a> Waiting<'a> {
-    pub(crate) fn start(since: &'a AtomicU64, total: &'a AtomicU64) -> Waiting<'a> {
+    pub(crate) fn start(wait: figures::Wait<'a>) -> Waiting<'a> {
         let start = crate::sys::clock::monotonic_ns();
-        crate::protocol::counters::set(since, start);
-        Waiting {
-            since,
-            total,
-            start,
-        }
+        wait.began(start);
+        Waiting { wait, start }
     }
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        crate::protocol::counters::set(self.since, 0);
+        self.wait.ended();
         let waited = crate::sys::clock::monotonic_ns().saturating_sub(self.start);
-        crate::protocol::counters::add_owned(self.total, waited);
+        self.wait.counted(waited);
     }
 }

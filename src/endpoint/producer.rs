@@ -34,6 +34,7 @@ use crate::protocol::abi::Geometry;
 use crate::protocol::counters::Local;
 use crate::protocol::debloat;
 use crate::protocol::ends::EndState;
+use crate::protocol::figures;
 use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until, WaitStrategy};
 use crate::protocol::pool::Supply;
@@ -274,7 +275,7 @@ impl Producer {
     fn consumer_detached(&self) -> bool {
         // Acquire (in `state`): pairs with the consumer's `leave`.
         matches!(
-            self.shared.header().consumer.state(),
+            self.shared.header().consumer_end().state(),
             EndState::Detached | EndState::Lost
         )
     }
@@ -294,7 +295,7 @@ impl Producer {
 
     /// Why the consumer is gone.
     fn gone_error(&self) -> Gone {
-        let c = &self.shared.header().consumer;
+        let c = self.shared.header().consumer_end();
         if c.state() == EndState::Lost {
             let pid = c.pid();
             #[cfg(all(feature = "net", not(shmflow_loom)))]

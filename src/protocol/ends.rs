@@ -1,7 +1,9 @@
 //! The attach state of each end, and the only code that changes it: `FREE` → `ATTACHED` →
 //! `DETACHED`, `FAILED` or `LOST`, never back (see the constants in `abi`).
 
-use crate::protocol::abi::{EndSlot, END_ATTACHED, END_DETACHED, END_FAILED, END_FREE, END_LOST};
+use crate::protocol::abi::{
+    EndSlot, GateHeader, Header, END_ATTACHED, END_DETACHED, END_FAILED, END_FREE, END_LOST,
+};
 use crate::sync::Ordering;
 
 /// How an end leaves its channel: the state it stores.
@@ -51,6 +53,30 @@ impl EndSlot {
     /// The end's state now (Acquire: pairs with [`EndSlot::leave`] and [`EndSlot::attach`]).
     pub(crate) fn state(&self) -> EndState {
         EndState::from_raw(self.state.load(Ordering::Acquire))
+    }
+}
+
+/// The ends of a channel's header.
+impl Header {
+    /// The producer end's slot.
+    #[inline]
+    pub(crate) fn producer_end(&self) -> &EndSlot {
+        &self.producer.0
+    }
+
+    /// The consumer end's slot (of a gate's channel: the gate's consumer, as this channel's
+    /// producer sees it).
+    #[inline]
+    pub(crate) fn consumer_end(&self) -> &EndSlot {
+        &self.consumer.0
+    }
+}
+
+impl GateHeader {
+    /// The gate consumer's slot.
+    #[inline]
+    pub(crate) fn consumer_end(&self) -> &EndSlot {
+        &self.consumer.0
     }
 }
 

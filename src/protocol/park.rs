@@ -74,6 +74,7 @@ use std::time::Duration;
 use crate::error::Halt;
 #[cfg(any(feature = "tokio", shmflow_loom))]
 use crate::error::SysError;
+use crate::protocol::abi::{GateHeader, Header};
 #[cfg(any(feature = "tokio", shmflow_loom))]
 use crate::sync::AsyncOs;
 use crate::sync::{AtomicU32, FutexWord, Ordering, Os};
@@ -253,6 +254,31 @@ where
 #[cfg(any(feature = "net", shmflow_loom))]
 pub(crate) fn rmw_notifier(word: &FutexWord) {
     word.atomic().fetch_or(NO_FENCE, Ordering::AcqRel);
+}
+
+/// The park words of a channel's header.
+impl Header {
+    /// The producer's park word: it sleeps on it waiting for a returned segment (or room in
+    /// the priority lane, or its consumer's reads at close); the consumer notifies it.
+    #[inline]
+    pub(crate) fn producer_park(&self) -> &FutexWord {
+        &self.producer_park.0
+    }
+
+    /// A single channel's consumer's park word; the producer notifies it. (A gate's consumer
+    /// sleeps on its gate's word, [`GateHeader::park`], for all its channels.)
+    #[inline]
+    pub(crate) fn consumer_park(&self) -> &FutexWord {
+        &self.consumer_park.0
+    }
+}
+
+impl GateHeader {
+    /// The gate consumer's park word: every channel's producer notifies it.
+    #[inline]
+    pub(crate) fn park(&self) -> &FutexWord {
+        &self.park.0
+    }
 }
 
 /// True if `word` no longer holds `expected`, what a waiter announced (the bridge's look at a

@@ -89,6 +89,16 @@ impl Supply {
         }
     }
 
+    #[cfg_attr(any(not(feature = "net"), shmflow_loom), allow(dead_code))]
+    /// Segments asked for and not granted yet, as far as the gate's published figure says
+    /// (`ConsumerCursors::lent`; 0 for a channel of its own). Relaxed (in `counters::read`): a
+    /// figure for statistics, paired with nothing; a wrong value only makes a bridge ask for
+    /// too many or too few.
+    pub(crate) fn unmet(&self, h: &Header) -> u64 {
+        let lent = crate::protocol::counters::read(&h.cons.lent);
+        self.demand().saturating_sub(lent)
+    }
+
     /// A segment arrived: the next wait asks again.
     #[inline]
     pub(crate) fn got(&mut self) {

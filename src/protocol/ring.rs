@@ -31,6 +31,20 @@ pub(crate) struct RingRef<'a> {
     pub name: &'static str,
 }
 
+/// The cursors of a channel's data ring (producer → consumer) in `h`: its head, written by
+/// the consumer, and its tail, written by the producer (for a [`RingRef`]).
+#[inline]
+pub(crate) fn data_cursors(h: &Header) -> (&AtomicU64, &AtomicU64) {
+    (&h.cons.data_head, &h.prod.data_tail)
+}
+
+/// The cursors of a channel's return ring (consumer → producer) in `h`: its head, written by
+/// the producer, and its tail, written by the consumer (for a [`RingRef`]).
+#[inline]
+pub(crate) fn return_cursors(h: &Header) -> (&AtomicU64, &AtomicU64) {
+    (&h.prod.ret_head, &h.cons.ret_tail)
+}
+
 /// The pushing side's private state.
 #[derive(Debug)]
 pub(crate) struct RingTx {

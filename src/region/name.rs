@@ -59,7 +59,7 @@ pub(crate) fn settle(shared: &Shared, me: End, left: Left) {
         End::Producer => {
             // Acquire (in `state`): pairs with the consumer's Release stores of its state
             // (attach, detach).
-            match h.consumer.state() {
+            match h.consumer_end().state() {
                 EndState::Free => left == Left::Nothing,
                 // Attached (it has the region mapped: it reads everything whatever the name
                 // does; it may hold no name to remove, if it attached by descriptor),

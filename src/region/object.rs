@@ -153,18 +153,18 @@ fn exists_error(name: &str) -> OpenError {
         let alive = |b| crate::region::liveness::end_locked(shared.fd(), b).unwrap_or(true);
         if !bytes.into_iter().any(alive) {
             if shared.gate.is_none() {
-                use crate::protocol::counters::read;
                 use crate::protocol::ends::EndState;
+                use crate::protocol::figures;
                 let h = shared.header();
                 // A look at a region nobody alive writes.
-                if h.consumer.state() == EndState::Free
-                    && h.producer.state() != EndState::Free
-                    && (read(&h.producer_counters.segments_acquired) > 0
+                if h.consumer_end().state() == EndState::Free
+                    && h.producer_end().state() != EndState::Free
+                    && (figures::read_segments_acquired(h) > 0
                         || crate::protocol::lane::lane_tail(h) > 0)
                 {
                     return OpenError::AwaitsConsumer {
                         region: name.to_owned(),
-                        unread_records: read(&h.producer_counters.records),
+                        unread_records: figures::read_records_written(h),
                     };
                 }
             }
@@ -570,7 +570,7 @@ fn create_memfd_shape(
         // channel's peer marks its words when it attaches with them.
         for c in &chans {
             crate::protocol::park::mark_ringable(c.consumer_park());
-            crate::protocol::park::mark_ringable(&c.header().producer_park);
+            crate::protocol::park::mark_ringable(c.header().producer_park());
         }
     }
     Ok((chans, std::sync::Arc::new(lock)))
@@ -619,14 +619,14 @@ fn mark_notified_words(name: &str, chans: &[Arc<Shared>], bare: bool) -> Result<
     let words = || {
         chans
             .iter()
-            .flat_map(|c| [c.consumer_park(), &c.header().producer_park])
+            .flat_map(|c| [c.consumer_park(), c.header().producer_park()])
     };
     if !bare {
         // Only the words whose bells came with the descriptor (a gate's child holds those of
         // its own channel).
         for c in chans.iter().filter(|c| c.producer_bell().is_some()) {
             mark_ringable(c.consumer_park());
-            mark_ringable(&c.header().producer_park);
+            mark_ringable(c.header().producer_park());
         }
         return Ok(());
     }

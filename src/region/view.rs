@@ -247,7 +247,7 @@ impl Shared {
         let (consumer_park, gate) = match place.gate {
             None => (
                 // SAFETY: the header is valid for the life of `backing`.
-                NonNull::from(&unsafe { header.as_ref() }.consumer_park.0),
+                NonNull::from(unsafe { header.as_ref() }.consumer_park()),
                 None,
             ),
             Some((index, geometry)) => {
@@ -255,7 +255,7 @@ impl Shared {
                 let gate: NonNull<GateHeader> = base.cast();
                 (
                     // SAFETY: the gate header is valid for the life of `backing`.
-                    NonNull::from(&unsafe { gate.as_ref() }.park.0),
+                    NonNull::from(unsafe { gate.as_ref() }.park()),
                     Some(Membership {
                         index,
                         geometry,
@@ -298,7 +298,7 @@ impl Shared {
             geometry,
             seg_total: n,
             initial_free: n as u64,
-            consumer_park: NonNull::from(&heap.header.consumer_park.0),
+            consumer_park: NonNull::from(heap.header.consumer_park()),
             gate: None,
             header: NonNull::from(&heap.header),
             data_slots: NonNull::from(&heap.data_slots[0]),
@@ -331,7 +331,7 @@ impl Shared {
             },
             seg_total: gg.total_segments() as usize,
             initial_free: gg.exclusive as u64,
-            consumer_park: NonNull::from(&hg.gate.park.0),
+            consumer_park: NonNull::from(hg.gate.park()),
             gate: Some(Membership {
                 index: c,
                 geometry: gg,
@@ -499,10 +499,12 @@ impl Shared {
     /// The data ring (producer → consumer).
     pub(crate) fn data_ring(&self) -> crate::protocol::ring::RingRef<'_> {
         let h = self.header();
+        let slots = self.data_slots();
+        let (head, tail) = crate::protocol::ring::data_cursors(h);
         crate::protocol::ring::RingRef {
-            slots: self.data_slots(),
-            head: &h.cons.data_head,
-            tail: &h.prod.data_tail,
+            slots,
+            head,
+            tail,
             limit: self.seg_total as u64,
             region: &self.name,
             name: "data ring",
@@ -512,10 +514,12 @@ impl Shared {
     /// The return ring (consumer → producer).
     pub(crate) fn return_ring(&self) -> crate::protocol::ring::RingRef<'_> {
         let h = self.header();
+        let slots = self.ret_slots();
+        let (head, tail) = crate::protocol::ring::return_cursors(h);
         crate::protocol::ring::RingRef {
-            slots: self.ret_slots(),
-            head: &h.prod.ret_head,
-            tail: &h.cons.ret_tail,
+            slots,
+            head,
+            tail,
             limit: self.seg_total as u64,
             region: &self.name,
             name: "return ring",

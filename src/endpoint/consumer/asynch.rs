@@ -9,6 +9,7 @@ use super::{Consumer, Message, Record, Seen, Skip};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{poll_budget, spend_budget, start_slow, Slow};
 use crate::error::{settled, Halt, RecvError};
+use crate::protocol::figures;
 use crate::protocol::park::{self, Immediately, Look, WaitStrategy};
 use crate::region::bridge::Bridges;
 use crate::region::os::Host;
@@ -72,10 +73,7 @@ impl Consumer {
         let shared = self.shared.clone();
         let h = shared.header();
         let got = {
-            let _idle = Waiting::start(
-                &h.consumer_counters.idle_since_ns,
-                &h.consumer_counters.idle_ns,
-            );
+            let _idle = Waiting::start(figures::consumer_idle(h));
             let pace = self.pace();
             self.park_async(self.wait, pace, |c, look| {
                 Ok(c.poll_wait::<S>(look)?.map(|_| ()))

@@ -16,10 +16,7 @@ impl Consumer {
         let Some(s) = d.finished(bytes, monotonic_ns(), idle) else {
             return;
         };
-        crate::protocol::counters::set(
-            &self.shared.header().consumer_counters.debloat_rate,
-            s.rate,
-        );
+        figures::debloat_rate_measured(self.shared.header(), s.rate);
         if let Some(l) = s.limit {
             self.publish_limit(l);
         }
@@ -51,10 +48,8 @@ impl Consumer {
     /// channel of a gate (the gate waits for all its channels at once).
     pub(super) fn idle_total(&self) -> u64 {
         match &self.shared.gate {
-            Some(g) => crate::protocol::counters::read(&g.gate_header().pool.idle_ns),
-            None => {
-                crate::protocol::counters::read(&self.shared.header().consumer_counters.idle_ns)
-            }
+            Some(g) => figures::gate_idle(g.gate_header()).total(),
+            None => figures::consumer_idle(self.shared.header()).total(),
         }
     }
 
@@ -95,18 +90,13 @@ impl Consumer {
                     monotonic_ns(),
                     self.idle_total(),
                 );
-                crate::protocol::counters::set(
-                    &h.consumer_counters.debloat_target_ns,
-                    d.target_ns(),
-                );
-                crate::protocol::counters::set(&h.consumer_counters.debloat_rate, 0);
+                figures::debloat_started(h, d.target_ns());
                 let limit = d.limit();
                 self.debloat = Some(d);
                 self.publish_limit(limit);
             }
             None => {
-                crate::protocol::counters::set(&h.consumer_counters.debloat_target_ns, 0);
-                crate::protocol::counters::set(&h.consumer_counters.debloat_rate, 0);
+                figures::debloat_stopped(h);
                 self.debloat = None;
                 debloat::publish_fill(h, 0);
                 self.publish_cap(0);

@@ -37,8 +37,7 @@ impl Consumer {
     /// Publishes the per-record counters.
     pub(super) fn publish_counts(&self) {
         let h = self.shared.header();
-        self.counters.records.publish(&h.consumer_counters.records);
-        self.counters.bytes.publish(&h.consumer_counters.bytes);
+        figures::records_read(h, &self.counters.records, &self.counters.bytes);
     }
 
     /// Moves past the rest of a spanning record that was dropped unread.

@@ -4,6 +4,7 @@
 
 use super::{Consumer, Message};
 use crate::error::{CorruptError, Halt, Lost, RecvError};
+use crate::protocol::figures;
 use crate::protocol::park::{self, Immediately, Look};
 
 use super::Got;
@@ -41,30 +42,18 @@ impl Consumer {
     /// them, at most `COUNTS_EVERY` records or a segment behind).
     pub(crate) fn unread(&mut self) -> (u64, u64) {
         self.publish_counts();
-        let h = self.shared.header();
-        let r = crate::protocol::counters::read;
-        (
-            r(&h.producer_counters.records).saturating_sub(r(&h.consumer_counters.records)),
-            r(&h.producer_counters.bytes).saturating_sub(r(&h.consumer_counters.bytes)),
-        )
+        figures::read_unread(self.shared.header())
     }
 
     /// Gates: `records` records of `bytes` payload bytes were handed out as in-flight data.
     pub(crate) fn count_inflight(&self, records: u64, bytes: u64) {
-        let h = self.shared.header();
-        crate::protocol::counters::add_owned(&h.consumer_counters.inflight_records, records);
-        crate::protocol::counters::add_owned(&h.consumer_counters.inflight_bytes, bytes);
+        figures::channel_inflight(self.shared.header(), records, bytes);
     }
 
     /// Gates: what the last released checkpoint held back on this channel, how long it held
     /// it, and its barrier's delay on this channel.
     pub(crate) fn set_held(&self, records: u64, bytes: u64, held_ns: u64, delay_ns: u64) {
-        let h = self.shared.header();
-        let set = crate::protocol::counters::set;
-        set(&h.consumer_counters.held_records, records);
-        set(&h.consumer_counters.held_bytes, bytes);
-        set(&h.consumer_counters.held_ns, held_ns);
-        set(&h.consumer_counters.barrier_delay_ns, delay_ns);
+        figures::channel_held(self.shared.header(), records, bytes, held_ns, delay_ns);
     }
 
     /// Gates: is a priority event (or a barrier's announcement) waiting in the lane? For a
@@ -127,8 +116,8 @@ impl Consumer {
         } else {
             self.recycler.forget_all(h);
             // Our last reads of the region happen before the producer sees us gone.
-            h.consumer.leave(crate::protocol::ends::Leave::Clean);
-            park::notify::<Host>(&h.producer_park, self.shared.producer_bell());
+            h.consumer_end().leave(crate::protocol::ends::Leave::Clean);
+            park::notify::<Host>(h.producer_park(), self.shared.producer_bell());
         }
     }
 }

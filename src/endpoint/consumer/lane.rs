@@ -24,7 +24,7 @@ impl Consumer {
         if got.is_some() {
             self.prio_head += 1;
             // The producer may wait for room in the lane.
-            park::notify::<Host>(&h.producer_park, self.shared.producer_bell());
+            park::notify::<Host>(h.producer_park(), self.shared.producer_bell());
         }
         Ok(got)
     }

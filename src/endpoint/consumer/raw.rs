@@ -7,6 +7,7 @@
 use super::{Consumer, UncleanEnd};
 use crate::endpoint::metrics::Waiting;
 use crate::error::RecvError;
+use crate::protocol::figures;
 use crate::protocol::lane::Entry;
 
 /// The forwarding read fails as a reader does.
@@ -178,12 +179,14 @@ impl Consumer {
     /// `chunk` was forwarded: moves past it, and gives the segment back if it is finished.
     pub(crate) fn raw_done(&mut self, chunk: Chunk) -> Result<()> {
         let h = self.shared.header();
-        self.counters
-            .records
-            .add(&h.consumer_counters.records, chunk.records);
-        self.counters
-            .bytes
-            .add(&h.consumer_counters.bytes, chunk.payload);
+        let c = &mut self.counters;
+        figures::chunk_read(
+            h,
+            &mut c.records,
+            &mut c.bytes,
+            chunk.records,
+            chunk.payload,
+        );
         if let Some(c) = &mut self.cur {
             c.rd = chunk.end;
         }
@@ -232,11 +235,7 @@ impl Consumer {
     pub(crate) async fn raw_readable(&mut self) -> Result<()> {
         self.raw_wake_owed();
         let shared = self.shared.clone();
-        let h = shared.header();
-        let _idle = Waiting::start(
-            &h.consumer_counters.idle_since_ns,
-            &h.consumer_counters.idle_ns,
-        );
+        let _idle = Waiting::start(figures::consumer_idle(shared.header()));
         self.park_async(self.wait, park::Pace::Sparse, Consumer::raw_look)
             .await
     }
@@ -286,16 +285,7 @@ impl Consumer {
 
     /// Publishes the sending bridge's figures for `shmflow stat`.
     pub(crate) fn raw_figures(&self, credit: u64, backlog: u64, in_flight: u64, wire: u64) {
-        self.shared
-            .header()
-            .link
-            .publish(crate::protocol::abi::Link {
-                role: crate::protocol::abi::LINK_SENDING,
-                credit,
-                backlog,
-                in_flight_bytes: in_flight,
-                wire_bytes: wire,
-            });
+        figures::link_sending(self.shared.header(), credit, backlog, in_flight, wire);
     }
 
     /// The bridge lost its remote peer: detach as `LOST`, so that the producer's calls

@@ -12,9 +12,7 @@ impl Consumer {
         self.publish_counts();
         let h = self.shared.header();
         let back = self.recycler.release(h, c.seg);
-        self.counters
-            .returned
-            .add(&h.consumer_counters.segments_returned, 1);
+        figures::segment_returned(h, &mut self.counters.returned);
         // Before the wake-up below (see `publish_done`).
         #[cfg(not(shmflow_broken = "debloat_done_late"))]
         debloat::publish_done(h, self.counters.returned.0);
@@ -35,8 +33,8 @@ impl Consumer {
     /// Wakes the producer if it waits.
     pub(super) fn wake_producer(&mut self) {
         let h = self.shared.header();
-        if park::notify::<Host>(&h.producer_park, self.shared.producer_bell()) {
-            self.counters.wakes.add(&h.consumer_counters.wakes, 1);
+        if park::notify::<Host>(h.producer_park(), self.shared.producer_bell()) {
+            figures::producer_woken(h, &mut self.counters.wakes);
         }
     }
 
@@ -127,10 +125,7 @@ impl Consumer {
             rd: 0,
             complete,
         });
-        let h = self.shared.header();
-        self.counters
-            .taken
-            .add(&h.consumer_counters.segments_taken, 1);
+        figures::segment_taken(self.shared.header(), &mut self.counters.taken);
         Ok(true)
     }
 

@@ -42,18 +42,13 @@ impl Consumer {
         let shared: &Shared = unsafe { &*Arc::as_ptr(&self.shared) };
         let h = shared.header();
         // A `try_` look is no wait: neither idle time nor a pace mark.
-        let idle = timed.then(|| {
-            Waiting::start(
-                &h.consumer_counters.idle_since_ns,
-                &h.consumer_counters.idle_ns,
-            )
-        });
+        let idle = timed.then(|| Waiting::start(figures::consumer_idle(h)));
         // A receiving bridge writes what a socket read brought, a segment at a time, as the
         // network delivers it: after a large batch the next one is a network delivery away,
         // and `Block`'s looks would only burn CPU time the bridge and its peers need (as a
         // direct network end reads blocking at once after a large batch).
         let strategy = match (self.wait, pace) {
-            (WaitStrategy::Block, park::Pace::Stream) if h.link.fed_by_bridge() => {
+            (WaitStrategy::Block, park::Pace::Stream) if figures::fed_by_bridge(h) => {
                 WaitStrategy::Park
             }
             (w, _) => w,
@@ -80,12 +75,7 @@ impl Consumer {
         let timed = patience.waits();
         let shared = self.shared.clone();
         let h = shared.header();
-        let idle = timed.then(|| {
-            Waiting::start(
-                &h.consumer_counters.idle_since_ns,
-                &h.consumer_counters.idle_ns,
-            )
-        });
+        let idle = timed.then(|| Waiting::start(figures::consumer_idle(h)));
         let got = self.wait_link_looks(patience);
         drop(idle);
         if timed {

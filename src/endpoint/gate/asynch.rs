@@ -7,6 +7,7 @@ use super::{Delivered, Gate, GateMessage, Pick};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::spend_budget;
 use crate::error::RecvError;
+use crate::protocol::figures;
 use crate::protocol::park::{self, Immediately};
 use crate::region::bridge::Bridges;
 use crate::region::os::Host;
@@ -28,8 +29,8 @@ impl Gate {
 
     async fn readable_any(&mut self) -> Result<Pick, RecvError> {
         let shared = self.shared.clone();
-        let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
-        let _idle = Waiting::start(&figures.idle_since_ns, &figures.idle_ns);
+        let gate = shared.gate.as_ref().expect("gate").gate_header();
+        let _idle = Waiting::start(figures::gate_idle(gate));
         // Boxed: the waiting state is large and needed only here, so that the calls that
         // find their work done at once stay small futures.
         // SAFETY: the word is in the region that `shared`, owned by this future, maps.

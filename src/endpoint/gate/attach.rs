@@ -109,7 +109,7 @@ impl Gate {
         let g = shared.gate.as_ref().expect("gate channels").gate_header();
         // The gate's own attach state (its channels' are attached above): a fresh gate's
         // creator finds it free.
-        if let Err(found) = g.consumer.attach(std::process::id()) {
+        if let Err(found) = g.consumer_end().attach(std::process::id()) {
             return Err(crate::error::OpenError::corrupt(
                 &shared.name,
                 "gate consumer attach state",

@@ -20,8 +20,6 @@ impl Gate {
         emitted_ns: u64,
         now: u64,
     ) {
-        use crate::protocol::abi::{RELEASED_ALIGNED, RELEASED_TIMED_OUT, RELEASED_UNALIGNED};
-        use crate::protocol::counters::{add_owned, set};
         let (mut records, mut bytes) = (0, 0);
         for c in 0..self.chans.len() {
             let (r, b) = if self.cp.held_at_release.contains(&c) {
@@ -39,21 +37,19 @@ impl Gate {
             records += r;
             bytes += b;
         }
-        let f = &self.gate_header().checkpoints;
-        add_owned(&f.released, 1);
-        set(&f.last_id, id);
-        set(
-            &f.last_how,
+        figures::checkpoint_released(
+            self.gate_header(),
+            id,
             match how {
-                Released::Aligned => RELEASED_ALIGNED,
-                Released::Unaligned { timed_out: false } => RELEASED_UNALIGNED,
-                Released::Unaligned { timed_out: true } => RELEASED_TIMED_OUT,
+                Released::Aligned => figures::ReleasedAs::Aligned,
+                Released::Unaligned { timed_out: false } => figures::ReleasedAs::Unaligned,
+                Released::Unaligned { timed_out: true } => figures::ReleasedAs::TimedOut,
             },
+            now.saturating_sub(started_ns),
+            now.saturating_sub(emitted_ns),
+            records,
+            bytes,
         );
-        set(&f.last_alignment_ns, now.saturating_sub(started_ns));
-        set(&f.last_start_delay_ns, now.saturating_sub(emitted_ns));
-        set(&f.last_held_records, records);
-        set(&f.last_held_bytes, bytes);
     }
 
     /// Publishes the in-flight counts handed out since the last call.
@@ -68,9 +64,7 @@ impl Gate {
             }
         }
         if records > 0 {
-            let f = &self.gate_header().checkpoints;
-            crate::protocol::counters::add_owned(&f.inflight_records, records);
-            crate::protocol::counters::add_owned(&f.inflight_bytes, bytes);
+            figures::gate_inflight(self.gate_header(), records, bytes);
         }
     }
 
@@ -98,8 +92,7 @@ impl Gate {
                 }
             }
             align::Step::Cancelled { id } => {
-                let f = &self.gate_header().checkpoints;
-                crate::protocol::counters::add_owned(&f.abandoned, 1);
+                figures::checkpoint_abandoned(self.gate_header());
                 GateMessage::BarrierCancelled { id }
             }
             align::Step::InFlightEnd { id } => GateMessage::InFlightEnd { id },
@@ -294,6 +287,6 @@ impl Gate {
             .as_ref()
             .expect("gate channels")
             .gate_header();
-        crate::protocol::counters::set(&g.pool.floating_free, self.pool.free() as u64);
+        figures::floating_free(g, self.pool.free() as u64);
     }
 }

@@ -141,11 +141,11 @@ impl Gate {
             return Ok(p);
         }
         let shared = self.shared.clone();
-        let figures = &shared.gate.as_ref().expect("gate").gate_header().pool;
+        let gate = shared.gate.as_ref().expect("gate").gate_header();
         // A `try_` look is no wait.
         let idle = patience
             .waits()
-            .then(|| Waiting::start(&figures.idle_since_ns, &figures.idle_ns));
+            .then(|| Waiting::start(figures::gate_idle(gate)));
         let got = park::wait_for::<Host, _, _, Infallible>(
             shared.consumer_park(),
             self.wait,

@@ -9,6 +9,7 @@ use super::{Bound, Claim, Producer, RecordWriter};
 use crate::endpoint::metrics::Waiting;
 use crate::endpoint::waiting::{segment_budget, spend_budget, start_slow, Slow};
 use crate::error::{aborted, settled, Halt, NotNow, SendError, WriteError};
+use crate::protocol::figures;
 use crate::protocol::frame::HEADER;
 use crate::protocol::lane::Entry;
 use crate::protocol::park::{self, Deadline, Immediately, Look};
@@ -26,10 +27,7 @@ impl Producer {
     ) -> Result<T, SendError> {
         let shared = self.shared.clone();
         let h = shared.header();
-        let _blocked = Waiting::start(
-            &h.producer_counters.blocked_since_ns,
-            &h.producer_counters.backpressured_ns,
-        );
+        let _blocked = Waiting::start(figures::backpressure(h));
         #[cfg(all(feature = "net", not(shmflow_loom)))]
         if self.link.is_some() {
             // A direct network end: between looks, what the peer sent (credit) is read as
@@ -57,7 +55,7 @@ impl Producer {
         Box::pin(unsafe {
             park::wait_async::<Host, _, SendError>(
                 park::WaitOn {
-                    word: &h.producer_park,
+                    word: h.producer_park(),
                     bell: shared.producer_bell(),
                 },
                 &shared.name,

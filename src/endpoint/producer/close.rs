@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::{Gone, Producer, Sent, WaitStrategy};
 use crate::error::{CloseError, Halt, SendError, SendTimeoutError, TimedOut, TrySendError};
 use crate::protocol::ends::EndState;
+use crate::protocol::figures;
 use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until};
 use crate::region::os::Host;
 
@@ -163,14 +164,12 @@ impl Producer {
         // nothing is read through it, so no ordering is needed beyond seeing it eventually
         // (a lagging value only makes this wait longer).
         let unread = || {
-            let segments = acquired.saturating_sub(crate::protocol::counters::read(
-                &h.consumer_counters.segments_returned,
-            ));
+            let segments = acquired.saturating_sub(figures::read_segments_returned(h));
             let events = crate::protocol::lane::lane_unread(h, prio_sent);
             segments + events
         };
         let waited = park::wait_for::<Host, _, _, CloseError>(
-            &h.producer_park,
+            h.producer_park(),
             WaitStrategy::Park,
             Until::at(deadline),
             park::Notifier::Rmw,
@@ -182,7 +181,7 @@ impl Producer {
                 }
                 // Acquire (in `state`): pairs with the consumer's `leave`; its counters were
                 // stored before it.
-                match h.consumer.state() {
+                match h.consumer_end().state() {
                     EndState::Free => Ok(None),
                     EndState::Attached => {
                         self.check_peer(look)?;
@@ -195,7 +194,7 @@ impl Producer {
                         // left the last segment in hand (a reader that knew how many
                         // records to expect).
                         let left = unread();
-                        let read = crate::protocol::counters::read(&h.consumer_counters.records);
+                        let read = figures::read_records_read(h);
                         Ok(Some(match written {
                             _ if left == 0 => Ok(()),
                             Some(w) if w > 0 && read >= w && prio_sent == 0 => Ok(()),
@@ -212,7 +211,7 @@ impl Producer {
             Ok(outcome) => outcome,
             Err(Halt::Expired(TimedOut)) => {
                 let unread_segments = unread();
-                Err(match h.consumer.state() {
+                Err(match h.consumer_end().state() {
                     EndState::Free => CloseError::NotOpened {
                         region,
                         unread_segments,
@@ -289,7 +288,7 @@ impl Producer {
         let h = self.shared.header();
         // Everything sealed above is visible to a consumer that sees the end gone (see
         // `EndSlot::leave`).
-        h.producer.leave(if failed {
+        h.producer_end().leave(if failed {
             crate::protocol::ends::Leave::Failed
         } else {
             crate::protocol::ends::Leave::Clean

@@ -129,8 +129,7 @@ impl Producer {
     /// Publishes the per-record counters.
     pub(super) fn publish_counts(&self) {
         let h = self.shared.header();
-        self.counters.records.publish(&h.producer_counters.records);
-        self.counters.bytes.publish(&h.producer_counters.bytes);
+        figures::records_written(h, &self.counters.records, &self.counters.bytes);
     }
 
     /// Turns the per-record counters (records and bytes written) on or off; segment counts

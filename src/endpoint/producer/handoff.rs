@@ -19,9 +19,7 @@ impl Producer {
         self.data.push(&self.shared.data_ring(), seg)?;
         let h = self.shared.header();
         self.seg_end = debloat::end_of(debloat::fill(h), self.seg_size);
-        self.counters
-            .acquired
-            .add(&h.producer_counters.segments_acquired, 1);
+        figures::segment_acquired(h, &mut self.counters.acquired);
         Ok(Some(Current {
             seg,
             base: self.shared.segment_ptr(seg),
@@ -81,10 +79,7 @@ impl Producer {
         }
         let shared = self.shared.clone();
         let h = shared.header();
-        let blocked = Waiting::start(
-            &h.producer_counters.blocked_since_ns,
-            &h.producer_counters.backpressured_ns,
-        );
+        let blocked = Waiting::start(figures::backpressure(h));
         // `PARK_AT_ONCE` segments or more of this producer's are in flight (no cap holds it
         // back: it waits for a segment to come back): the consumer has all of them to read
         // before a late wake-up of this producer could leave it idle, so `Block` parks at
@@ -138,8 +133,7 @@ impl Producer {
 
     #[cold]
     pub(super) fn count_wake(&mut self) {
-        let h = self.shared.header();
-        self.counters.wakes.add(&h.producer_counters.wakes, 1);
+        figures::consumer_woken(self.shared.header(), &mut self.counters.wakes);
     }
 
     /// Makes everything written to the current segment visible and wakes the consumer.
@@ -194,10 +188,7 @@ impl Producer {
         self.store_commit_inner(!sealed);
         self.publish_counts();
         self.cur = None;
-        let h = self.shared.header();
-        self.counters
-            .committed
-            .add(&h.producer_counters.segments_committed, 1);
+        figures::segment_committed(self.shared.header(), &mut self.counters.committed);
         self.notify_consumer();
     }
 

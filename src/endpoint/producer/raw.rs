@@ -9,6 +9,7 @@ use crate::error::SendError;
 
 /// The receiving bridge writes as a producer does, and fails as one.
 type Result<T> = std::result::Result<T, SendError>;
+use crate::protocol::figures;
 use crate::protocol::frame::{self, Tally, HEADER};
 
 /// Why a received chunk cannot be written: the sender broke the protocol.
@@ -171,17 +172,17 @@ impl Producer {
         // The same commit as the producer's own (see `frame::commit`).
         frame::commit(slot, first, after);
         let h = self.shared.header();
-        self.counters
-            .records
-            .add(&h.producer_counters.records, tally.records);
-        self.counters
-            .bytes
-            .add(&h.producer_counters.bytes, tally.payload);
+        let c = &mut self.counters;
+        figures::chunk_written(
+            h,
+            &mut c.records,
+            &mut c.bytes,
+            tally.records,
+            tally.payload,
+        );
         if ends_segment {
             self.cur = None;
-            self.counters
-                .committed
-                .add(&h.producer_counters.segments_committed, 1);
+            figures::segment_committed(h, &mut self.counters.committed);
         } else if let Some(c) = &mut self.cur {
             c.wpos = end;
         }
@@ -202,8 +203,7 @@ impl Producer {
     /// figure says (a figure for statistics: a wrong value only makes the bridge ask for
     /// too many or too few).
     pub(crate) fn raw_unmet(&self) -> u64 {
-        let lent = crate::protocol::counters::read(&self.shared.header().cons.lent);
-        self.supply.demand().saturating_sub(lent)
+        self.supply.unmet(self.shared.header())
     }
 
     /// Waits in the executor until `enough(free, unread)` holds for the segments free (as
@@ -226,16 +226,7 @@ impl Producer {
 
     /// Publishes the receiving bridge's figures for `shmflow stat`.
     pub(crate) fn raw_figures(&self, credit: u64, backlog: u64, wire: u64) {
-        self.shared
-            .header()
-            .link
-            .publish(crate::protocol::abi::Link {
-                role: crate::protocol::abi::LINK_RECEIVING,
-                credit,
-                backlog,
-                in_flight_bytes: 0,
-                wire_bytes: wire,
-            });
+        crate::protocol::figures::link_receiving(self.shared.header(), credit, backlog, wire);
     }
 
     /// The bridge lost its remote peer: end the stream as `LOST`, so that the consumer
@@ -249,7 +240,7 @@ impl Producer {
             let h = self.shared.header();
             // Every chunk published above is visible to a consumer that sees LOST (see
             // `EndSlot::leave`).
-            h.producer.leave(crate::protocol::ends::Leave::Lost);
+            h.producer_end().leave(crate::protocol::ends::Leave::Lost);
             self.notify_consumer();
             self.settle_name();
         }

@@ -38,7 +38,7 @@ impl Producer {
         }
         let shared = self.shared.clone();
         park::wait_for::<Host, _, _, F>(
-            &shared.header().producer_park,
+            shared.header().producer_park(),
             wait,
             patience,
             park::Notifier::Rmw,
