@@ -191,7 +191,7 @@ impl Partition {
     pub fn try_send(&mut self, record: &[u8]) -> Result<(), TrySendError> {
         match self.route(record) {
             Route::One(c) => {
-                self.outputs[c as usize].try_send(record)?;
+                self.outputs[c].try_send(record)?;
                 self.next = c + 1;
                 Ok(())
             }
@@ -265,7 +265,7 @@ impl Partition {
     /// As [`Producer::send`].
     pub fn send_keyed(&mut self, key: u64, record: &[u8]) -> Result<(), SendError> {
         let c = self.key_channel(key);
-        self.outputs[c as usize].send(record)
+        self.outputs[c].send(record)
     }
 
     /// As [`Partition::send_keyed`], or [`TrySendError::Full`] — with nothing sent — if the
@@ -275,7 +275,7 @@ impl Partition {
     /// As [`Producer::try_send`].
     pub fn try_send_keyed(&mut self, key: u64, record: &[u8]) -> Result<(), TrySendError> {
         let c = self.key_channel(key);
-        self.outputs[c as usize].try_send(record)
+        self.outputs[c].try_send(record)
     }
 
     /// As [`Partition::send_keyed`], waiting at most `timeout` ([`SendTimeoutError::Timeout`],
@@ -290,7 +290,7 @@ impl Partition {
         timeout: Duration,
     ) -> Result<(), SendTimeoutError> {
         let c = self.key_channel(key);
-        self.outputs[c as usize].send_timeout(record, timeout)
+        self.outputs[c].send_timeout(record, timeout)
     }
 
     /// As [`Partition::send_keyed_timeout`], waiting until `deadline` at most.
@@ -304,7 +304,7 @@ impl Partition {
         deadline: Instant,
     ) -> Result<(), SendTimeoutError> {
         let c = self.key_channel(key);
-        self.outputs[c as usize].send_deadline(record, deadline)
+        self.outputs[c].send_deadline(record, deadline)
     }
 
     /// Sends `record` to channel `c`, whatever the partitioner.
@@ -642,7 +642,7 @@ impl Partition {
     /// As [`Producer::send`].
     pub async fn send_keyed_async(&mut self, key: u64, record: &[u8]) -> Result<(), SendError> {
         let c = self.key_channel(key);
-        self.outputs[c as usize].send_async(record).await
+        self.outputs[c].send_async(record).await
     }
 
     /// As [`Partition::send_to`], waiting in the executor.

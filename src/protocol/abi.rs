@@ -19,6 +19,9 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 pub const LAYOUT_VERSION: u32 = 10;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
+/// Bytes of a frame's header in a segment, before its payload (see `frame`, which frames
+/// records with it).
+pub(crate) const FRAME_HEADER: usize = 8;
 /// Default segment size: Flink's network buffer size.
 const DEFAULT_SEGMENT_SIZE: u32 = 32 * 1024;
 /// Default segment count: 64 × 32 KiB = a 2 MiB pool, the size of the L2 cache of the machines
@@ -423,7 +426,7 @@ impl Geometry {
     /// [`ConfigError`] if they need more than the largest pool (2^20 segments).
     pub fn for_records(records: u64, len: usize) -> Result<Geometry, ConfigError> {
         let seg = DEFAULT_SEGMENT_SIZE as u64;
-        let header = crate::protocol::frame::HEADER as u64;
+        let header = FRAME_HEADER as u64;
         let len = len as u64;
         let usable = seg - header;
         let segments = if len <= usable {

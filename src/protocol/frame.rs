@@ -26,7 +26,7 @@
 //!
 //! Kinds carry a tag in their upper half so that garbage is unlikely to parse as a frame.
 
-pub(crate) const HEADER: usize = 8;
+pub(crate) const HEADER: usize = crate::protocol::abi::FRAME_HEADER;
 
 pub(crate) const WHOLE: u32 = 0x5346_0001;
 pub(crate) const FIRST: u32 = 0x5346_0002;

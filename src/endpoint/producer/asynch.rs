@@ -252,7 +252,7 @@ impl Producer {
     pub async fn send_barrier_async(
         &mut self,
         id: u64,
-        alignment: crate::Alignment,
+        alignment: crate::endpoint::event::Alignment,
         payload: &[u8],
     ) -> Result<(), SendError> {
         self.barrier_async(id, alignment, None, payload).await
@@ -266,7 +266,7 @@ impl Producer {
     pub async fn forward_barrier_async(
         &mut self,
         id: u64,
-        alignment: crate::Alignment,
+        alignment: crate::endpoint::event::Alignment,
         emitted_ns: u64,
         payload: &[u8],
     ) -> Result<(), SendError> {
@@ -277,7 +277,7 @@ impl Producer {
     async fn barrier_async(
         &mut self,
         id: u64,
-        alignment: crate::Alignment,
+        alignment: crate::endpoint::event::Alignment,
         emitted_ns: Option<u64>,
         payload: &[u8],
     ) -> Result<(), SendError> {

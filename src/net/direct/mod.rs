@@ -52,7 +52,8 @@ mod out;
 mod reader;
 mod sock;
 
-use sock::{Got, Reader, Sock};
+use reader::{Got, Reader};
+use sock::Sock;
 
 /// Credit a request may carry (as the server's bound).
 const MAX_CREDIT: u32 = 1 << 24;

@@ -1,7 +1,7 @@
 //! What both direct ends share: the blocking socket, written by one thread at a time (the
-//! end's, and the keeper's heartbeats), and read through [`Reader`] by one thread at a time
-//! (the end's, or its keeper's while the end's thread is away, under the end's lock); with
-//! TLS, a rustls session that every byte goes through ([`TlsLayer`]).
+//! end's, and the keeper's heartbeats), and read through [`Reader`](super::reader::Reader) by
+//! one thread at a time (the end's, or its keeper's while the end's thread is away, under the
+//! end's lock); with TLS, a rustls session that every byte goes through ([`TlsLayer`]).
 
 use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -15,9 +15,6 @@ use tokio_rustls::rustls;
 
 use crate::net::error::LinkError;
 use crate::net::wire::Msg;
-
-pub(crate) use super::keeper::{Chore, Keeper, AWAY};
-pub(crate) use super::reader::{Got, Reader, Readiness};
 
 /// The connection of a direct end.
 pub(crate) struct Sock {
