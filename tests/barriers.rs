@@ -465,3 +465,44 @@ fn a_partition_barrier_that_stopped_part_way_reaches_the_rest_once() {
     assert_eq!(got, ["B1:aligned", "r0:after"]);
     assert!(gate.is_open(0) && gate.is_open(1));
 }
+
+#[test]
+fn a_partitions_try_forms_of_broadcast_events_reach_every_channel_or_none() {
+    let name = unique_name("partition-try-events");
+    let mut gate = Gate::create(&name, geometry(2)).unwrap();
+    let a = Producer::open_channel(&name, 0).unwrap();
+    let b = Producer::open_channel(&name, 1).unwrap();
+    let mut part = shmflow::Partition::new(vec![a, b], shmflow::Partitioner::RoundRobin).unwrap();
+    // Channel 1's segments all hold records the gate has not read, and its lane is full.
+    while part.try_send_to(1, &[7u8; 3000]).is_ok() {}
+    while part.output(1).try_send_priority_event(1, b"p").is_ok() {}
+    let r = part.try_send_event(9, b"all");
+    assert!(matches!(r, Err(shmflow::TrySendError::Full)), "{r:?}");
+    let r = part.try_send_priority_event(8, b"all");
+    assert!(matches!(r, Err(shmflow::TrySendError::Full)), "{r:?}");
+    let r = part.try_forward_barrier(3, Alignment::Aligned, 1, b"");
+    assert!(matches!(r, Err(shmflow::TrySendError::Full)), "{r:?}");
+    part.flush().unwrap();
+    // Channel 0 got neither event (and the barrier, which goes channel by channel).
+    let got = drain(&mut gate);
+    assert!(
+        !got.iter()
+            .any(|m| m.contains("Event") && m.contains("kind: 9") || m.contains("kind: 8")),
+        "{got:?}"
+    );
+    assert!(got.iter().all(|m| !m.starts_with("r0:")), "{got:?}");
+    // Room again: both reach both channels, and the barrier the channel that lacked it.
+    part.try_send_event(9, b"all").unwrap();
+    part.try_send_priority_event(8, b"all").unwrap();
+    part.forward_barrier_timeout(3, Alignment::Aligned, 1, b"", Duration::from_secs(5))
+        .unwrap();
+    part.flush().unwrap();
+    let got = drain(&mut gate);
+    let events = |kind: &str| got.iter().filter(|m| m.contains(kind)).count();
+    assert_eq!((events("kind: 9"), events("kind: 8")), (2, 2), "{got:?}");
+    assert_eq!(
+        got.iter().filter(|m| *m == "B3:aligned").count(),
+        1,
+        "{got:?}"
+    );
+}

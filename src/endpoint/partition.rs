@@ -373,10 +373,25 @@ impl Partition {
             .try_for_each(|p| p.send_event(kind, payload))
     }
 
+    /// As [`Partition::send_event`], or [`TrySendError::Full`] — with nothing sent to any
+    /// channel — if one of them has no room now: room is made on every channel before the
+    /// event is written to any.
+    ///
+    /// # Errors
+    /// As [`Producer::try_send_event`], from the first channel that fails.
+    pub fn try_send_event(&mut self, kind: u32, payload: &[u8]) -> Result<(), TrySendError> {
+        crate::endpoint::event::check_payload(self.outputs[0].region_name(), payload)?;
+        for p in self.outputs.iter_mut() {
+            p.reserve_event(payload.len())?;
+        }
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.try_send_event(kind, payload))
+    }
+
     /// As [`Partition::send_event`], waiting at most `timeout` in all
     /// ([`SendTimeoutError::Timeout`]): the channels before the one that was full have the
-    /// event, the rest do not. (There is no `try_` form: an event reaching some channels and
-    /// not others could not be told apart from one sent twice when retried.)
+    /// event, the rest do not (use `try_send_event` for all or nothing).
     ///
     /// # Errors
     /// As [`Producer::send_event_timeout`], from the first channel that fails.
@@ -489,6 +504,57 @@ impl Partition {
         })
     }
 
+    /// As [`Partition::forward_barrier`], or [`TrySendError::Full`] at the first channel with
+    /// no room now (as [`Partition::try_send_barrier`]).
+    ///
+    /// # Errors
+    /// As [`Producer::try_forward_barrier`], from the first channel that fails.
+    pub fn try_forward_barrier(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+    ) -> Result<(), TrySendError> {
+        self.each_barrier(id, |p| {
+            p.try_forward_barrier(id, alignment, emitted_ns, payload)
+        })
+    }
+
+    /// As [`Partition::forward_barrier`], waiting at most `timeout` in all (as
+    /// [`Partition::send_barrier_timeout`]).
+    ///
+    /// # Errors
+    /// As [`Producer::forward_barrier_timeout`], from the first channel that fails.
+    pub fn forward_barrier_timeout(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        let deadline = deadline_after(timeout);
+        self.forward_barrier_deadline(id, alignment, emitted_ns, payload, deadline)
+    }
+
+    /// As [`Partition::forward_barrier_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Producer::forward_barrier_deadline`], from the first channel that fails.
+    pub fn forward_barrier_deadline(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        self.each_barrier(id, |p| {
+            p.forward_barrier_deadline(id, alignment, emitted_ns, payload, deadline)
+        })
+    }
+
     /// Runs `send` on every channel that has not taken barrier `id` yet, in channel order,
     /// stopping at the first that fails.
     fn each_barrier<E>(
@@ -515,8 +581,28 @@ impl Partition {
             .try_for_each(|p| p.send_priority_event(kind, payload))
     }
 
+    /// As [`Partition::send_priority_event`], or [`TrySendError::Full`] — with nothing sent
+    /// to any channel — if one of the lanes is full now.
+    ///
+    /// # Errors
+    /// As [`Producer::try_send_priority_event`], from the first channel that fails.
+    pub fn try_send_priority_event(
+        &mut self,
+        kind: u32,
+        payload: &[u8],
+    ) -> Result<(), TrySendError> {
+        crate::endpoint::event::check_payload(self.outputs[0].region_name(), payload)?;
+        if !self.outputs.iter().all(Producer::lane_room) {
+            return Err(TrySendError::Full);
+        }
+        self.outputs
+            .iter_mut()
+            .try_for_each(|p| p.try_send_priority_event(kind, payload))
+    }
+
     /// As [`Partition::send_priority_event`], waiting at most `timeout` in all for room in
-    /// each lane (the channels before the one that was full have the event).
+    /// each lane (the channels before the one that was full have the event; use
+    /// `try_send_priority_event` for all or nothing).
     ///
     /// # Errors
     /// As [`Producer::send_priority_event_timeout`], from the first channel that fails.
@@ -683,6 +769,28 @@ impl Partition {
         for (p, last) in self.outputs.iter_mut().zip(self.barriers.iter_mut()) {
             if *last != Some(id) {
                 p.send_barrier_async(id, alignment, payload).await?;
+                *last = Some(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// As [`Partition::forward_barrier`], waiting in the executor (as
+    /// [`Partition::send_barrier_async`]).
+    ///
+    /// # Errors
+    /// As [`Partition::send_barrier`].
+    pub async fn forward_barrier_async(
+        &mut self,
+        id: u64,
+        alignment: crate::endpoint::event::Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+    ) -> Result<(), SendError> {
+        for (p, last) in self.outputs.iter_mut().zip(self.barriers.iter_mut()) {
+            if *last != Some(id) {
+                p.forward_barrier_async(id, alignment, emitted_ns, payload)
+                    .await?;
                 *last = Some(id);
             }
         }

@@ -286,6 +286,85 @@ impl Producer {
             .map_err(Into::into)
     }
 
+    /// As [`Producer::forward_barrier`], or [`TrySendError::Full`] — with nothing sent — if
+    /// no segment (or lane slot) is free now.
+    ///
+    /// # Errors
+    /// As [`Producer::try_send_barrier`].
+    pub fn try_forward_barrier(
+        &mut self,
+        id: u64,
+        alignment: Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+    ) -> Result<(), TrySendError> {
+        self.barrier_inner(id, alignment, Some(emitted_ns), payload, Immediately)
+            .map_err(Into::into)
+    }
+
+    /// As [`Producer::forward_barrier`], waiting at most `timeout`
+    /// ([`SendTimeoutError::Timeout`], with nothing sent).
+    ///
+    /// # Errors
+    /// As [`Producer::send_barrier_timeout`].
+    pub fn forward_barrier_timeout(
+        &mut self,
+        id: u64,
+        alignment: Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SendTimeoutError> {
+        self.barrier_inner(
+            id,
+            alignment,
+            Some(emitted_ns),
+            payload,
+            Until::after(timeout),
+        )
+        .map_err(Into::into)
+    }
+
+    /// As [`Producer::forward_barrier_timeout`], waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`Producer::send_barrier_timeout`].
+    pub fn forward_barrier_deadline(
+        &mut self,
+        id: u64,
+        alignment: Alignment,
+        emitted_ns: u64,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), SendTimeoutError> {
+        self.barrier_inner(
+            id,
+            alignment,
+            Some(emitted_ns),
+            payload,
+            Until::at(deadline),
+        )
+        .map_err(Into::into)
+    }
+
+    /// Makes room for an event of `payload_len` bytes without waiting (a free segment taken
+    /// if the one in hand has none), writing nothing: a partition's `try_send_event` makes
+    /// room on every channel before it writes to any.
+    pub(crate) fn reserve_event(&mut self, payload_len: usize) -> Result<(), TrySendError> {
+        if self.closed {
+            return Err(self.closed_error().into());
+        }
+        self.check_gone()?;
+        self.ensure_room(HEADER + 8 + payload_len, Immediately)
+            .map_err(Into::into)
+    }
+
+    /// True if the priority lane has a free slot (only this producer fills it: the room
+    /// stays until it pushes).
+    pub(crate) fn lane_room(&self) -> bool {
+        lane::lane_has_room(self.shared.header(), self.prio_tail)
+    }
+
     pub(crate) fn barrier_inner<P: Patience>(
         &mut self,
         id: u64,
