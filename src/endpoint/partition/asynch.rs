@@ -31,7 +31,7 @@ impl Partition {
     /// As [`Partition::send_keyed`], waiting in the executor.
     ///
     /// # Errors
-    /// As [`Producer::send`].
+    /// As [`Producer::send`](crate::endpoint::producer::Producer::send).
     pub async fn send_keyed_async(&mut self, key: u64, record: &[u8]) -> Result<(), SendError> {
         let c = self.key_channel(key);
         self.outputs[c].send_async(record).await
@@ -40,7 +40,7 @@ impl Partition {
     /// As [`Partition::send_to`], waiting in the executor.
     ///
     /// # Errors
-    /// As [`Producer::send`].
+    /// As [`Producer::send`](crate::endpoint::producer::Producer::send).
     ///
     /// # Panics
     /// If `c` is not below [`Partition::channels`].
@@ -51,7 +51,7 @@ impl Partition {
     /// As [`Partition::send_event`], waiting in the executor.
     ///
     /// # Errors
-    /// As [`Producer::send_event`], from the first channel that fails.
+    /// As [`Producer::send_event`](crate::endpoint::producer::Producer::send_event), from the first channel that fails.
     pub async fn send_event_async(&mut self, kind: u32, payload: &[u8]) -> Result<(), SendError> {
         for p in self.outputs.iter_mut() {
             p.send_event_async(kind, payload).await?;
@@ -60,7 +60,7 @@ impl Partition {
     }
 
     /// As [`Partition::send_barrier`], waiting in the executor (as
-    /// [`Producer::send_barrier_async`]); a future dropped part-way leaves the barrier on the
+    /// [`Producer::send_barrier_async`](crate::endpoint::producer::Producer::send_barrier_async)); a future dropped part-way leaves the barrier on the
     /// channels before the one it waited for, and a call again with the same `id` reaches the
     /// rest.
     ///
@@ -106,7 +106,7 @@ impl Partition {
     /// As [`Partition::send_priority_event`], waiting in the executor.
     ///
     /// # Errors
-    /// As [`Producer::send_priority_event`], from the first channel that fails.
+    /// As [`Producer::send_priority_event`](crate::endpoint::producer::Producer::send_priority_event), from the first channel that fails.
     pub async fn send_priority_event_async(
         &mut self,
         kind: u32,
@@ -118,10 +118,10 @@ impl Partition {
         Ok(())
     }
 
-    /// As [`Partition::flush`], with [`Producer::flush_async`] on every channel.
+    /// As [`Partition::flush`], with [`Producer::flush_async`](crate::endpoint::producer::Producer::flush_async) on every channel.
     ///
     /// # Errors
-    /// As [`Producer::flush`], from the first channel that fails.
+    /// As [`Producer::flush`](crate::endpoint::producer::Producer::flush), from the first channel that fails.
     pub async fn flush_async(&mut self) -> Result<(), SendError> {
         for p in self.outputs.iter_mut() {
             p.flush_async().await?;
