@@ -562,8 +562,11 @@ fn a_reader_of_records_gets_them_past_more_priority_events_than_the_lane_holds()
         for asynch in [false, true] {
             let (mut tx, mut rx, bridge) = remote_pair(kind, small());
             let (done_tx, done_rx) = std::sync::mpsc::channel();
+            let (started_tx, started) = std::sync::mpsc::channel();
             let reader = std::thread::spawn(move || {
                 let mut got = Vec::new();
+                // The writer starts once the reader is about to wait for its first record.
+                started_tx.send(()).unwrap();
                 if asynch {
                     tokio::runtime::Builder::new_current_thread()
                         .enable_all()
@@ -582,7 +585,7 @@ fn a_reader_of_records_gets_them_past_more_priority_events_than_the_lane_holds()
                 done_tx.send(()).unwrap();
                 got
             });
-            std::thread::sleep(Duration::from_millis(50));
+            started.recv_timeout(Duration::from_secs(10)).unwrap();
             for i in 0..5u64 {
                 for k in 0..20u64 {
                     tx.send_priority_event_timeout(3, &k.to_le_bytes(), Duration::from_secs(10))
@@ -658,8 +661,8 @@ fn records_sent_after_a_waiting_priority_event_stay_behind_it() {
             tx.send_priority_event(9, &i.to_le_bytes()).unwrap();
             tx.send(&i.to_le_bytes()).unwrap();
         }
+        // The consumer starts once everything is sent: what its lane does not hold waits.
         drop(tx);
-        std::thread::sleep(Duration::from_millis(200));
         let mut seen = Vec::new();
         while let Some(m) = rx.recv_message().unwrap() {
             match m {
@@ -1692,14 +1695,17 @@ fn a_gate_channel_whose_remote_sender_vanishes_is_dead_and_the_others_go_on() {
     // A sender that takes the request, sends one record's worth of nothing, and vanishes.
     let raw = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = raw.local_addr().unwrap();
+    let (linked_tx, linked) = std::sync::mpsc::channel::<()>();
     let vanishing = std::thread::spawn(move || {
         let (mut s, _) = raw.accept().unwrap();
         let mut head = [0u8; 64];
         let _ = std::io::Read::read(&mut s, &mut head);
-        std::thread::sleep(Duration::from_millis(50));
+        // Gone once the gate has linked the channel.
+        let _ = linked.recv_timeout(Duration::from_secs(20));
         drop(s);
     });
     connect_gate_channel(addr, "gone", &mut gate, 0, Config::default()).unwrap();
+    linked_tx.send(()).unwrap();
     let mut tx = Producer::open_channel(&name, 1).unwrap();
     for i in 0..10 {
         tx.send(&gate_record(1, i)).unwrap();
