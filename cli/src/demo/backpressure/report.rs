@@ -169,8 +169,9 @@ pub(super) enum Verdict {
 }
 
 /// What a phase should show: the consumer reads at the slower side's target (within 20
-/// points of the calibrated rate), backpressure where the consumer is the slower side (LOW or
-/// HIGH), none where the producer is (OK). Both at the same target: no level is expected.
+/// points of the calibrated rate; with both sides flat out, at least 80 %), backpressure
+/// where the consumer is the slower side (LOW or HIGH), none where the producer is (OK). Both
+/// at the same target: no level is expected.
 pub(super) fn judge(
     phase: &Phase,
     read_pct: f64,
@@ -179,7 +180,16 @@ pub(super) fn judge(
     use shmflow::metrics::BackpressureLevel as L;
     let (p, c) = (phase.producer.unwrap_or(1.0), phase.consumer.unwrap_or(1.0));
     let want = 100.0 * p.min(c);
-    if (read_pct - want).abs() > 20.0 {
+    if phase.producer.is_none() && phase.consumer.is_none() {
+        // Both flat out: no rate to follow, but the throughput is back (the calibration's
+        // rate, or more once both sides are warm).
+        if read_pct < 80.0 {
+            return Some(format!(
+                "{}: read {read_pct:.0} % with both sides flat out (at least 80 % expected)",
+                phase.label
+            ));
+        }
+    } else if (read_pct - want).abs() > 20.0 {
         return Some(format!(
             "{}: read {read_pct:.0} % where {want:.0} % was the target",
             phase.label
