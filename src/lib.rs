@@ -131,7 +131,6 @@ mod region;
 mod sync;
 mod sys;
 
-#[cfg(not(shmflow_loom))]
 pub use endpoint::builder::{ConsumerBuilder, GateBuilder, ProducerBuilder};
 pub use endpoint::consumer::{Consumer, Message, Record, DEFAULT_MAX_RECORD_LEN};
 pub use endpoint::event::{
@@ -150,7 +149,6 @@ pub use error::{
 };
 pub use protocol::abi::{GateGeometry, Geometry, LAYOUT_VERSION};
 pub use protocol::park::WaitStrategy;
-#[cfg(not(shmflow_loom))]
 pub use region::handoff::PeerHandle;
 
 /// Flink's metrics of a channel's ends and of a gate: what [`Producer::metrics`],
@@ -174,6 +172,9 @@ pub mod metrics {
 /// them (as `shmflow list`); [`remove_if_stale`](monitor::remove_if_stale) and
 /// [`remove_stale_and_unread`](monitor::remove_stale_and_unread) remove what dead processes
 /// left behind (as `shmflow clean`).
+///
+/// Not under `--cfg shmflow_loom`: it reads the regions of other processes, by name, from the
+/// system's shared memory, which a loom model has none of.
 #[cfg(not(shmflow_loom))]
 pub mod monitor {
     pub use crate::endpoint::monitor::{
@@ -203,10 +204,12 @@ pub mod tuning {
 /// # Ok::<(), shmflow::Error>(())
 /// ```
 ///
+/// Under `--cfg shmflow_loom` the region lives on the heap, with loom's atomics, and the ends
+/// are for the threads of a loom model (see `docs/LOOM.md`).
+///
 /// # Errors
 /// [`OpenError::InvalidConfig`] for a geometry out of range, [`OpenError::Io`] if the
 /// system cannot make or map the region.
-#[cfg(not(shmflow_loom))]
 pub fn pair(geometry: Geometry) -> Result<(Producer, Consumer), OpenError> {
     let (p, handle) = Producer::create_anonymous(geometry)?;
     let c = Consumer::from_handle(handle)?;

@@ -3,7 +3,9 @@
 //! open-or-create, anonymous with a hand-off to a child, an inherited descriptor — takes the
 //! same settings, so that an end is ready to use when it is returned.
 
+#[cfg(not(shmflow_loom))]
 use std::os::fd::AsFd;
+#[cfg(not(shmflow_loom))]
 use std::time::{Duration, Instant};
 
 use crate::endpoint::consumer::{Consumer, DEFAULT_MAX_RECORD_LEN};
@@ -13,6 +15,7 @@ use crate::protocol::abi::Geometry;
 use crate::protocol::park::WaitStrategy;
 use crate::region::handoff::PeerHandle;
 
+#[cfg(not(shmflow_loom))]
 /// How long `open_or_create` keeps trying when another process creates or removes the name
 /// between its open and its create.
 const OPEN_OR_CREATE_FOR: Duration = Duration::from_secs(2);
@@ -23,11 +26,14 @@ const OPEN_OR_CREATE_FOR: Duration = Duration::from_secs(2);
 /// reports an end attached by a dead process as [`OpenError::Stale`] (naming it), an end that
 /// detached as `EndDetached`, or the other end attaches and its first call reports
 /// `PeerDead`.
+#[cfg(not(shmflow_loom))]
 fn open_or_create<T>(
     open: impl Fn() -> Result<T, OpenError>,
     create: impl Fn() -> Result<T, OpenError>,
 ) -> Result<T, OpenError> {
     let start = Instant::now();
+    // Spins a few rounds, then yields: the other side is usually a moment from done.
+    let backoff = crossbeam_utils::Backoff::new();
     loop {
         match open() {
             Err(OpenError::NotFound { .. }) => {}
@@ -35,7 +41,7 @@ fn open_or_create<T>(
             Err(
                 OpenError::BadMagic { found: 0, .. } | OpenError::SizeMismatch { found: 0, .. },
             ) if start.elapsed() < OPEN_OR_CREATE_FOR => {
-                std::thread::yield_now();
+                backoff.snooze();
                 continue;
             }
             other => return other,
@@ -43,7 +49,7 @@ fn open_or_create<T>(
         match create() {
             Err(OpenError::AlreadyExists { .. }) if start.elapsed() < OPEN_OR_CREATE_FOR => {
                 // Created by someone else since our open: open theirs.
-                std::thread::yield_now();
+                backoff.snooze();
             }
             other => return other,
         }
@@ -76,6 +82,11 @@ impl Producer {
     ///
     /// # Errors
     /// See [`ProducerBuilder::create`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn create(name: &str, geometry: Geometry) -> Result<Producer, OpenError> {
         Producer::builder().geometry(geometry).create(name)
     }
@@ -98,6 +109,11 @@ impl Producer {
     ///
     /// # Errors
     /// See [`ProducerBuilder::open`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn open(name: &str) -> Result<Producer, OpenError> {
         Producer::builder().open(name)
     }
@@ -125,6 +141,50 @@ impl Producer {
         Producer::builder().geometry(geometry).create_anonymous()
     }
 
+    /// Attaches as producer, in this process, to the region of `handle`: the consumer end of
+    /// a channel made with [`Consumer::create_anonymous`], or a channel of a gate made with
+    /// [`Gate::create_anonymous`](crate::Gate::create_anonymous). The end keeps the region's
+    /// doorbells, so that async waiters on both sides sleep in their runtime's reactor. This
+    /// is how a thread of the creator's process takes the other end (and how a loom model
+    /// does: see `docs/LOOM.md`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Gate, GateMessage, Producer};
+    ///
+    /// let (mut gate, handles) = Gate::builder().channels(2).segment_size(4096).create_anonymous()?;
+    /// let writers: Vec<_> = handles
+    ///     .into_iter()
+    ///     .map(|h| {
+    ///         std::thread::spawn(move || -> Result<(), shmflow::Error> {
+    ///             let c = h.channel().unwrap();
+    ///             let mut tx = Producer::from_handle(h)?;
+    ///             tx.send(&c.to_le_bytes())?;
+    ///             Ok(()) // dropping the producer ends its channel
+    ///         })
+    ///     })
+    ///     .collect();
+    /// let mut records = 0;
+    /// while let Some(m) = gate.recv()? {
+    ///     if let GateMessage::Record { channel, record } = m {
+    ///         assert_eq!(record.as_bytes(), Some(&channel.to_le_bytes()[..]));
+    ///         records += 1;
+    ///     }
+    /// }
+    /// assert_eq!(records, 2);
+    /// for w in writers {
+    ///     w.join().unwrap()?;
+    /// }
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// See [`ProducerBuilder::from_handle`].
+    pub fn from_handle(handle: PeerHandle) -> Result<Producer, OpenError> {
+        Producer::builder().from_handle(handle)
+    }
+
     /// Attaches as producer to the region behind `fd` (handed over by its creator, see
     /// [`PeerHandle`]). `fd` is only borrowed: the producer keeps a duplicate of its own, made
     /// once `fd` is known to be a shmflow channel; on an error `fd` is untouched.
@@ -144,6 +204,10 @@ impl Producer {
     ///
     /// # Errors
     /// See [`ProducerBuilder::from_fd`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a descriptor is the system's, and a model's regions live on
+    /// the heap (a model hands an end to a thread with [`PeerHandle`] and `from_handle`).
+    #[cfg(not(shmflow_loom))]
     pub fn from_fd(fd: impl AsFd) -> Result<Producer, OpenError> {
         Producer::builder().from_fd(fd)
     }
@@ -164,6 +228,10 @@ impl Producer {
     ///
     /// # Errors
     /// See [`ProducerBuilder::from_env`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a descriptor is the system's, and a model's regions live on
+    /// the heap (a model hands an end to a thread with [`PeerHandle`] and `from_handle`).
+    #[cfg(not(shmflow_loom))]
     pub fn from_env(var: &str) -> Result<Producer, OpenError> {
         Producer::builder().from_env(var)
     }
@@ -177,6 +245,11 @@ impl Producer {
     ///
     /// # Errors
     /// See [`ProducerBuilder::open_channel`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn open_channel(name: &str, channel: u32) -> Result<Producer, OpenError> {
         Producer::builder().open_channel(name, channel)
     }
@@ -208,6 +281,11 @@ impl Consumer {
     ///
     /// # Errors
     /// See [`ConsumerBuilder::create`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn create(name: &str, geometry: Geometry) -> Result<Consumer, OpenError> {
         Consumer::builder().geometry(geometry).create(name)
     }
@@ -227,6 +305,11 @@ impl Consumer {
     ///
     /// # Errors
     /// See [`ConsumerBuilder::open`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn open(name: &str) -> Result<Consumer, OpenError> {
         Consumer::builder().open(name)
     }
@@ -238,6 +321,37 @@ impl Consumer {
     /// See [`ConsumerBuilder::create_anonymous`].
     pub fn create_anonymous(geometry: Geometry) -> Result<(Consumer, PeerHandle), OpenError> {
         Consumer::builder().geometry(geometry).create_anonymous()
+    }
+
+    /// Attaches as consumer, in this process, to the region of `handle` (from
+    /// [`Producer::create_anonymous`]), with the region's doorbells: how a thread of the
+    /// creator's process takes the other end ([`pair`](crate::pair) is this, in one call).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use shmflow::{Consumer, Geometry, Producer};
+    ///
+    /// let (mut tx, handle) = Producer::create_anonymous(Geometry::default())?;
+    /// let reader = std::thread::spawn(move || -> Result<usize, shmflow::Error> {
+    ///     let mut rx = Consumer::from_handle(handle)?;
+    ///     let mut n = 0;
+    ///     while rx.recv()?.is_some() {
+    ///         n += 1;
+    ///     }
+    ///     Ok(n)
+    /// });
+    /// tx.send(b"one")?;
+    /// tx.send(b"two")?;
+    /// drop(tx); // ends the stream
+    /// assert_eq!(reader.join().unwrap()?, 2);
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// See [`ConsumerBuilder::from_handle`].
+    pub fn from_handle(handle: PeerHandle) -> Result<Consumer, OpenError> {
+        Consumer::builder().from_handle(handle)
     }
 
     /// Attaches as consumer to the region behind `fd` (borrowed, as for
@@ -258,6 +372,10 @@ impl Consumer {
     ///
     /// # Errors
     /// See [`ConsumerBuilder::from_fd`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a descriptor is the system's, and a model's regions live on
+    /// the heap (a model hands an end to a thread with [`PeerHandle`] and `from_handle`).
+    #[cfg(not(shmflow_loom))]
     pub fn from_fd(fd: impl AsFd) -> Result<Consumer, OpenError> {
         Consumer::builder().from_fd(fd)
     }
@@ -267,6 +385,10 @@ impl Consumer {
     ///
     /// # Errors
     /// See [`ConsumerBuilder::from_env`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a descriptor is the system's, and a model's regions live on
+    /// the heap (a model hands an end to a thread with [`PeerHandle`] and `from_handle`).
+    #[cfg(not(shmflow_loom))]
     pub fn from_env(var: &str) -> Result<Consumer, OpenError> {
         Consumer::builder().from_env(var)
     }
@@ -352,6 +474,11 @@ impl ProducerBuilder {
     /// [`OpenError::AlreadyExists`] (or [`OpenError::Stale`] if nobody alive uses it, or
     /// [`OpenError::AwaitsConsumer`] if it holds an ended stream nobody has read yet),
     /// [`OpenError::InvalidConfig`] for a bad name or geometry, [`OpenError::Io`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn create(&self, name: &str) -> Result<Producer, OpenError> {
         Producer::create_with(name, self.geometry).map(|p| self.apply(p))
     }
@@ -362,6 +489,11 @@ impl ProducerBuilder {
     /// [`OpenError::NotFound`], [`OpenError::AlreadyAttached`] (a live process holds the
     /// end), [`OpenError::Stale`] (a dead one does), [`OpenError::EndDetached`], and the checks
     /// of an open (owner, mode, magic, version, size: see [`OpenError`]).
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn open(&self, name: &str) -> Result<Producer, OpenError> {
         Producer::open_with(name).map(|p| self.apply(p))
     }
@@ -372,6 +504,11 @@ impl ProducerBuilder {
     ///
     /// # Errors
     /// As [`ProducerBuilder::open`] and [`ProducerBuilder::create`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn open_or_create(&self, name: &str) -> Result<Producer, OpenError> {
         open_or_create(|| self.open(name), || self.create(name))
     }
@@ -385,6 +522,16 @@ impl ProducerBuilder {
         Producer::create_anonymous_with(self.geometry).map(|(p, h)| (self.apply(p), h))
     }
 
+    /// Attaches as producer, in this process, to the region of `handle` (a channel's, or a
+    /// gate channel's), with its doorbells (see [`Producer::from_handle`]).
+    ///
+    /// # Errors
+    /// [`OpenError::AlreadyAttached`] if the region has a producer already, and as for
+    /// [`ProducerBuilder::open`].
+    pub fn from_handle(&self, handle: PeerHandle) -> Result<Producer, OpenError> {
+        Producer::from_handle_with(handle).map(|p| self.apply(p))
+    }
+
     /// Attaches as producer to the region behind `fd`, which is only borrowed: a duplicate is
     /// made once it is known to be a shmflow channel. A bare descriptor carries none of the
     /// region's doorbells: async waiters of both ends then sleep through the bridge thread
@@ -396,6 +543,10 @@ impl ProducerBuilder {
     /// [`OpenError::InvalidConfig`] for a region whose other end attached with its doorbells
     /// (one of its tasks may sleep on a doorbell this end could not ring), and as for
     /// [`ProducerBuilder::open`]. `fd` stays open and unchanged.
+    ///
+    /// Not under `--cfg shmflow_loom`: a descriptor is the system's, and a model's regions live on
+    /// the heap (a model hands an end to a thread with [`PeerHandle`] and `from_handle`).
+    #[cfg(not(shmflow_loom))]
     pub fn from_fd(&self, fd: impl AsFd) -> Result<Producer, OpenError> {
         Producer::from_fd_with(fd.as_fd()).map(|p| self.apply(p))
     }
@@ -414,6 +565,10 @@ impl ProducerBuilder {
     /// [`OpenError::InvalidConfig`] if `var` does not name an open descriptor,
     /// [`OpenError::NotARegion`] or [`OpenError::BadMagic`] if it is not a shmflow region of
     /// the right kind, and as for [`ProducerBuilder::open`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a descriptor is the system's, and a model's regions live on
+    /// the heap (a model hands an end to a thread with [`PeerHandle`] and `from_handle`).
+    #[cfg(not(shmflow_loom))]
     pub fn from_env(&self, var: &str) -> Result<Producer, OpenError> {
         Producer::from_env_with(var).map(|p| self.apply(p))
     }
@@ -423,6 +578,11 @@ impl ProducerBuilder {
     /// # Errors
     /// [`OpenError::InvalidConfig`] for a channel past the gate's count, and as for
     /// [`ProducerBuilder::open`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn open_channel(&self, gate: &str, channel: u32) -> Result<Producer, OpenError> {
         Producer::open_channel_with(gate, channel).map(|p| self.apply(p))
     }
@@ -513,6 +673,11 @@ impl ConsumerBuilder {
     ///
     /// # Errors
     /// As [`ProducerBuilder::create`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn create(&self, name: &str) -> Result<Consumer, OpenError> {
         Consumer::create_with(name, self.geometry).map(|c| self.apply(c))
     }
@@ -523,6 +688,11 @@ impl ConsumerBuilder {
     ///
     /// # Errors
     /// As [`ProducerBuilder::open`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn open(&self, name: &str) -> Result<Consumer, OpenError> {
         Consumer::open_with(name).map(|c| self.apply(c))
     }
@@ -531,6 +701,11 @@ impl ConsumerBuilder {
     ///
     /// # Errors
     /// As [`ConsumerBuilder::open`] and [`ConsumerBuilder::create`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn open_or_create(&self, name: &str) -> Result<Consumer, OpenError> {
         open_or_create(|| self.open(name), || self.create(name))
     }
@@ -544,11 +719,26 @@ impl ConsumerBuilder {
         Consumer::create_anonymous_with(self.geometry).map(|(c, h)| (self.apply(c), h))
     }
 
+    /// Attaches as consumer, in this process, to the region of `handle`, with its doorbells
+    /// (see [`Consumer::from_handle`]).
+    ///
+    /// # Errors
+    /// [`OpenError::InvalidConfig`] for a gate channel's handle (it is for the channel's
+    /// producer), [`OpenError::AlreadyAttached`] if the region has a consumer already, and as
+    /// for [`ConsumerBuilder::open`].
+    pub fn from_handle(&self, handle: PeerHandle) -> Result<Consumer, OpenError> {
+        Consumer::from_handle_with(handle).map(|c| self.apply(c))
+    }
+
     /// Attaches as consumer to the region behind `fd` (borrowed, as for
     /// [`ProducerBuilder::from_fd`]).
     ///
     /// # Errors
     /// As [`ProducerBuilder::from_fd`].
+    ///
+    /// Not under `--cfg shmflow_loom`: a descriptor is the system's, and a model's regions live on
+    /// the heap (a model hands an end to a thread with [`PeerHandle`] and `from_handle`).
+    #[cfg(not(shmflow_loom))]
     pub fn from_fd(&self, fd: impl AsFd) -> Result<Consumer, OpenError> {
         Consumer::from_fd_with(fd.as_fd()).map(|c| self.apply(c))
     }
@@ -559,6 +749,10 @@ impl ConsumerBuilder {
     /// # Errors
     /// As [`ProducerBuilder::from_env`]; a gate channel's handle is refused (it is for the
     /// channel's producer).
+    ///
+    /// Not under `--cfg shmflow_loom`: a descriptor is the system's, and a model's regions live on
+    /// the heap (a model hands an end to a thread with [`PeerHandle`] and `from_handle`).
+    #[cfg(not(shmflow_loom))]
     pub fn from_env(&self, var: &str) -> Result<Consumer, OpenError> {
         Consumer::from_env_with(var).map(|c| self.apply(c))
     }
@@ -688,6 +882,11 @@ impl GateBuilder {
     ///
     /// # Errors
     /// As [`Gate::create`](crate::Gate::create).
+    ///
+    /// Not under `--cfg shmflow_loom`: a named region is an object of the system's shared memory,
+    /// which loom cannot model (a model makes its ends with [`pair`](crate::pair) or
+    /// `create_anonymous`).
+    #[cfg(not(shmflow_loom))]
     pub fn create(&self, name: &str) -> Result<crate::endpoint::gate::Gate, OpenError> {
         crate::endpoint::gate::Gate::create(name, self.geometry).map(|g| self.apply(g))
     }

@@ -34,7 +34,6 @@ use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until, WaitStrategy};
 use crate::protocol::pool::Recycler;
 use crate::protocol::ring::{Cursors, RingRx, RingTx};
-#[cfg(not(shmflow_loom))]
 use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
 use crate::region::os::Host;
@@ -321,6 +320,11 @@ impl Consumer {
                 while self.pop_priority()?.is_some() {}
             }
             let f = match self.wait_frame::<P, S>(patience)? {
+                // A priority event pushed before this frame was committed goes first (see
+                // `message_inner`): the frame, not yet moved past, is read by the next call.
+                Waited::Frame(_) if S::TAKE.is_some() && self.prio_pending() => {
+                    continue;
+                }
                 Waited::Frame(f) => f,
                 Waited::Priority(seen) => return Ok(Next::Priority(seen)),
                 Waited::End => {
@@ -479,6 +483,8 @@ impl Drop for Consumer {
         let h = self.shared.header();
         // Our last reads of the region happen before the producer sees us gone.
         h.consumer_end().leave(self.detach_as);
+        // Broken on purpose (loom only): a producer parked for a segment is not told.
+        #[cfg(not(shmflow_broken = "drop_silent"))]
         park::notify::<Host>(h.producer_park(), self.shared.producer_bell());
         // The only reader leaves: a named channel's name goes (see `region::name`).
         #[cfg(not(shmflow_loom))]

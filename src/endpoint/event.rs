@@ -7,7 +7,9 @@
 //! message it hands out. So a priority event is delivered before every record and ordinary
 //! event that the consumer has not yet started to read when it looks (those queued in
 //! segments, including the rest of the segment in hand), never in the middle of a spanning
-//! record, and after every record already handed out. Priority events keep their order among
+//! record, after every record already handed out, and before every record and ordinary event
+//! sent after it (the consumer looks at the lane after it loads a frame's header, which the
+//! producer commits after the push). Priority events keep their order among
 //! themselves; everything else keeps its order too. The end of a partition is not an event
 //! frame: it is the producer's detach, which the consumer sees only after everything committed
 //! before it (see [`crate::GateMessage::EndOfPartition`]).
@@ -32,8 +34,9 @@ pub const MAX_EVENT_PAYLOAD: usize = PRIO_PAYLOAD;
 /// and the consumer looks at the lane before every message it hands out. So a priority event is
 /// delivered before every record and ordinary event that the consumer has not yet started to
 /// read when it looks (those queued in segments, including the rest of the segment in hand),
-/// never in the middle of a spanning record, and after every record already handed out.
-/// Priority events keep their order among themselves; everything else keeps its order too. The
+/// never in the middle of a spanning record, after every record already handed out, and
+/// before every record and ordinary event sent after it. Priority events keep their order
+/// among themselves; everything else keeps its order too. The
 /// end of a partition is not an event: it is the producer's detach, which the consumer sees
 /// only after everything committed before it (see
 /// [`GateMessage::EndOfPartition`](crate::GateMessage::EndOfPartition)).

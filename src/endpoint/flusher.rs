@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crossbeam_utils::CachePadded;
+
 use crate::protocol::counters::Local;
 use crate::protocol::flush_signal::FlushSignal;
 use crate::region::view::Shared;
@@ -19,7 +21,9 @@ struct State {
 
 pub(crate) struct Flusher {
     interval: Duration,
-    state: std::sync::Arc<State>,
+    /// Written by the producer's thread at every publication, read by the flusher's: on
+    /// lines of its own, so that no other state of the process shares them.
+    state: std::sync::Arc<CachePadded<State>>,
     /// `None` when the system refused the thread: the producer then wakes the consumer itself
     /// after each publication (what `FlushPolicy::EveryRecord` does), until the policy changes.
     thread: Option<JoinHandle<()>>,
@@ -27,10 +31,10 @@ pub(crate) struct Flusher {
 
 impl Flusher {
     pub(crate) fn start(shared: Arc<Shared>, interval: Duration) -> Flusher {
-        let state = std::sync::Arc::new(State {
+        let state = std::sync::Arc::new(CachePadded::new(State {
             signal: FlushSignal::default(),
             stop: AtomicBool::new(false),
-        });
+        }));
         let st = state.clone();
         let requested = interval;
         let interval = interval.max(Duration::from_micros(10));

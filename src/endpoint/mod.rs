@@ -1,7 +1,6 @@
 //! The endpoint layer: what users hold. The producer and consumer of a channel, records,
 //! events, the gate over many channels, partitioned output, read-only monitors and metrics.
 
-#[cfg(not(shmflow_loom))]
 pub(crate) mod builder;
 pub(crate) mod consumer;
 pub(crate) mod event;

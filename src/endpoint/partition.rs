@@ -233,7 +233,7 @@ impl Partition {
         record: &[u8],
         timeout: Duration,
     ) -> Result<(), SendTimeoutError> {
-        match Instant::now().checked_add(timeout) {
+        match crate::sync::now().checked_add(timeout) {
             Some(deadline) => self.send_deadline(record, deadline),
             None => Ok(self.send(record)?),
         }
@@ -684,7 +684,7 @@ impl Partition {
 
 /// `timeout` from now, or as good as never if that overflows.
 fn deadline_after(timeout: Duration) -> Instant {
-    let now = Instant::now();
+    let now = crate::sync::now();
     now.checked_add(timeout)
         .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
 }

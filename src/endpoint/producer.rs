@@ -39,7 +39,6 @@ use crate::protocol::frame::{self, HEADER};
 use crate::protocol::park::{self, Forever, Immediately, Look, Patience, Until, WaitStrategy};
 use crate::protocol::pool::Supply;
 use crate::protocol::ring::{Cursors, RingRx, RingTx};
-#[cfg(not(shmflow_loom))]
 use crate::region::handoff::PeerHandle;
 use crate::region::liveness::{EndLock, Liveness};
 use crate::region::os::Host;
@@ -85,6 +84,8 @@ pub enum FlushPolicy {
     /// thread wakes a parked consumer at most this long after the first record it was not
     /// told about: at most one wake-up (a system call) per interval instead of one per
     /// sleep of the consumer. The flusher sleeps without a timer while nothing is pending.
+    /// Under `--cfg shmflow_loom` there is no flusher thread (a thread of the system, which
+    /// loom does not schedule): the producer wakes the consumer as under `EveryRecord`.
     Timeout(Duration),
 }
 

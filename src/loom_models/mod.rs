@@ -538,3 +538,32 @@ fn a_gate_waiting_for_a_marked_socket_always_wakes() {
         watcher.join().unwrap();
     });
 }
+
+/// Model 14: The priority lane alone (four slots in the header): the producer pushes six
+/// events, the fifth and sixth into reused slots (waiting for room when the lane is full), while
+/// the consumer pops. Every event comes out once, in order, with its kind and its whole payload
+/// (two words: a stale word of a reused slot shows).
+#[test]
+fn priority_lane_hands_over_every_event_whole_and_in_order() {
+    model_bounded(2, || {
+        let (mut tx, mut rx) = support::lane();
+        let payload = |k: u32| [k as u8; 12];
+        let t = thread::spawn(move || {
+            for k in 1..=6u32 {
+                while !tx.push(k, &payload(k)) {
+                    thread::yield_now();
+                }
+            }
+        });
+        for k in 1..=6u32 {
+            let got = loop {
+                match rx.pop() {
+                    Some(e) => break e,
+                    None => thread::yield_now(),
+                }
+            };
+            assert_eq!(got, (k, payload(k).to_vec()), "event {k}");
+        }
+        t.join().unwrap();
+    });
+}

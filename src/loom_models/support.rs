@@ -82,6 +82,53 @@ impl Region {
     }
 }
 
+/// The producer's half of a region's priority lane, as the producer uses it.
+pub(crate) struct LaneSender {
+    region: Region,
+    tail: u64,
+}
+
+/// The consumer's half.
+pub(crate) struct LaneReceiver {
+    region: Region,
+    head: u64,
+}
+
+/// The priority lane of a fresh region.
+pub(crate) fn lane() -> (LaneSender, LaneReceiver) {
+    let region = Region::new(64, 2);
+    (
+        LaneSender {
+            region: region.clone(),
+            tail: 0,
+        },
+        LaneReceiver { region, head: 0 },
+    )
+}
+
+impl LaneSender {
+    /// Pushes an event of `kind` if a slot is free (`false`: the lane is full).
+    pub(crate) fn push(&mut self, kind: u32, payload: &[u8]) -> bool {
+        use crate::protocol::lane::{lane_push, Entry};
+        let h = self.region.0.header();
+        let pushed = lane_push(h, self.tail, Entry::event(kind), payload, "model").unwrap();
+        self.tail += pushed as u64;
+        pushed
+    }
+}
+
+impl LaneReceiver {
+    /// Pops the next event: its kind and payload, `None` if the lane is empty.
+    pub(crate) fn pop(&mut self) -> Option<(u32, Vec<u8>)> {
+        use crate::protocol::abi::PRIO_PAYLOAD;
+        let h = self.region.0.header();
+        let mut buf = [0u8; PRIO_PAYLOAD];
+        let (e, len) = crate::protocol::lane::lane_pop(h, self.head, &mut buf, "model").unwrap()?;
+        self.head += 1;
+        Some((e.kind, buf[..len].to_vec()))
+    }
+}
+
 /// The pushing half of a real ring (the data ring of a heap region).
 pub(crate) struct RingSender {
     region: Region,

@@ -1,6 +1,9 @@
 //! Remote channels over TCP (feature `net`): Flink's credit-based flow control between
 //! machines, on tokio.
 //!
+//! Not under `--cfg shmflow_loom`: sockets and another machine are outside what a loom model
+//! runs.
+//!
 //! A channel crosses the network through two bridges. On the sending machine a [`Server`]
 //! holds the [`Consumer`](crate::Consumer) end of a local channel and listens; on the
 //! receiving machine a [`Client`] holds the [`Producer`](crate::Producer) end of a local

@@ -28,9 +28,17 @@ const DEFAULT_SEGMENT_SIZE: u32 = 32 * 1024;
 /// this was tuned on; fewer segments make each hand-off relatively more expensive, many more
 /// make the pool fall out of cache.
 const DEFAULT_SEGMENT_COUNT: u32 = 64;
-/// Smallest segment: a page. The same under loom: the loom models build their tiny heap
-/// regions without this product check (see `loom_models::support`).
+/// Smallest segment: a page; under `--cfg shmflow_loom`, 64 bytes (eight words: a record's
+/// 8-byte header and up to 56 bytes), so that a model's state space stays small.
+#[cfg(not(shmflow_loom))]
 const MIN_SEGMENT_SIZE: u32 = 4096;
+#[cfg(shmflow_loom)]
+const MIN_SEGMENT_SIZE: u32 = 64;
+/// Under `--cfg shmflow_loom`: the most bytes of segments in one region. loom follows every
+/// 8-byte word of a segment as an atomic of its own, so a model stays to a few segments of a
+/// few words.
+#[cfg(shmflow_loom)]
+pub(crate) const LOOM_MAX_POOL: u64 = 4096;
 /// Largest segment (frame lengths are 32-bit; 1 GiB keeps every offset well inside).
 const MAX_SEGMENT_SIZE: u32 = 1 << 30;
 /// Largest segment count, to keep a corrupt header from asking for absurd mappings.
@@ -385,7 +393,8 @@ impl Header {
 /// Size and number of segments: everything else in the layout follows from these two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
-    /// Bytes per segment (a multiple of 64, 4 KiB ..= 1 GiB).
+    /// Bytes per segment (a multiple of 64, 4 KiB ..= 1 GiB; under `--cfg shmflow_loom`,
+    /// from 64 bytes, at most 4 KiB of segments in all).
     pub segment_size: u32,
     /// Segments in the pool (2 ..= 2^20).
     pub segment_count: u32,
@@ -483,6 +492,19 @@ impl Geometry {
                 "segment_size × segment_count",
                 "at most 16 TiB".into(),
                 n,
+            ));
+        }
+        #[cfg(shmflow_loom)]
+        if (s as u64) * (n as u64) > LOOM_MAX_POOL {
+            return Err(ConfigError::new(
+                region,
+                "segment_size × segment_count",
+                format!(
+                    "at most {LOOM_MAX_POOL} bytes under --cfg shmflow_loom (loom follows every \
+                     word of a segment: a model takes a few segments of a few words, such as \
+                     Geometry {{ segment_size: 64, segment_count: 2 }})"
+                ),
+                (s as u64) * (n as u64),
             ));
         }
         Ok(())
@@ -723,6 +745,18 @@ impl GateGeometry {
                 "segments × segment_size",
                 "at most 16 TiB",
                 self.segment_size,
+            ));
+        }
+        #[cfg(shmflow_loom)]
+        if self.segment_size as u64 * total > LOOM_MAX_POOL {
+            return Err(ConfigError::new(
+                region,
+                "segments × segment_size",
+                format!(
+                    "at most {LOOM_MAX_POOL} bytes under --cfg shmflow_loom (loom follows every \
+                     word of a segment: a model's gate takes a few segments of 64 bytes)"
+                ),
+                self.segment_size as u64 * total,
             ));
         }
         Ok(())

@@ -31,6 +31,21 @@ impl Local {
         // Relaxed: a statistic; readers need no ordering with the data.
         shared.store(self.0, Ordering::Relaxed);
     }
+
+    /// As [`Local::add`], for a counter that a reader also waits on ([`read_acquire`]): a
+    /// Release store, so that everything this side did before happens before what the reader
+    /// does after it sees the count (a plain store on x86, as Relaxed).
+    #[inline]
+    pub(crate) fn add_release(&mut self, shared: &AtomicU64, v: u64) {
+        self.0 = self.0.wrapping_add(v);
+        shared.store(self.0, Ordering::Release);
+    }
+}
+
+/// Reads a counter published with [`Local::add_release`]: Acquire, paired with its Release.
+#[inline]
+pub(crate) fn read_acquire(shared: &AtomicU64) -> u64 {
+    shared.load(Ordering::Acquire)
 }
 
 /// Reads a figure of the header: a counter, a gauge, a timestamp. Relaxed: a statistic, read

@@ -88,9 +88,18 @@ pub(crate) fn cap(h: &Header) -> u64 {
 // ----- the rule -------------------------------------------------------------------------------
 
 /// The shortest sample of the consumer's rate.
+#[cfg(not(shmflow_loom))]
 pub(crate) const SAMPLE_NS: u64 = 50_000_000;
 /// A sample with less busy time than this is dropped.
+#[cfg(not(shmflow_loom))]
 pub(crate) const MIN_BUSY_NS: u64 = 1_000_000;
+/// Under loom, one look of the modelled clock (a millisecond): a model finishes only a few
+/// segments, and its clock moves a millisecond at every look.
+#[cfg(shmflow_loom)]
+pub(crate) const SAMPLE_NS: u64 = 1_000_000;
+/// Under loom: any busy time at all.
+#[cfg(shmflow_loom)]
+pub(crate) const MIN_BUSY_NS: u64 = 1;
 /// Weight of the newest sample in the smoothed rate.
 pub(crate) const WEIGHT: f64 = 0.3;
 /// The fewest segments a cap allows in flight.

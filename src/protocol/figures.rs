@@ -178,10 +178,13 @@ pub(crate) fn segment_taken(h: &Header, taken: &mut Local) {
     taken.add(&h.consumer_counters.segments_taken, 1);
 }
 
-/// The consumer finished a segment and gave it back.
+/// The consumer finished a segment and gave it back. SYNC POINT: Release, paired with the
+/// Acquire in [`read_segments_returned`]: everything the consumer did before it gave the
+/// segment back (its reads of the segment's records, and what its caller did after each of
+/// them) happens before what a producer whose `close_timeout` saw the count does after it.
 #[inline]
 pub(crate) fn segment_returned(h: &Header, returned: &mut Local) {
-    returned.add(&h.consumer_counters.segments_returned, 1);
+    returned.add_release(&h.consumer_counters.segments_returned, 1);
 }
 
 /// The consumer made a wake-up call to its producer.
@@ -196,11 +199,18 @@ pub(crate) fn read_records_read(h: &Header) -> u64 {
     read(&h.consumer_counters.records)
 }
 
-/// Segments the consumer has given back, as it last published them (Relaxed, as every
-/// figure).
+/// Segments the consumer has given back, as it last published them. SYNC POINT: Acquire,
+/// paired with the Release in [`segment_returned`] (a producer waiting in `close` relies on
+/// it).
 #[inline]
 pub(crate) fn read_segments_returned(h: &Header) -> u64 {
-    read(&h.consumer_counters.segments_returned)
+    crate::protocol::counters::read_acquire(&h.consumer_counters.segments_returned)
+}
+
+/// Segments the consumer has taken from the data ring (a broken build's figure for `close`).
+#[cfg(shmflow_broken = "close_counts_taken")]
+pub(crate) fn read_segments_taken(h: &Header) -> u64 {
+    read(&h.consumer_counters.segments_taken)
 }
 
 /// Records and payload bytes the producer has published beyond what the consumer has

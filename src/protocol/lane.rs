@@ -69,8 +69,13 @@ pub(crate) fn lane_push(
         ((entry.kind as u64) << 32) | flag | payload.len() as u64,
         Ordering::Relaxed,
     );
-    // Release: the slot's words are visible to whoever loads the tail with Acquire.
+    // SYNC POINT: Release, paired with the Acquire load of the tail in `lane_pop` (and
+    // `lane_pending`): the slot's words are visible to whoever sees the new tail.
+    #[cfg(not(shmflow_broken = "lane_relaxed"))]
     h.prio_tail.store(tail + 1, Ordering::Release);
+    // Broken on purpose (loom only): the slot published without ordering its words.
+    #[cfg(shmflow_broken = "lane_relaxed")]
+    h.prio_tail.store(tail + 1, Ordering::Relaxed);
     Ok(true)
 }
 

@@ -497,7 +497,7 @@ pub(crate) fn wait_for<O: Os, T, P: Patience, F>(
             }
             Ok(None) => {}
         }
-        O::futex_wait(word, now, Some(nap));
+        O::futex_wait(word, now, Some(nap), timeout.is_some());
         // An RMW, not a store: keeps every write to P in the notifier's release sequence.
         p.fetch_and(!PARKED, Ordering::AcqRel);
         if let Some(v) = poll(Look::Now)? {

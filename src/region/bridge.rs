@@ -199,7 +199,7 @@ impl Bridge {
                     } else {
                         Some(timeout.map_or(POLL_WITHOUT_WAITV, |t| t.min(POLL_WITHOUT_WAITV)))
                     };
-                    Host::futex_wait(&self.nudge, gen, nap);
+                    Host::futex_wait(&self.nudge, gen, nap, false);
                 }
             }
             #[cfg(shmflow_loom)]

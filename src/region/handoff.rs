@@ -20,7 +20,12 @@ use crate::error::{ConfigError, OpenError, RegionKind};
 type Result<T, E = OpenError> = std::result::Result<T, E>;
 use crate::region::view::{Bells, Shared};
 
-/// The other end of an anonymous region, to give to a child process.
+/// The other end of an anonymous region, to give to a child process
+/// ([`PeerHandle::pass_to`]) or to a thread of this one (`Producer::from_handle`,
+/// `Consumer::from_handle`).
+///
+/// Under `--cfg shmflow_loom` the region lives on the heap and the handle is for a thread of
+/// the model only: it has no descriptor, so no `pass_to`, `into_fd` or `AsFd`.
 #[derive(Debug)]
 pub struct PeerHandle {
     fd: OwnedFd,
@@ -271,6 +276,22 @@ pub(crate) fn gate_handle_refused(var: &str, c: u32) -> OpenError {
         format!("the handle of gate channel {c}"),
     )
     .into()
+}
+
+/// Opens the region of `handle` for an end in this process, with its doorbells (a thread of
+/// the creator's process takes the other end: the two share the doorbells).
+pub(crate) fn open_handle(mut handle: PeerHandle) -> Result<Handed> {
+    let channel = handle.channel;
+    let bells = handle.take_bells();
+    let fd = handle.into_fd();
+    let name = fd_region_name(&fd);
+    Ok(match channel {
+        None => Handed::Channel(crate::region::object::open_fd(name, fd, true, bells)?),
+        Some(c) => {
+            let chans = crate::region::object::gate_open_fd(name.clone(), fd, true, bells)?;
+            Handed::GateChannel(crate::region::object::pick_channel(chans, c, &name)?)
+        }
+    })
 }
 
 /// Opens the region named by the handle in `var` (see [`PeerHandle::pass_to`]), with its

@@ -1,9 +1,7 @@
-//! Under loom: a gate region on the heap, with loom's atomics, laid out as the structures of
-//! a mapped gate (one header per channel, rings per channel, and segments for
-//! the whole gate).
-
-// Loom-only hooks: nothing here is part of a normal build.
-#![allow(missing_debug_implementations)]
+//! Under `--cfg shmflow_loom`: the memory of regions on the heap, with loom's atomics, in
+//! place of the shared mappings (which loom cannot model): gates laid out as the structures
+//! of a mapped gate (one header per channel, rings per channel, and segments for the whole
+//! gate), and the modelled doorbells of a region (`heap_handoff` makes regions of them).
 
 use crate::protocol::abi::Header;
 use crate::sync::AtomicU64;
@@ -11,6 +9,7 @@ use crate::sync::AtomicU64;
 use crate::protocol::abi::{GateGeometry, GateHeader};
 
 /// The memory of a gate, on the heap.
+#[allow(missing_debug_implementations)]
 pub(crate) struct HeapGate {
     pub(crate) geometry: GateGeometry,
     pub(crate) gate: GateHeader,
@@ -46,5 +45,22 @@ impl HeapGate {
                 vec![0u64; total * gg.segment_size as usize / 8].into_boxed_slice(),
             ),
         }
+    }
+}
+
+/// The modelled doorbells of a heap region (as `view::Bells` of a mapped one): the consumer's
+/// word's, and each channel's producer word's.
+#[allow(missing_debug_implementations)]
+pub(crate) struct HeapBells {
+    pub(crate) consumer: crate::region::os::Bell,
+    pub(crate) producers: Vec<crate::region::os::Bell>,
+}
+
+impl HeapBells {
+    pub(crate) fn fresh(channels: u32) -> std::sync::Arc<HeapBells> {
+        std::sync::Arc::new(HeapBells {
+            consumer: Default::default(),
+            producers: (0..channels).map(|_| Default::default()).collect(),
+        })
     }
 }

@@ -8,6 +8,11 @@ pub(crate) mod bridge;
 pub(crate) mod handoff;
 #[cfg(shmflow_loom)]
 pub(crate) mod heap;
+#[cfg(shmflow_loom)]
+pub(crate) mod heap_handoff;
+// Under loom the handles are the heap regions'.
+#[cfg(shmflow_loom)]
+pub(crate) use heap_handoff as handoff;
 pub(crate) mod liveness;
 #[cfg(not(shmflow_loom))]
 pub(crate) mod name;

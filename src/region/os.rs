@@ -30,7 +30,12 @@ impl Os for Kernel {
     type Bell = Doorbell;
 
     #[inline]
-    fn futex_wait(word: &FutexWord, expected: u32, timeout: Option<std::time::Duration>) {
+    fn futex_wait(
+        word: &FutexWord,
+        expected: u32,
+        timeout: Option<std::time::Duration>,
+        _deadline: bool,
+    ) {
         crate::sys::futex::wait(word.atomic(), expected, timeout);
     }
 

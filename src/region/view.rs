@@ -215,6 +215,11 @@ pub(crate) struct Shared {
     pub(crate) tracker: ByteTracker,
     #[cfg_attr(shmflow_loom, allow(dead_code))]
     backing: Backing,
+    /// Under loom: the modelled doorbells of a region made by the public API (`pair`,
+    /// `create_anonymous`), on which its async waiters sleep; `None` for the library's own
+    /// models, whose async waiters sleep through the bridge thread.
+    #[cfg(shmflow_loom)]
+    pub(crate) heap_bells: Option<std::sync::Arc<crate::region::heap::HeapBells>>,
 }
 
 // SAFETY: all shared state behind the pointers is atomics or segment bytes whose ownership the
@@ -307,6 +312,7 @@ impl Shared {
             segments: NonNull::new(heap.segments.as_mut_ptr().cast()).unwrap(),
             tracker: ByteTracker::new(n, geometry.segment_size as usize),
             backing: Backing::Heap(heap),
+            heap_bells: None,
         };
         shared.init_header(0);
         shared
@@ -344,6 +350,7 @@ impl Shared {
             segments: NonNull::new(segs.cast()).unwrap(),
             tracker: ByteTracker::new(gg.total_segments() as usize, gg.segment_size as usize),
             backing: Backing::HeapGate(hg),
+            heap_bells: None,
         }
     }
 
@@ -480,7 +487,7 @@ impl Shared {
             Backing::Mapped(m) => m.bells.consumer.as_ref(),
         }
         #[cfg(shmflow_loom)]
-        None
+        self.heap_bells.as_ref().map(|b| &b.consumer)
     }
 
     /// The doorbell of this channel's producer park word, if this process holds it.
@@ -491,7 +498,10 @@ impl Shared {
             Backing::Mapped(m) => m.bells.producer(self.gate.as_ref().map_or(0, |g| g.index)),
         }
         #[cfg(shmflow_loom)]
-        None
+        self.heap_bells.as_ref().and_then(|b| {
+            b.producers
+                .get(self.gate.as_ref().map_or(0, |g| g.index) as usize)
+        })
     }
 }
 

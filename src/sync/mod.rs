@@ -18,6 +18,14 @@ pub(crate) use model::*;
 
 pub(crate) use core::sync::atomic::Ordering;
 
+/// The instant deadlines are measured against: the monotonic clock, or under loom the
+/// modelled one (`sys::clock`), so that a `_timeout` call decides the same way in every
+/// execution of a model.
+#[inline]
+pub(crate) fn now() -> std::time::Instant {
+    crate::sys::clock::now()
+}
+
 /// What waiting needs from the operating system. The protocol layer's waits and wake-ups
 /// (`protocol::park`) are written against this trait and make no OS call of their own: the
 /// region layer supplies the real one (`region::os::Kernel`: futexes, doorbells, membarrier,
@@ -29,7 +37,17 @@ pub(crate) trait Os {
     type Bell: Send + Sync;
     /// Sleeps while `word` holds `expected` (checked atomically with going to sleep), until
     /// woken or `timeout` passes. Spurious returns are allowed: callers re-check.
-    fn futex_wait(word: &FutexWord, expected: u32, timeout: Option<std::time::Duration>);
+    /// `deadline`: the caller gives up at a deadline of its own (a `_timeout` call), so the
+    /// sleep may end by timing out; otherwise `timeout` is only the nap between two looks at
+    /// the peer's liveness. The kernel treats both alike; the loom model lets only a sleep
+    /// with a deadline time out (any other sleep that nobody ends is a lost wake-up, which
+    /// loom reports as a deadlock).
+    fn futex_wait(
+        word: &FutexWord,
+        expected: u32,
+        timeout: Option<std::time::Duration>,
+        deadline: bool,
+    );
     /// Wakes every sleeper on `word`.
     fn futex_wake(word: &FutexWord);
     /// Rings `bell`. Never blocks.

@@ -173,18 +173,24 @@ pub(crate) fn notifier_fence() {
 
 /// The operating system, modelled: the futex above, the doorbell model, the asymmetric
 /// barrier as a SeqCst fence (see [`notifier_fence`]), loom's yield, and a clock that moves
-/// [`CLOCK_STEP`] at every look, so that every spin phase of production code ends after the
+/// one step (`sys::clock::STEP`) at every look, so that every spin phase of production code ends after the
 /// fewest looks it makes (each look is a scheduling point for loom) and the same code runs
 /// deterministically in every execution.
 pub(crate) struct Modelled;
 
-/// How far the modelled clock moves at each look: past every spin budget at once.
-const CLOCK_STEP: Duration = Duration::from_millis(1);
-
 impl super::Os for Modelled {
     type Bell = Bell;
 
-    fn futex_wait(word: &FutexWord, expected: u32, _timeout: Option<Duration>) {
+    /// A sleep with a deadline times out: loom moves to another thread, and the clock moves
+    /// by the nap, so that a `_timeout` call gives up after a few looks whoever else runs.
+    /// (A wake-up that comes meanwhile is seen by the look after the sleep, as a real one
+    /// would be.) Any other sleep lasts until it is woken.
+    fn futex_wait(word: &FutexWord, expected: u32, timeout: Option<Duration>, deadline: bool) {
+        if deadline {
+            loom::thread::yield_now();
+            crate::sys::clock::advance(timeout.unwrap_or(crate::sys::clock::STEP));
+            return;
+        }
         futex_wait(word, expected)
     }
 
@@ -210,13 +216,9 @@ impl super::Os for Modelled {
         loom::thread::yield_now();
     }
 
+    /// The modelled clock (`sys::clock`): one step per look.
     fn now() -> std::time::Instant {
-        // A plain std counter: only differences of looks are compared, and each is at least
-        // one step, whatever the interleaving.
-        static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        static LOOKS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let looks = LOOKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        *BASE.get_or_init(std::time::Instant::now) + CLOCK_STEP * looks
+        crate::sys::clock::now()
     }
 
     const POLLS_PER_CLOCK: u32 = 1;

@@ -31,15 +31,27 @@ impl Consumer {
         Consumer::attach(crate::region::object::open_fd(name, own, true, None)?)
     }
 
+    /// Under loom: a fresh heap region and its producer's handle.
+    #[cfg(shmflow_loom)]
+    pub(crate) fn create_anonymous_with(
+        geometry: crate::protocol::abi::Geometry,
+    ) -> Result<(Consumer, PeerHandle), OpenError> {
+        let shared = crate::region::handoff::channel(geometry)?;
+        let handle = PeerHandle::new(&shared)?;
+        Ok((Consumer::attach(shared)?, handle))
+    }
+
     /// The consumer of the region of `handle`, in this process, with its doorbells.
-    #[cfg(not(shmflow_loom))]
-    pub(crate) fn from_handle(
-        mut handle: crate::region::handoff::PeerHandle,
-    ) -> Result<Consumer, OpenError> {
-        let bells = handle.take_bells();
-        let fd = handle.into_fd();
-        let name = crate::region::handoff::fd_region_name(&fd);
-        Consumer::attach(crate::region::object::open_fd(name, fd, true, bells)?)
+    pub(crate) fn from_handle_with(handle: PeerHandle) -> Result<Consumer, OpenError> {
+        use crate::region::handoff::{open_handle, Handed};
+        let region = handle.region_name().to_owned();
+        match open_handle(handle)? {
+            Handed::Channel(shared) => Consumer::attach(shared),
+            Handed::GateChannel(s) => Err(crate::region::handoff::gate_handle_refused(
+                &region,
+                s.gate.as_ref().map_or(0, |g| g.index),
+            )),
+        }
     }
 
     #[cfg(not(shmflow_loom))]

@@ -96,6 +96,15 @@ impl Consumer {
         Some((len, unsafe { c.base.add(at + HEADER) }))
     }
 
+    /// Moves back over the whole record of `len` bytes that [`Consumer::fast_whole`] just
+    /// returned (not counted yet): the next read returns it again.
+    #[inline]
+    pub(super) fn unread_whole(&mut self, len: usize) {
+        if let Some(c) = self.cur.as_mut() {
+            c.rd -= frame::align8(HEADER + len);
+        }
+    }
+
     /// A record within the segment in hand, at `at`.
     pub(super) fn single(&self, at: usize, len: usize) -> RecordKind {
         let c = self.cur.as_ref().expect("a segment in hand");

@@ -77,11 +77,20 @@ impl Consumer {
         &mut self,
         patience: P,
     ) -> Got<Option<Message<'_>>, P> {
-        let next = if self.prio_pending() {
-            Next::Priority(())
-        } else if let Some((len, ptr)) = self.fast_whole() {
-            self.count_record(len as u64);
-            Next::Record(RecordKind::Single { len, ptr })
+        // The lane is looked at after the next frame's header is loaded, not before: SYNC
+        // POINT, the Acquire load of the header (in `fast_whole`, or `poll_frame`) pairs with
+        // the producer's Release commit of the frame, which its push of every priority event
+        // sent before the frame precedes; so such an event is seen now, and goes first (the
+        // frame is read again by the next call). A record sent after a priority event never
+        // comes before it.
+        let next = if let Some((len, ptr)) = self.fast_whole() {
+            if self.prio_pending() {
+                self.unread_whole(len);
+                Next::Priority(())
+            } else {
+                self.count_record(len as u64);
+                Next::Record(RecordKind::Single { len, ptr })
+            }
         } else {
             self.next_slow::<P, ()>(patience)?
         };

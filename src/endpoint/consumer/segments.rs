@@ -13,8 +13,12 @@ impl Consumer {
         let h = self.shared.header();
         let back = self.recycler.release(h, c.seg);
         figures::segment_returned(h, &mut self.counters.returned);
-        // Before the wake-up below (see `publish_done`).
-        #[cfg(not(shmflow_broken = "debloat_done_late"))]
+        // Before the wake-up below (see `publish_done`). (Broken on purpose, loom only: late,
+        // or never.)
+        #[cfg(not(any(
+            shmflow_broken = "debloat_done_late",
+            shmflow_broken = "debloat_done_never"
+        )))]
         debloat::publish_done(h, self.counters.returned.0);
         match back {
             Some(seg) => self.give(seg)?,

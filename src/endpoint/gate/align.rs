@@ -255,7 +255,11 @@ impl Aligner {
     /// Releases, switches or completes the checkpoint in progress as its state allows.
     fn settle(&mut self, now_ns: u64, out: &mut Vec<Step>) {
         let Some(k) = &mut self.cur else { return };
+        #[cfg(not(shmflow_broken = "align_release_early"))]
         let all = (0..self.open.len()).all(|c| !self.open[c] || k.arrived[c]);
+        // Broken on purpose: released once any open channel's barrier has arrived.
+        #[cfg(shmflow_broken = "align_release_early")]
+        let all = (0..self.open.len()).any(|c| self.open[c] && k.arrived[c]);
         match k.phase {
             Phase::Aligning { switch_at_ns } => {
                 if all {

@@ -42,6 +42,9 @@ impl Gate {
     /// [`Stale`](crate::OpenError::Stale)), [`InvalidConfig`](crate::OpenError::InvalidConfig)
     /// for a bad name or geometry, [`NoMemory`](crate::OpenError::NoMemory) if the system
     /// cannot back the region, [`Io`](crate::OpenError::Io).
+    ///
+    /// Not under `--cfg shmflow_loom`: a named gate is an object of the system's shared
+    /// memory, which loom cannot model (a model makes its gate with `create_anonymous`).
     #[cfg(not(shmflow_loom))]
     pub fn create(name: &str, geometry: GateGeometry) -> Result<Gate, crate::error::OpenError> {
         let (chans, lock) = crate::region::object::gate_create_named(name, geometry)?;
@@ -77,16 +80,24 @@ impl Gate {
     /// # Errors
     /// [`InvalidConfig`](crate::OpenError::InvalidConfig) for a bad geometry,
     /// [`NoMemory`](crate::OpenError::NoMemory), [`Io`](crate::OpenError::Io).
-    #[cfg(not(shmflow_loom))]
     pub fn create_anonymous(
         geometry: GateGeometry,
     ) -> Result<(Gate, Vec<crate::region::handoff::PeerHandle>), crate::error::OpenError> {
-        let (chans, lock) = crate::region::object::gate_create_memfd(geometry)?;
+        #[cfg(not(shmflow_loom))]
+        let (chans, lock) = {
+            let (chans, lock) = crate::region::object::gate_create_memfd(geometry)?;
+            (chans, Some(lock))
+        };
+        // Under loom: on the heap, and no liveness lock (no other process to outlive).
+        #[cfg(shmflow_loom)]
+        let (chans, lock) = (crate::region::handoff::gate(geometry)?, None);
+        // (A closure: a mapped region's handle takes the `Shared`, a heap region's the `Arc`.)
+        #[allow(clippy::redundant_closure)]
         let handles = chans
             .iter()
             .map(|s| crate::region::handoff::PeerHandle::new(s))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((Gate::attach(chans, Some(lock))?, handles))
+        Ok((Gate::attach(chans, lock)?, handles))
     }
 
     pub(crate) fn attach(

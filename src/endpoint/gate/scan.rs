@@ -124,7 +124,7 @@ impl Gate {
     pub(super) fn switch_instant(&self) -> Option<std::time::Instant> {
         let at = self.cp.align.switch_at_ns()?;
         let now = monotonic_ns();
-        Some(std::time::Instant::now() + Duration::from_nanos(at.saturating_sub(now)))
+        Some(crate::sync::now() + Duration::from_nanos(at.saturating_sub(now)))
     }
 
     pub(super) fn decide_until<P: Patience>(&mut self, patience: P) -> Result<Pick, P::Expired> {

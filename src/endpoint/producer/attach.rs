@@ -28,6 +28,26 @@ impl Producer {
         ))
     }
 
+    /// Under loom: a fresh heap region and its consumer's handle.
+    #[cfg(shmflow_loom)]
+    pub(crate) fn create_anonymous_with(
+        geometry: Geometry,
+    ) -> Result<(Producer, PeerHandle), OpenError> {
+        let shared = crate::region::handoff::channel(geometry)?;
+        let handle = PeerHandle::new(&shared)?;
+        Ok((Producer::attach(shared)?, handle))
+    }
+
+    /// The producer of the region of `handle` (a channel's, or a gate channel's), in this
+    /// process, with its doorbells.
+    pub(crate) fn from_handle_with(handle: PeerHandle) -> Result<Producer, OpenError> {
+        use crate::region::handoff::{open_handle, Handed};
+        match open_handle(handle)? {
+            Handed::Channel(shared) => Producer::attach(shared),
+            Handed::GateChannel(shared) => Producer::attach_gate_channel(shared),
+        }
+    }
+
     #[cfg(not(shmflow_loom))]
     pub(crate) fn from_fd_with(fd: BorrowedFd<'_>) -> Result<Producer, OpenError> {
         let (own, name) = crate::region::handoff::dup_region(fd, RegionKind::Channel)?;

@@ -115,9 +115,10 @@ impl Producer {
     /// # Errors
     /// As [`close_deadline`](Producer::close_deadline).
     pub fn close_timeout(self, timeout: Duration) -> Result<(), CloseError> {
-        let deadline = Instant::now()
+        let now = crate::sync::now();
+        let deadline = now
             .checked_add(timeout)
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(1 << 32));
+            .unwrap_or_else(|| now + Duration::from_secs(1 << 32));
         self.close_deadline(deadline)
     }
 
@@ -126,6 +127,10 @@ impl Producer {
     /// given and take every priority event, or to detach after reading every record (counted
     /// when both ends keep metrics, the default). Returning a gate's floating segment wakes
     /// nobody: for a gate channel the wait may look again only every 40 ms. It sleeps on the producer's futex word, woken as segments come back.
+    ///
+    /// An `Ok` orders memory too: what the consumer's thread did before it handed back the
+    /// last segment (its reads, and whatever it did after each) happens before `close`
+    /// returns, so a thread of the same process sees it.
     ///
     /// Whatever it returns, the stream is ended, and what was published stays readable: a
     /// named channel that no consumer opened keeps its name for one that opens it later.
@@ -160,11 +165,16 @@ impl Producer {
         let written = self.metrics.then_some(self.counters.records.0);
         let prio_sent = self.prio_tail;
         // Segments handed over and not handed back, plus priority events not taken. The
-        // counter is a statistic the consumer stores (Relaxed) as it releases each segment;
-        // nothing is read through it, so no ordering is needed beyond seeing it eventually
-        // (a lagging value only makes this wait longer).
+        // consumer publishes its count as it releases each segment, with Release, and the
+        // count is read here with Acquire (`figures::read_segments_returned`), so that what the
+        // consumer did before it handed the last segment back happens before `close` returns
+        // (a lagging value only makes this wait longer). The lane's head is Release/Acquire too.
         let unread = || {
+            #[cfg(not(shmflow_broken = "close_counts_taken"))]
             let segments = acquired.saturating_sub(figures::read_segments_returned(h));
+            // Broken on purpose (loom only): a segment the consumer took counts as read.
+            #[cfg(shmflow_broken = "close_counts_taken")]
+            let segments = acquired.saturating_sub(figures::read_segments_taken(h));
             let events = crate::protocol::lane::lane_unread(h, prio_sent);
             segments + events
         };

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 use crate::endpoint::producer::Producer;
 use crate::endpoint::remote::Inbound;
 use crate::error::Halt;
@@ -24,7 +26,7 @@ pub(crate) struct In {
     /// The keeper filled the region since the consumer's thread last did: what it wrote may
     /// be all the sender sent, so the next fill must not wait for more before the consumer
     /// looks. Relaxed: set and taken under `inner`'s lock, which orders it.
-    news: Arc<AtomicBool>,
+    news: Arc<CachePadded<AtomicBool>>,
     /// The task of an async wait on the socket, for the keeper to wake once it wrote into
     /// the region: the socket's readiness may never come (the keeper read the bytes first,
     /// and the reactor's edge was dropped).
@@ -107,7 +109,7 @@ impl In {
             in_place,
             large: None,
         }));
-        let news = Arc::new(AtomicBool::new(false));
+        let news = Arc::new(CachePadded::new(AtomicBool::new(false)));
         let waker: Arc<Mutex<Option<std::task::Waker>>> = Arc::default();
         let (i, n, w) = (inner.clone(), news.clone(), waker.clone());
         let chore: Chore = Box::new(move || {

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 use crate::net::wire::Msg;
 use crate::protocol::flush_signal::FlushSignal;
 
@@ -76,7 +78,7 @@ fn away(calls: &AtomicU64, done: impl Fn() -> bool) -> bool {
 pub(crate) struct Keeper {
     /// Calls of the end's thread ([`Keeper::touch`]): the keeper takes the end for away
     /// once this stays the same for [`AWAY`].
-    calls: Arc<AtomicU64>,
+    calls: Arc<CachePadded<AtomicU64>>,
     orders: Arc<(Mutex<Orders>, Condvar)>,
     stop: Arc<AtomicBool>,
     signal: Arc<FlushSignal>,
@@ -90,13 +92,13 @@ impl Keeper {
     pub(crate) fn start(
         sock: Arc<Sock>,
         every: Duration,
-        pending: Arc<AtomicBool>,
+        pending: Arc<CachePadded<AtomicBool>>,
         mut chore: Option<Chore>,
     ) -> std::io::Result<Keeper> {
         let orders = Arc::new((Mutex::new(Orders::default()), Condvar::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let signal = Arc::new(FlushSignal::default());
-        let calls = Arc::new(AtomicU64::new(0));
+        let calls = Arc::new(CachePadded::new(AtomicU64::new(0)));
         let (o, p, st, sig, n) = (
             orders.clone(),
             pending.clone(),

@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 use crate::endpoint::consumer::raw::{RawEnd, RawPoll};
 use crate::endpoint::consumer::Consumer;
 use crate::endpoint::remote::{Outbound, Settled};
@@ -48,7 +50,7 @@ struct Out {
     /// Published segments wait for credit: the keeper forwards them when it comes. Stored
     /// only with the state's lock held (the keeper's chore included), so that it always says
     /// what the last forward left.
-    pending: Arc<AtomicBool>,
+    pending: Arc<CachePadded<AtomicBool>>,
     /// The last forward stopped for want of credit.
     waiting: bool,
     /// The backlog (published segments not taken) when the producer's thread last looked
@@ -82,7 +84,7 @@ impl Direct {
         reader: Reader,
         heartbeat: Duration,
     ) -> std::io::Result<Direct> {
-        let pending = Arc::new(AtomicBool::new(false));
+        let pending = Arc::new(CachePadded::new(AtomicBool::new(false)));
         let out = Arc::new(Mutex::new(Out {
             c: Some(c),
             id,

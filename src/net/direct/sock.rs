@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use tokio_rustls::rustls;
 
+use crossbeam_utils::CachePadded;
+
 use crate::net::error::LinkError;
 use crate::net::wire::Msg;
 
@@ -21,8 +23,10 @@ pub(crate) struct Sock {
     pub(super) stream: TcpStream,
     /// One writer at a time, so that messages never interleave; holds the encoding buffers.
     pub(super) write: Mutex<Bufs>,
-    /// Milliseconds from `epoch` to the last write (the keeper's heartbeats fill silence).
-    pub(super) last_write_ms: AtomicU64,
+    /// Milliseconds from `epoch` to the last write (the keeper's heartbeats fill silence):
+    /// stored by the writing thread at every write, read by the keeper's, on a line of its
+    /// own.
+    pub(super) last_write_ms: CachePadded<AtomicU64>,
     pub(super) epoch: Instant,
     /// How long a write may wait for the peer to read.
     pub(super) deadline: Duration,
@@ -116,7 +120,7 @@ impl Sock {
                 head: BytesMut::with_capacity(256),
                 sealed: Vec::new(),
             }),
-            last_write_ms: AtomicU64::new(0),
+            last_write_ms: CachePadded::new(AtomicU64::new(0)),
             epoch: Instant::now(),
             deadline,
             tls,

@@ -92,7 +92,7 @@ pub(crate) struct Until(Option<Instant>);
 
 impl Until {
     pub(crate) fn after(d: Duration) -> Until {
-        Until(Instant::now().checked_add(d))
+        Until(crate::sync::now().checked_add(d))
     }
 
     pub(crate) fn at(t: Instant) -> Until {
@@ -114,7 +114,7 @@ impl Patience for Until {
         match self.0 {
             None => Ok(None),
             Some(t) => t
-                .checked_duration_since(Instant::now())
+                .checked_duration_since(crate::sync::now())
                 .filter(|d| !d.is_zero())
                 .map(Some)
                 .ok_or(TimedOut),
@@ -145,7 +145,7 @@ impl<P: Patience> Patience for Sooner<P> {
         let inner = self.inner.remaining().map_err(Some)?;
         let left = self
             .at
-            .checked_duration_since(Instant::now())
+            .checked_duration_since(crate::sync::now())
             .filter(|d| !d.is_zero())
             .ok_or(None)?;
         Ok(Some(inner.map_or(left, |d| d.min(left))))
