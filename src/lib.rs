@@ -137,6 +137,7 @@ pub use endpoint::event::{
     Alignment, Barrier, Event, Released, MAX_BARRIER_PAYLOAD, MAX_EVENT_PAYLOAD,
 };
 pub use endpoint::gate::{Gate, GateMessage};
+pub use endpoint::markers::{LatencyMarker, LatencyMarkers};
 pub use endpoint::partition::{KeyFn, Partition, Partitioner};
 pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};
 #[cfg(feature = "tokio")]
@@ -162,7 +163,7 @@ pub use region::handoff::PeerHandle;
 pub mod metrics {
     pub use crate::endpoint::gate_stats::{ChannelStats, CheckpointStats, GateSnapshot};
     pub use crate::endpoint::metrics::{
-        monotonic_now_ns, BackpressureLevel, EndState, LinkSnapshot, Rates, Snapshot,
+        monotonic_now_ns, BackpressureLevel, EndState, LinkSnapshot, Rates, Snapshot, SourceLatency,
     };
 }
 

@@ -15,7 +15,8 @@
 //! `bulk_gbps` are the tuned best: `FlushPolicy::Explicit`, `claim`, busy-polling on both
 //! sides, `drain`, per-record counters off, like the raw floors, which spin on their atomics.
 //! `plain_rps` is every setting at its default: `send`, and `while let Some(r) = rx.recv()?`.
-//! `--open-loop` measures latency at fixed offered rates instead (see `bench/openloop.rs`).
+//! `--open-loop` measures latency at fixed offered rates instead (see `bench/openloop.rs`);
+//! `--case` measures the user's own case (see `bench/case.rs`).
 //!
 //! The modules: `groups` (which measures each `--only` group takes), `floors` (the raw
 //! shared-memory floors), `local` (shmflow, pipes and Unix sockets between local processes),
@@ -24,6 +25,7 @@
 //! they all share).
 
 mod asynch;
+mod case;
 mod floors;
 mod groups;
 mod harness;
@@ -66,7 +68,7 @@ pub(crate) struct BenchArgs {
     json: bool,
     /// Run one group only (for profiling). `netem` (remote channels across a delayed link
     /// between two network namespaces; needs root) runs only when named here.
-    #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool", "async", "remote", "netem"])]
+    #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool", "markers", "async", "remote", "netem"])]
     only: Option<String>,
     /// Repeat the selected groups this many times, alternating, and report the median and
     /// the spread (min..max) of each measure and of each ratio (computed within each run).
@@ -91,12 +93,53 @@ pub(crate) struct BenchArgs {
     /// Open loop: write the percentile plot (SVG) here.
     #[arg(long)]
     svg: Option<String>,
+    /// Your own case instead: round trips, one-way latency at --rate (open loop) and the
+    /// receiver's idle CPU, for records of --len bytes, each side waiting as --send-wait and
+    /// --recv-wait say, over a pool of --pool.
+    #[arg(long)]
+    case: bool,
+    /// Case: bytes per record (at least 8).
+    #[arg(long, default_value_t = 64)]
+    len: usize,
+    /// Case: records per second offered in the one-way measure.
+    #[arg(long, default_value_t = 100_000)]
+    rate: u64,
+    /// Case: how the sending process waits (for a free segment, for the reply): block, park,
+    /// or busy-poll:DURATION (e.g. busy-poll:50us).
+    #[arg(long, default_value = "block")]
+    send_wait: String,
+    /// Case: how the receiving process waits for records (block, park, busy-poll:DURATION).
+    #[arg(long, default_value = "block")]
+    recv_wait: String,
+    /// Case: the pool, SEGMENT_SIZE:COUNT (e.g. 32KiB:16) [default: the default geometry].
+    #[arg(long)]
+    pool: Option<String>,
 }
 
 /// Runs the selected groups (or the open loop) and prints the report.
 pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
     let quick = args.quick;
     let json = args.json;
+    if args.case {
+        let c = case::Case {
+            len: args.len,
+            rate: args.rate,
+            send_wait: args.send_wait.clone(),
+            recv_wait: args.recv_wait.clone(),
+            pool: match &args.pool {
+                Some(p) => case::parse_pool(p)?,
+                None => shmflow::Geometry::default(),
+            },
+            // At most the measured seconds' worth at the rate.
+            rounds: (args.rate as f64 * if quick { 0.3 } else { 3.0 })
+                .clamp(1000.0, if quick { 20_000.0 } else { 100_000.0 })
+                as usize,
+            warmup: Duration::from_millis(if quick { 100 } else { 500 }),
+            measure: Duration::from_millis(if quick { 300 } else { 3000 }),
+            quiet: Duration::from_millis(if quick { 300 } else { 1000 }),
+        };
+        return case::main(&c, json);
+    }
     if args.open_loop {
         let secs = |s: f64, what: &str| {
             Duration::try_from_secs_f64(s).map_err(|_| format!("--{what} {s}: not a duration"))

@@ -14,6 +14,10 @@
 //! are left out for an end that is not attached and alive. Counters, usages and states are
 //! read at the scrape; counters are totals (`_total`), for Prometheus's own `rate()`.
 //!
+//! Latency markers: `latency{region, source, quantile}`, a summary in milliseconds (p50, p95,
+//! p99, p999 of the markers read over the last sampling interval, from each source; left out
+//! for an interval with none), and `latencyMarkers_total{region, source}`.
+//!
 //! With `--pipeline DIR` (repeatable) it also serves each pipeline supervisor's figures, with
 //! Flink's names (`numRestarts`, `numberOfCompletedCheckpoints`, `numberOfFailedCheckpoints`,
 //! `lastCheckpointDuration`, `lastCheckpointSize`, `lastCheckpointRestoreTimestamp`,
@@ -29,7 +33,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use shmflow::metrics::{EndState, GateSnapshot, Rates, Snapshot};
+use shmflow::metrics::{EndState, GateSnapshot, Rates, Snapshot, SourceLatency};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Labels {
@@ -42,6 +46,19 @@ struct EndLabels {
     region: String,
     channel: String,
     end: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    region: String,
+    source: String,
+    quantile: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    region: String,
+    source: String,
 }
 
 type F64Gauge = Family<Labels, Gauge<f64, AtomicU64>>;
@@ -71,6 +88,8 @@ struct Families {
     debloated_size: F64Gauge,
     segment_cap: F64Gauge,
     time_to_consume: F64Gauge,
+    latency: Family<LatencyLabels, Gauge<f64, AtomicU64>>,
+    markers: Family<SourceLabels, Counter>,
 }
 
 impl Families {
@@ -181,6 +200,41 @@ impl Families {
             "Buffer debloating: what is written and not read, over the consumer's measured rate",
             self.time_to_consume,
         );
+        r.register(
+            "latency",
+            "Milliseconds from a source's latency marker to its reading here: quantiles of the markers of the last sampling interval",
+            self.latency,
+        );
+        r.register(
+            "latencyMarkers",
+            "Latency markers read, from each source",
+            self.markers,
+        );
+    }
+
+    /// A region's latency markers: `now` (since the start) for the counts, `window` (the last
+    /// sampling interval) for the quantiles.
+    fn latency(&self, region: &str, now: &[SourceLatency], window: &[SourceLatency]) {
+        for l in now {
+            self.markers
+                .get_or_create(&SourceLabels {
+                    region: region.to_owned(),
+                    source: l.source.clone(),
+                })
+                .inc_by(l.count);
+        }
+        for w in window.iter().filter(|w| w.count > 0) {
+            let f = crate::latency::figures(w);
+            for ((_, q), v) in crate::latency::QUANTILES.iter().zip(f.quantiles) {
+                self.latency
+                    .get_or_create(&LatencyLabels {
+                        region: region.to_owned(),
+                        source: w.source.clone(),
+                        quantile: q.to_string(),
+                    })
+                    .set(v as f64 / 1e6);
+            }
+        }
     }
 
     fn channel(
@@ -391,6 +445,9 @@ impl PipelineFamilies {
 struct Sampled {
     last: HashMap<String, Snapshot>,
     rates: HashMap<String, Rates>,
+    /// Latency markers by region: at the last sample, and over the last interval.
+    latency: HashMap<String, Vec<SourceLatency>>,
+    latency_window: HashMap<String, Vec<SourceLatency>>,
 }
 
 /// The rates of the last sampling interval, and the pipeline directories to read.
@@ -404,10 +461,13 @@ impl Exporter {
     /// Takes a sample of every channel and gate channel: the rates since the one before.
     pub(crate) fn sample(&self) -> Result<(), String> {
         let mut now = HashMap::new();
+        let mut latency = HashMap::new();
         for r in shmflow::monitor::list_regions().map_err(|e| e.to_string())? {
+            latency.insert(r.name.clone(), r.latency);
             now.insert(r.name, r.snapshot);
         }
         for (name, g) in shmflow::monitor::list_gates().map_err(|e| e.to_string())? {
+            latency.insert(name.clone(), g.latency());
             for (c, ch) in g.snapshot().channels.into_iter().enumerate() {
                 now.insert(format!("{name}:{c}"), ch.snapshot);
             }
@@ -420,7 +480,19 @@ impl Exporter {
                 Some((k.clone(), n.rates_since(p)))
             })
             .collect();
-        *s = Sampled { last: now, rates };
+        let latency_window = latency
+            .iter()
+            .map(|(k, n)| {
+                let prev = s.latency.get(k).map_or(&[][..], |p| p.as_slice());
+                (k.clone(), crate::latency::window(prev, n))
+            })
+            .collect();
+        *s = Sampled {
+            last: now,
+            rates,
+            latency,
+            latency_window,
+        };
         Ok(())
     }
 
@@ -428,6 +500,7 @@ impl Exporter {
     pub(crate) fn scrape(&self) -> Result<String, String> {
         let f = Families::default();
         let sampled = self.sampled.lock().map_err(|_| "a sample panicked")?;
+        let no_window = Vec::new();
         for r in shmflow::monitor::list_regions().map_err(|e| e.to_string())? {
             f.channel(
                 &r.name,
@@ -436,11 +509,15 @@ impl Exporter {
                 &r.snapshot,
                 (r.producer_alive, r.consumer_alive),
             );
+            let window = sampled.latency_window.get(&r.name).unwrap_or(&no_window);
+            f.latency(&r.name, &r.latency, window);
         }
         for (name, g) in shmflow::monitor::list_gates().map_err(|e| e.to_string())? {
             let now = g.snapshot();
             let alive: Vec<bool> = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
             f.gate(&name, &sampled.rates, &now, &alive, g.consumer_alive());
+            let window = sampled.latency_window.get(&name).unwrap_or(&no_window);
+            f.latency(&name, &g.latency(), window);
         }
         drop(sampled);
         let mut registry = Registry::with_prefix("shmflow");
@@ -455,7 +532,13 @@ impl Exporter {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &registry)
             .map_err(|e| e.to_string())?;
-        Ok(out)
+        // The markers' quantiles are a summary (as Flink's reporter exports its latency
+        // histograms); prometheus-client has no summary type, so the family is encoded as
+        // gauges and typed here.
+        Ok(out.replace(
+            "# TYPE shmflow_latency gauge\n",
+            "# TYPE shmflow_latency summary\n",
+        ))
     }
 }
 

@@ -57,8 +57,8 @@ fn released_name(r: Option<shmflow::Released>) -> &'static str {
 pub(crate) fn duration_ns(ns: u64) -> String {
     match ns {
         0..=9_999 => format!("{ns} ns"),
-        10_000..=9_999_999 => format!("{:.1} µs", ns as f64 / 1e3),
-        10_000_000..=9_999_999_999 => format!("{:.1} ms", ns as f64 / 1e6),
+        10_000..=999_999 => format!("{:.1} µs", ns as f64 / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1} ms", ns as f64 / 1e6),
         _ => format!("{:.2} s", ns as f64 / 1e9),
     }
 }

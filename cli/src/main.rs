@@ -12,6 +12,7 @@ mod bench;
 mod demo;
 mod export;
 mod inspect;
+mod latency;
 mod remote;
 mod top;
 

@@ -47,6 +47,39 @@ pub(crate) struct RowData {
     /// Debloating, where it is on: the cap (in-flight limit in segments) and the in-flight
     /// limit in bytes, as text.
     pub(crate) debloat: Option<String>,
+    /// Latency markers read: the largest p99 of any source over the last interval (or, with
+    /// none in it, since the start), as text.
+    pub(crate) latency: Option<String>,
+}
+
+/// The latency column's text for a region's sources: the largest p99 over the window
+/// `prev` → `now`, or since the start when no marker came in the window; `None` without
+/// markers.
+fn latency_text(
+    prev: Option<&Vec<shmflow::metrics::SourceLatency>>,
+    now: Option<&Vec<shmflow::metrics::SourceLatency>>,
+) -> Option<String> {
+    let now = now.filter(|n| !n.is_empty())?;
+    let recent = crate::latency::window(prev.map_or(&[][..], |p| p.as_slice()), now);
+    let (ls, since) = if recent.iter().any(|l| l.count > 0) {
+        (recent, "")
+    } else {
+        (now.clone(), " all")
+    };
+    let worst = ls
+        .iter()
+        .filter(|l| l.count > 0)
+        .map(|l| crate::latency::figures(l).quantiles[2])
+        .max()?;
+    let sources = if now.len() > 1 {
+        format!(" ({} src)", now.len())
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "p99 {}{since}{sources}",
+        crate::inspect::duration_ns(worst)
+    ))
 }
 
 /// A gate's last checkpoint: `#id alignment-time how` (A aligned, U unaligned, T switched to
@@ -90,6 +123,9 @@ pub(crate) struct Top {
     pub(crate) table: TableState,
     /// A line or two per pipeline directory watched.
     pub(crate) pipelines: Vec<String>,
+    /// Latency markers' figures by region name: this round's, and the last round's.
+    pub(crate) latency: HashMap<String, Vec<shmflow::metrics::SourceLatency>>,
+    latency_prev: HashMap<String, Vec<shmflow::metrics::SourceLatency>>,
 }
 
 fn ends(s: &Snapshot, alive: Alive) -> String {
@@ -204,6 +240,7 @@ impl Top {
                     short(now.consumer_state, consumer_alive)
                 ),
                 checkpoint: Some(checkpoint_text(&now.checkpoints)),
+                latency: latency_text(self.latency_prev.get(&name), self.latency.get(&name)),
                 debloat: now
                     .channels
                     .iter()
@@ -219,6 +256,7 @@ impl Top {
         }
         sort(&mut rows);
         self.rows = rows;
+        self.latency_prev = std::mem::take(&mut self.latency);
         let at = selected.and_then(|n| self.visible().iter().position(|r| r.name == n));
         match at {
             Some(i) => self.table.select(Some(i)),
@@ -272,6 +310,7 @@ impl Top {
             ends: ends(now, alive),
             checkpoint: None,
             debloat: debloat_text(now),
+            latency: latency_text(self.latency_prev.get(key), self.latency.get(key)),
         }
     }
 
@@ -365,6 +404,8 @@ type Round = (
     Vec<(String, Snapshot, Alive)>,
     // A gate: its snapshot, each channel's producer alive, its consumer alive.
     Vec<(String, GateSnapshot, Vec<bool>, bool)>,
+    // Latency markers' figures, by region name (channels and gates).
+    HashMap<String, Vec<shmflow::metrics::SourceLatency>>,
 );
 
 /// Whether a live process holds each end's liveness lock: (producer, consumer).
@@ -372,20 +413,25 @@ pub(crate) type Alive = (bool, bool);
 
 /// One round of snapshots of every region and gate on the machine.
 fn take() -> Result<Round, String> {
+    let mut latency = HashMap::new();
     let channels = shmflow::monitor::list_regions()
         .map_err(|e| e.to_string())?
         .into_iter()
-        .map(|r| (r.name, r.snapshot, (r.producer_alive, r.consumer_alive)))
+        .map(|r| {
+            latency.insert(r.name.clone(), r.latency);
+            (r.name, r.snapshot, (r.producer_alive, r.consumer_alive))
+        })
         .collect();
     let gates = shmflow::monitor::list_gates()
         .map_err(|e| e.to_string())?
         .into_iter()
         .map(|(n, g)| {
             let alive = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
+            latency.insert(n.clone(), g.latency());
             (n, g.snapshot(), alive, g.consumer_alive())
         })
         .collect();
-    Ok((channels, gates))
+    Ok((channels, gates, latency))
 }
 
 /// Runs the view in the terminal until `q`.
@@ -401,7 +447,8 @@ pub(crate) fn main(interval: Duration, pipelines: Vec<std::path::PathBuf>) -> Re
         );
     }
     let mut top = Top::default();
-    let (c, g) = take()?;
+    let (c, g, l) = take()?;
+    top.latency = l;
     top.update(c, g);
     let pipeline_lines = || -> Result<Vec<String>, String> {
         pipelines
@@ -425,7 +472,8 @@ pub(crate) fn main(interval: Duration, pipelines: Vec<std::path::PathBuf>) -> Re
                 }
             }
             if last.elapsed() >= interval {
-                let (c, g) = take()?;
+                let (c, g, l) = take()?;
+                top.latency = l;
                 top.update(c, g);
                 top.pipelines = pipeline_lines()?;
                 last = std::time::Instant::now();

@@ -1003,3 +1003,91 @@ fn export_backlog_is_the_queue_now_and_promtool_finds_only_flinks_camel_case() {
         .collect();
     assert!(other.is_empty(), "promtool: {said}");
 }
+
+#[test]
+fn stat_and_export_show_latency_markers_per_source() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let name = unique_name("cli-latency");
+    let mut p = Producer::create(&name, Geometry::default()).unwrap();
+    let mut c = Consumer::open(&name).unwrap();
+    p.set_latency_markers(Some(shmflow::LatencyMarkers::every(
+        Duration::from_millis(1),
+        "cli-source",
+    )));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let writer = std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            p.send(b"record").unwrap();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    });
+    let reader = std::thread::spawn(move || {
+        while c.recv().unwrap().is_some() {}
+        c.latency()
+    });
+    let (mut export, addr) = start_export(&["--sample-ms", "200"]);
+    // Two sampling intervals with markers in them.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(600) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = shmflow(&["stat", &name, "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let l = &v["latency"][0];
+    assert_eq!(l["source"], "cli-source", "{v}");
+    assert!(l["count"].as_u64().unwrap() >= 1, "{v}");
+    let q = |k: &str| l[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    assert!(q("p50_ns") <= q("p95_ns") && q("p95_ns") <= q("p99_ns"));
+    assert!(q("p99_ns") <= q("p999_ns") && q("p999_ns") <= q("max_ns"));
+    let body = scrape(&addr);
+    let (_, text) = get_metrics(&addr, None);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let read = reader.join().unwrap();
+    export.kill().unwrap();
+    export.wait().unwrap();
+    assert!(read[0].count >= 1);
+    let line =
+        format!("shmflow_latency{{region=\"{name}\",source=\"cli-source\",quantile=\"0.99\"}}");
+    assert!(body.contains(&line), "{line} in:\n{body}");
+    assert!(body.contains("# TYPE shmflow_latency summary"), "{body}");
+    assert!(
+        body.contains(&format!(
+            "shmflow_latencyMarkers_total{{region=\"{name}\",source=\"cli-source\"}}"
+        )),
+        "{body}"
+    );
+    // The classic text format's summary passes promtool, as the rest does.
+    let checked = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut promtool = match checked {
+        Ok(p) => p,
+        Err(e) if std::env::var_os("SHMFLOW_REQUIRE_PROMTOOL").is_none() => {
+            println!("SKIP the promtool check: {e} (CI installs it)");
+            return;
+        }
+        Err(e) => panic!("promtool: {e}"),
+    };
+    use std::io::Write;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.lines()
+            .all(|l| l.ends_with("metric names should be written in 'snake_case' not 'camelCase'")),
+        "promtool: {said}"
+    );
+}

@@ -72,6 +72,10 @@ struct Args {
     /// Discard the checkpoints and output of an earlier run first.
     #[arg(long)]
     fresh: bool,
+    /// Every source emits a latency marker every this many milliseconds (the gates keep their
+    /// age per source: `shmflow stat /shmflow-pl-NAME-…-write-0`).
+    #[arg(long)]
+    latency_ms: Option<u64>,
     /// No checkpoints (for a throughput baseline): any failure starts from the beginning.
     #[arg(long)]
     no_checkpoints: bool,
@@ -293,6 +297,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             args.restarts,
             Duration::from_millis(args.restart_delay_ms),
         ))
+        .latency_markers(args.latency_ms.map(Duration::from_millis))
         .fresh_start(args.fresh)
         .quiet(args.quiet)
         .run()?;

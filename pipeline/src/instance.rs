@@ -25,7 +25,8 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use shmflow::{
-    Alignment, Gate, GateGeometry, GateMessage, Partition, Partitioner, Producer, Released,
+    Alignment, Gate, GateGeometry, GateMessage, LatencyMarkers, Partition, Partitioner, Producer,
+    Released,
 };
 
 use crate::control::{self, FromInstance, Lines, ToInstance};
@@ -460,6 +461,12 @@ impl Instance {
     ) -> Result<(), StageError> {
         source.restore(self.restore.map(|_| restored.operator.as_slice()))?;
         let parallelism = p.stages[self.stage].parallelism;
+        if let Some(interval) = p.latency_markers {
+            let label = format!("{}-{}", p.stages[self.stage].name, self.index);
+            for out in outputs.iter_mut() {
+                out.set_latency_markers(Some(LatencyMarkers::every(interval, &label)));
+            }
+        }
         let mut ended = false;
         // The final checkpoint sent, not yet complete: the stream ends once it is (one that
         // expires is triggered again, so the source stays until then).
@@ -670,6 +677,13 @@ impl Instance {
                             out.flush()?;
                         }
                         end_forwarded = true;
+                    }
+                }
+                // A marker goes on to every output (to one channel of each), as Flink's
+                // operators pass one on, so the gates downstream measure from the source.
+                GateMessage::LatencyMarker { marker, .. } => {
+                    for out in outputs.iter_mut() {
+                        out.forward_latency_marker(&marker)?;
                     }
                 }
                 GateMessage::ChannelDead { channel, error } => {

@@ -558,3 +558,39 @@ fn a_corrupt_checkpoint_is_set_aside_and_the_one_before_is_restored() {
     // Restored from the one before: a restore happened, and the output is exact (above).
     assert!(run.metric("lastCheckpointRestoreTimestamp").unwrap() != "0");
 }
+
+#[test]
+fn latency_markers_from_every_source_reach_the_gates_of_every_later_stage() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let run = Run::new("latency", &with(&["--latency-ms", "1"]));
+    let mut child = run.start();
+    // Each stage's gates, by the suffix of their regions' names.
+    let gates = |stage: &str| -> Vec<String> {
+        std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with("shmflow-pl-latency-") && n.contains(&format!("-{stage}-")))
+            .map(|n| format!("/{n}"))
+            .collect()
+    };
+    // Every later stage's gates, together, have heard from both sources.
+    let heard = |stage: &str| -> Vec<String> {
+        let mut sources: Vec<String> = gates(stage)
+            .iter()
+            .filter_map(|g| shmflow::monitor::GateMonitor::open(g).ok())
+            .flat_map(|m| m.latency())
+            .filter(|l| l.count > 0 && l.max >= l.quantile(0.5))
+            .map(|l| l.source)
+            .collect();
+        sources.sort();
+        sources.dedup();
+        sources
+    };
+    for stage in ["split", "count", "write"] {
+        run.wait_until(&mut child, &format!("markers at {stage}"), |_| {
+            heard(stage) == ["read-0", "read-1"]
+        });
+    }
+    run.finish(child);
+}

@@ -57,6 +57,7 @@ mod attach;
 mod debloating;
 mod fast;
 mod lane;
+mod latency;
 mod recv;
 mod segments;
 mod waiting;
@@ -136,6 +137,9 @@ pub struct Consumer {
     /// Buffer debloating, when on: sets the producer's segment cap from the rate this end
     /// reads at (see `protocol::debloat`).
     debloat: Option<Debloat>,
+    /// Latency markers: the labels of the sources given a slot of the region's table, in slot
+    /// order (a channel of its own; a gate counts its channels' markers itself).
+    marker_sources: Vec<crate::protocol::latency::Label>,
     /// Async calls since the last look at the executor's budget.
     #[cfg(any(feature = "tokio", shmflow_loom))]
     coop: u8,
@@ -347,7 +351,11 @@ impl Consumer {
                             seen,
                         })
                     }
-                    None => continue,
+                    // A reader of records counts a latency marker and goes on.
+                    None => {
+                        self.count_marker_at(f.at + HEADER, f.len);
+                        continue;
+                    }
                 },
                 frame::WHOLE if f.len as u64 > self.max_record_len => {
                     // Over the reader's limit: skipped (the consumer has moved past it).

@@ -111,6 +111,9 @@ pub struct Gate {
     /// the first).
     #[cfg(all(feature = "net", not(shmflow_loom)))]
     links: Option<links::Links>,
+    /// Latency markers: the labels of the sources given a slot of the gate's table, in slot
+    /// order.
+    marker_sources: Vec<crate::protocol::latency::Label>,
 }
 
 mod align;
@@ -199,6 +202,13 @@ impl Gate {
             self.state[c as usize],
             State::Done | State::Ended | State::Failed
         )
+    }
+
+    /// The ages of the latency markers the gate handed out, per source, since it was made
+    /// (every channel's count in the gate's one table; see
+    /// [`Consumer::latency`](crate::Consumer::latency)).
+    pub fn latency(&self) -> Vec<crate::endpoint::metrics::SourceLatency> {
+        crate::endpoint::metrics::latency(&self.shared)
     }
 
     /// The gate's figures now: per channel and for the pools (see [`GateSnapshot`]).

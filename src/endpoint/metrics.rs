@@ -12,6 +12,120 @@ pub fn monotonic_now_ns() -> u64 {
 
 pub(crate) use crate::sys::clock::monotonic_ns;
 
+/// The ages of the latency markers from one source that an end (or a gate) read: Flink's
+/// `latency` histogram, per source. From [`Consumer::latency`](crate::Consumer::latency),
+/// [`Gate::latency`](crate::Gate::latency) or a monitor's `latency`.
+///
+/// The histogram has HdrHistogram's log-linear buckets, each at most 1/32 of its values wide
+/// (about 3 %), from 1 ns to about 69 s (longer ages count in the last bucket). The figures
+/// count from the region's creation; [`SourceLatency::since`] gives those of an interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SourceLatency {
+    /// The source's label (see [`LatencyMarkers::every`](crate::LatencyMarkers::every)).
+    pub source: String,
+    /// Markers counted.
+    pub count: u64,
+    /// Their ages summed.
+    pub sum: std::time::Duration,
+    /// The largest age.
+    pub max: std::time::Duration,
+    /// The age of the last marker.
+    pub last: std::time::Duration,
+    /// `(the smallest age in the bucket, in nanoseconds; markers in it)` for every bucket that
+    /// has any, in order of age.
+    pub buckets: Vec<(u64, u64)>,
+}
+
+impl SourceLatency {
+    /// The age below which a fraction `q` (0 to 1) of the markers fall: the largest age of the
+    /// bucket that holds the marker of rank `ceil(q × count)`, at most the largest age seen
+    /// (HdrHistogram's "highest equivalent value"); zero without markers.
+    ///
+    /// ```
+    /// let mut l = shmflow::metrics::SourceLatency::default();
+    /// l.count = 4;
+    /// l.max = std::time::Duration::from_nanos(1000);
+    /// l.buckets = vec![(10, 3), (992, 1)];
+    /// assert_eq!(l.quantile(0.5).as_nanos(), 10);
+    /// assert_eq!(l.quantile(1.0).as_nanos(), 1000);
+    /// ```
+    pub fn quantile(&self, q: f64) -> std::time::Duration {
+        let total: u64 = self.buckets.iter().map(|b| b.1).sum();
+        if total == 0 {
+            return std::time::Duration::ZERO;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for &(low, n) in &self.buckets {
+            seen += n;
+            if seen >= rank {
+                let high = crate::protocol::latency::bucket_high(low);
+                let max = self.max.as_nanos().min(u64::MAX as u128) as u64;
+                return std::time::Duration::from_nanos(if max >= low {
+                    high.min(max)
+                } else {
+                    high
+                });
+            }
+        }
+        self.max
+    }
+
+    /// The mean age (zero without markers).
+    pub fn mean(&self) -> std::time::Duration {
+        if self.count == 0 {
+            return std::time::Duration::ZERO;
+        }
+        self.sum / self.count.min(u32::MAX as u64) as u32
+    }
+
+    /// The markers counted since `earlier` (a figure of the same source read before): counts,
+    /// sum and buckets as differences, `max` and `last` as they are now.
+    pub fn since(&self, earlier: &SourceLatency) -> SourceLatency {
+        let mut buckets = Vec::with_capacity(self.buckets.len());
+        let mut old = earlier.buckets.iter().peekable();
+        for &(low, n) in &self.buckets {
+            while old.peek().is_some_and(|o| o.0 < low) {
+                old.next();
+            }
+            let before = match old.peek() {
+                Some(&&(l, m)) if l == low => m,
+                _ => 0,
+            };
+            if n > before {
+                buckets.push((low, n - before));
+            }
+        }
+        SourceLatency {
+            source: self.source.clone(),
+            count: self.count.saturating_sub(earlier.count),
+            sum: self.sum.saturating_sub(earlier.sum),
+            max: self.max,
+            last: self.last,
+            buckets,
+        }
+    }
+}
+
+/// The latency table of `shared`'s region, per source (empty without a table or markers).
+pub(crate) fn latency(shared: &crate::region::view::Shared) -> Vec<SourceLatency> {
+    let Some(t) = shared.latency_table() else {
+        return Vec::new();
+    };
+    t.read()
+        .into_iter()
+        .map(|r| SourceLatency {
+            source: String::from_utf8_lossy(&r.label).into_owned(),
+            count: r.count,
+            sum: std::time::Duration::from_nanos(r.sum_ns),
+            max: std::time::Duration::from_nanos(r.max_ns),
+            last: std::time::Duration::from_nanos(r.last_ns),
+            buckets: r.buckets,
+        })
+        .collect()
+}
+
 /// The counters of one channel at one instant, read from its region header without
 /// disturbing the channel (plain loads of lines the two sides write).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -8,6 +8,7 @@ pub(crate) mod event;
 pub(crate) mod flusher;
 pub(crate) mod gate;
 pub(crate) mod gate_stats;
+pub(crate) mod markers;
 pub(crate) mod metrics;
 #[cfg(not(shmflow_loom))]
 pub(crate) mod monitor;

@@ -79,6 +79,12 @@ impl Monitor {
         snapshot(&self.shared)
     }
 
+    /// The ages of the latency markers the channel's consumer read, per source (see
+    /// [`Consumer::latency`](crate::Consumer::latency)): what `shmflow stat` shows.
+    pub fn latency(&self) -> Vec<crate::endpoint::metrics::SourceLatency> {
+        crate::endpoint::metrics::latency(&self.shared)
+    }
+
     /// Segment size and count.
     pub fn geometry(&self) -> Geometry {
         self.shared.geometry
@@ -113,6 +119,9 @@ pub struct RegionInfo {
     pub producer_alive: bool,
     /// A live process holds the consumer's liveness lock.
     pub consumer_alive: bool,
+    /// The ages of the latency markers the consumer read, per source (see
+    /// [`Monitor::latency`]); empty while none came.
+    pub latency: Vec<crate::endpoint::metrics::SourceLatency>,
     /// See [`RegionInfo::awaits_consumer`].
     awaits: bool,
 }
@@ -213,6 +222,7 @@ pub fn list_regions() -> Result<Vec<RegionInfo>> {
                 snapshot,
                 producer_alive,
                 consumer_alive: m.end_alive(End::Consumer),
+                latency: m.latency(),
                 awaits: m.awaits_consumer(&snapshot, producer_alive),
                 name,
             });
@@ -259,6 +269,12 @@ impl GateMonitor {
     /// The gate's figures now.
     pub fn snapshot(&self) -> crate::endpoint::gate_stats::GateSnapshot {
         crate::endpoint::gate_stats::snapshot(&self.chans)
+    }
+
+    /// The ages of the latency markers the gate's consumer handed out, per source (see
+    /// [`Gate::latency`](crate::Gate::latency)).
+    pub fn latency(&self) -> Vec<crate::endpoint::metrics::SourceLatency> {
+        crate::endpoint::metrics::latency(&self.chans[0])
     }
 
     /// The gate's shape.

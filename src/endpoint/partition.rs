@@ -15,6 +15,7 @@ use crate::protocol::park::WaitStrategy;
 
 #[cfg(feature = "tokio")]
 mod asynch;
+mod markers;
 
 /// A key function: record → hash of its key.
 pub type KeyFn = Box<dyn FnMut(&[u8]) -> u64 + Send>;
@@ -51,6 +52,8 @@ pub struct Partition {
     /// channels that lack it, never twice to one (a gate takes a repeated id as a protocol
     /// error).
     barriers: Vec<Option<u64>>,
+    /// The channel the next forwarded latency marker goes to (they go round-robin).
+    next_marker: usize,
 }
 
 enum Route {
@@ -101,6 +104,7 @@ impl Partition {
             partitioner,
             next: 0,
             barriers,
+            next_marker: 0,
         })
     }
 

@@ -55,6 +55,7 @@ mod close;
 mod copy;
 use copy::copy_record;
 mod events;
+mod markers;
 mod writer;
 pub use writer::{Claim, RecordWriter};
 
@@ -202,6 +203,13 @@ pub struct Producer {
     /// (see `raw_commit`).
     #[cfg(all(feature = "net", not(shmflow_loom)))]
     owed: crate::endpoint::owed::Owed,
+    /// The tick of the marker clock at which the next latency marker is due (`u64::MAX`:
+    /// markers off), compared with the clock after every record.
+    #[cfg(not(shmflow_loom))]
+    marker_at: u64,
+    /// Latency markers, when on: the label and the interval.
+    #[cfg(not(shmflow_loom))]
+    markers: Option<Box<crate::endpoint::markers::Schedule>>,
 }
 
 /// Whether taking a segment waits for the consumer's cap (buffer debloating).

@@ -6,6 +6,7 @@
 //! | data ring slots   (N × u64, producer → consumer: segment index)                 |
 //! | return ring slots (N × u64, consumer → producer: segment index)                 |
 //! | segment 0 | segment 1 | ... | segment N-1   (segment_size bytes each, 4 KiB aligned) |
+//! | latency table (`protocol::latency`: the ages of latency markers, per source)       |
 //! ```
 //!
 //! There are no commit words: a frame's header is its own commit (see `frame.rs`).
@@ -16,7 +17,7 @@ use crate::sync::{AtomicU32, AtomicU64, FutexWord, Ordering};
 /// First 8 bytes of every shmflow region ("SHMFLOW" + 0x01, little endian).
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SHMFLOW\x01");
 /// Bumped whenever anything in this file changes meaning or place.
-pub const LAYOUT_VERSION: u32 = 10;
+pub const LAYOUT_VERSION: u32 = 11;
 /// Bytes reserved for the header page; rings start after it.
 pub(crate) const HEADER_SIZE: usize = 4096;
 /// Bytes of a frame's header in a segment, before its payload (see `frame`, which frames
@@ -526,9 +527,14 @@ impl Geometry {
         self.return_ring_offset() + self.ring_bytes()
     }
 
+    /// Where the latency table starts: after the segments (layout version 11).
+    pub(crate) fn latency_offset(&self) -> usize {
+        self.segments_offset() + self.segment_count as usize * self.segment_size as usize
+    }
+
     /// Total bytes of a region with this geometry.
     pub fn region_size(&self) -> usize {
-        self.segments_offset() + self.segment_count as usize * self.segment_size as usize
+        self.latency_offset() + crate::protocol::latency::TABLE_BYTES
     }
 }
 
@@ -541,6 +547,7 @@ impl Geometry {
 // | channel 0: header (4 KiB, as a single channel's) | data ring | return ring  (E + F slots each) |
 // | channel 1: ...                                                                                |
 // | segments 0 .. T-1, T = M × E + F: channel c owns [c×E, c×E + E); floating are [M×E, T)      |
+// | the gate's latency table (`protocol::latency`)                                              |
 // ```
 //
 // Every ring still has one writer: a channel's return ring is written only by the consumer,
@@ -800,9 +807,14 @@ impl GateGeometry {
         HEADER_SIZE + self.channels as usize * self.channel_block()
     }
 
+    /// Where the gate's latency table starts: after every segment (layout version 11).
+    pub(crate) fn latency_offset(&self) -> usize {
+        self.segments_offset() + self.total_segments() as usize * self.segment_size as usize
+    }
+
     /// Total bytes of a gate region with this geometry.
     pub fn region_size(&self) -> usize {
-        self.segments_offset() + self.total_segments() as usize * self.segment_size as usize
+        self.latency_offset() + crate::protocol::latency::TABLE_BYTES
     }
 
     /// Channel `c`'s own segments.

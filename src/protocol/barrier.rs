@@ -48,12 +48,13 @@ impl Head {
     }
 }
 
-/// What an `EVENT` frame's kind word says: an event of this kind, a barrier, or neither (a
-/// high half a correct producer does not write).
+/// What an `EVENT` frame's kind word says: an event of this kind, a barrier, a latency marker
+/// (`protocol::latency`), or none of them (a high half a correct producer does not write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum KindWord {
     Event(u32),
     Barrier,
+    Marker,
     Bad,
 }
 
@@ -61,6 +62,7 @@ pub(crate) fn kind_word(word: u64) -> KindWord {
     match (word >> 32) as u32 {
         0 => KindWord::Event(word as u32),
         TAG if word as u32 == 0 => KindWord::Barrier,
+        crate::protocol::latency::TAG if word as u32 == 0 => KindWord::Marker,
         _ => KindWord::Bad,
     }
 }
@@ -86,6 +88,14 @@ mod tests {
         assert_eq!(Head::decode(&body), Some((h, &b"p"[..])));
         assert_eq!(Head::decode(&body[..HEAD - 1]), None);
         assert_eq!(kind_word(barrier_word()), KindWord::Barrier);
+        assert_eq!(
+            kind_word(crate::protocol::latency::marker_word()),
+            KindWord::Marker
+        );
+        assert_eq!(
+            kind_word(crate::protocol::latency::marker_word() | 3),
+            KindWord::Bad
+        );
         assert_eq!(kind_word(42), KindWord::Event(42));
         assert_eq!(kind_word(barrier_word() | 1), KindWord::Bad);
         assert_eq!(kind_word(1 << 40), KindWord::Bad);

@@ -14,6 +14,7 @@ pub(crate) mod figures;
 pub(crate) mod flush_signal;
 pub(crate) mod frame;
 pub(crate) mod lane;
+pub(crate) mod latency;
 pub(crate) mod park;
 pub(crate) mod pool;
 pub(crate) mod ring;

@@ -116,6 +116,8 @@ pub(crate) struct Placement {
     pub(crate) data_ring: usize,
     pub(crate) return_ring: usize,
     pub(crate) segments: usize,
+    /// The latency table: the channel's own, or the gate's for a gate's channel.
+    pub(crate) latency: usize,
     /// For a gate's channel: its index and the gate's geometry.
     pub(crate) gate: Option<(u32, GateGeometry)>,
 }
@@ -132,6 +134,7 @@ impl Placement {
             data_ring: g.data_ring_offset(),
             return_ring: g.return_ring_offset(),
             segments: g.segments_offset(),
+            latency: g.latency_offset(),
             gate: None,
         }
     }
@@ -149,6 +152,7 @@ impl Placement {
             data_ring: gg.data_ring_offset(c),
             return_ring: gg.return_ring_offset(c),
             segments: gg.segments_offset(),
+            latency: gg.latency_offset(),
             gate: Some((c, gg)),
         }
     }
@@ -212,6 +216,9 @@ pub(crate) struct Shared {
     #[cfg(shmflow_loom)]
     words: NonNull<AtomicU64>,
     segments: NonNull<u8>,
+    /// The latency table (`protocol::latency`) the consumer writes: the channel's own, or the
+    /// gate's; `None` on the heap under loom (a model emits no markers).
+    latency: Option<NonNull<crate::protocol::latency::Table>>,
     pub(crate) tracker: ByteTracker,
     #[cfg_attr(shmflow_loom, allow(dead_code))]
     backing: Backing,
@@ -280,6 +287,7 @@ impl Shared {
             data_slots: at(place.data_ring).cast(),
             ret_slots: at(place.return_ring).cast(),
             segments: at(place.segments),
+            latency: Some(at(place.latency).cast()),
             tracker: ByteTracker,
             backing: Backing::Mapped(backing),
         }
@@ -310,6 +318,7 @@ impl Shared {
             ret_slots: NonNull::from(&heap.ret_slots[0]),
             words: NonNull::from(&heap.words[0]),
             segments: NonNull::new(heap.segments.as_mut_ptr().cast()).unwrap(),
+            latency: None,
             tracker: ByteTracker::new(n, geometry.segment_size as usize),
             backing: Backing::Heap(heap),
             heap_bells: None,
@@ -348,6 +357,7 @@ impl Shared {
             ret_slots: NonNull::from(&hg.ret[c as usize][0]),
             words: NonNull::from(&hg.words[0]),
             segments: NonNull::new(segs.cast()).unwrap(),
+            latency: None,
             tracker: ByteTracker::new(gg.total_segments() as usize, gg.segment_size as usize),
             backing: Backing::HeapGate(hg),
             heap_bells: None,
@@ -380,6 +390,15 @@ impl Shared {
     pub(crate) fn ret_slots(&self) -> &[AtomicU64] {
         // SAFETY: as for `data_slots`.
         unsafe { std::slice::from_raw_parts(self.ret_slots.as_ptr(), self.n()) }
+    }
+
+    /// The latency table the consumer writes (the gate's, for a gate's channel), if the
+    /// region has one.
+    pub(crate) fn latency_table(&self) -> Option<&crate::protocol::latency::Table> {
+        // SAFETY: the table lies inside the mapping at an offset computed from the validated
+        // geometry (`Placement::latency`), page-aligned, for the life of `backing`, which
+        // lives as long as `self`; it is atomics only, for which every bit pattern is valid.
+        self.latency.map(|t| unsafe { t.as_ref() })
     }
 
     /// Where the consumer parks.

@@ -20,6 +20,15 @@ pub(crate) fn monotonic_ns() -> u64 {
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }
 
+/// Nanoseconds of the wall clock (`CLOCK_REALTIME`) since the Unix epoch: what latency
+/// markers carry, as Flink's carry the wall clock (a vDSO call).
+#[cfg(not(shmflow_loom))]
+pub(crate) fn realtime_ns() -> u64 {
+    // CLOCK_REALTIME always exists on Linux; a clock set before 1970 reads as 0.
+    let t = clock_gettime(ClockId::CLOCK_REALTIME).expect("CLOCK_REALTIME exists on Linux");
+    (t.tv_sec().max(0) as u64) * 1_000_000_000 + t.tv_nsec() as u64
+}
+
 /// The instant deadlines are measured against.
 #[cfg(not(shmflow_loom))]
 #[inline]
@@ -54,6 +63,12 @@ pub(crate) fn monotonic_ns() -> u64 {
 pub(crate) fn now() -> std::time::Instant {
     let ns = monotonic_ns();
     MODELLED.with(|(_, base)| *base + std::time::Duration::from_nanos(ns))
+}
+
+/// Under loom the wall clock is the modelled clock too.
+#[cfg(shmflow_loom)]
+pub(crate) fn realtime_ns() -> u64 {
+    monotonic_ns()
 }
 
 /// Moves the modelled clock by `d`: a timed wait that timed out.

@@ -7,7 +7,10 @@ use shmflow::{FlushPolicy, Geometry, WaitStrategy};
 
 use super::floors::{floor_futex, floor_spin, floor_stream};
 use super::harness::REC;
-use super::local::{os_stream, plain_stream, rtt_shmflow, rtt_stream, shmflow_stream};
+use super::local::{
+    os_stream, plain_stream, plain_stream_for, rtt_shmflow, rtt_stream, shmflow_stream,
+    tuned_stream,
+};
 use super::{asynch, netem, remote, Cfg, BULK, SPIN};
 
 /// The value at fraction `p` of the sorted `v`.
@@ -252,6 +255,9 @@ pub(super) fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'stati
             med(&mut cpu_direct_small_wide),
         );
     }
+    if want("markers") {
+        markers(cfg, pool, &mut note);
+    }
     if want("pool") {
         note(
             "small_tiny_pool_rps",
@@ -268,4 +274,51 @@ pub(super) fn one_run(cfg: &Cfg, only: Option<&str>, json: bool) -> Vec<(&'stati
         );
     }
     r
+}
+
+/// The cost of latency markers at one per millisecond: the plain loop and the tuned one, each
+/// in adjacent pairs of short trials, off then on, then on then off (so that neither side is
+/// always first): the median of the per-pair ratios and their spread.
+fn markers(cfg: &Cfg, pool: Geometry, note: &mut impl FnMut(&'static str, f64)) {
+    const PAIRS: usize = 10;
+    let secs = cfg.secs / 2.0;
+    let every = Some(Duration::from_millis(1));
+    let rate = |(n, ns): (f64, f64)| n / ns * 1e9;
+    let mut forms: [(_, Vec<f64>, Vec<f64>, Vec<f64>); 2] = [
+        ("plain", Vec::new(), Vec::new(), Vec::new()),
+        ("tuned", Vec::new(), Vec::new(), Vec::new()),
+    ];
+    for pair in 0..PAIRS {
+        for (form, off, on, ratio) in forms.iter_mut() {
+            let run = |m: Option<Duration>| match *form {
+                "plain" => rate(plain_stream_for(secs, m)),
+                _ => rate(tuned_stream(secs, pool, REC, m)),
+            };
+            let (a, b) = if pair % 2 == 0 {
+                let a = run(None);
+                (a, run(every))
+            } else {
+                let b = run(every);
+                (run(None), b)
+            };
+            off.push(a);
+            on.push(b);
+            ratio.push(b / a);
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [(_, p_off, p_on, p_r), (_, t_off, t_on, t_r)] = &mut forms;
+    note("plain_markers_off_rps", med(p_off));
+    note("plain_markers_1ms_rps", med(p_on));
+    note("plain_markers_1ms_vs_off", med(p_r));
+    note("plain_markers_1ms_vs_off_min", p_r[0]);
+    note("plain_markers_1ms_vs_off_max", p_r[PAIRS - 1]);
+    note("small_markers_off_rps", med(t_off));
+    note("small_markers_1ms_rps", med(t_on));
+    note("small_markers_1ms_vs_off", med(t_r));
+    note("small_markers_1ms_vs_off_min", t_r[0]);
+    note("small_markers_1ms_vs_off_max", t_r[PAIRS - 1]);
 }

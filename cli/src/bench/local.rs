@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
+use shmflow::{Consumer, FlushPolicy, Geometry, LatencyMarkers, Producer, WaitStrategy};
 
 use super::harness::{
     child, env_fd, finish, parse_report, pin, pin_cpu0, pipe_pair, time_rounds, touch,
@@ -137,15 +137,26 @@ pub(super) fn echo_fd() {
 /// Records of `len` bytes for `cfg.secs`, tuned (see the module `bench`): (records,
 /// nanoseconds) as the peer counted them.
 pub(super) fn shmflow_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
+    tuned_stream(cfg.secs, g, len, None)
+}
+
+/// [`shmflow_stream`] for `secs`, with latency markers every `markers` (none: off).
+pub(super) fn tuned_stream(
+    secs: f64,
+    g: Geometry,
+    len: usize,
+    markers: Option<Duration>,
+) -> (f64, f64) {
     let (mut p, peer) = Producer::create_anonymous(g).unwrap();
     p.set_flush_policy(FlushPolicy::Explicit);
     p.set_wait_strategy(SPIN);
     p.set_metrics(false);
+    p.set_latency_markers(markers.map(|m| LatencyMarkers::every(m, "bench")));
     let c = child(&Role::ShmSink, &[("CH", peer.as_fd_raw())], |_| {});
     drop(peer);
     let buf = vec![0x5Au8; len];
     let whole = len <= p.max_unspanned_len();
-    let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
+    let end = Instant::now() + Duration::from_secs_f64(secs);
     'outer: loop {
         for _ in 0..64 {
             if whole {
@@ -167,11 +178,17 @@ pub(super) fn shmflow_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
 /// The loop a user writes, on default settings: `send` on one side, and on the other
 /// `while let Some(r) = rx.recv()? { … }` with `WaitStrategy::Block` and `EveryRecord`.
 pub(super) fn plain_stream(cfg: &Cfg) -> (f64, f64) {
+    plain_stream_for(cfg.secs, None)
+}
+
+/// [`plain_stream`] for `secs`, with latency markers every `markers` (none: off).
+pub(super) fn plain_stream_for(secs: f64, markers: Option<Duration>) -> (f64, f64) {
     let (mut p, peer) = Producer::create_anonymous(Geometry::default()).unwrap();
+    p.set_latency_markers(markers.map(|m| LatencyMarkers::every(m, "bench")));
     let c = child(&Role::PlainSink, &[("CH", peer.as_fd_raw())], |_| {});
     drop(peer);
     let rec = [0x5Au8; REC];
-    let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
+    let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
         for _ in 0..64 {
             p.send(&rec).unwrap();

@@ -12,7 +12,7 @@ use shmflow::Geometry;
 use super::netem::Kind;
 use super::openloop::Transport;
 use super::remote::RttWait;
-use super::{asynch, floors, local, netem, openloop, remote};
+use super::{asynch, case, floors, local, netem, openloop, remote};
 
 /// How the echo of the round trips waits for its next number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -51,6 +51,12 @@ pub(crate) enum Role {
         len: usize,
         from: u64,
     },
+    /// `bench --case`: echoes every record from the channel PING into the channel PONG,
+    /// waiting as `wait` says (`block`, `park`, `busy-poll:DURATION`).
+    CaseEcho { wait: String },
+    /// `bench --case`: the open loop's receiver on the channel CH, waiting as `wait` says,
+    /// counting the records scheduled at `from` on, then its CPU while nothing comes.
+    CaseSink { wait: String, from: u64 },
     /// Reads the channel CH with `recv_async`.
     AsyncSink,
     /// Reads the channel CH with `drain_async`.
@@ -120,6 +126,8 @@ impl Role {
                 len,
                 from,
             } => ("ol-sink", vec![value(*transport), s(len), s(from)]),
+            Role::CaseEcho { wait } => ("case-echo", vec![wait.clone()]),
+            Role::CaseSink { wait, from } => ("case-sink", vec![wait.clone(), s(from)]),
             Role::AsyncSink => ("async-sink", vec![]),
             Role::AsyncDrainSink => ("async-drain-sink", vec![]),
             Role::RemoteSink { port } => ("remote-sink", vec![s(port)]),
@@ -212,6 +220,8 @@ impl Role {
                 len,
                 from,
             } => openloop::sink(transport, len, from),
+            Role::CaseEcho { wait } => case::echo(&wait),
+            Role::CaseSink { wait, from } => case::sink(&wait, from),
             Role::AsyncSink => asynch::async_sink(false),
             Role::AsyncDrainSink => asynch::async_sink(true),
             Role::RemoteSink { port } => remote::remote_sink(port),
@@ -295,6 +305,13 @@ mod tests {
                 transport: Transport::Pipe,
                 len: 1344,
                 from: u64::MAX,
+            },
+            Role::CaseEcho {
+                wait: "busy-poll:50us".into(),
+            },
+            Role::CaseSink {
+                wait: "block".into(),
+                from: 42,
             },
             Role::AsyncSink,
             Role::AsyncDrainSink,

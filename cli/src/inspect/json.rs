@@ -2,7 +2,7 @@
 //! numbers with three decimals (`null` where a window was empty), names and levels strings.
 
 use serde_json::{json, Map, Value};
-use shmflow::metrics::{GateSnapshot, Snapshot};
+use shmflow::metrics::{GateSnapshot, Snapshot, SourceLatency};
 
 fn num(v: f64) -> Value {
     if v.is_finite() {
@@ -20,6 +20,7 @@ pub(crate) fn gate(
     now: &GateSnapshot,
     producers_alive: &[bool],
     consumer_alive: bool,
+    latency: &[SourceLatency],
 ) -> String {
     let chans: Vec<Value> = prev
         .channels
@@ -58,14 +59,24 @@ pub(crate) fn gate(
         "inputFloatingBuffersUsage": num(now.input_floating_buffers_usage()),
         "likelySkew": now.likely_skew(),
         "checkpoints": checkpoints(&now.checkpoints),
+        "latency": crate::latency::json(latency),
         "channel_stats": chans,
     })
     .to_string()
 }
 
 /// One JSON object: every counter of `now` and the figures derived over `prev..now`.
-pub(crate) fn snapshot(name: &str, prev: &Snapshot, now: &Snapshot) -> String {
-    Value::Object(fields(name, prev, now)).to_string()
+/// One JSON object for a channel; `latency`: the markers' figures per source (an array, empty
+/// while none came).
+pub(crate) fn snapshot(
+    name: &str,
+    prev: &Snapshot,
+    now: &Snapshot,
+    latency: &[SourceLatency],
+) -> String {
+    let mut f = fields(name, prev, now);
+    f.insert("latency".into(), crate::latency::json(latency));
+    Value::Object(f).to_string()
 }
 
 fn fields(name: &str, prev: &Snapshot, now: &Snapshot) -> Map<String, Value> {

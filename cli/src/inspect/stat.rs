@@ -40,19 +40,25 @@ fn region(name: &str, json: bool, interval: Duration, count: u64) -> Result<(), 
     }
     let m = Monitor::open(name).map_err(|e| e.to_string())?;
     let mut prev = m.snapshot();
+    let mut prev_latency = m.latency();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     for _ in 0..count {
         std::thread::sleep(interval);
         let now = m.snapshot();
+        let latency = m.latency();
         let alive = (m.end_alive(End::Producer), m.end_alive(End::Consumer));
         if json {
-            println!("{}", json::snapshot(name, &prev, &now));
+            println!("{}", json::snapshot(name, &prev, &now, &latency));
         } else {
             if tty {
                 print!("\x1b[2J\x1b[H");
             }
             print_view(name, &prev, &now, alive);
+            for line in crate::latency::lines(&prev_latency, &latency) {
+                println!("{line}");
+            }
         }
+        prev_latency = latency;
         if channel_over(&now, alive) {
             if !json {
                 println!("both ends have left: the figures above are final");
@@ -173,20 +179,27 @@ fn stat_gate(
     count: u64,
 ) -> Result<(), String> {
     let mut prev = g.snapshot();
+    let mut prev_latency = g.latency();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     for _ in 0..count {
         std::thread::sleep(interval);
         let now = g.snapshot();
+        let latency = g.latency();
         let alive: Vec<bool> = (0..g.channels()).map(|c| g.producer_alive(c)).collect();
         let consumer_alive = g.consumer_alive();
         if json {
-            println!("{}", json::gate(name, &prev, &now, &alive, consumer_alive));
+            let line = json::gate(name, &prev, &now, &alive, consumer_alive, &latency);
+            println!("{line}");
         } else {
             if tty {
                 print!("\x1b[2J\x1b[H");
             }
             print_gate(name, &prev, &now, &alive);
+            for line in crate::latency::lines(&prev_latency, &latency) {
+                println!("{line}");
+            }
         }
+        prev_latency = latency;
         // The gate's consumer left and no channel has a live producer: nothing will change.
         if !consumer_alive && now.consumer_state != EndState::Free && !alive.iter().any(|&a| a) {
             if !json {

@@ -202,6 +202,9 @@ fn table(
         col("DEBLOAT", 5, &|r| {
             (r.debloat.clone().unwrap_or_else(dash), plain)
         }),
+        col("LATENCY", 5, &|r| {
+            (r.latency.clone().unwrap_or_else(dash), plain)
+        }),
         col("LINK", 1, &|r| {
             let text = r.link.map_or_else(dash, |(sending, credit, backlog)| {
                 format!(

@@ -262,7 +262,7 @@ fn narrow_screens_leave_out_columns_and_never_cut_a_figure() {
     assert_eq!(rate, "123456789");
     let wide = screen_of(&mut top, 220);
     assert!(
-        wide.contains("#41 2500.0 µs A"),
+        wide.contains("#41 2.5 ms A"),
         "the checkpoint column: {wide}"
     );
     assert!(
@@ -287,4 +287,66 @@ fn narrow_screens_leave_out_columns_and_never_cut_a_figure() {
         !s.contains("HISTORY"),
         "the history goes first at 80 columns: {s}"
     );
+}
+
+#[test]
+fn the_latency_column_shows_the_worst_p99_of_the_last_interval() {
+    use shmflow::metrics::EndState::Attached;
+    use shmflow::metrics::SourceLatency;
+    let source = |name: &str, buckets: Vec<(u64, u64)>, max_ns: u64| {
+        let mut l = SourceLatency::default();
+        l.source = name.into();
+        l.count = buckets.iter().map(|b| b.1).sum();
+        l.max = std::time::Duration::from_nanos(max_ns);
+        l.buckets = buckets;
+        l
+    };
+    let mut top = Top::default();
+    top.latency.insert(
+        "/timed".into(),
+        vec![source("a", vec![(9_984, 100)], 10_000)],
+    );
+    top.update(
+        vec![
+            ("/timed".into(), snap(1, 0, 0, 0, Attached), UP),
+            ("/plain".into(), snap(1, 0, 0, 0, Attached), UP),
+        ],
+        vec![],
+    );
+    // The next interval: 100 more of source a at about 2 ms; source b comes.
+    top.latency.insert(
+        "/timed".into(),
+        vec![
+            source("a", vec![(9_984, 100), (1_998_848, 100)], 2_000_000),
+            source("b", vec![(49_920, 5)], 50_000),
+        ],
+    );
+    top.update(
+        vec![
+            ("/timed".into(), snap(2, 10, 10, 0, Attached), UP),
+            ("/plain".into(), snap(2, 10, 10, 0, Attached), UP),
+        ],
+        vec![],
+    );
+    let s = screen_of(&mut top, 220);
+    assert!(s.contains("LATENCY"), "{s}");
+    let timed = s.lines().find(|l| l.contains("/timed")).unwrap();
+    assert!(timed.contains("p99 2.0 ms (2 src)"), "{timed}");
+    let plain = s.lines().find(|l| l.contains("/plain")).unwrap();
+    assert!(!plain.contains("p99"), "{plain}");
+    // A third interval with no marker: the figure since the start, said so.
+    top.latency.insert(
+        "/timed".into(),
+        vec![
+            source("a", vec![(9_984, 100), (1_998_848, 100)], 2_000_000),
+            source("b", vec![(49_920, 5)], 50_000),
+        ],
+    );
+    top.update(
+        vec![("/timed".into(), snap(3, 20, 20, 0, Attached), UP)],
+        vec![],
+    );
+    let s = screen_of(&mut top, 220);
+    let timed = s.lines().find(|l| l.contains("/timed")).unwrap();
+    assert!(timed.contains(" all"), "{timed}");
 }

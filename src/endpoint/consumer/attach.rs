@@ -124,6 +124,7 @@ impl Consumer {
             wait_mark: None,
             #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,
+            marker_sources: Vec::new(),
             #[cfg(any(feature = "tokio", shmflow_loom))]
             caught_up: false,
             #[cfg(all(feature = "net", not(shmflow_loom)))]

@@ -96,6 +96,12 @@ impl Consumer {
         };
         Ok(match next {
             Next::Record(kind) => Some(Message::Record(Record::new(self, kind))),
+            Next::Event { at, len, .. } if self.is_marker(at, len) => {
+                // (Owned: the marker is counted before the message borrows the consumer.)
+                let m = self.marker(&self.view(at, len)[8..])?;
+                self.count_marker(&m);
+                Some(Message::LatencyMarker(m))
+            }
             Next::Event { at, len, .. } => {
                 let bytes = self.view(at, len);
                 let word = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
@@ -108,12 +114,13 @@ impl Consumer {
                     barrier::KindWord::Barrier => {
                         Some(Message::Barrier(self.barrier(&bytes[8..], false)?))
                     }
-                    barrier::KindWord::Bad => {
+                    // (Taken above.)
+                    barrier::KindWord::Marker | barrier::KindWord::Bad => {
                         return Err(self
                             .corrupt(
                                 "event kind word",
-                                "a kind in the low half and 0 (an event) or the barrier tag \
-                                 in the high half"
+                                "a kind in the low half and 0 (an event), or 0 and the \
+                                 barrier's or a latency marker's tag in the high half"
                                     .into(),
                                 word,
                             )

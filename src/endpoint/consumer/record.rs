@@ -385,6 +385,11 @@ pub enum Message<'a> {
     Event(Event<'a>),
     /// A checkpoint barrier (in its place, or its announcement through the priority lane).
     Barrier(Barrier<'a>),
+    /// A latency marker, in its place among the records: its age is already counted in this
+    /// end's latency figures ([`Consumer::latency`](crate::Consumer::latency)); a stage passes
+    /// it on with [`Producer::forward_latency_marker`](crate::Producer::forward_latency_marker).
+    /// A plain `recv` counts it and goes on.
+    LatencyMarker(crate::endpoint::markers::LatencyMarker),
 }
 
 impl std::fmt::Debug for Message<'_> {
@@ -393,6 +398,7 @@ impl std::fmt::Debug for Message<'_> {
             Message::Record(r) => f.debug_tuple("Record").field(r).finish(),
             Message::Event(e) => f.debug_tuple("Event").field(e).finish(),
             Message::Barrier(b) => f.debug_tuple("Barrier").field(b).finish(),
+            Message::LatencyMarker(m) => f.debug_tuple("LatencyMarker").field(m).finish(),
         }
     }
 }

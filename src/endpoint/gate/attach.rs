@@ -144,6 +144,7 @@ impl Gate {
             cp: Checkpoints::new(n_channels),
             #[cfg(all(feature = "net", not(shmflow_loom)))]
             links: None,
+            marker_sources: Vec::new(),
         })
     }
 

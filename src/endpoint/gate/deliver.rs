@@ -217,6 +217,13 @@ impl Gate {
                 self.cp.barrier(c, &b);
                 return Ok(Delivered::Again);
             }
+            Ok(Some(Message::LatencyMarker(marker))) => {
+                count_marker(&self.shared, &mut self.marker_sources, &marker);
+                GateMessage::LatencyMarker {
+                    channel: c as u32,
+                    marker,
+                }
+            }
             Ok(None) => {
                 // Reclaimed at the next call (the borrow of the channel lives until here).
                 self.state[c] = State::Ended;
@@ -288,5 +295,18 @@ impl Gate {
             .expect("gate channels")
             .gate_header();
         figures::floating_free(g, self.pool.free() as u64);
+    }
+}
+
+/// Counts `m`'s age in the gate's latency table (the gate counts for all its channels, with
+/// one record of the sources it gave slots: `sources`).
+fn count_marker(
+    shared: &Shared,
+    sources: &mut Vec<crate::protocol::latency::Label>,
+    m: &crate::endpoint::markers::LatencyMarker,
+) {
+    if let Some(t) = shared.latency_table() {
+        let slot = t.slot_of(m.label(), sources);
+        t.record(slot, m.age().as_nanos().min(u64::MAX as u128) as u64);
     }
 }

@@ -96,6 +96,16 @@ pub enum GateMessage<'a> {
         /// The checkpoint.
         id: u64,
     },
+    /// A latency marker from `channel`, in its place among that channel's records: its age is
+    /// already counted in the gate's latency figures ([`Gate::latency`](crate::Gate::latency));
+    /// a stage passes it on with
+    /// [`Partition::forward_latency_marker`](crate::Partition::forward_latency_marker).
+    LatencyMarker {
+        /// The channel it came through.
+        channel: u32,
+        /// The marker.
+        marker: crate::endpoint::markers::LatencyMarker,
+    },
 }
 
 impl GateMessage<'_> {
@@ -108,7 +118,8 @@ impl GateMessage<'_> {
             | GateMessage::EndOfPartition { channel }
             | GateMessage::ChannelFailed { channel, .. }
             | GateMessage::ChannelDead { channel, .. }
-            | GateMessage::InFlight { channel, .. } => Some(*channel),
+            | GateMessage::InFlight { channel, .. }
+            | GateMessage::LatencyMarker { channel, .. } => Some(*channel),
             GateMessage::Barrier { .. }
             | GateMessage::BarrierCancelled { .. }
             | GateMessage::InFlightEnd { .. } => None,
@@ -160,6 +171,11 @@ impl std::fmt::Debug for GateMessage<'_> {
             GateMessage::BarrierCancelled { id } => {
                 f.debug_struct("BarrierCancelled").field("id", id).finish()
             }
+            GateMessage::LatencyMarker { channel, marker } => f
+                .debug_struct("LatencyMarker")
+                .field("channel", channel)
+                .field("marker", marker)
+                .finish(),
             GateMessage::InFlight {
                 channel,
                 checkpoint,

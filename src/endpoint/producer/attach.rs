@@ -129,6 +129,10 @@ impl Producer {
             link: None,
             #[cfg(all(feature = "net", not(shmflow_loom)))]
             owed: Default::default(),
+            #[cfg(not(shmflow_loom))]
+            marker_at: u64::MAX,
+            #[cfg(not(shmflow_loom))]
+            markers: None,
         })
     }
 

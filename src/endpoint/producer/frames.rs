@@ -124,6 +124,11 @@ impl Producer {
             self.counters.bytes.bump(len);
         }
         self.after_frame_end();
+        // A latency marker due: a load of the marker clock's counter (never due when off).
+        #[cfg(not(shmflow_loom))]
+        if crate::endpoint::markers::ticks() >= self.marker_at {
+            self.marker_due();
+        }
     }
 
     /// Publishes the per-record counters.

@@ -51,6 +51,16 @@ fn layout() -> String {
         last_id: AtomicU64, last_how: AtomicU64, last_alignment_ns: AtomicU64,
         last_start_delay_ns: AtomicU64, last_held_records: AtomicU64,
         last_held_bytes: AtomicU64, inflight_records: AtomicU64, inflight_bytes: AtomicU64);
+    {
+        use crate::protocol::latency::{Slot, Table, BUCKETS, MAX_LABEL, TABLE_BYTES};
+        fields!(v, Slot, label: [AtomicU64; MAX_LABEL / 8], count: AtomicU64,
+            sum_ns: AtomicU64, max_ns: AtomicU64, last_ns: AtomicU64,
+            buckets: [AtomicU32; BUCKETS]);
+        v.push(format!(
+            "latency Table={} in {TABLE_BYTES} bytes after the segments",
+            size_of::<Table>()
+        ));
+    }
     v.push(format!(
         "Header={} GateHeader={}",
         size_of::<Header>(),
@@ -75,7 +85,7 @@ fn golden_layout() {
 }
 
 /// The layout version `abi.golden` describes.
-const GOLDEN_VERSION: u32 = 10;
+const GOLDEN_VERSION: u32 = 11;
 
 #[test]
 #[ignore = "prints the layout for abi.golden"]

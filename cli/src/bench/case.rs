@@ -1,0 +1,495 @@
+//! `shmflow bench --case`: the user's own case between two processes — a record size, an
+//! offered rate, a wait strategy on each side and a pool — measured three ways in one run:
+//!
+//! - **round trip** at the rate: every 1/rate the sending process writes a record of `len`
+//!   bytes and waits for it to come back (back to back if a round trip takes longer); both of
+//!   its ends wait as `--send-wait` says, the echo's as `--recv-wait` says. Each round trip is
+//!   timed from its send to its reply, so the host's pauses between round trips do not count,
+//!   and the gap before each is the case's: what a wait strategy that parks after a spin
+//!   window costs shows here. Every round trip after warm-up is kept: exact percentiles.
+//! - **one way** (open loop, as `--open-loop` measures it): records of `len` bytes at `--rate`
+//!   a second, each stamped with its scheduled time; the receiver (waiting as `--recv-wait`
+//!   says) counts `now - scheduled` in an HdrHistogram, so a held-up sender shows as latency
+//!   of every record that should have gone meanwhile.
+//! - **idle CPU**: after the last record the sender stays quiet for a second (0.3 s with
+//!   `--quick`) before it closes; the receiver's CPU time over that second, as a fraction of a
+//!   core, is what the wait strategy costs while nothing comes.
+
+use std::process::Child;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
+
+use super::harness::{child, finish, machine, RawFdOf};
+use super::roles::Role;
+
+/// The scheduled time of the record that starts the quiet period (no real schedule is this
+/// late).
+const QUIET: u64 = u64::MAX - 1;
+
+/// The user's case.
+#[derive(Clone, Debug)]
+pub(crate) struct Case {
+    pub(crate) len: usize,
+    pub(crate) rate: u64,
+    pub(crate) send_wait: String,
+    pub(crate) recv_wait: String,
+    pub(crate) pool: Geometry,
+    pub(crate) rounds: usize,
+    pub(crate) warmup: Duration,
+    pub(crate) measure: Duration,
+    pub(crate) quiet: Duration,
+}
+
+/// A wait strategy as the command line spells it: `block`, `park`, or `busy-poll:DURATION`
+/// (`busy-poll:50us`, `busy-poll:1ms`).
+pub(crate) fn parse_wait(s: &str) -> Result<WaitStrategy, String> {
+    match s {
+        "block" => Ok(WaitStrategy::Block),
+        "park" => Ok(WaitStrategy::Park),
+        _ => {
+            let d = s.strip_prefix("busy-poll:").ok_or_else(|| {
+                format!(
+                    "wait strategy {s:?}: block, park or busy-poll:DURATION (e.g. busy-poll:50us)"
+                )
+            })?;
+            Ok(WaitStrategy::BusyPoll(parse_duration(d)?))
+        }
+    }
+}
+
+/// `50us`, `200µs`, `1ms`, `2s`, `500ns`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .ok_or_else(|| format!("duration {s:?}: a number and a unit (ns, us, ms, s)"))?;
+    let (n, unit) = s.split_at(split);
+    let n: f64 = n
+        .parse()
+        .map_err(|_| format!("duration {s:?}: {n:?} is not a number"))?;
+    let scale = match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        _ => return Err(format!("duration {s:?}: the unit is ns, us, ms or s")),
+    };
+    Duration::try_from_secs_f64(n * scale).map_err(|e| format!("duration {s:?}: {e}"))
+}
+
+/// A pool as `SEGMENT_SIZE:COUNT`, the size in bytes or with `KiB`/`MiB` (`32KiB:16`).
+pub(crate) fn parse_pool(s: &str) -> Result<Geometry, String> {
+    let (size, count) = s
+        .split_once(':')
+        .ok_or_else(|| format!("pool {s:?}: SEGMENT_SIZE:COUNT, e.g. 32KiB:16"))?;
+    let (digits, scale) = if let Some(n) = size.strip_suffix("KiB") {
+        (n, 1024)
+    } else if let Some(n) = size.strip_suffix("MiB") {
+        (n, 1024 * 1024)
+    } else {
+        (size, 1)
+    };
+    let bad = |what: &str| format!("pool {s:?}: {what} is not a whole number");
+    let segment_size = digits
+        .parse::<u32>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| bad("the segment size"))?;
+    let segment_count = count.parse::<u32>().map_err(|_| bad("the count"))?;
+    let g = Geometry {
+        segment_size,
+        segment_count,
+    };
+    g.validate("the pool")
+        .map_err(|e| format!("pool {s:?}: {e}"))?;
+    Ok(g)
+}
+
+/// `segment_size:count` as [`parse_pool`] reads it.
+fn pool_arg(g: Geometry) -> String {
+    format!("{}:{}", g.segment_size, g.segment_count)
+}
+
+/// Round trips (sorted nanoseconds).
+fn round_trips(case: &Case) -> Result<Vec<u64>, String> {
+    let wait = parse_wait(&case.send_wait)?;
+    let (mut ping, ping_peer) = Producer::create_anonymous(case.pool).map_err(|e| e.to_string())?;
+    let (mut pong, pong_peer) = Consumer::create_anonymous(case.pool).map_err(|e| e.to_string())?;
+    ping.set_flush_policy(FlushPolicy::EveryRecord);
+    ping.set_wait_strategy(wait);
+    pong.set_wait_strategy(wait);
+    let echo = Role::CaseEcho {
+        wait: case.recv_wait.clone(),
+    };
+    let fds = [
+        ("PING", ping_peer.as_fd_raw()),
+        ("PONG", pong_peer.as_fd_raw()),
+    ];
+    let c = child(&echo, &fds, |_| {});
+    drop((ping_peer, pong_peer));
+    let mut msg = vec![0x5Au8; case.len];
+    // One round trip every 1/rate (back to back when one takes longer): a reply waited for
+    // after a gap as long as the case's, the gap in which a waiting end may park.
+    let interval_ns = 1e9 / case.rate as f64;
+    let warm = (case.rounds / 10).max(1000);
+    let mut v = Vec::with_capacity(case.rounds);
+    let mut fail = None;
+    let start = now_ns();
+    for i in 0..warm + case.rounds {
+        let sched = start + (i as f64 * interval_ns) as u64;
+        while now_ns() < sched {
+            std::hint::spin_loop();
+        }
+        let t = now_ns();
+        msg[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        let r = ping.send(&msg).map_err(|e| e.to_string()).and_then(|()| {
+            match pong.recv().map_err(|e| e.to_string())? {
+                Some(r) if r.len() == Some(msg.len()) => Ok(()),
+                Some(r) => Err(format!("the echo sent {:?} bytes back", r.len())),
+                None => Err("the echo ended early".into()),
+            }
+        });
+        if let Err(e) = r {
+            fail = Some(e);
+            break;
+        }
+        if i >= warm {
+            v.push(now_ns() - t);
+        }
+    }
+    v.sort_unstable();
+    drop(ping);
+    while matches!(pong.recv(), Ok(Some(_))) {}
+    finish(c);
+    match fail {
+        Some(e) => Err(e),
+        None => Ok(v),
+    }
+}
+
+/// The echo of [`round_trips`]: every record from `PING` back into `PONG`, both ends waiting
+/// as `wait` says.
+pub(crate) fn echo(wait: &str) -> Result<(), String> {
+    let wait = parse_wait(wait)?;
+    let mut ping = Consumer::from_env("PING").map_err(|e| e.to_string())?;
+    let mut pong = Producer::from_env("PONG").map_err(|e| e.to_string())?;
+    ping.set_wait_strategy(wait);
+    pong.set_wait_strategy(wait);
+    pong.set_flush_policy(FlushPolicy::EveryRecord);
+    let mut buf = Vec::new();
+    while let Some(r) = ping.recv().map_err(|e| e.to_string())? {
+        buf.clear();
+        r.read_all_into(&mut buf).map_err(|e| e.to_string())?;
+        pong.send(&buf).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// This process's CPU time, in nanoseconds.
+fn cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_PROCESS_CPUTIME_ID always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// What the open loop measured.
+struct OneWay {
+    /// Records sent in the measured seconds, per second.
+    achieved: f64,
+    /// How far behind its schedule the sender was at the end.
+    lag: Duration,
+    /// Nanoseconds at p50, p99, p99.9, and the max.
+    at: [u64; 4],
+    count: u64,
+    /// The receiver's CPU while nothing came, in cores.
+    idle_cpu: f64,
+}
+
+/// The open loop at the case's rate, then the quiet period.
+fn one_way(case: &Case) -> Result<OneWay, String> {
+    let interval_ns = 1e9 / case.rate as f64;
+    let warm = case.warmup.as_nanos() as u64;
+    let total = warm + case.measure.as_nanos() as u64;
+    let start = now_ns() + 50_000_000;
+    let from = start + warm;
+    let (mut p, peer) = Producer::create_anonymous(case.pool).map_err(|e| e.to_string())?;
+    p.set_wait_strategy(parse_wait(&case.send_wait)?);
+    let sink = Role::CaseSink {
+        wait: case.recv_wait.clone(),
+        from,
+    };
+    let c: Child = child(&sink, &[("CH", peer.as_fd_raw())], |_| {});
+    drop(peer);
+    let mut msg = vec![0x5Au8; case.len];
+    // The sends, then the quiet period; the receiver is waited for whatever they return.
+    let mut sends = || -> Result<(u64, u64, u64), String> {
+        while now_ns() < start {
+            std::hint::spin_loop();
+        }
+        let (mut i, mut sent, mut lag, mut last) = (0u64, 0u64, 0u64, 0u64);
+        loop {
+            let sched = start + (i as f64 * interval_ns) as u64;
+            if sched >= start + total {
+                break;
+            }
+            let mut now = now_ns();
+            while now < sched {
+                std::hint::spin_loop();
+                now = now_ns();
+            }
+            lag = now - sched;
+            msg[..8].copy_from_slice(&sched.to_le_bytes());
+            p.send(&msg).map_err(|e| e.to_string())?;
+            if sched >= from {
+                sent += 1;
+                last = now;
+            }
+            i += 1;
+        }
+        msg[..8].copy_from_slice(&QUIET.to_le_bytes());
+        p.send(&msg).map_err(|e| e.to_string())?;
+        p.flush().map_err(|e| e.to_string())?;
+        std::thread::sleep(case.quiet);
+        Ok((sent, lag, last))
+    };
+    let sent = sends();
+    drop(p);
+    let report = finish(c);
+    let (sent, lag, last) = sent?;
+    let v: Vec<f64> = report
+        .split_whitespace()
+        .map(|w| w.parse::<f64>().map_err(|e| format!("{w:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    let [count, p50, p99, p999, max, idle_cpu] = v[..] else {
+        return Err(format!("the receiver's report {report:?} is not 6 figures"));
+    };
+    if count as u64 != sent {
+        return Err(format!(
+            "sent {sent} measured records, the receiver counted {count}"
+        ));
+    }
+    Ok(OneWay {
+        achieved: sent as f64
+            / (last.saturating_sub(from) as f64 / 1e9).max(case.measure.as_secs_f64() * 0.999),
+        lag: Duration::from_nanos(lag),
+        at: [p50 as u64, p99 as u64, p999 as u64, max as u64],
+        count: count as u64,
+        idle_cpu,
+    })
+}
+
+/// The receiver of [`one_way`]: the loop a user writes, waiting as `wait` says; prints the
+/// count, p50, p99, p99.9 and max of the records scheduled at `from` or later, and its CPU
+/// over the quiet period in cores.
+pub(crate) fn sink(wait: &str, from: u64) -> Result<(), String> {
+    let mut h =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
+    let mut c = Consumer::from_env("CH").map_err(|e| e.to_string())?;
+    c.set_wait_strategy(parse_wait(wait)?);
+    let mut quiet_from: Option<(u64, u64)> = None;
+    while let Some(r) = c.recv().map_err(|e| e.to_string())? {
+        let now = now_ns();
+        let b = r.as_bytes().ok_or("a record in one segment")?;
+        let sched = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        if sched == QUIET {
+            quiet_from = Some((now, cpu_ns()));
+        } else if sched >= from {
+            h.saturating_record(now.saturating_sub(sched).max(1));
+        }
+    }
+    let (wall0, cpu0) = quiet_from.ok_or("the stream ended without its quiet period")?;
+    let idle = (cpu_ns() - cpu0) as f64 / (now_ns() - wall0).max(1) as f64;
+    println!(
+        "{} {} {} {} {} {idle:.4}",
+        h.len(),
+        h.value_at_quantile(0.5),
+        h.value_at_quantile(0.99),
+        h.value_at_quantile(0.999),
+        h.max()
+    );
+    Ok(())
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.2} µs", ns as f64 / 1e3)
+}
+
+/// The host's own pauses: one thread reading the clock in a loop for `secs`; every gap of
+/// 10 µs or more between two reads is time the thread did not run (an interrupt, another
+/// task, the hypervisor). (pauses a second, the fraction of time lost, the longest in ns).
+fn host_pauses(secs: Duration) -> (f64, f64, u64) {
+    let start = now_ns();
+    let end = start + secs.as_nanos() as u64;
+    let (mut prev, mut n, mut lost, mut longest) = (start, 0u64, 0u64, 0u64);
+    while prev < end {
+        let now = now_ns();
+        let gap = now - prev;
+        if gap >= 10_000 {
+            n += 1;
+            lost += gap;
+            longest = longest.max(gap);
+        }
+        prev = now;
+    }
+    let wall = (prev - start) as f64;
+    (n as f64 / wall * 1e9, lost as f64 / wall, longest)
+}
+
+/// Runs the case and prints its figures (or one JSON object).
+pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
+    // Both spelled right before anything runs.
+    parse_wait(&case.send_wait)?;
+    parse_wait(&case.recv_wait)?;
+    if case.len < 8 {
+        return Err(format!("--len {}: at least 8 bytes", case.len));
+    }
+    if case.len > case.pool.segment_size as usize - 16 {
+        return Err(format!(
+            "--len {}: a record must fit one segment of the pool (at most {} bytes)",
+            case.len,
+            case.pool.segment_size - 16
+        ));
+    }
+    if case.rate == 0 {
+        return Err("--rate 0: at least one record a second".into());
+    }
+    let pauses = host_pauses(case.quiet);
+    let rtt = round_trips(case)?;
+    let pct = |p: f64| rtt[((rtt.len() as f64 * p) as usize).min(rtt.len() - 1)];
+    let rtt_at = [
+        pct(0.5),
+        pct(0.99),
+        pct(0.999),
+        *rtt.last().expect("rounds"),
+    ];
+    let ow = one_way(case)?;
+    let (cpu, cores, kernel) = machine();
+    let sustained = ow.lag < Duration::from_millis(1);
+    if json {
+        let v = serde_json::json!({
+            "machine": { "cpu": cpu, "cores": cores, "kernel": kernel },
+            "case": {
+                "len": case.len,
+                "rate": case.rate,
+                "send_wait": case.send_wait,
+                "recv_wait": case.recv_wait,
+                "pool": pool_arg(case.pool),
+            },
+            "round_trip_ns": {
+                "count": rtt.len(), "p50": rtt_at[0], "p99": rtt_at[1], "p999": rtt_at[2],
+                "max": rtt_at[3],
+            },
+            "one_way_ns": {
+                "count": ow.count, "p50": ow.at[0], "p99": ow.at[1], "p999": ow.at[2],
+                "max": ow.at[3], "achieved_rate": ow.achieved.round(), "sustained": sustained,
+            },
+            "receiver_idle_cpu_cores": ow.idle_cpu,
+            "host_pauses": {
+                "per_second": pauses.0, "time_lost": pauses.1, "longest_ns": pauses.2,
+            },
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("machine: {cpu}, {cores} cores, Linux {kernel}");
+    println!(
+        "case: {} B records, {} records/s, sender waits {}, receiver waits {}, pool {} × {} B",
+        case.len,
+        case.rate,
+        case.send_wait,
+        case.recv_wait,
+        case.pool.segment_count,
+        case.pool.segment_size
+    );
+    println!(
+        "{:<28} {:>10} {:>10} {:>10} {:>10}",
+        "", "p50", "p99", "p99.9", "max"
+    );
+    let row = |name: &str, at: [u64; 4]| {
+        println!(
+            "{name:<28} {:>10} {:>10} {:>10} {:>10}",
+            us(at[0]),
+            us(at[1]),
+            us(at[2]),
+            us(at[3])
+        )
+    };
+    row(&format!("round trip ({} at the rate)", rtt.len()), rtt_at);
+    row(&format!("one way ({} records)", ow.count), ow.at);
+    println!(
+        "one way: {:.0} records/s achieved{}",
+        ow.achieved,
+        if sustained {
+            String::new()
+        } else {
+            format!(
+                ", NOT sustained (the sender ended {:.1} ms behind its schedule)",
+                ow.lag.as_secs_f64() * 1e3
+            )
+        }
+    );
+    println!(
+        "receiver idle: {:.1} % of a core over {:.1} s without records",
+        ow.idle_cpu * 100.0,
+        case.quiet.as_secs_f64()
+    );
+    println!(
+        "host: a spinning thread paused {:.0} times a second (>= 10 µs; {:.2} % of the time, \
+         longest {}): percentiles beyond that fraction measure the host",
+        pauses.0,
+        pauses.1 * 100.0,
+        us(pauses.2)
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_strategies_and_pools_parse_as_the_docs_spell_them() {
+        assert_eq!(parse_wait("block"), Ok(WaitStrategy::Block));
+        assert_eq!(parse_wait("park"), Ok(WaitStrategy::Park));
+        assert_eq!(
+            parse_wait("busy-poll:50us"),
+            Ok(WaitStrategy::BusyPoll(Duration::from_micros(50)))
+        );
+        assert_eq!(
+            parse_wait("busy-poll:1.5ms"),
+            Ok(WaitStrategy::BusyPoll(Duration::from_micros(1500)))
+        );
+        assert!(parse_wait("spin")
+            .unwrap_err()
+            .contains("busy-poll:DURATION"));
+        assert!(parse_wait("busy-poll:5").unwrap_err().contains("unit"));
+        assert!(parse_wait("busy-poll:5h").unwrap_err().contains("unit"));
+        assert_eq!(
+            parse_pool("32KiB:16"),
+            Ok(Geometry {
+                segment_size: 32 * 1024,
+                segment_count: 16
+            })
+        );
+        assert_eq!(parse_pool("4096:2").map(pool_arg), Ok("4096:2".into()));
+        assert!(parse_pool("32KiB")
+            .unwrap_err()
+            .contains("SEGMENT_SIZE:COUNT"));
+        assert!(parse_pool("100:2").is_err(), "not a valid geometry");
+    }
+}

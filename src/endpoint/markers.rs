@@ -1,0 +1,239 @@
+//! Latency markers (Flink's `metrics.latency.interval`): what a user sets and receives, and
+//! the process's marker clock.
+//!
+//! A producer (or a partition) with markers on emits one in band every interval; whoever
+//! reads it (a consumer, a gate) counts its age in its region's latency table, per source
+//! (`protocol::latency`), and hands it out as a message so that a stage passes it on.
+//!
+//! **The clock.** The hot path must not read the clock: a record costs a few nanoseconds, a
+//! clock read about 25. One thread per process, started with the first producer that emits
+//! markers and gone with the last, moves a tick counter once per the shortest interval asked
+//! for; a producer compares the counter with the tick its next marker is due at, a load of a
+//! line that changes once per tick (`u64::MAX` when markers are off: never due). A marker that
+//! finds no room without waiting goes after the next record instead, so a marker never makes a
+//! producer wait.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::protocol::latency::MAX_LABEL;
+
+/// Markers on: how often, and the source's label. See
+/// [`Producer::set_latency_markers`](crate::Producer::set_latency_markers).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LatencyMarkers {
+    interval: Duration,
+    source: String,
+}
+
+impl LatencyMarkers {
+    /// One marker every `interval` (at least 100 µs; Flink's `metrics.latency.interval`),
+    /// labelled `source` (at most 32 bytes: a longer label is cut at a character boundary).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let m = shmflow::LatencyMarkers::every(Duration::from_millis(1), "read-0");
+    /// assert_eq!((m.interval(), m.source()), (Duration::from_millis(1), "read-0"));
+    /// ```
+    pub fn every(interval: Duration, source: &str) -> LatencyMarkers {
+        let mut end = source.len().min(MAX_LABEL);
+        while !source.is_char_boundary(end) {
+            end -= 1;
+        }
+        LatencyMarkers {
+            interval: interval.max(MIN_INTERVAL),
+            source: source[..end].to_owned(),
+        }
+    }
+
+    /// The interval between two markers.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// The label of the source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+/// A latency marker as received (Flink's `LatencyMarker`): its source and when it was sent.
+/// Pass it on with [`Producer::forward_latency_marker`](crate::Producer::forward_latency_marker)
+/// (or a partition's), so that the stages after this one measure from the same source.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LatencyMarker {
+    emitted_ns: u64,
+    label: [u8; MAX_LABEL],
+    len: u8,
+}
+
+impl LatencyMarker {
+    /// A marker from a received body: the emitter's clock and label (invalid UTF-8 in the
+    /// label, from a foreign peer, is cut at the first bad byte).
+    pub(crate) fn from_wire(emitted_ns: u64, label: &[u8]) -> LatencyMarker {
+        let valid = match std::str::from_utf8(label) {
+            Ok(s) => s.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        let mut l = [0u8; MAX_LABEL];
+        l[..valid].copy_from_slice(&label[..valid]);
+        LatencyMarker {
+            emitted_ns,
+            label: l,
+            len: valid as u8,
+        }
+    }
+
+    /// The label of the source that emitted it.
+    pub fn source(&self) -> &str {
+        std::str::from_utf8(&self.label[..self.len as usize]).unwrap_or("")
+    }
+
+    /// The label as bytes, for the wire.
+    pub(crate) fn label(&self) -> &[u8] {
+        &self.label[..self.len as usize]
+    }
+
+    /// When it was emitted: nanoseconds of the wall clock (`CLOCK_REALTIME`) since the Unix
+    /// epoch, as Flink's markers carry the wall clock.
+    pub fn emitted_ns(&self) -> u64 {
+        self.emitted_ns
+    }
+
+    /// How long ago it was emitted, by this machine's wall clock (zero if the emitter's clock
+    /// is ahead: a marker from another machine measures across the two clocks).
+    pub fn age(&self) -> Duration {
+        Duration::from_nanos(crate::sys::clock::realtime_ns().saturating_sub(self.emitted_ns))
+    }
+}
+
+impl std::fmt::Debug for LatencyMarker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LatencyMarker")
+            .field("source", &self.source())
+            .field("emitted_ns", &self.emitted_ns)
+            .finish()
+    }
+}
+
+/// The shortest interval between markers.
+const MIN_INTERVAL: Duration = Duration::from_micros(100);
+
+/// The tick counter the producers compare with (on a line of its own: the ticker writes it,
+/// every producer of the process reads it on every record).
+static TICKS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
+
+/// The ticker's period, in nanoseconds.
+static PERIOD_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The ticks so far. Relaxed: a producer only compares it with its own due tick; a late view
+/// makes a marker a tick late.
+#[inline(always)]
+pub(crate) fn ticks() -> u64 {
+    TICKS.load(Ordering::Relaxed)
+}
+
+/// The ticker thread's bookkeeping: who needs it, and how fast.
+struct Ticker {
+    /// Producers (and partitions) with markers on, by interval in nanoseconds.
+    users: Vec<u64>,
+    /// The running thread's generation (a thread whose generation is not the current one
+    /// ends), and whether one runs.
+    generation: u64,
+    running: bool,
+}
+
+static TICKER: Mutex<Ticker> = Mutex::new(Ticker {
+    users: Vec::new(),
+    generation: 0,
+    running: false,
+});
+
+fn ticker() -> std::sync::MutexGuard<'static, Ticker> {
+    TICKER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A producer's (or partition's) registration with the ticker, and when its next marker is
+/// due. Dropped, it leaves the ticker (which stops with its last user).
+#[derive(Debug)]
+pub(crate) struct Schedule {
+    interval_ns: u64,
+    label: String,
+}
+
+impl Schedule {
+    /// Registers `m` with the ticker (starting it if needed). `None` if the system refused the
+    /// ticker thread: markers stay off.
+    pub(crate) fn start(m: &LatencyMarkers) -> Option<Schedule> {
+        let interval_ns = m.interval.as_nanos().min(u64::MAX as u128) as u64;
+        let mut t = ticker();
+        t.users.push(interval_ns);
+        let period = *t.users.iter().min().expect("a user");
+        PERIOD_NS.store(period, Ordering::Relaxed);
+        if !t.running {
+            t.generation += 1;
+            let generation = t.generation;
+            let spawned = std::thread::Builder::new()
+                .name("shmflow-markers".into())
+                .spawn(move || run(generation));
+            if spawned.is_err() {
+                t.users.pop();
+                return None;
+            }
+            t.running = true;
+        }
+        Some(Schedule {
+            interval_ns,
+            label: m.source.clone(),
+        })
+    }
+
+    /// The tick at which the marker after one emitted now is due.
+    pub(crate) fn next_due(&self) -> u64 {
+        let period = PERIOD_NS.load(Ordering::Relaxed).max(1);
+        ticks() + (self.interval_ns / period).max(1)
+    }
+
+    pub(crate) fn label(&self) -> &[u8] {
+        self.label.as_bytes()
+    }
+
+    /// The settings it was started with.
+    pub(crate) fn markers(&self) -> LatencyMarkers {
+        LatencyMarkers {
+            interval: Duration::from_nanos(self.interval_ns),
+            source: self.label.clone(),
+        }
+    }
+}
+
+impl Drop for Schedule {
+    fn drop(&mut self) {
+        let mut t = ticker();
+        if let Some(i) = t.users.iter().position(|&u| u == self.interval_ns) {
+            t.users.swap_remove(i);
+        }
+        if let Some(&p) = t.users.iter().min() {
+            PERIOD_NS.store(p, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The ticker thread: a tick per period while anyone needs it.
+fn run(generation: u64) {
+    loop {
+        let period = PERIOD_NS.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_nanos(period.min(1_000_000_000)));
+        let mut t = ticker();
+        if t.users.is_empty() || t.generation != generation {
+            if t.generation == generation {
+                t.running = false;
+            }
+            return;
+        }
+        TICKS.fetch_add(1, Ordering::Relaxed);
+    }
+}

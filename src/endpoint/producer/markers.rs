@@ -1,0 +1,158 @@
+//! Latency markers on the writing side: emitted in band every interval (when on), and passed
+//! on by a stage that reads them.
+
+#[allow(unused_imports)]
+use super::*;
+
+use crate::endpoint::markers::LatencyMarker;
+use crate::error::{SendError, TrySendError};
+use crate::protocol::latency;
+
+impl Producer {
+    /// Writes a latency marker of `label`, sent at `emitted_ns` (wall clock), in its place
+    /// after every record sent so far; published as the flush policy publishes a record.
+    pub(super) fn write_marker<P: Patience>(
+        &mut self,
+        emitted_ns: u64,
+        label: &[u8],
+        patience: P,
+    ) -> Sent<(), P> {
+        if self.closed {
+            return Err(self.closed_error().into());
+        }
+        let (body, n) = latency::encode(emitted_ns, label);
+        let len = 8 + n;
+        self.ensure_room(HEADER + len, patience)?;
+        let c = self
+            .cur
+            .as_mut()
+            .expect("ensure_room leaves a segment in hand");
+        let at = c.wpos;
+        c.wpos = frame::next_frame(at, len);
+        self.write_header(at, len as u32, frame::EVENT);
+        self.write_bytes(at + HEADER, &latency::marker_word().to_le_bytes());
+        self.write_bytes(at + 2 * HEADER, &body[..n]);
+        self.after_frame_end();
+        Ok(())
+    }
+
+    /// A marker is due (the tick counter reached `marker_at`): written after the record just
+    /// sent if there is room without waiting; else it stays due, for the next record.
+    #[cfg(not(shmflow_loom))]
+    #[cold]
+    #[inline(never)]
+    pub(super) fn marker_due(&mut self) {
+        let Some(s) = self.markers.take() else {
+            self.marker_at = u64::MAX;
+            return;
+        };
+        if self
+            .write_marker(
+                crate::sys::clock::realtime_ns(),
+                s.label(),
+                crate::protocol::park::Immediately,
+            )
+            .is_ok()
+        {
+            self.marker_at = s.next_due();
+        }
+        self.markers = Some(s);
+    }
+
+    /// Emits a latency marker every interval (Flink's `metrics.latency.interval`), labelled
+    /// with the source's name, or stops (`None`). Off by default.
+    ///
+    /// A marker goes in band, after the record whose send finds it due (so a producer that
+    /// sends nothing emits none), and never makes `send` wait: one that finds no room at once
+    /// goes after the next record. The consumer, or gate, that reads it counts its age in its
+    /// region's latency figures, per source ([`Consumer::latency`](crate::Consumer::latency),
+    /// `shmflow stat`, `top`, `export`), and hands it out as a message
+    /// ([`Message::LatencyMarker`](crate::Message::LatencyMarker)) for a stage to pass on
+    /// ([`Producer::forward_latency_marker`]). Its age is measured on the wall clock, exact
+    /// between processes of one machine. One thread per process keeps the marker clock while
+    /// any producer emits markers (the hot path reads no clock: it compares a counter).
+    ///
+    /// Not under `--cfg shmflow_loom`: the marker clock is a thread of the system.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shmflow::{LatencyMarkers, Message};
+    ///
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// tx.set_latency_markers(Some(LatencyMarkers::every(Duration::from_millis(1), "read-0")));
+    /// tx.send(b"record")?; // the first marker is due at once: it follows this record
+    /// assert!(matches!(rx.recv_message()?, Some(Message::Record(_))));
+    /// match rx.recv_message()? {
+    ///     Some(Message::LatencyMarker(m)) => assert_eq!(m.source(), "read-0"),
+    ///     other => panic!("{other:?}"),
+    /// }
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    #[cfg(not(shmflow_loom))]
+    pub fn set_latency_markers(
+        &mut self,
+        markers: Option<crate::endpoint::markers::LatencyMarkers>,
+    ) {
+        self.markers = None;
+        self.marker_at = u64::MAX;
+        if let Some(m) = markers {
+            if let Some(s) = crate::endpoint::markers::Schedule::start(&m) {
+                self.markers = Some(Box::new(s));
+                self.marker_at = 0;
+            }
+        }
+    }
+
+    /// The markers this producer emits, if any.
+    #[cfg(not(shmflow_loom))]
+    pub fn latency_markers(&self) -> Option<crate::endpoint::markers::LatencyMarkers> {
+        self.markers.as_ref().map(|s| s.markers())
+    }
+
+    /// Passes on a latency marker read upstream, in its place after every record sent so far,
+    /// so that the stages after this one measure from the same source and emission. Blocks
+    /// like `send` while no segment is free.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use shmflow::{LatencyMarkers, Message};
+    ///
+    /// let (mut source, mut stage_in) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let (mut stage_out, mut sink) = shmflow::pair(shmflow::Geometry::default())?;
+    /// source.set_latency_markers(Some(LatencyMarkers::every(Duration::from_millis(1), "src")));
+    /// source.send(b"x")?;
+    /// drop(source);
+    /// while let Some(m) = stage_in.recv_message()? {
+    ///     match m {
+    ///         Message::Record(r) => stage_out.send(r.as_bytes().unwrap())?,
+    ///         Message::LatencyMarker(m) => stage_out.forward_latency_marker(&m)?,
+    ///         _ => {}
+    ///     }
+    /// }
+    /// drop(stage_out);
+    /// while sink.recv()?.is_some() {}
+    /// assert_eq!(sink.latency()[0].source, "src"); // measured from the source
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Producer::send`].
+    pub fn forward_latency_marker(&mut self, marker: &LatencyMarker) -> Result<(), SendError> {
+        self.write_marker(marker.emitted_ns(), marker.label(), Forever)
+            .map_err(Into::into)
+    }
+
+    /// As [`Producer::forward_latency_marker`], or [`TrySendError::Full`] (nothing sent)
+    /// without a free segment now.
+    pub fn try_forward_latency_marker(
+        &mut self,
+        marker: &LatencyMarker,
+    ) -> Result<(), TrySendError> {
+        self.write_marker(marker.emitted_ns(), marker.label(), Immediately)
+            .map_err(Into::into)
+    }
+}

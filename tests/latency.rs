@@ -1,0 +1,259 @@
+//! Latency markers: off by default; emitted in band at the interval, counted per source by the
+//! consumer (or the gate) that reads them, passed on by a stage, read by a monitor of another
+//! process, never making a producer wait.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use shmflow::monitor::Monitor;
+use shmflow::{
+    Consumer, Gate, GateMessage, Geometry, LatencyMarkers, Message, Partition, Partitioner,
+    Producer, TrySendError,
+};
+
+const MS: Duration = Duration::from_millis(1);
+
+#[test]
+fn markers_are_off_unless_asked_for() {
+    let (mut tx, mut rx) = shmflow::pair(Geometry::default()).unwrap();
+    for i in 0..1000u32 {
+        tx.send(&i.to_le_bytes()).unwrap();
+        if i % 100 == 0 {
+            std::thread::sleep(MS);
+        }
+    }
+    drop(tx);
+    let mut n = 0;
+    while let Some(m) = rx.recv_message().unwrap() {
+        assert!(matches!(m, Message::Record(_)), "{m:?}");
+        n += 1;
+    }
+    assert_eq!(n, 1000);
+    assert!(rx.latency().is_empty());
+}
+
+/// Records sent for about `for_ms` milliseconds, one every 100 µs, with markers every ms.
+fn send_for(tx: &mut Producer, for_ms: u64) -> u64 {
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while start.elapsed() < Duration::from_millis(for_ms) {
+        tx.send(&sent.to_le_bytes()).unwrap();
+        sent += 1;
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    sent
+}
+
+#[test]
+fn markers_come_in_band_at_the_interval_and_are_counted_per_source() {
+    let (mut tx, mut rx) = shmflow::pair(Geometry::default()).unwrap();
+    tx.set_latency_markers(Some(LatencyMarkers::every(MS, "source-a")));
+    assert_eq!(tx.latency_markers().unwrap().source(), "source-a");
+    let writer = std::thread::spawn(move || send_for(&mut tx, 200)); // then drops `tx`
+    let mut records = 0u64;
+    let mut markers = Vec::new();
+    while let Some(m) = rx.recv_message().unwrap() {
+        match m {
+            Message::Record(r) => {
+                // In order: a marker never displaces a record.
+                assert_eq!(r.as_pod::<u64>(), Some(&records));
+                records += 1;
+            }
+            Message::LatencyMarker(m) => {
+                assert_eq!(m.source(), "source-a");
+                markers.push(m);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let sent = writer.join().unwrap();
+    assert_eq!(records, sent);
+    // One a millisecond for 200 ms: fewer on a loaded host (a marker goes only with a record,
+    // and a tick may be late), never more than one per record.
+    assert!(
+        (20..=sent).contains(&(markers.len() as u64)),
+        "{} markers for {sent} records over 200 ms",
+        markers.len()
+    );
+    let emitted: Vec<u64> = markers.iter().map(|m| m.emitted_ns()).collect();
+    assert!(
+        emitted.windows(2).all(|w| w[0] <= w[1]),
+        "in the order sent"
+    );
+    let l = rx.latency();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].source, "source-a");
+    assert_eq!(l[0].count, markers.len() as u64);
+    assert_eq!(l[0].buckets.iter().map(|b| b.1).sum::<u64>(), l[0].count);
+    assert!(l[0].quantile(0.5) <= l[0].quantile(0.99));
+    assert!(l[0].quantile(1.0) <= l[0].max);
+    assert!(l[0].max >= l[0].last && l[0].max >= l[0].mean());
+}
+
+#[test]
+fn a_plain_recv_counts_the_markers_it_passes() {
+    let (mut tx, mut rx) = shmflow::pair(Geometry::default()).unwrap();
+    tx.set_latency_markers(Some(LatencyMarkers::every(MS, "s")));
+    let sent = send_for(&mut tx, 30);
+    drop(tx);
+    let mut n = 0;
+    while rx.recv().unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, sent);
+    assert!(rx.latency()[0].count >= 1);
+}
+
+/// Two sources, each through a stage of its own that passes markers on, into a gate: the
+/// gate counts each source apart, measured from the source (not from the stage).
+#[test]
+fn a_stage_passes_markers_on_and_a_gate_counts_them_per_source() {
+    let (mut gate, handles) = Gate::builder().channels(2).create_anonymous().unwrap();
+    let mut threads = Vec::new();
+    for (i, h) in handles.into_iter().enumerate() {
+        let (mut src, mut stage_in) = shmflow::pair(Geometry::default()).unwrap();
+        let mut stage_out = Producer::from_handle(h).unwrap();
+        threads.push(std::thread::spawn(move || {
+            src.set_latency_markers(Some(LatencyMarkers::every(MS, &format!("src-{i}"))));
+            send_for(&mut src, 50)
+        }));
+        threads.push(std::thread::spawn(move || {
+            let mut n = 0;
+            while let Some(m) = stage_in.recv_message().unwrap() {
+                match m {
+                    Message::Record(r) => {
+                        stage_out.send(r.as_bytes().unwrap()).unwrap();
+                        n += 1;
+                    }
+                    Message::LatencyMarker(m) => {
+                        // A stage that takes 1 ms per marker: the gate sees older markers.
+                        std::thread::sleep(MS);
+                        stage_out.forward_latency_marker(&m).unwrap()
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+            n
+        }));
+    }
+    let mut markers = [0u64; 2];
+    let mut records = 0;
+    while let Some(m) = gate.recv().unwrap() {
+        match m {
+            GateMessage::Record { .. } => records += 1,
+            GateMessage::LatencyMarker { channel, marker } => {
+                assert_eq!(marker.source(), format!("src-{channel}"));
+                assert!(marker.age() >= MS, "measured from the source: {marker:?}");
+                markers[channel as usize] += 1;
+            }
+            GateMessage::EndOfPartition { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    let counts: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(records, counts.iter().sum::<u64>() / 2);
+    let mut l = gate.latency();
+    l.sort_by(|a, b| a.source.cmp(&b.source));
+    assert_eq!(l.len(), 2);
+    for (i, s) in l.iter().enumerate() {
+        assert_eq!(s.source, format!("src-{i}"));
+        assert_eq!(s.count, markers[i]);
+        assert!(s.count >= 1);
+        assert!(
+            s.quantile(0.5) >= MS,
+            "the stage's millisecond is in the age"
+        );
+    }
+}
+
+/// A partition emits about one marker per interval across its channels, and forwards markers
+/// to its channels in turn.
+#[test]
+fn a_partition_spreads_its_markers_over_its_channels() {
+    let mut outs = Vec::new();
+    let mut ins = Vec::new();
+    for _ in 0..2 {
+        let (p, c) = shmflow::pair(Geometry::default()).unwrap();
+        outs.push(p);
+        ins.push(c);
+    }
+    let mut part = Partition::new(outs, Partitioner::RoundRobin).unwrap();
+    part.set_latency_markers(Some(LatencyMarkers::every(MS, "p")));
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(60) {
+        part.send(b"r").unwrap();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    drop(part);
+    let counts: Vec<u64> = ins
+        .iter_mut()
+        .map(|c| {
+            while c.recv().unwrap().is_some() {}
+            c.latency().first().map_or(0, |l| l.count)
+        })
+        .collect();
+    assert!(
+        counts.iter().all(|&n| n >= 1),
+        "every channel carried some: {counts:?}"
+    );
+    assert!(counts.iter().sum::<u64>() <= 60 * 2, "{counts:?}");
+}
+
+/// A marker never makes `send` wait: a producer whose pool is full gets `Full` from
+/// `try_send` as without markers, and every record arrives in order once the reader reads.
+#[test]
+fn a_marker_never_holds_a_send() {
+    let g = Geometry {
+        segment_size: 4096,
+        segment_count: 2,
+    };
+    let (mut tx, mut rx) = shmflow::pair(g).unwrap();
+    tx.set_latency_markers(Some(LatencyMarkers::every(Duration::from_micros(100), "s")));
+    let mut sent = 0u64;
+    loop {
+        match tx.try_send(&[7u8; 1000]) {
+            Ok(()) => sent += 1,
+            Err(TrySendError::Full) => break,
+            Err(e) => panic!("{e}"),
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert!(sent >= 4, "the pool holds about eight records: {sent}");
+    drop(tx);
+    let mut n = 0;
+    while rx.recv().unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, sent);
+}
+
+/// A producer process emits markers into a named channel; this process reads it, and a
+/// monitor (what `shmflow stat` uses) sees the same figures as the consumer.
+#[test]
+fn a_monitor_reads_the_figures_of_another_process() {
+    if common::role().as_deref() == Some("marker-producer") {
+        let name = std::env::var("NAME").unwrap();
+        let mut tx = Producer::open(&name).unwrap();
+        tx.set_latency_markers(Some(LatencyMarkers::every(MS, "child")));
+        send_for(&mut tx, 50);
+        tx.close_timeout(Duration::from_secs(30)).unwrap();
+        return;
+    }
+    let name = format!("/shmflow-test-latency-{}", std::process::id());
+    let mut rx = Consumer::create(&name, Geometry::default()).unwrap();
+    let mut child = common::spawn(
+        "a_monitor_reads_the_figures_of_another_process",
+        "marker-producer",
+        &[("NAME", name.clone())],
+        None,
+    );
+    let monitor = Monitor::open(&name).unwrap();
+    while rx.recv().unwrap().is_some() {}
+    assert!(child.wait().unwrap().success());
+    let mine = rx.latency();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].source, "child");
+    assert!(mine[0].count >= 1);
+    assert_eq!(monitor.latency(), mine);
+}
