@@ -973,30 +973,9 @@ fn export_backlog_is_the_queue_now_and_promtool_finds_only_flinks_camel_case() {
         "{text}"
     );
     // promtool (from Prometheus) finds nothing but the camelCase of Flink's names.
-    let promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    let mut promtool = match promtool {
-        Ok(p) => p,
-        Err(e) if std::env::var_os("SHMFLOW_REQUIRE_PROMTOOL").is_none() => {
-            println!("SKIP the promtool check: {e} (CI installs it)");
-            return;
-        }
-        Err(e) => panic!("promtool: {e}"),
+    let Some(said) = promtool_check(&text) else {
+        return;
     };
-    use std::io::Write;
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     let other: Vec<&str> = said
         .lines()
         .filter(|l| !l.ends_with("metric names should be written in 'snake_case' not 'camelCase'"))
@@ -1061,21 +1040,34 @@ fn stat_and_export_show_latency_markers_per_source() {
         "{body}"
     );
     // The classic text format's summary passes promtool, as the rest does.
-    let checked = Command::new("promtool")
+    let Some(said) = promtool_check(&text) else {
+        return;
+    };
+    assert!(
+        said.lines()
+            .all(|l| l.ends_with("metric names should be written in 'snake_case' not 'camelCase'")),
+        "promtool: {said}"
+    );
+}
+
+/// What `promtool check metrics` says of `text` (stdout and stderr), or `None` (with a SKIP
+/// line) where promtool is not installed and `SHMFLOW_REQUIRE_PROMTOOL` is not set.
+fn promtool_check(text: &str) -> Option<String> {
+    use std::io::Write;
+    let promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn();
-    let mut promtool = match checked {
+    let mut promtool = match promtool {
         Ok(p) => p,
         Err(e) if std::env::var_os("SHMFLOW_REQUIRE_PROMTOOL").is_none() => {
             println!("SKIP the promtool check: {e} (CI installs it)");
-            return;
+            return None;
         }
         Err(e) => panic!("promtool: {e}"),
     };
-    use std::io::Write;
     promtool
         .stdin
         .take()
@@ -1083,11 +1075,5 @@ fn stat_and_export_show_latency_markers_per_source() {
         .write_all(text.as_bytes())
         .unwrap();
     let out = promtool.wait_with_output().unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        said.lines()
-            .all(|l| l.ends_with("metric names should be written in 'snake_case' not 'camelCase'")),
-        "promtool: {said}"
-    );
+    Some(String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr))
 }

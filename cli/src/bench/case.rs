@@ -22,6 +22,7 @@ use hdrhistogram::Histogram;
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 
 use super::harness::{child, finish, machine, RawFdOf};
+use super::openloop::{clock_ns, now_ns, Paced, Schedule};
 use super::roles::Role;
 
 /// The scheduled time of the record that starts the quiet period (no real schedule is this
@@ -186,25 +187,9 @@ pub(crate) fn echo(wait: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// This process's CPU time, in nanoseconds.
 fn cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; CLOCK_PROCESS_CPUTIME_ID always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// What the open loop measured.
@@ -237,40 +222,27 @@ fn one_way(case: &Case) -> Result<OneWay, String> {
     drop(peer);
     let mut msg = vec![0x5Au8; case.len];
     // The sends, then the quiet period; the receiver is waited for whatever they return.
-    let mut sends = || -> Result<(u64, u64, u64), String> {
-        while now_ns() < start {
-            std::hint::spin_loop();
+    let mut sends = || -> Result<Paced, String> {
+        let paced = Schedule {
+            start,
+            interval_ns,
+            end: start + total,
+            from,
         }
-        let (mut i, mut sent, mut lag, mut last) = (0u64, 0u64, 0u64, 0u64);
-        loop {
-            let sched = start + (i as f64 * interval_ns) as u64;
-            if sched >= start + total {
-                break;
-            }
-            let mut now = now_ns();
-            while now < sched {
-                std::hint::spin_loop();
-                now = now_ns();
-            }
-            lag = now - sched;
+        .run(|sched| {
             msg[..8].copy_from_slice(&sched.to_le_bytes());
-            p.send(&msg).map_err(|e| e.to_string())?;
-            if sched >= from {
-                sent += 1;
-                last = now;
-            }
-            i += 1;
-        }
+            p.send(&msg).map_err(|e| e.to_string())
+        })?;
         msg[..8].copy_from_slice(&QUIET.to_le_bytes());
         p.send(&msg).map_err(|e| e.to_string())?;
         p.flush().map_err(|e| e.to_string())?;
         std::thread::sleep(case.quiet);
-        Ok((sent, lag, last))
+        Ok(paced)
     };
     let sent = sends();
     drop(p);
     let report = finish(c);
-    let (sent, lag, last) = sent?;
+    let Paced { sent, lag, last } = sent?;
     let v: Vec<f64> = report
         .split_whitespace()
         .map(|w| w.parse::<f64>().map_err(|e| format!("{w:?}: {e}")))

@@ -93,14 +93,76 @@ struct Outcome {
     curve: Vec<(f64, u64)>,
 }
 
-fn now_ns() -> u64 {
+/// `clock`'s time in nanoseconds.
+pub(super) fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: a valid out-pointer; the callers pass clocks that always exist on Linux
+    // (CLOCK_MONOTONIC, CLOCK_PROCESS_CPUTIME_ID).
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The host's monotonic clock, in nanoseconds (the same in every process).
+pub(super) fn now_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// An open loop's schedule: message `i` at `start + i × interval_ns`, until `end`; those
+/// scheduled at `from` or later are measured.
+pub(super) struct Schedule {
+    pub(super) start: u64,
+    pub(super) interval_ns: f64,
+    pub(super) end: u64,
+    pub(super) from: u64,
+}
+
+/// What a sender did with its schedule.
+pub(super) struct Paced {
+    /// Messages sent that were scheduled in the measured part.
+    pub(super) sent: u64,
+    /// How far behind its schedule the last send was, in ns.
+    pub(super) lag: u64,
+    /// When the last measured message went.
+    pub(super) last: u64,
+}
+
+impl Schedule {
+    /// Waits (spinning) for each message's time, or not at all when late, and calls `send`
+    /// with its scheduled time.
+    pub(super) fn run(
+        &self,
+        mut send: impl FnMut(u64) -> Result<(), String>,
+    ) -> Result<Paced, String> {
+        while now_ns() < self.start {
+            std::hint::spin_loop();
+        }
+        let mut p = Paced {
+            sent: 0,
+            lag: 0,
+            last: 0,
+        };
+        for i in 0u64.. {
+            let sched = self.start + (i as f64 * self.interval_ns) as u64;
+            if sched >= self.end {
+                break;
+            }
+            let mut now = now_ns();
+            while now < sched {
+                std::hint::spin_loop();
+                now = now_ns();
+            }
+            p.lag = now - sched;
+            send(sched)?;
+            if sched >= self.from {
+                p.sent += 1;
+                p.last = now;
+            }
+        }
+        Ok(p)
+    }
 }
 
 /// Sends one message on the transport under test.
@@ -153,30 +215,22 @@ fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, 
             )
         }
     };
-    while now_ns() < start {
-        std::hint::spin_loop();
+    let paced = Schedule {
+        start,
+        interval_ns,
+        end: start + total,
+        from: measure_from,
     }
-    let (mut i, mut sent_measured, mut lag, mut last_sent) = (0u64, 0u64, 0u64, 0u64);
-    loop {
-        let sched = start + (i as f64 * interval_ns) as u64;
-        if sched >= start + total {
-            break;
-        }
-        let mut now = now_ns();
-        while now < sched {
-            std::hint::spin_loop();
-            now = now_ns();
-        }
-        lag = now - sched;
+    .run(|sched| {
         msg[..8].copy_from_slice(&sched.to_le_bytes());
-        send(&msg)?;
-        if sched >= measure_from {
-            sent_measured += 1;
-            last_sent = now;
-        }
-        i += 1;
-    }
+        send(&msg)
+    });
     drop(send);
+    let Paced {
+        sent: sent_measured,
+        lag,
+        last: last_sent,
+    } = paced?;
     let report = finish(c);
     let mut it = report.split_whitespace();
     let mut next = || -> Result<u64, String> {
