@@ -11,6 +11,9 @@
 //!   a second, each stamped with its scheduled time; the receiver (waiting as `--recv-wait`
 //!   says) counts `now - scheduled` in an HdrHistogram, so a held-up sender shows as latency
 //!   of every record that should have gone meanwhile.
+//!   The round trips before which this process saw no pause of the host while it waited for
+//!   the round trip's time are shown apart: one that follows a pause runs on caches the host
+//!   has used meanwhile.
 //! - **idle CPU**: after the last record the sender stays quiet for a second (0.3 s with
 //!   `--quick`) before it closes; the receiver's CPU time over that second, as a fraction of a
 //!   core, is what the wait strategy costs while nothing comes.
@@ -112,8 +115,10 @@ fn pool_arg(g: Geometry) -> String {
     format!("{}:{}", g.segment_size, g.segment_count)
 }
 
-/// Round trips (sorted nanoseconds).
-fn round_trips(case: &Case) -> Result<Vec<u64>, String> {
+/// Round trips (sorted nanoseconds): all of them, and those before which this process saw
+/// no pause of the host (no gap of 10 µs or more between two reads of the clock while it
+/// waited for the round trip's time).
+fn round_trips(case: &Case) -> Result<(Vec<u64>, Vec<u64>), String> {
     let wait = parse_wait(&case.send_wait)?;
     let (mut ping, ping_peer) = Producer::create_anonymous(case.pool).map_err(|e| e.to_string())?;
     let (mut pong, pong_peer) = Consumer::create_anonymous(case.pool).map_err(|e| e.to_string())?;
@@ -135,12 +140,17 @@ fn round_trips(case: &Case) -> Result<Vec<u64>, String> {
     let interval_ns = 1e9 / case.rate as f64;
     let warm = (case.rounds / 10).max(1000);
     let mut v = Vec::with_capacity(case.rounds);
+    let mut clean = Vec::with_capacity(case.rounds);
     let mut fail = None;
     let start = now_ns();
     for i in 0..warm + case.rounds {
         let sched = start + (i as f64 * interval_ns) as u64;
-        while now_ns() < sched {
+        let (mut prev, mut paused) = (now_ns(), false);
+        while prev < sched {
             std::hint::spin_loop();
+            let now = now_ns();
+            paused |= now - prev >= 10_000;
+            prev = now;
         }
         let t = now_ns();
         msg[..8].copy_from_slice(&(i as u64).to_le_bytes());
@@ -156,16 +166,21 @@ fn round_trips(case: &Case) -> Result<Vec<u64>, String> {
             break;
         }
         if i >= warm {
-            v.push(now_ns() - t);
+            let took = now_ns() - t;
+            v.push(took);
+            if !paused {
+                clean.push(took);
+            }
         }
     }
     v.sort_unstable();
+    clean.sort_unstable();
     drop(ping);
     while matches!(pong.recv(), Ok(Some(_))) {}
     finish(c);
     match fail {
         Some(e) => Err(e),
-        None => Ok(v),
+        None => Ok((v, clean)),
     }
 }
 
@@ -341,14 +356,15 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         return Err("--rate 0: at least one record a second".into());
     }
     let pauses = host_pauses(case.quiet);
-    let rtt = round_trips(case)?;
-    let pct = |p: f64| rtt[((rtt.len() as f64 * p) as usize).min(rtt.len() - 1)];
-    let rtt_at = [
-        pct(0.5),
-        pct(0.99),
-        pct(0.999),
-        *rtt.last().expect("rounds"),
-    ];
+    let (rtt, clean) = round_trips(case)?;
+    let at = |v: &[u64]| -> [u64; 4] {
+        if v.is_empty() {
+            return [0; 4];
+        }
+        let pct = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
+        [pct(0.5), pct(0.99), pct(0.999), v[v.len() - 1]]
+    };
+    let (rtt_at, clean_at) = (at(&rtt), at(&clean));
     let ow = one_way(case)?;
     let (cpu, cores, kernel) = machine();
     let sustained = ow.lag < Duration::from_millis(1);
@@ -365,6 +381,10 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
             "round_trip_ns": {
                 "count": rtt.len(), "p50": rtt_at[0], "p99": rtt_at[1], "p999": rtt_at[2],
                 "max": rtt_at[3],
+            },
+            "round_trip_no_pause_seen_ns": {
+                "count": clean.len(), "p50": clean_at[0], "p99": clean_at[1],
+                "p999": clean_at[2], "max": clean_at[3],
             },
             "one_way_ns": {
                 "count": ow.count, "p50": ow.at[0], "p99": ow.at[1], "p999": ow.at[2],
@@ -402,6 +422,10 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         )
     };
     row(&format!("round trip ({} at the rate)", rtt.len()), rtt_at);
+    row(
+        &format!("  no host pause before ({})", clean.len()),
+        clean_at,
+    );
     row(&format!("one way ({} records)", ow.count), ow.at);
     println!(
         "one way: {:.0} records/s achieved{}",
