@@ -91,32 +91,34 @@ pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(40);
 /// every millisecond keeps a reader looking 5 % of the time).
 pub const BLOCK_SPIN: Duration = Duration::from_micros(50);
 
-/// How long [`WaitStrategy::Block`] looks continuously before it spaces its looks, unless
-/// the peer was streaming: a reply or a sparse record that comes within it is seen at once.
+/// How long [`WaitStrategy::Block`] looks without yielding its CPU, unless the peer was
+/// streaming: a reply or a sparse record that comes within it is seen at once.
 pub const BLOCK_EAGER: Duration = Duration::from_micros(2);
 
-/// The time between two looks of [`WaitStrategy::Block`]: long enough that a writer fills
-/// many cache lines undisturbed (a reader that looks more often keeps pulling the line the
-/// writer is filling, and the stream slows several times), short enough to be "at once" for
-/// anything that crosses a process boundary through the OS.
+/// The time between two yields of [`WaitStrategy::Block`] after [`BLOCK_EAGER`], and between
+/// two looks when the peer is streaming: long enough that a writer fills many cache lines
+/// undisturbed (a reader that looks more often keeps pulling the line the writer is filling,
+/// and the stream slows several times), short enough to be "at once" for anything that
+/// crosses a process boundary through the OS.
 pub const BLOCK_GAP: Duration = Duration::from_micros(5);
 
 /// How a blocking call waits before it parks on the futex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum WaitStrategy {
-    /// The default. Look continuously for [`BLOCK_EAGER`](crate::tuning::BLOCK_EAGER) (2 µs), then
-    /// every [`BLOCK_GAP`](crate::tuning::BLOCK_GAP) (5 µs), yielding the CPU first and pausing for
-    /// the rest, for up to [`BLOCK_SPIN`](crate::tuning::BLOCK_SPIN) (50 µs); then park. A reader
-    /// that has just read a large batch (the writer is streaming) skips the continuous
-    /// looks: a record is then seen at most a gap after it is published, and the writer is
-    /// left alone between looks, filling whole cache lines while the reader waits instead of
-    /// having each line pulled away as it writes it. The yield lets a peer waiting for the
+    /// The default. Look continuously for up to [`BLOCK_SPIN`](crate::tuning::BLOCK_SPIN)
+    /// (50 µs), yielding the CPU after the first [`BLOCK_EAGER`](crate::tuning::BLOCK_EAGER)
+    /// (2 µs) and then every [`BLOCK_GAP`](crate::tuning::BLOCK_GAP) (5 µs); then park. A
+    /// reader that has just read a large batch (the writer is streaming) looks only once per
+    /// gap instead: a record is then seen at most a gap after it is published, and the writer
+    /// is left alone between looks, filling whole cache lines while the reader waits instead
+    /// of having each line pulled away as it writes it. The yields let a peer waiting for the
     /// same CPU run. A wake-up through the futex, after the spin, costs tens of
     /// microseconds when the peer sits on another CPU of a VM. For the lowest latency (a
-    /// CPU burnt while waiting) use [`WaitStrategy::BusyPoll`]. A direct network consumer
-    /// looks the same way, each look a read of its socket that does not wait, and after a
-    /// large batch reads blocking at once. A producer that waits for a segment to come back
+    /// CPU burnt while waiting) that keeps looking through longer gaps, use
+    /// [`WaitStrategy::BusyPoll`]. A direct network consumer, each of whose looks is a read
+    /// of its socket that does not wait, looks continuously for the first 2 µs and then once
+    /// per gap, and after a large batch reads blocking at once. A producer that waits for a segment to come back
     /// with 8 or more of its segments in flight (not held back by a debloating cap) parks at
     /// once: its consumer has all of them to read before a late wake-up could leave it idle,
     /// and looks would only take CPU time from the consumer (or from a bridge forwarding the
@@ -332,8 +334,11 @@ pub(crate) enum Pace {
     /// every [`BLOCK_GAP`], so that the writer fills whole cache lines between looks.
     Stream,
     /// Sparse traffic, or a request and its reply: look continuously for [`BLOCK_EAGER`]
-    /// first, then every [`BLOCK_GAP`].
+    /// first, then go on looking, with a yield every [`BLOCK_GAP`].
     Sparse,
+    /// Sparse traffic whose every look costs a system call (a direct network end reads its
+    /// socket): continuous looks for [`BLOCK_EAGER`], then one look per [`BLOCK_GAP`].
+    SparseCostly,
 }
 
 /// Who may wake a waiter: decides whether the waiter issues the heavy barrier after it
@@ -357,21 +362,28 @@ pub(crate) fn spin_phase<O: Os, T, F>(
     match strategy {
         WaitStrategy::Block => {
             let start = O::now();
-            if pace == Pace::Sparse {
+            if pace != Pace::Stream {
                 // A reply or a sparse record: look continuously for a moment, as a
                 // busy-poller would (nobody is filling lines for us to disturb).
                 if let Some(v) = busy_poll::<O, T, F>(BLOCK_EAGER, poll)? {
                     return Ok(Some(v));
                 }
             }
-            // Then look only every `BLOCK_GAP` (first after a gap: the caller has just
-            // looked).
+            // Then a yield every `BLOCK_GAP` (a peer waiting for this CPU runs). A streaming
+            // writer is looked at only after each gap (first after a gap: the caller has just
+            // looked), so that it fills whole lines undisturbed; sparse traffic is looked at
+            // throughout the gap too, so that a reply late by more than `BLOCK_EAGER` is seen
+            // at once rather than at the next gap's end.
             let mut last = O::now();
             loop {
-                // The gap: a yield (a peer waiting for this CPU runs), then pauses.
                 O::yield_cpu();
                 let mut now = O::now();
                 while now.duration_since(last) < BLOCK_GAP {
+                    if pace == Pace::Sparse {
+                        if let Some(v) = poll(Look::Quick)? {
+                            return Ok(Some(v));
+                        }
+                    }
                     crate::sync::spin_loop();
                     now = O::now();
                 }
@@ -610,10 +622,11 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T, F: From<Box<SysError>>>(
             }
         }
         WaitStrategy::Block => {
-            // As `spin_phase`: continuous looks first unless the peer streams, then a look
-            // every `BLOCK_GAP` (the executor runs other tasks in the gap), up to `BLOCK_SPIN`.
+            // As `spin_phase`: continuous looks first unless the peer streams, then a yield to
+            // the executor every `BLOCK_GAP` (other tasks run), looking after each gap (a
+            // streaming peer) or throughout it (sparse traffic), up to `BLOCK_SPIN`.
             let start = O::now();
-            if pace == Pace::Sparse {
+            if pace != Pace::Stream {
                 done!(busy_poll::<O, T, F>(BLOCK_EAGER, &mut poll));
             }
             let mut last = O::now();
@@ -621,6 +634,9 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T, F: From<Box<SysError>>>(
                 O::yield_now().await;
                 let mut now = O::now();
                 while now.duration_since(last) < BLOCK_GAP {
+                    if pace == Pace::Sparse {
+                        done!(poll(Look::Quick));
+                    }
                     crate::sync::spin_loop();
                     now = O::now();
                 }

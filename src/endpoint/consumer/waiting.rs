@@ -99,7 +99,10 @@ impl Consumer {
             // large batch (a streaming sender) `Block` reads blocking at once: the next read
             // brings a batch too, so its wake-up is shared by many records, and looks would
             // only burn CPU time the stream's other side needs.
-            let pace = self.pace();
+            let pace = match self.pace() {
+                park::Pace::Sparse => park::Pace::SparseCostly,
+                p => p,
+            };
             let wait = match (self.wait, pace) {
                 (WaitStrategy::Block, park::Pace::Stream) => WaitStrategy::Park,
                 (w, _) => w,
