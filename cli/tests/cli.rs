@@ -304,6 +304,9 @@ fn bench_runs_report_a_median_and_a_spread_per_measure() {
     let spread = v["spread"]["small_tiny_pool_rps"].as_array().unwrap();
     let (lo, hi) = (spread[0].as_f64().unwrap(), spread[1].as_f64().unwrap());
     assert!(lo > 0.0 && lo <= mid && mid <= hi, "{lo} <= {mid} <= {hi}");
+    // Baselines that moved more than 2x between the runs, each with its ratios (none here:
+    // this group has no ratio).
+    assert_eq!(v["moved_baselines"], serde_json::json!([]));
 }
 
 #[test]

@@ -316,6 +316,42 @@ fn ratios(r: &[(&'static str, f64)]) -> Vec<f64> {
         .collect()
 }
 
+/// A baseline that moved more than this many times between runs makes its ratios suspect.
+const MOVED_LIMIT: f64 = 2.0;
+
+/// The baselines (the measures below a ratio's line) whose largest value over the runs is more
+/// than [`MOVED_LIMIT`] times their smallest: (baseline, how many times it moved, the ratios
+/// over it). One run moves nothing.
+fn moved_baselines(
+    runs: &[Vec<(&'static str, f64)>],
+) -> Vec<(&'static str, f64, Vec<&'static str>)> {
+    let mut out: Vec<(&'static str, f64, Vec<&'static str>)> = Vec::new();
+    if runs.len() < 2 {
+        return out;
+    }
+    for ratio in RATIOS {
+        let v: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| r.iter().find(|x| x.0 == ratio.den).map(|x| x.1))
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .collect();
+        if v.len() < 2 {
+            continue;
+        }
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        if hi / lo <= MOVED_LIMIT {
+            continue;
+        }
+        match out.iter_mut().find(|m| m.0 == ratio.den) {
+            Some(m) => m.2.push(ratio.name),
+            None => out.push((ratio.den, hi / lo, vec![ratio.name])),
+        }
+    }
+    out
+}
+
 /// Three decimals, as the figures are reported (a float that is not finite becomes `null`).
 fn round3(v: f64) -> Option<f64> {
     v.is_finite().then(|| (v * 1000.0).round() / 1000.0)
@@ -357,6 +393,7 @@ pub(super) fn print(runs: &[Vec<(&'static str, f64)>], quick: bool, json: bool) 
         })
         .collect();
     let n = runs.len();
+    let moved = moved_baselines(runs);
     let (cpu, cores, kernel) = machine();
     if json {
         let mut obj = serde_json::Map::new();
@@ -380,6 +417,11 @@ pub(super) fn print(runs: &[Vec<(&'static str, f64)>], quick: bool, json: bool) 
         }
         obj.insert("ratios".into(), ratios.into());
         obj.insert("spread".into(), spread.into());
+        let flags: Vec<serde_json::Value> = moved
+            .iter()
+            .map(|(b, x, rs)| serde_json::json!({ "baseline": b, "moved": round3(*x), "ratios": rs }))
+            .collect();
+        obj.insert("moved_baselines".into(), flags.into());
         println!("{}", serde_json::Value::Object(obj));
     } else {
         println!(
@@ -409,6 +451,13 @@ pub(super) fn print(runs: &[Vec<(&'static str, f64)>], quick: bool, json: bool) 
                 println!("{:<34} {}  {}", r.name, cell(*v), r.goal);
             }
         }
+        for (b, x, rs) in &moved {
+            println!(
+                "FLAG: the baseline {b} moved {x:.1}x between runs (more than {MOVED_LIMIT}x): \
+                 the host was not steady, and {} say as much about it as about shmflow",
+                rs.join(", ")
+            );
+        }
     }
 }
 
@@ -434,6 +483,21 @@ mod tests {
                 "(lower is better)"
             ]
         );
+    }
+
+    #[test]
+    fn a_baseline_that_moved_more_than_twice_is_flagged_with_its_ratios() {
+        let run = |floor: f64| vec![("small_rps", 100.0), ("floor_small_rps", floor)];
+        assert!(
+            moved_baselines(&[run(100.0)]).is_empty(),
+            "one run moves nothing"
+        );
+        assert!(moved_baselines(&[run(100.0), run(190.0)]).is_empty());
+        let moved = moved_baselines(&[run(100.0), run(150.0), run(250.0)]);
+        assert_eq!(moved.len(), 1);
+        assert_eq!(moved[0].0, "floor_small_rps");
+        assert!((moved[0].1 - 2.5).abs() < 1e-9);
+        assert_eq!(moved[0].2, vec!["small_vs_floor"]);
     }
 
     #[test]
