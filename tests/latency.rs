@@ -257,3 +257,47 @@ fn a_monitor_reads_the_figures_of_another_process() {
     assert!(mine[0].count >= 1);
     assert_eq!(monitor.latency(), mine);
 }
+
+/// A producer's interval holds when the process's marker clock changes pace: a producer with
+/// 20 ms markers keeps emitting about every 20 ms after a producer with 100 µs markers (which
+/// set the clock's pace) has gone. In a child process of its own, so that no other test's
+/// markers set the pace.
+#[test]
+fn an_interval_holds_when_a_faster_producer_leaves() {
+    if common::role().as_deref() == Some("pace-change") {
+        let (mut fast, mut fast_rx) = shmflow::pair(Geometry::default()).unwrap();
+        let (mut slow, mut slow_rx) = shmflow::pair(Geometry::default()).unwrap();
+        fast.set_latency_markers(Some(LatencyMarkers::every(Duration::from_micros(100), "f")));
+        slow.set_latency_markers(Some(LatencyMarkers::every(20 * MS, "s")));
+        for i in 0..20u64 {
+            fast.send_pod(&i).unwrap();
+            slow.send_pod(&i).unwrap();
+            std::thread::sleep(MS);
+        }
+        drop(fast);
+        while fast_rx.recv().unwrap().is_some() {}
+        // 400 ms of records, one a millisecond: about 20 markers at 20 ms.
+        let start = Instant::now();
+        let mut i = 0u64;
+        while start.elapsed() < 400 * MS {
+            slow.send_pod(&i).unwrap();
+            i += 1;
+            std::thread::sleep(MS);
+        }
+        drop(slow);
+        while slow_rx.recv().unwrap().is_some() {}
+        let count = slow_rx.latency()[0].count;
+        assert!(count >= 8, "{count} markers in about 420 ms at 20 ms");
+        assert!(count <= 30, "{count} markers in about 420 ms at 20 ms");
+        return;
+    }
+    let status = common::spawn(
+        "an_interval_holds_when_a_faster_producer_leaves",
+        "pace-change",
+        &[],
+        None,
+    )
+    .wait()
+    .unwrap();
+    assert!(status.success(), "the child failed: {status}");
+}

@@ -462,7 +462,15 @@ impl Instance {
         source.restore(self.restore.map(|_| restored.operator.as_slice()))?;
         let parallelism = p.stages[self.stage].parallelism;
         if let Some(interval) = p.latency_markers {
-            let label = format!("{}-{}", p.stages[self.stage].name, self.index);
+            // The stage's name cut so that the instance's number always fits the label (a
+            // marker's label holds 32 bytes).
+            let suffix = format!("-{}", self.index);
+            let name = &p.stages[self.stage].name;
+            let mut cut = name.len().min(32 - suffix.len());
+            while !name.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let label = format!("{}{suffix}", &name[..cut]);
             for out in outputs.iter_mut() {
                 out.set_latency_markers(Some(LatencyMarkers::every(interval, &label)));
             }

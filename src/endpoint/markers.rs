@@ -7,11 +7,13 @@
 //!
 //! **The clock.** The hot path must not read the clock: a record costs a few nanoseconds, a
 //! clock read about 25. One thread per process, started with the first producer that emits
-//! markers and gone with the last, moves a tick counter once per the shortest interval asked
-//! for; a producer compares the counter with the tick its next marker is due at, a load of a
-//! line that changes once per tick (`u64::MAX` when markers are off: never due). A marker that
-//! finds no room without waiting goes after the next record instead, so a marker never makes a
-//! producer wait.
+//! markers and gone with the last, publishes a coarse monotonic clock (nanoseconds since the
+//! process's marker epoch) once per the shortest interval asked for (at most once a second);
+//! a producer compares it with the time its next marker is due at, a load of a line that
+//! changes once per tick (`u64::MAX` when markers are off: never due). Being a time, not a
+//! count of ticks, a due time stays right when the tick's length changes as producers come
+//! and go. A marker that finds no room without waiting goes after the next record instead, so
+//! a marker never makes a producer wait.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -122,18 +124,34 @@ impl std::fmt::Debug for LatencyMarker {
 /// The shortest interval between markers.
 const MIN_INTERVAL: Duration = Duration::from_micros(100);
 
-/// The tick counter the producers compare with (on a line of its own: the ticker writes it,
+/// The coarse clock the producers compare with (on a line of its own: the ticker writes it,
 /// every producer of the process reads it on every record).
 static TICKS: CachePadded<AtomicU64> = CachePadded::new(AtomicU64::new(0));
 
 /// The ticker's period, in nanoseconds.
 static PERIOD_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 
-/// The ticks so far. Relaxed: a producer only compares it with its own due tick; a late view
-/// makes a marker a tick late.
+/// The longest tick: a long interval alone still gets a clock that moves.
+const MAX_PERIOD_NS: u64 = 1_000_000_000;
+
+/// The coarse clock: nanoseconds since the marker epoch, as of the ticker's last tick.
+/// Relaxed: a producer only compares it with its own due time; a late view makes a marker a
+/// tick late.
 #[inline(always)]
 pub(crate) fn ticks() -> u64 {
     TICKS.load(Ordering::Relaxed)
+}
+
+/// Nanoseconds since the marker epoch (the first call), read from the system's clock.
+fn now_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    epoch.elapsed().as_nanos().min(u64::MAX as u128 / 2) as u64
+}
+
+/// Moves the coarse clock to now (never backwards: two writers may race).
+fn tick() {
+    TICKS.fetch_max(now_ns(), Ordering::Relaxed);
 }
 
 /// The ticker thread's bookkeeping: who needs it, and how fast.
@@ -171,8 +189,10 @@ impl Schedule {
         let interval_ns = m.interval.as_nanos().min(u64::MAX as u128) as u64;
         let mut t = ticker();
         t.users.push(interval_ns);
-        let period = *t.users.iter().min().expect("a user");
+        let period = (*t.users.iter().min().expect("a user")).min(MAX_PERIOD_NS);
         PERIOD_NS.store(period, Ordering::Relaxed);
+        // The clock is current from the first marker on, whether the ticker was asleep or not.
+        tick();
         if !t.running {
             t.generation += 1;
             let generation = t.generation;
@@ -191,10 +211,9 @@ impl Schedule {
         })
     }
 
-    /// The tick at which the marker after one emitted now is due.
+    /// When the marker after one emitted now is due, on the coarse clock.
     pub(crate) fn next_due(&self) -> u64 {
-        let period = PERIOD_NS.load(Ordering::Relaxed).max(1);
-        ticks() + (self.interval_ns / period).max(1)
+        ticks().saturating_add(self.interval_ns)
     }
 
     pub(crate) fn label(&self) -> &[u8] {
@@ -217,7 +236,7 @@ impl Drop for Schedule {
             t.users.swap_remove(i);
         }
         if let Some(&p) = t.users.iter().min() {
-            PERIOD_NS.store(p, Ordering::Relaxed);
+            PERIOD_NS.store(p.min(MAX_PERIOD_NS), Ordering::Relaxed);
         }
     }
 }
@@ -226,7 +245,7 @@ impl Drop for Schedule {
 fn run(generation: u64) {
     loop {
         let period = PERIOD_NS.load(Ordering::Relaxed);
-        std::thread::sleep(Duration::from_nanos(period.min(1_000_000_000)));
+        std::thread::sleep(Duration::from_nanos(period.min(MAX_PERIOD_NS)));
         let mut t = ticker();
         if t.users.is_empty() || t.generation != generation {
             if t.generation == generation {
@@ -234,6 +253,6 @@ fn run(generation: u64) {
             }
             return;
         }
-        TICKS.fetch_add(1, Ordering::Relaxed);
+        tick();
     }
 }

@@ -14,7 +14,8 @@
 //! layout with 32 sub-buckets per power of two: every bucket is at most 1/32 of its values
 //! wide, from 1 ns up to 2^36 ns, about 69 s; longer ages count in the last bucket). The
 //! consumer is its only writer (plain Relaxed stores); readers see each counter whole, and a
-//! histogram at most one marker behind its count. A marker from a source beyond the first
+//! histogram and a count that may differ by the markers counted while they read (quantiles
+//! are taken from the buckets' own total). A marker from a source beyond the first
 //! `SOURCES - 1` counts in the last slot, labelled [`OTHERS`].
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};

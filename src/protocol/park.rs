@@ -336,9 +336,11 @@ pub(crate) enum Pace {
     /// Sparse traffic, or a request and its reply: look continuously for [`BLOCK_EAGER`]
     /// first, then go on looking, with a yield every [`BLOCK_GAP`].
     Sparse,
-    /// Sparse traffic whose every look costs a system call (a direct network end reads its
-    /// socket): continuous looks for [`BLOCK_EAGER`], then one look per [`BLOCK_GAP`].
-    SparseCostly,
+    /// Sparse traffic whose looks cost more than a load of the waiter's own line: a system
+    /// call (a direct network end reads its socket), or lines other writers are filling (a
+    /// gate looks at the frame each of its producers is writing): continuous looks for
+    /// [`BLOCK_EAGER`], then one look per [`BLOCK_GAP`].
+    SparseSpaced,
 }
 
 /// Who may wake a waiter: decides whether the waiter issues the heavy barrier after it

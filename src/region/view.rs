@@ -396,7 +396,7 @@ impl Shared {
     /// region has one.
     pub(crate) fn latency_table(&self) -> Option<&crate::protocol::latency::Table> {
         // SAFETY: the table lies inside the mapping at an offset computed from the validated
-        // geometry (`Placement::latency`), page-aligned, for the life of `backing`, which
+        // geometry (`Placement::latency`), 64-byte aligned (segment sizes are multiples of 64), for the life of `backing`, which
         // lives as long as `self`; it is atomics only, for which every bit pattern is valid.
         self.latency.map(|t| unsafe { t.as_ref() })
     }

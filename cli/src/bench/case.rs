@@ -138,13 +138,20 @@ fn round_trips(case: &Case) -> Result<(Vec<u64>, Vec<u64>), String> {
     // One round trip every 1/rate (back to back when one takes longer): a reply waited for
     // after a gap as long as the case's, the gap in which a waiting end may park.
     let interval_ns = 1e9 / case.rate as f64;
+    // The warm-up (pages, caches, branch predictors) back to back, then the paced rounds.
     let warm = (case.rounds / 10).max(1000);
     let mut v = Vec::with_capacity(case.rounds);
     let mut clean = Vec::with_capacity(case.rounds);
     let mut fail = None;
-    let start = now_ns();
+    let mut start = 0;
     for i in 0..warm + case.rounds {
-        let sched = start + (i as f64 * interval_ns) as u64;
+        if i == warm {
+            start = now_ns();
+        }
+        let sched = match i.checked_sub(warm) {
+            Some(k) => start + (k as f64 * interval_ns) as u64,
+            None => 0,
+        };
         let (mut prev, mut paused) = (now_ns(), false);
         while prev < sched {
             std::hint::spin_loop();
@@ -361,7 +368,8 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         if v.is_empty() {
             return [0; 4];
         }
-        let pct = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
+        // Nearest rank: the smallest value with at least a fraction p of them at or below.
+        let pct = |p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1];
         [pct(0.5), pct(0.99), pct(0.999), v[v.len() - 1]]
     };
     let (rtt_at, clean_at) = (at(&rtt), at(&clean));

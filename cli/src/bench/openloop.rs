@@ -226,12 +226,13 @@ fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, 
         send(&msg)
     });
     drop(send);
+    // The receiver is waited for before a failed send is reported.
+    let report = finish(c);
     let Paced {
         sent: sent_measured,
         lag,
         last: last_sent,
     } = paced?;
-    let report = finish(c);
     let mut it = report.split_whitespace();
     let mut next = || -> Result<u64, String> {
         it.next()

@@ -100,7 +100,7 @@ impl Consumer {
             // brings a batch too, so its wake-up is shared by many records, and looks would
             // only burn CPU time the stream's other side needs.
             let pace = match self.pace() {
-                park::Pace::Sparse => park::Pace::SparseCostly,
+                park::Pace::Sparse => park::Pace::SparseSpaced,
                 p => p,
             };
             let wait = match (self.wait, pace) {

@@ -44,7 +44,8 @@ impl Gate {
                 Bridges::global(),
                 self.wait,
                 park::Notifier::Light,
-                park::Pace::Sparse,
+                // Spaced looks: each reads the frame every producer is writing.
+                park::Pace::SparseSpaced,
                 |look| Ok(self.poll_pick(look)),
             )
         })

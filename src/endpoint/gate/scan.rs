@@ -151,7 +151,8 @@ impl Gate {
             self.wait,
             patience,
             park::Notifier::Light,
-            park::Pace::Sparse,
+            // Spaced looks: each reads the frame every producer is writing.
+            park::Pace::SparseSpaced,
             |look| Ok(self.poll_pick(look)),
         );
         drop(idle);
