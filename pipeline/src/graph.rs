@@ -281,7 +281,7 @@ impl Pipeline {
     /// per `interval` through each of its outputs, labelled `{stage}-{instance}`; every
     /// operator passes them on, and every gate keeps their age per source — read it with
     /// `shmflow stat` or `shmflow top` on the gates' regions, or their export. Off (`None`)
-    /// by default; at one per millisecond they cost about 1 % of a stage's throughput (see
+    /// by default; at one per millisecond they cost 1–2 % of a stage's throughput (see
     /// docs/BENCHMARKS.md).
     pub fn latency_markers(mut self, interval: Option<std::time::Duration>) -> Pipeline {
         self.latency_markers = interval;
