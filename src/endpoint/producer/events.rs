@@ -21,10 +21,22 @@ impl Producer {
         patience: P,
     ) -> Sent<(), P> {
         crate::endpoint::event::check_payload(&self.shared.name, payload)?;
+        self.write_event_frame(kind as u64, payload, patience)
+    }
+
+    /// Writes an `EVENT` frame of kind word `word` and body `body` in its place after every
+    /// record sent so far (an event, a latency marker); published as the flush policy
+    /// publishes a record.
+    pub(super) fn write_event_frame<P: Patience>(
+        &mut self,
+        word: u64,
+        body: &[u8],
+        patience: P,
+    ) -> Sent<(), P> {
         if self.closed {
             return Err(self.closed_error().into());
         }
-        let len = 8 + payload.len();
+        let len = 8 + body.len();
         self.ensure_room(HEADER + len, patience)?;
         let c = self
             .cur
@@ -33,8 +45,8 @@ impl Producer {
         let at = c.wpos;
         c.wpos = frame::next_frame(at, len);
         self.write_header(at, len as u32, frame::EVENT);
-        self.write_bytes(at + HEADER, &(kind as u64).to_le_bytes());
-        self.write_bytes(at + 2 * HEADER, payload);
+        self.write_bytes(at + HEADER, &word.to_le_bytes());
+        self.write_bytes(at + 2 * HEADER, body);
         self.after_frame_end();
         Ok(())
     }

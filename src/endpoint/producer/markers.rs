@@ -17,23 +17,8 @@ impl Producer {
         label: &[u8],
         patience: P,
     ) -> Sent<(), P> {
-        if self.closed {
-            return Err(self.closed_error().into());
-        }
         let (body, n) = latency::encode(emitted_ns, label);
-        let len = 8 + n;
-        self.ensure_room(HEADER + len, patience)?;
-        let c = self
-            .cur
-            .as_mut()
-            .expect("ensure_room leaves a segment in hand");
-        let at = c.wpos;
-        c.wpos = frame::next_frame(at, len);
-        self.write_header(at, len as u32, frame::EVENT);
-        self.write_bytes(at + HEADER, &latency::marker_word().to_le_bytes());
-        self.write_bytes(at + 2 * HEADER, &body[..n]);
-        self.after_frame_end();
-        Ok(())
+        self.write_event_frame(latency::marker_word(), &body[..n], patience)
     }
 
     /// A marker is due (the tick counter reached `marker_at`): written after the record just
