@@ -132,14 +132,16 @@ mod sync;
 mod sys;
 
 pub use endpoint::builder::{ConsumerBuilder, GateBuilder, ProducerBuilder};
-pub use endpoint::consumer::{Consumer, Message, Record, DEFAULT_MAX_RECORD_LEN};
+pub use endpoint::consumer::{Consumer, Message, Record, SegmentHold, DEFAULT_MAX_RECORD_LEN};
 pub use endpoint::event::{
     Alignment, Barrier, Event, Released, MAX_BARRIER_PAYLOAD, MAX_EVENT_PAYLOAD,
 };
 pub use endpoint::gate::{Gate, GateMessage};
 pub use endpoint::markers::{LatencyMarker, LatencyMarkers};
 pub use endpoint::partition::{KeyFn, Partition, Partitioner};
-pub use endpoint::producer::{Claim, FlushPolicy, Producer, RecordWriter};
+pub use endpoint::producer::{
+    Claim, DetachedClaim, FlushPolicy, Producer, RecordWriter, StaleClaimError,
+};
 #[cfg(feature = "tokio")]
 pub use endpoint::{consumer::RecvAsync, producer::SendAsync};
 pub use error::{

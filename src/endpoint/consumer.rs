@@ -56,6 +56,8 @@ use record::{RecordKind, Span};
 mod attach;
 mod debloating;
 mod fast;
+mod holds;
+pub use holds::SegmentHold;
 mod lane;
 mod latency;
 mod recv;
@@ -131,6 +133,9 @@ pub struct Consumer {
     prio_buf: [u8; crate::protocol::abi::PRIO_PAYLOAD],
     /// The spanning record handed out last.
     span: Span,
+    /// Segments kept out of the pool by [`SegmentHold`]s (few: one per segment that views
+    /// of its records still reach).
+    holds: holds::Holds,
     /// The state this end leaves in when dropped: `DETACHED`, or `LOST` for a network bridge
     /// that lost its remote peer.
     detach_as: crate::protocol::ends::Leave,

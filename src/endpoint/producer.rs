@@ -57,7 +57,7 @@ use copy::copy_record;
 mod events;
 mod markers;
 mod writer;
-pub use writer::{Claim, RecordWriter};
+pub use writer::{Claim, DetachedClaim, RecordWriter, StaleClaimError};
 
 mod attach;
 mod frames;

@@ -119,6 +119,7 @@ impl Consumer {
             detach_as: crate::protocol::ends::Leave::Clean,
             debloat: None,
             span: Span::default(),
+            holds: Default::default(),
             seg_size: shared_seg_size,
             fast_max: usize::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(usize::MAX),
             wait_mark: None,

@@ -10,8 +10,18 @@ impl Consumer {
             return Ok(());
         };
         self.publish_counts();
+        if self.keep_if_held(c.seg, c.rd) {
+            // Views of its records are still out (`Record::hold_segment`): it goes back when
+            // the last hold is released.
+            return Ok(());
+        }
+        self.recycle(c.seg, c.rd)
+    }
+
+    /// Gives a finished segment (read up to `rd`) back to where it came from.
+    pub(super) fn recycle(&mut self, seg: u32, rd: usize) -> Result<(), Box<CorruptError>> {
         let h = self.shared.header();
-        let back = self.recycler.release(h, c.seg);
+        let back = self.recycler.release(h, seg);
         figures::segment_returned(h, &mut self.counters.returned);
         // Before the wake-up below (see `publish_done`). (Broken on purpose, loom only: late,
         // or never.)
@@ -29,7 +39,7 @@ impl Consumer {
         #[cfg(shmflow_broken = "debloat_done_late")]
         debloat::publish_done(self.shared.header(), self.counters.returned.0);
         if self.debloat.is_some() {
-            self.debloat_sample(c.rd.min(self.seg_size) as u64);
+            self.debloat_sample(rd.min(self.seg_size) as u64);
         }
         Ok(())
     }

@@ -472,3 +472,134 @@ impl std::fmt::Debug for RecordWriter<'_> {
             .finish_non_exhaustive()
     }
 }
+
+/// A claim that no longer borrows its producer ([`Claim::detach`]): for bindings that hand the
+/// claimed bytes out as a view the borrow checker cannot follow (a writable Python
+/// `memoryview`). Commit it with [`Producer::commit_detached`]; dropping it sends nothing.
+#[derive(Debug)]
+#[must_use = "dropping a detached claim sends nothing"]
+pub struct DetachedClaim {
+    /// Where the claim is: the segment, its frame's offset, and which taking of the segment
+    /// (the producer's count of segments acquired), so that a claim the producer wrote past
+    /// is refused rather than committed over other records.
+    seg: u32,
+    at: usize,
+    acquired: u64,
+    len: usize,
+    /// The producer it came from (its region's address).
+    owner: usize,
+}
+
+impl DetachedClaim {
+    /// The claimed length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a claim of 0 bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Why [`Producer::commit_detached`] refused a claim: the producer wrote, flushed or handed
+/// its segment over since the claim was detached (the claimed bytes are not where the claim
+/// was any more), or the claim came from another producer. Nothing was sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StaleClaimError {
+    /// The region of the producer asked to commit.
+    pub region: String,
+}
+
+impl std::fmt::Display for StaleClaimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: the detached claim is stale (the producer was used between the claim and its \
+             commit, or the claim belongs to another producer); nothing was sent",
+            self.region
+        )
+    }
+}
+
+impl std::error::Error for StaleClaimError {}
+
+impl Claim<'_> {
+    /// Ends the claim's borrow of the producer and gives the claimed bytes as a raw pointer
+    /// (`len` bytes, writable) with a [`DetachedClaim`] that
+    /// [`Producer::commit_detached`] sends later.
+    ///
+    /// The pointer stays valid, and the bytes are the producer's alone, as long as the
+    /// producer is not used until the commit: any other call may hand the segment to the
+    /// consumer, after which the commit is refused ([`StaleClaimError`]) and writes through
+    /// the pointer would land in bytes the consumer reads.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let (claim, ptr) = tx.claim(4)?.detach();
+    /// // SAFETY: the producer is not used until the commit below.
+    /// unsafe { ptr.as_ptr().copy_from_nonoverlapping(b"abcd".as_ptr(), 4) };
+    /// tx.commit_detached(claim, 4).unwrap();
+    /// tx.flush()?;
+    /// assert_eq!(rx.recv()?.unwrap().as_bytes(), Some(&b"abcd"[..]));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    pub fn detach(mut self) -> (DetachedClaim, std::ptr::NonNull<u8>) {
+        let ptr = std::ptr::NonNull::from(&mut *self).cast::<u8>();
+        let p = &*self.producer;
+        let c = p.cur.as_ref().expect("a claim holds a segment");
+        (
+            DetachedClaim {
+                seg: c.seg,
+                at: self.at,
+                acquired: p.counters.acquired.0,
+                len: self.len,
+                owner: p.owner_id(),
+            },
+            ptr,
+        )
+    }
+}
+
+impl Producer {
+    /// Sends the record of a [`DetachedClaim`] with its first `len` bytes (at most the
+    /// claimed length), as [`Claim::commit_len`] would have.
+    ///
+    /// # Errors
+    /// [`StaleClaimError`] if the producer was used since the claim was detached, or the
+    /// claim came from another producer: nothing is sent.
+    ///
+    /// # Panics
+    /// If `len` is more than the claimed length.
+    pub fn commit_detached(
+        &mut self,
+        claim: DetachedClaim,
+        len: usize,
+    ) -> Result<(), StaleClaimError> {
+        let fresh = claim.owner == self.owner_id()
+            && claim.acquired == self.counters.acquired.0
+            && self
+                .cur
+                .as_ref()
+                .is_some_and(|c| c.seg == claim.seg && c.wpos == claim.at);
+        if !fresh {
+            return Err(StaleClaimError {
+                region: self.shared.name.clone(),
+            });
+        }
+        Claim {
+            producer: self,
+            at: claim.at,
+            len: claim.len,
+        }
+        .commit_len(len);
+        Ok(())
+    }
+
+    fn owner_id(&self) -> usize {
+        crate::sync::Arc::as_ptr(&self.shared) as usize
+    }
+}

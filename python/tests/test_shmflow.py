@@ -1,0 +1,346 @@
+"""shmflow's Python package across real processes: order, backpressure, a killed peer, views
+that outlive their record, numpy without copies, Ctrl-C, threads."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import shmflow
+
+SMALL = dict(segment_size=4096, segment_count=2)
+
+
+def child(code, fd, **kw):
+    """A Python child that gets the descriptor `fd` as FD and runs `code`."""
+    src = "import os, sys, time, numpy as np, shmflow\nFD = %d\n" % fd + textwrap.dedent(code)
+    return subprocess.Popen(
+        [sys.executable, "-c", src], pass_fds=[fd], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, cwd="/", **kw)
+
+
+def finish(p, timeout=60):
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, f"child exited {p.returncode}: {err}"
+    return out
+
+
+def test_a_million_records_arrive_in_order_and_complete():
+    tx, fd = shmflow.Producer.create_anonymous(segment_size=65536, segment_count=8)
+    p = child("""
+        rx = shmflow.Consumer.from_fd(FD)
+        expect, total = 0, 0
+        while True:
+            batch = rx.recv_batch(100_000, rows=8)
+            if len(batch) == 0:
+                break
+            got = np.frombuffer(batch, dtype="<u8")
+            assert (got == np.arange(expect, expect + len(got), dtype="<u8")).all(), expect
+            expect += len(got)
+            total += int(got.sum())
+        print(expect, total)
+    """, fd)
+    os.close(fd)
+    n = 1_000_000
+    data = np.arange(n, dtype="<u8")
+    sent = 0
+    for chunk in np.array_split(data, 10):
+        sent += tx.send_many(chunk, timeout=60)
+    tx.close()
+    count, total = map(int, finish(p).split())
+    assert sent == n and count == n
+    assert total == n * (n - 1) // 2
+
+
+def test_records_one_at_a_time_keep_their_bytes():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    p = child("""
+        rx = shmflow.Consumer.from_fd(FD)
+        n = 0
+        for rec in rx:
+            assert bytes(rec) == (b"%d:" % n) * (n % 50 + 1), n
+            n += 1
+        print(n)
+    """, fd)
+    os.close(fd)
+    for i in range(20_000):
+        tx.send((b"%d:" % i) * (i % 50 + 1))
+    # A record larger than a segment spans segments and arrives as one copy.
+    big = bytes(range(256)) * 100
+    tx.close()
+    assert int(finish(p)) == 20_000
+    tx2, fd2 = shmflow.Producer.create_anonymous(**SMALL)
+    p = child("""
+        rx = shmflow.Consumer.from_fd(FD)
+        print(bytes(rx.recv()) == bytes(range(256)) * 100)
+    """, fd2)
+    os.close(fd2)
+    tx2.send(big)
+    tx2.close()
+    assert finish(p).strip() == "True"
+
+
+def test_a_slow_reader_holds_the_writer_back():
+    # Two segments, one record each: the writer can be two records ahead, not three.
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    p = child("""
+        rx = shmflow.Consumer.from_fd(FD)
+        for line in sys.stdin:
+            rec = rx.recv()
+            print(rec[0], flush=True)
+    """, fd, stdin=subprocess.PIPE)
+    os.close(fd)
+    tx.send(b"\x00" * 4000)
+    tx.send(b"\x01" * 4000)
+    assert tx.try_send(b"\x02" * 4000) is False  # held back: nothing dropped, nothing queued
+    with pytest.raises(shmflow.Timeout):
+        tx.send(b"\x02" * 4000, timeout=0.05)
+
+    def read_one():
+        p.stdin.write("next\n")
+        p.stdin.flush()
+        return p.stdout.readline().strip()
+
+    assert read_one() == "0"
+    # Record 0's segment goes back when the reader moves past it, to record 1.
+    assert read_one() == "1"
+    tx.send(b"\x02" * 4000, timeout=30)
+    assert read_one() == "2"
+    assert tx.metrics()["backpressured_ns"] > 0
+    p.stdin.close()
+    tx.close()
+    assert p.wait(timeout=60) == 0
+
+
+def test_a_killed_producer_is_reported_as_dead():
+    rx, fd = shmflow.Consumer.create_anonymous(**SMALL)
+    p = child("""
+        tx = shmflow.Producer.from_fd(FD)
+        for i in range(10):
+            tx.send(bytes([i]) * 100)
+        print("sent", flush=True)
+        time.sleep(600)
+    """, fd)
+    os.close(fd)
+    assert p.stdout.readline().strip() == "sent"
+    for i in range(10):
+        assert bytes(rx.recv(timeout=30)) == bytes([i]) * 100
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    with pytest.raises(shmflow.PeerDead):
+        rx.recv(timeout=30)
+    with pytest.raises(shmflow.PeerDead):  # and from then on
+        rx.recv(timeout=1)
+
+
+def test_a_view_is_released_by_the_next_receive():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    tx.send(b"first")
+    tx.send(b"second")
+    v = rx.recv()
+    assert bytes(v) == b"first" and v.readonly
+    w = rx.recv()
+    with pytest.raises(ValueError):
+        bytes(v)
+    assert bytes(w) == b"second"
+    rx.release()
+    with pytest.raises(ValueError):
+        w[0]
+
+
+def test_an_array_over_a_record_keeps_its_segment_until_it_goes():
+    tx, fd = shmflow.Producer.create_anonymous(segment_size=4096, segment_count=3)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    tx.send(np.full(500, 7, dtype="<u8"))  # 4000 bytes: one record per segment
+    arr = np.frombuffer(rx.recv(), dtype="<u8")
+    for i in range(2):
+        tx.send(np.full(500, i, dtype="<u8"))
+        assert np.frombuffer(rx.recv(), dtype="<u8")[0] == i
+        rx.release()
+    # The array's segment stayed with it; the reader has the last record's segment in hand,
+    # so the writer has one segment left, not two...
+    assert rx.held_segments == 1
+    tx.send(b"\x01" * 4000, timeout=30)
+    assert tx.try_send(b"\x03" * 4000) is False
+    # ...and the array still reads what was sent.
+    assert (arr == 7).all()
+    del arr
+    assert rx.recv()[0] == 1  # gives the array's segment back
+    assert rx.held_segments == 0
+    assert tx.try_send(b"\x03" * 4000) is True
+
+
+def test_views_that_hold_every_segment_are_reported_not_waited_on():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    kept = []
+    for i in range(2):
+        tx.send(bytes([i]) * 4000)
+        kept.append(np.frombuffer(rx.recv(), dtype=np.uint8))
+    rx.release()
+    # The writer wants a third segment: it hands the second over (sealed) and waits.
+    writer_saw = []
+
+    def write():
+        try:
+            tx.send(b"\x02" * 4000, timeout=5)
+        except shmflow.Timeout as e:
+            writer_saw.append(e)
+
+    t = threading.Thread(target=write)
+    t.start()
+    with pytest.raises(shmflow.ViewsHeld):
+        rx.recv(timeout=30)
+    assert rx.held_segments == 2
+    t.join()
+    assert writer_saw and [int(a[0]) for a in kept] == [0, 1]
+    del kept  # the views went: their segments go back, and the stream goes on
+    tx.send(b"\x03" * 4000, timeout=30)
+    assert rx.recv(timeout=30)[0] == 3
+
+
+def test_numpy_reads_the_shared_segment_without_a_copy():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    tx.send(np.arange(100, dtype="<u4"))
+    arr = np.frombuffer(rx.recv(), dtype="<u4")
+    assert not arr.flags.owndata and not arr.flags.writeable
+    address = arr.__array_interface__["data"][0]
+    with open("/proc/self/maps") as maps:
+        spans = [line.split() for line in maps]
+    owner = [s for s in spans
+             if int(s[0].split("-")[0], 16) <= address < int(s[0].split("-")[1], 16)]
+    assert owner and "memfd:" in " ".join(owner[0][5:]), owner  # the channel's shared memory
+    assert (arr == np.arange(100)).all()
+
+
+def test_a_claim_is_filled_in_place_and_sent_by_commit():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    view = tx.claim(16)
+    assert not view.readonly
+    np.frombuffer(view, dtype="<u8")[:] = [7, 9]  # the array is a temporary: gone here
+    with pytest.raises(shmflow.Error):
+        tx.send(b"no")  # no other call while a claim is open
+    tx.commit()
+    assert list(np.frombuffer(rx.recv(), dtype="<u8")) == [7, 9]
+    view = tx.claim(8)
+    keep = np.frombuffer(view, dtype=np.uint8)
+    with pytest.raises(shmflow.ViewsHeld):
+        tx.commit()
+    del keep
+    tx.commit(4)
+    assert len(rx.recv()) == 4
+
+
+def test_ctrl_c_interrupts_a_blocked_receive():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    p = child("""
+        rx = shmflow.Consumer.from_fd(FD)
+        print("waiting", flush=True)
+        try:
+            rx.recv()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """, fd)
+    os.close(fd)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.2)  # into the wait
+    p.send_signal(signal.SIGINT)
+    assert finish(p, timeout=30).strip() == "interrupted"
+
+
+def test_ctrl_c_interrupts_a_blocked_send():
+    rx, fd = shmflow.Consumer.create_anonymous(**SMALL)
+    p = child("""
+        tx = shmflow.Producer.from_fd(FD)
+        tx.send(b"a" * 4000)
+        tx.send(b"b" * 4000)
+        print("waiting", flush=True)
+        try:
+            tx.send(b"c" * 4000)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """, fd)
+    os.close(fd)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    assert finish(p, timeout=30).strip() == "interrupted"
+
+
+def test_threads_wait_without_holding_the_interpreter():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    n = 50_000
+
+    def write():
+        with tx:
+            for i in range(n):
+                tx.send(i.to_bytes(8, "little"))
+
+    t = threading.Thread(target=write)
+    t.start()
+    seen = [int.from_bytes(r, "little") for r in rx]
+    t.join()
+    assert seen == list(range(n))
+
+
+def test_an_exception_in_the_producers_block_fails_the_stream():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    with pytest.raises(RuntimeError):
+        with tx:
+            tx.send(b"before")
+            raise RuntimeError("stage crashed")
+    assert bytes(rx.recv()) == b"before"
+    with pytest.raises(shmflow.ProducerFailed):
+        rx.recv(timeout=10)
+
+
+def test_errors_are_typed():
+    with pytest.raises(shmflow.NotFound) as e:
+        shmflow.Consumer.open("/shmflow-py-no-such-channel")
+    assert isinstance(e.value, FileNotFoundError) and isinstance(e.value, shmflow.Error)
+    with pytest.raises(shmflow.ConfigError):
+        shmflow.Producer.create_anonymous(segment_size=100, segment_count=2)
+    with pytest.raises(TypeError):
+        shmflow.Producer.create_anonymous()[0].send(12)
+    with pytest.raises(ValueError):
+        shmflow.Consumer.create_anonymous()[0].set_wait("sometimes")
+    tx, fd = shmflow.Producer.create_anonymous()
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    rx.close()
+    with pytest.raises(shmflow.Closed):  # at the latest when it would wait for a segment
+        for _ in range(100):
+            tx.send(b"x" * 60000, timeout=30)
+
+
+def test_named_channels_across_processes():
+    name = "/shmflow-py-test-%d" % os.getpid()
+    with shmflow.Producer.create(name, **SMALL) as tx:
+        p = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+            import shmflow, sys
+            with shmflow.Consumer.open(sys.argv[1]) as rx:
+                print(sum(len(r) for r in rx))
+        """), name], stdout=subprocess.PIPE, text=True, cwd="/")
+        for i in range(1000):
+            tx.send(b"x" * (i % 100))
+    out, _ = p.communicate(timeout=60)
+    assert int(out) == sum(i % 100 for i in range(1000))
+    assert not os.path.exists("/dev/shm" + name)
