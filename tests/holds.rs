@@ -90,7 +90,10 @@ fn a_detached_claim_is_refused_once_the_producer_moved_on() {
     // A fresh one goes through, with the length asked for.
     let (claim, ptr) = tx.claim(8).unwrap().detach();
     // SAFETY: the producer is not used until the commit.
-    unsafe { ptr.as_ptr().copy_from_nonoverlapping(b"abcdefgh".as_ptr(), 8) };
+    unsafe {
+        ptr.as_ptr()
+            .copy_from_nonoverlapping(b"abcdefgh".as_ptr(), 8)
+    };
     tx.commit_detached(claim, 3).unwrap();
     tx.flush().unwrap();
     assert_eq!(rx.recv().unwrap().unwrap().as_bytes(), Some(&b"other"[..]));

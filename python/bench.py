@@ -1,0 +1,459 @@
+"""shmflow's Python package against Python's own IPC, side by side in one run.
+
+    python3 -m venv .venv && .venv/bin/pip install "./python[test]"
+    .venv/bin/pip install iceoryx2        # optional anchor: skipped with a note if missing
+    .venv/bin/python python/bench.py      # --quick for a short run, --json FILE for the figures
+
+Cases (each run in a fresh pair of processes, the transports alternating run by run; the
+figure is the median of the runs, with the lowest and highest):
+
+- 64 B records one at a time: records/s at the reader (one Python call per record each side);
+- 64 B records batched: shmflow's ``send_many``/``recv_batch(rows=64)`` from numpy arrays;
+- 64 B round trip (ping-pong between two processes): p50 and p99;
+- 1 MiB numpy arrays: GB/s with the reader touching every page, against a ``memcpy`` of
+  1 MiB (``numpy.copyto``) measured in the same run.
+
+The waits are the transports' defaults (shmflow's ``block``); the CPU model is printed.
+"""
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import shmflow
+
+CTX = mp.get_context("fork")
+SMALL = 64
+MIB = 1 << 20
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+# ---- 64 B one at a time -------------------------------------------------------------------
+
+def one_shmflow(n):
+    tx, fd = shmflow.Producer.create_anonymous(segment_size=65536, segment_count=8)
+    done = CTX.Queue()
+
+    def reader():
+        rx = shmflow.Consumer.from_fd(fd)
+        rx.recv()
+        t0 = time.perf_counter()
+        k = 1
+        for _ in rx:
+            k += 1
+        done.put((k, time.perf_counter() - t0))
+        os._exit(0)
+
+    p = CTX.Process(target=reader)
+    p.start()
+    os.close(fd)
+    rec = b"x" * SMALL
+    for _ in range(n):
+        tx.send(rec)
+    tx.close()
+    k, secs = done.get()
+    p.join()
+    assert k == n, (k, n)
+    return (n - 1) / secs
+
+
+def one_pipe(n):
+    a, b = CTX.Pipe(duplex=False)
+    done = CTX.Queue()
+
+    def reader():
+        a.recv_bytes()
+        t0 = time.perf_counter()
+        k = 1
+        while a.recv_bytes():
+            k += 1
+        done.put((k, time.perf_counter() - t0))
+        os._exit(0)
+
+    p = CTX.Process(target=reader)
+    p.start()
+    rec = b"x" * SMALL
+    for _ in range(n):
+        b.send_bytes(rec)
+    b.send_bytes(b"")
+    k, secs = done.get()
+    p.join()
+    assert k == n
+    return (n - 1) / secs
+
+
+def one_queue(n):
+    q = CTX.Queue()
+    done = CTX.Queue()
+
+    def reader():
+        q.get()
+        t0 = time.perf_counter()
+        k = 1
+        while q.get() is not None:
+            k += 1
+        done.put((k, time.perf_counter() - t0))
+        os._exit(0)
+
+    p = CTX.Process(target=reader)
+    p.start()
+    rec = b"x" * SMALL
+    for _ in range(n):
+        q.put(rec)
+    q.put(None)
+    k, secs = done.get()
+    p.join()
+    assert k == n
+    return (n - 1) / secs
+
+
+def iceoryx2_or_none():
+    try:
+        import iceoryx2  # noqa: F401
+    except ImportError:
+        return None
+    return sys.modules["iceoryx2"]
+
+
+def one_iceoryx2(n):
+    import ctypes
+
+    iox2 = iceoryx2_or_none()
+    Payload = ctypes.c_ubyte * SMALL
+    name = "shmflow/bench/%d/%d" % (os.getpid(), time.monotonic_ns())
+    ready = CTX.Queue()
+    done = CTX.Queue()
+
+    def service(node):
+        return (node.service_builder(iox2.ServiceName.new(name))
+                .publish_subscribe(Payload)
+                .enable_safe_overflow(False)
+                .subscriber_max_buffer_size(256)
+                .history_size(0)
+                .open_or_create())
+
+    def reader():
+        node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
+        sub = service(node).subscriber_builder().buffer_size(256).create()
+        ready.put(1)
+        k, t0 = 0, None
+        while k < n:
+            s = sub.receive()
+            if s is None:
+                continue
+            if t0 is None:
+                t0 = time.perf_counter()
+            k += 1
+            del s
+        done.put((k, time.perf_counter() - t0))
+        os._exit(0)
+
+    p = CTX.Process(target=reader)
+    p.start()
+    ready.get()
+    node = iox2.NodeBuilder.new().create(iox2.ServiceType.Ipc)
+    pub = (service(node).publisher_builder()
+           .unable_to_deliver_strategy(iox2.UnableToDeliverStrategy.Block).create())
+    rec = Payload()
+    for _ in range(n):
+        pub.loan_uninit().write_payload(rec).send()
+    k, secs = done.get()
+    p.join()
+    return (n - 1) / secs
+
+
+# ---- 64 B batched -------------------------------------------------------------------------
+
+def batch_shmflow(n):
+    tx, fd = shmflow.Producer.create_anonymous(segment_size=1 << 20, segment_count=8)
+    done = CTX.Queue()
+
+    def reader():
+        rx = shmflow.Consumer.from_fd(fd)
+        k = len(rx.recv_batch(1 << 16, rows=SMALL))
+        t0 = time.perf_counter()
+        while True:
+            b = rx.recv_batch(1 << 16, rows=SMALL)
+            if len(b) == 0:
+                break
+            k += len(b)
+        done.put((k, time.perf_counter() - t0))
+        os._exit(0)
+
+    p = CTX.Process(target=reader)
+    p.start()
+    os.close(fd)
+    block = np.zeros((1 << 14, SMALL), dtype=np.uint8)
+    sent = 0
+    while sent < n:
+        sent += tx.send_many(block[: min(len(block), n - sent)])
+    tx.close()
+    k, secs = done.get()
+    p.join()
+    assert k == n, (k, n)
+    return n / secs
+
+
+# ---- 64 B round trip ----------------------------------------------------------------------
+
+def rtt_shmflow(n):
+    ping, fd1 = shmflow.Producer.create_anonymous(segment_size=65536, segment_count=4)
+    pong, fd2 = shmflow.Consumer.create_anonymous(segment_size=65536, segment_count=4)
+
+    def echo():
+        rx = shmflow.Consumer.from_fd(fd1)
+        tx = shmflow.Producer.from_fd(fd2)
+        for r in rx:
+            tx.send(r)
+        os._exit(0)
+
+    p = CTX.Process(target=echo)
+    p.start()
+    os.close(fd1)
+    os.close(fd2)
+    rec = b"x" * SMALL
+    lat = []
+    for i in range(n):
+        t0 = time.perf_counter_ns()
+        ping.send(rec)
+        pong.recv()
+        lat.append(time.perf_counter_ns() - t0)
+    ping.close()
+    p.join()
+    return lat
+
+
+def rtt_pipe(n):
+    a, b = CTX.Pipe()
+
+    def echo():
+        while True:
+            m = b.recv_bytes()
+            if not m:
+                break
+            b.send_bytes(m)
+        os._exit(0)
+
+    p = CTX.Process(target=echo)
+    p.start()
+    rec = b"x" * SMALL
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        a.send_bytes(rec)
+        a.recv_bytes()
+        lat.append(time.perf_counter_ns() - t0)
+    a.send_bytes(b"")
+    p.join()
+    return lat
+
+
+def rtt_queue(n):
+    q1, q2 = CTX.Queue(), CTX.Queue()
+
+    def echo():
+        while True:
+            m = q1.get()
+            if m is None:
+                break
+            q2.put(m)
+        os._exit(0)
+
+    p = CTX.Process(target=echo)
+    p.start()
+    rec = b"x" * SMALL
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        q1.put(rec)
+        q2.get()
+        lat.append(time.perf_counter_ns() - t0)
+    q1.put(None)
+    p.join()
+    return lat
+
+
+# ---- 1 MiB arrays -------------------------------------------------------------------------
+
+def touch(view):
+    # One byte of every page, read where it is.
+    return int(np.frombuffer(view, dtype=np.uint8)[::4096].sum())
+
+
+def big_shmflow(n):
+    tx, fd = shmflow.Producer.create_anonymous(segment_size=2 * MIB, segment_count=4)
+    done = CTX.Queue()
+
+    def reader():
+        rx = shmflow.Consumer.from_fd(fd)
+        touch(rx.recv())
+        t0 = time.perf_counter()
+        k = 1
+        for r in rx:
+            touch(r)
+            k += 1
+        done.put((k, time.perf_counter() - t0))
+        os._exit(0)
+
+    p = CTX.Process(target=reader)
+    p.start()
+    os.close(fd)
+    arr = np.ones(MIB, dtype=np.uint8)
+    for _ in range(n):
+        tx.send(arr)
+    tx.close()
+    k, secs = done.get()
+    p.join()
+    assert k == n
+    return (n - 1) * MIB / secs / 1e9
+
+
+def big_pipe(n):
+    a, b = CTX.Pipe(duplex=False)
+    done = CTX.Queue()
+
+    def reader():
+        touch(a.recv_bytes())
+        t0 = time.perf_counter()
+        k = 1
+        while True:
+            m = a.recv_bytes()
+            if not m:
+                break
+            touch(m)
+            k += 1
+        done.put((k, time.perf_counter() - t0))
+        os._exit(0)
+
+    p = CTX.Process(target=reader)
+    p.start()
+    arr = np.ones(MIB, dtype=np.uint8)
+    for _ in range(n):
+        b.send_bytes(arr)
+    b.send_bytes(b"")
+    k, secs = done.get()
+    p.join()
+    return (n - 1) * MIB / secs / 1e9
+
+
+def big_memcpy(n):
+    src = np.ones(MIB, dtype=np.uint8)
+    dst = np.empty(MIB, dtype=np.uint8)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        np.copyto(dst, src)
+        touch(dst)
+    return n * MIB / (time.perf_counter() - t0) / 1e9
+
+
+# ---- driver -------------------------------------------------------------------------------
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "runs": values}
+
+
+def pct(lat, q):
+    s = sorted(lat)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer records and runs")
+    ap.add_argument("--runs", type=int, default=None, help="runs per transport (default 5)")
+    ap.add_argument("--json", help="write the figures to this file")
+    args = ap.parse_args()
+    runs = args.runs or (2 if args.quick else 5)
+    scale = 0.1 if args.quick else 1.0
+    n_one = int(300_000 * scale)
+    n_batch = int(20_000_000 * scale)
+    n_rtt = int(20_000 * scale)
+    n_big = int(2_000 * scale)
+    iox = iceoryx2_or_none()
+
+    print(f"CPU: {cpu_model()}; {os.cpu_count()} CPUs; Python {platform.python_version()}; "
+          f"{runs} runs per transport, alternating")
+    if iox is None:
+        print("iceoryx2 is not installed (pip install iceoryx2): its column is left out")
+    out = {"cpu": cpu_model(), "python": platform.python_version(), "runs": runs}
+
+    one = {"shmflow": one_shmflow, "Pipe": one_pipe, "Queue": one_queue}
+    if iox is not None:
+        one["iceoryx2"] = one_iceoryx2
+    res = {k: [] for k in one}
+    for _ in range(runs):
+        for k, f in one.items():
+            try:
+                res[k].append(f(n_one))
+            except Exception as e:  # an anchor that fails is reported, not fatal
+                print(f"  {k}: failed: {e!r}")
+    one_s = {k: summary(v) for k, v in res.items() if v}
+    out["one_at_a_time_rps"] = one_s
+
+    bat = [batch_shmflow(n_batch) for _ in range(runs)]
+    out["batched_rps"] = summary(bat)
+
+    rtt = {"shmflow": rtt_shmflow, "Pipe": rtt_pipe, "Queue": rtt_queue}
+    rr = {k: [] for k in rtt}
+    for _ in range(runs):
+        for k, f in rtt.items():
+            lat = f(n_rtt)
+            rr[k].append((pct(lat, 0.5) / 1000, pct(lat, 0.99) / 1000))
+    out["rtt_us"] = {k: {"p50": summary([a for a, _ in v]), "p99": summary([b for _, b in v])}
+                     for k, v in rr.items()}
+
+    big = {"shmflow": big_shmflow, "Pipe": big_pipe, "memcpy": big_memcpy}
+    rb = {k: [] for k in big}
+    for _ in range(runs):
+        for k, f in big.items():
+            rb[k].append(f(n_big))
+    out["mib_arrays_gbps"] = {k: summary(v) for k, v in rb.items()}
+
+    def fmt(s, unit=""):
+        return f"{s['median']:.3g}{unit} ({s['min']:.3g}-{s['max']:.3g})"
+
+    print("\n64 B records, one Python call each side (records/s, median (min-max))")
+    for k, s in one_s.items():
+        print(f"  {k:10s} {fmt(s)}")
+    anchors = [s["median"] for k, s in one_s.items() if k != "shmflow"]
+    if anchors and "shmflow" in one_s:
+        r = one_s["shmflow"]["median"] / max(anchors)
+        out["one_vs_fastest_anchor"] = r
+        print(f"  shmflow / fastest anchor: {r:.2f}x  (goal >= 2)")
+    print("\n64 B records batched (send_many / recv_batch(rows=64), records/s)")
+    print(f"  shmflow    {fmt(out['batched_rps'])}  (goal >= 2e7)")
+    print("\n64 B round trip (us)")
+    for k, v in out["rtt_us"].items():
+        print(f"  {k:10s} p50 {fmt(v['p50'])}  p99 {fmt(v['p99'])}")
+    print("\n1 MiB numpy arrays, reader touching every page (GB/s)")
+    for k, s in out["mib_arrays_gbps"].items():
+        print(f"  {k:10s} {fmt(s)}")
+    m = out["mib_arrays_gbps"]
+    r = m["shmflow"]["median"] / m["memcpy"]["median"]
+    out["mib_vs_memcpy"] = r
+    print(f"  shmflow / memcpy: {r:.2f}x  (goal >= 0.8)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
