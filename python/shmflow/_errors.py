@@ -61,3 +61,11 @@ class RecordAborted(Error):
 class ViewsHeld(Error, BufferError):
     """Views of records (or of a claim) that are still alive stop the call: release them
     (``del``, ``memoryview.release()``) or copy them (``bytes(view)``)."""
+
+
+class IoError(Error, OSError):
+    """A system call failed (the message names it and the channel)."""
+
+
+class StaleClaim(Error):
+    """``commit()`` found the claim stale: the producer moved on since the claim."""

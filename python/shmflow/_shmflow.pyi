@@ -5,7 +5,10 @@ from typing import Any, Iterator, Optional, Tuple, Type, Union
 
 from typing_extensions import Buffer, Self
 
+from ._types import Barrier, Event
+
 MAX_EVENT_PAYLOAD: int
+MAX_BARRIER_PAYLOAD: int
 LAYOUT_VERSION: int
 
 class Producer:
@@ -28,6 +31,10 @@ class Producer:
     def flush(self) -> None: ...
     def send_event(
         self, kind: int, payload: Optional[Buffer] = None, priority: bool = False,
+        timeout: Optional[float] = None,
+    ) -> None: ...
+    def send_barrier(
+        self, id: int, alignment: Union[str, float, None] = None, payload: Optional[Buffer] = None,
         timeout: Optional[float] = None,
     ) -> None: ...
     def close(self, timeout: Optional[float] = None) -> None: ...
@@ -56,6 +63,9 @@ class Consumer:
     @staticmethod
     def from_fd(fd: int) -> Consumer: ...
     def recv(self, timeout: Optional[float] = None) -> Optional[memoryview]: ...
+    def recv_message(
+        self, timeout: Optional[float] = None,
+    ) -> Union[memoryview, Event, Barrier, None]: ...
     def try_recv(self) -> Optional[memoryview]: ...
     def recv_batch(
         self, max: int, timeout: Optional[float] = None, rows: Optional[int] = None,

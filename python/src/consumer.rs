@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use shmflow::{Record, RecvError, RecvTimeoutError, SegmentHold, TryRecvError};
+use shmflow::{Alignment, Message, Record, RecvError, RecvTimeoutError, SegmentHold, TryRecvError};
 
 use crate::errors::{raise, to_py};
 use crate::view::{self, Keep};
@@ -65,26 +65,87 @@ impl Drop for Pin {
 
 /// A record taken from the consumer, before it becomes a Python object.
 enum Got {
-    /// In one segment: its bytes stay where they are while the hold lives.
-    InPlace {
-        ptr: usize,
-        len: usize,
-        hold: Option<SegmentHold>,
-    },
+    /// In one segment: its bytes stay where they are while the pin (a hold on the segment)
+    /// lives. Dropping it unused gives the hold back.
+    InPlace { ptr: usize, len: usize, pin: Pin },
     /// Spanning segments: copied out.
     Copied(Vec<u8>),
+    /// An event (`recv_message`).
+    Event {
+        kind: u32,
+        payload: Vec<u8>,
+        priority: bool,
+    },
+    /// A checkpoint barrier (`recv_message`).
+    Barrier {
+        id: u64,
+        emitted_ns: u64,
+        /// `Err(())` for unaligned, `Ok(None)` for aligned, `Ok(Some(secs))` for aligned
+        /// with a timeout.
+        alignment: Result<Option<f64>, ()>,
+        payload: Vec<u8>,
+        priority: bool,
+    },
 }
 
-fn take(mut r: Record<'_>) -> Result<Got, RecvError> {
+/// A message as `recv_message` hands it out; `None` for a latency marker (counted in the
+/// consumer's figures, not handed out).
+fn take_message(
+    m: Message<'_>,
+    core: &Arc<ConsumerCore>,
+    whole: impl FnOnce(Record<'_>) -> Result<Vec<u8>, RecvError>,
+) -> Result<Option<Got>, RecvError> {
+    Ok(Some(match m {
+        Message::Record(r) => take(r, core, whole)?,
+        Message::Event(e) => Got::Event {
+            kind: e.kind,
+            payload: e.payload.to_vec(),
+            priority: e.priority,
+        },
+        Message::Barrier(b) => Got::Barrier {
+            id: b.id,
+            emitted_ns: b.emitted_ns,
+            alignment: match b.alignment {
+                Alignment::Aligned => Ok(None),
+                Alignment::AlignedWithTimeout(d) => Ok(Some(d.as_secs_f64())),
+                _ => Err(()),
+            },
+            payload: b.payload.to_vec(),
+            priority: b.priority,
+        },
+        _ => return Ok(None),
+    }))
+}
+
+/// A record as a `Got`: in place, with a pin on its segment, or, for one that spans
+/// segments, copied whole by `whole` (which waits for the parts still to come: a caller that
+/// holds the GIL lets go of it there).
+fn take(
+    mut r: Record<'_>,
+    core: &Arc<ConsumerCore>,
+    whole: impl FnOnce(Record<'_>) -> Result<Vec<u8>, RecvError>,
+) -> Result<Got, RecvError> {
     if let Some(b) = r.as_bytes() {
         let (ptr, len) = (b.as_ptr() as usize, b.len());
-        return Ok(Got::InPlace {
-            ptr,
-            len,
-            hold: r.hold_segment(),
+        return Ok(match r.hold_segment() {
+            Some(hold) => Got::InPlace {
+                ptr,
+                len,
+                pin: Pin {
+                    hold: Some(hold),
+                    core: core.clone(),
+                },
+            },
+            // (A channel's own segment can always be held; copied if not.)
+            None => Got::Copied(r.as_bytes().unwrap_or_default().to_vec()),
         });
     }
-    Ok(Got::Copied(r.to_vec()?))
+    Ok(Got::Copied(whole(r)?))
+}
+
+/// `whole` for a caller that has let go of the GIL.
+fn to_vec(r: Record<'_>) -> Result<Vec<u8>, RecvError> {
+    r.to_vec()
 }
 
 /// The reading end of a channel. Records come as read-only `memoryview`s of the shared
@@ -109,6 +170,8 @@ pub(crate) struct PyConsumer {
     /// A record that `recv_batch(rows=…)` took but could not put in its array: the next
     /// receive returns it first.
     leftover: Option<Py<PyAny>>,
+    /// A failure met by a batch after it had taken records: raised by the next receive.
+    pending: Option<PyErr>,
 }
 
 impl PyConsumer {
@@ -124,6 +187,7 @@ impl PyConsumer {
             name,
             segments,
             leftover: None,
+            pending: None,
         }
     }
 
@@ -137,6 +201,14 @@ impl PyConsumer {
         })
     }
 
+    /// Raises the failure a batch met after it had taken records.
+    fn raise_pending(&mut self) -> PyResult<()> {
+        match self.pending.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// Releases the views of the last receive (see the type's documentation).
     fn retire(&mut self, py: Python<'_>) {
         for (exporter, mv) in self.out.drain(..) {
@@ -145,21 +217,13 @@ impl PyConsumer {
     }
 
     /// A Python object for a record: a memoryview of it in place, or of its copy.
-    fn hand_out(
-        &mut self,
-        py: Python<'_>,
-        core: &Arc<ConsumerCore>,
-        got: Got,
-    ) -> PyResult<Py<PyAny>> {
+    fn hand_out(&mut self, py: Python<'_>, got: Got) -> PyResult<Py<PyAny>> {
         match got {
-            Got::InPlace { ptr, len, hold } => {
-                let pin = Pin {
-                    hold,
-                    core: core.clone(),
-                };
-                // SAFETY: the record's bytes are in a segment that `hold` keeps from the
-                // producer (and the consumer, kept by `core`, keeps mapped) while the pin
-                // lives; the view is read-only.
+            Got::InPlace { ptr, len, pin } => {
+                // SAFETY: the record's bytes are in a segment that the pin's hold keeps from
+                // the producer (and the consumer, kept by the pin's `core`, keeps mapped)
+                // while the pin lives, which is as long as the exporter; the view is
+                // read-only.
                 let (exporter, mv) =
                     unsafe { view::new_view(py, ptr as *mut u8, len, true, Keep::Record(pin))? };
                 self.out.push((exporter, mv.clone_ref(py)));
@@ -169,40 +233,116 @@ impl PyConsumer {
                 let b = PyBytes::new(py, &v);
                 Ok(pyo3::types::PyMemoryView::from(&b)?.into_any().unbind())
             }
+            Got::Event {
+                kind,
+                payload,
+                priority,
+            } => {
+                let cls = py.import("shmflow._types")?.getattr("Event")?;
+                Ok(cls
+                    .call1((kind, PyBytes::new(py, &payload), priority))?
+                    .unbind())
+            }
+            Got::Barrier {
+                id,
+                emitted_ns,
+                alignment,
+                payload,
+                priority,
+            } => {
+                let cls = py.import("shmflow._types")?.getattr("Barrier")?;
+                let alignment: Py<PyAny> = match alignment {
+                    Ok(None) => "aligned".into_pyobject(py)?.into_any().unbind(),
+                    Err(()) => "unaligned".into_pyobject(py)?.into_any().unbind(),
+                    Ok(Some(t)) => t.into_pyobject(py)?.into_any().unbind(),
+                };
+                Ok(cls
+                    .call1((
+                        id,
+                        emitted_ns,
+                        alignment,
+                        PyBytes::new(py, &payload),
+                        priority,
+                    ))?
+                    .unbind())
+            }
         }
     }
 
-    /// One record, waiting up to `deadline`: `None` at the end of the stream.
-    fn recv_one(&mut self, py: Python<'_>, deadline: Deadline) -> PyResult<Option<Got>> {
+    /// One record (or, with `messages`, one record, event or barrier), waiting up to
+    /// `deadline`: `None` at the end of the stream.
+    fn recv_one(
+        &mut self,
+        py: Python<'_>,
+        deadline: Deadline,
+        messages: bool,
+    ) -> PyResult<Option<Got>> {
         let core = self.core(py)?;
         // Without letting go of the interpreter first: a record that is already there costs
         // no thread switch.
         if let Ok(mut rx) = core.rx.try_lock() {
             core.release_pending(&mut rx).map_err(|e| to_py(py, e))?;
-            match rx.try_recv() {
-                Ok(Some(r)) => return take(r).map(Some).map_err(|e| to_py(py, e)),
-                Ok(None) => return Ok(None),
-                Err(TryRecvError::Empty) => {}
-                Err(e) => return Err(to_py(py, e)),
+            let got = if messages {
+                match rx.try_recv_message() {
+                    Ok(Some(m)) => take_message(m, &core, |r| py.detach(move || r.to_vec()))
+                        .map(|g| g.map(Some))
+                        .map_err(shmflow::Error::from),
+                    Ok(None) => Ok(Some(None)),
+                    Err(TryRecvError::Empty) => Ok(None),
+                    Err(e) => Err(shmflow::Error::from(e)),
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(Some(r)) => take(r, &core, |r| py.detach(move || r.to_vec()))
+                        .map(|g| Some(Some(g)))
+                        .map_err(shmflow::Error::from),
+                    Ok(None) => Ok(Some(None)),
+                    Err(TryRecvError::Empty) => Ok(None),
+                    Err(e) => Err(shmflow::Error::from(e)),
+                }
+            };
+            // `Some(x)`: done with `x` (a record or the end); `None`: wait.
+            if let Some(done) = got.map_err(|e| to_py(py, e))? {
+                return Ok(done);
             }
         }
         let segments = self.segments;
-        wait::until(py, deadline, &self.name, |slice_end| {
+        let got = wait::until(py, deadline, &self.name, |slice_end| {
             let mut rx = core.lock();
             core.release_pending(&mut rx)?;
-            let timed_out = match rx.recv_deadline(slice_end) {
-                Ok(Some(r)) => return Ok(wait::Step::Done(Some(take(r)?))),
-                Ok(None) => return Ok(wait::Step::Done(None)),
-                Err(RecvTimeoutError::Timeout) => true,
-                Err(e) => return Err(e.into()),
+            let timed_out = if messages {
+                match rx.recv_message_deadline(slice_end) {
+                    Ok(Some(m)) => match take_message(m, &core, to_vec)? {
+                        Some(g) => return Ok(wait::Step::Done(Some(g))),
+                        None => return Ok(wait::Step::Again),
+                    },
+                    Ok(None) => return Ok(wait::Step::Done(None)),
+                    Err(RecvTimeoutError::Timeout) => true,
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                match rx.recv_deadline(slice_end) {
+                    Ok(Some(r)) => return Ok(wait::Step::Done(Some(take(r, &core, to_vec)?))),
+                    Ok(None) => return Ok(wait::Step::Done(None)),
+                    Err(RecvTimeoutError::Timeout) => true,
+                    Err(e) => return Err(e.into()),
+                }
             };
             debug_assert!(timed_out);
+            // Views that went during the slice give their segments back first.
+            core.release_pending(&mut rx)?;
             if rx.held_segments() >= segments {
                 Ok(wait::Step::Stuck)
             } else {
                 Ok(wait::Step::Again)
             }
-        })
+        });
+        // Views dropped by other threads while this receive waited give their segments back
+        // now, not at the next call.
+        if let Ok(mut rx) = core.rx.try_lock() {
+            core.release_pending(&mut rx).map_err(|e| to_py(py, e))?;
+        }
+        got
     }
 }
 
@@ -272,10 +412,34 @@ impl PyConsumer {
         if let Some(l) = self.leftover.take() {
             return Ok(Some(l));
         }
+        self.raise_pending()?;
         let deadline = wait::deadline(timeout)?;
-        let core = self.core(py)?;
-        match self.recv_one(py, deadline)? {
-            Some(g) => self.hand_out(py, &core, g).map(Some),
+        match self.recv_one(py, deadline, false)? {
+            Some(g) => self.hand_out(py, g).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The next message: a record (a memoryview, as ``recv`` gives), an ``Event`` (``kind``,
+    /// ``payload``, ``priority``) or a ``Barrier`` (``id``, ``emitted_ns``, ``alignment``:
+    /// ``"aligned"``, ``"unaligned"`` or the seconds after which it turns unaligned,
+    /// ``payload``, ``priority``), in the order the channel delivers them (a priority event
+    /// overtakes the records queued before it). ``None`` at the end of the stream. ``recv``
+    /// skips events and barriers.
+    #[pyo3(signature = (timeout = None))]
+    fn recv_message(
+        &mut self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        self.retire(py);
+        if let Some(l) = self.leftover.take() {
+            return Ok(Some(l));
+        }
+        self.raise_pending()?;
+        let deadline = wait::deadline(timeout)?;
+        match self.recv_one(py, deadline, true)? {
+            Some(g) => self.hand_out(py, g).map(Some),
             None => Ok(None),
         }
     }
@@ -317,38 +481,49 @@ impl PyConsumer {
         if let Some(k) = rows {
             return self.recv_rows(py, max, timeout, k);
         }
+        self.raise_pending()?;
         let list = PyList::empty(py);
         if let Some(l) = self.leftover.take() {
             list.append(l)?;
         } else {
             let deadline = wait::deadline(timeout)?;
-            let core = self.core(py)?;
-            match self.recv_one(py, deadline)? {
-                Some(g) => list.append(self.hand_out(py, &core, g)?)?,
+            match self.recv_one(py, deadline, false)? {
+                Some(g) => list.append(self.hand_out(py, g)?)?,
                 None => return Ok(list.into_any().unbind()),
             }
         }
         let core = self.core(py)?;
         let mut got = Vec::new();
-        {
+        let failed = {
             let mut rx = core.lock();
             let room = max - list.len();
             rx.try_drain(room, |r| {
-                got.push(take(r)?);
+                got.push(take(r, &core, |r| py.detach(move || r.to_vec()))?);
                 Ok::<_, RecvError>(())
             })
-            .map_err(|e| to_py(py, e))?;
-        }
+            .err()
+        };
         for g in got {
-            list.append(self.hand_out(py, &core, g)?)?;
+            list.append(self.hand_out(py, g)?)?;
+        }
+        // The records taken before a failure are handed out; the failure comes with the
+        // next receive.
+        if let Some(e) = failed {
+            self.pending = Some(to_py(py, e));
         }
         Ok(list.into_any().unbind())
     }
 
     /// Releases the views of the last receive now (they are released by the next receive
     /// anyway): their segments go back to the producer unless buffers made from them live.
-    fn release(&mut self, py: Python<'_>) {
+    fn release(&mut self, py: Python<'_>) -> PyResult<()> {
         self.retire(py);
+        if let Some(core) = &self.core {
+            if let Ok(mut rx) = core.rx.try_lock() {
+                core.release_pending(&mut rx).map_err(|e| to_py(py, e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Detaches: the producer's next call raises ``Closed``. Views still alive keep the
@@ -356,6 +531,7 @@ impl PyConsumer {
     fn close(&mut self, py: Python<'_>) {
         self.retire(py);
         self.leftover = None;
+        self.pending = None;
         self.core = None;
     }
 
@@ -432,69 +608,65 @@ impl PyConsumer {
         if k == 0 {
             return Err(PyValueError::new_err("rows must be at least 1 byte"));
         }
-        let mut block: Vec<u8> = Vec::with_capacity(max.min(1 << 20) * k);
-        let mut n = 0usize;
-        let mut odd: Option<Vec<u8>> = None;
-        // The first record: waited for.
-        if let Some(l) = self.leftover.take() {
-            let b: Vec<u8> = l.bind(py).call_method0("tobytes")?.extract()?;
-            if b.len() != k {
-                self.leftover = Some(l);
-                return Err(PyValueError::new_err(format!(
-                    "the next record is {} bytes, not {k}: receive it with recv()",
-                    b.len()
-                )));
-            }
-            block.extend_from_slice(&b);
-            n = 1;
-        } else {
-            let deadline = wait::deadline(timeout)?;
-            match self.recv_one(py, deadline)? {
-                Some(Got::InPlace { ptr, len, hold }) => {
-                    // SAFETY: the hold (released just below, after the copy) keeps the bytes.
-                    let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
-                    if len == k {
-                        block.extend_from_slice(bytes);
-                        n = 1;
-                    } else {
-                        odd = Some(bytes.to_vec());
-                    }
-                    self.unhold(hold);
-                }
-                Some(Got::Copied(v)) if v.len() == k => {
-                    block.extend_from_slice(&v);
-                    n = 1;
-                }
-                Some(Got::Copied(v)) => odd = Some(v),
-                None => {}
-            }
+        let mismatch = |len: usize| {
+            PyValueError::new_err(format!(
+                "the next record is {len} bytes, not {k}: receive it with recv()"
+            ))
+        };
+        if let Some(l) = &self.leftover {
+            return Err(mismatch(l.bind(py).len()?));
         }
-        if odd.is_none() && n > 0 && n < max {
+        self.raise_pending()?;
+        // Reserved up to 64 MiB; more grows as records come.
+        let mut block: Vec<u8> = Vec::with_capacity(max.saturating_mul(k).min(64 << 20));
+        let mut odd: Option<Vec<u8>> = None;
+        let deadline = wait::deadline(timeout)?;
+        match self.recv_one(py, deadline, false)? {
+            Some(Got::InPlace { ptr, len, pin }) => {
+                // SAFETY: the pin (dropped just below, after the copy) keeps the bytes.
+                let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+                if len == k {
+                    block.extend_from_slice(bytes);
+                } else {
+                    odd = Some(bytes.to_vec());
+                }
+                drop(pin);
+            }
+            Some(Got::Copied(v)) if v.len() == k => block.extend_from_slice(&v),
+            Some(Got::Copied(v)) => odd = Some(v),
+            // (`recv_one` without messages hands out records only.)
+            Some(Got::Event { .. } | Got::Barrier { .. }) | None => {}
+        }
+        if odd.is_none() && block.len() == k && max > 1 {
             let core = self.core(py)?;
             let mut rx = core.lock();
             // The batch stops at the first record of another length (kept for the next
             // receive).
-            let stopped = rx.try_drain(max - n, |r: Record<'_>| {
+            let stopped = rx.try_drain(max - 1, |r: Record<'_>| {
                 match r.as_bytes() {
                     Some(b) if b.len() == k => {
                         block.extend_from_slice(b);
                         return Ok(());
                     }
                     Some(b) => odd = Some(b.to_vec()),
-                    None => odd = Some(r.to_vec()?),
+                    None => odd = Some(py.detach(move || r.to_vec())?),
                 }
                 Err(Stop::Odd)
             });
             drop(rx);
-            match stopped {
-                Ok(_) | Err(Stop::Odd) => {}
-                Err(Stop::Failed(e)) => return Err(to_py(py, e)),
+            if let Err(Stop::Failed(e)) = stopped {
+                // Handed out with the next receive, after the records taken.
+                self.pending = Some(to_py(py, e));
             }
-            n = block.len() / k;
         }
+        let n = block.len() / k;
         if let Some(v) = odd {
+            let len = v.len();
             let b = PyBytes::new(py, &v);
             self.leftover = Some(pyo3::types::PyMemoryView::from(&b)?.into_any().unbind());
+            if n == 0 {
+                return Err(mismatch(len));
+            }
         }
         let bytes = PyBytes::new(py, &block);
         let mv = pyo3::types::PyMemoryView::from(&bytes)?;
@@ -503,16 +675,6 @@ impl PyConsumer {
             return Ok(mv.into_any().unbind());
         }
         Ok(mv.call_method1("cast", ("B", (n, k)))?.unbind())
-    }
-
-    /// Gives a hold back at once (a record copied out needs no hold).
-    fn unhold(&self, hold: Option<SegmentHold>) {
-        if let (Some(h), Some(core)) = (hold, &self.core) {
-            drop(Pin {
-                hold: Some(h),
-                core: core.clone(),
-            });
-        }
     }
 }
 

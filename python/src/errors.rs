@@ -38,6 +38,7 @@ pub(crate) fn to_py(py: Python<'_>, e: impl Into<Error>) -> PyErr {
         Error::Corrupt(_) => "Corrupt",
         Error::RecordTooLarge(_) => "RecordTooLarge",
         Error::RecordAborted(_) => "RecordAborted",
+        Error::Io(_) => "IoError",
         _ => "Error",
     };
     let message = match &e {

@@ -130,6 +130,7 @@ fn _shmflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<consumer::PyConsumer>()?;
     m.add("MAX_EVENT_PAYLOAD", shmflow::MAX_EVENT_PAYLOAD)?;
+    m.add("MAX_BARRIER_PAYLOAD", shmflow::MAX_BARRIER_PAYLOAD)?;
     m.add("LAYOUT_VERSION", shmflow::LAYOUT_VERSION)?;
     Ok(())
 }

@@ -1,13 +1,13 @@
 //! `shmflow.Producer`: copies any buffer into a segment once, or lets the caller fill a
 //! claimed part of a segment in place.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use shmflow::{DetachedClaim, SendTimeoutError, TrySendError};
+use shmflow::{Alignment, DetachedClaim, SendTimeoutError, TrySendError};
 
 use crate::errors::{raise, to_py};
 use crate::view::{self, Keep, RawBuffer};
@@ -23,6 +23,20 @@ const LIST_CHUNK: usize = 1024;
 /// The producer, shared with the exporter of an open claim (which keeps the mapping alive).
 pub(crate) struct ProducerCore {
     tx: Mutex<Option<shmflow::Producer>>,
+    /// The stream is to end as failed when the last user of the core goes (asked for while
+    /// views of a claim kept the producer alive).
+    fail_on_drop: AtomicBool,
+}
+
+impl Drop for ProducerCore {
+    fn drop(&mut self) {
+        // Relaxed: the flag was set by a thread that had the core; dropping it ends every use.
+        if self.fail_on_drop.load(Ordering::Relaxed) {
+            if let Some(tx) = self.tx.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+                tx.fail();
+            }
+        }
+    }
 }
 
 /// A claim handed out as a writable memoryview, not committed yet.
@@ -80,9 +94,10 @@ unsafe fn bytes<'a>((ptr, len): (usize, usize)) -> &'a [u8] {
     if len == 0 {
         return &[];
     }
-    // SAFETY: the caller keeps the export alive; an exporter's memory is `len` bytes at
-    // `buf`. Another thread may write a bytearray under us: the record is then torn, which
-    // is that program's race, as with any C extension that reads a buffer without the GIL.
+    // SAFETY: the caller keeps the export alive, so the exporter's `len` bytes at `buf` stay
+    // allocated. Another Python thread could write a bytearray while we copy it without the
+    // GIL: a data race on plain bytes, which the buffer protocol leaves to the program (as
+    // for every C extension that reads a buffer without the GIL); the copy is then torn.
     unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
 }
 
@@ -115,6 +130,7 @@ impl PyProducer {
         PyProducer {
             core: Arc::new(ProducerCore {
                 tx: Mutex::new(Some(tx)),
+                fail_on_drop: AtomicBool::new(false),
             }),
             claim: None,
             name,
@@ -199,7 +215,7 @@ impl PyProducer {
         py: Python<'_>,
         spans: &[(usize, usize)],
         deadline: wait::Deadline,
-    ) -> PyResult<usize> {
+    ) -> Result<usize, (usize, PyErr)> {
         let core = &*self.core;
         let next = AtomicUsize::new(0);
         let max_unspanned = self.max_unspanned;
@@ -229,9 +245,17 @@ impl PyProducer {
                 next.store(i + 1, Ordering::Relaxed);
             }
         });
-        r?;
-        Ok(next.load(Ordering::Relaxed))
+        // Relaxed: read after the last slice, on this thread.
+        let sent = next.load(Ordering::Relaxed);
+        r.map(|()| sent).map_err(|e| (sent, e))
     }
+}
+
+/// `e` with the number of records sent before it, as its `sent` attribute.
+fn with_sent(py: Python<'_>, e: PyErr, sent: usize) -> PyErr {
+    // (An exception that takes no attributes is raised as it is.)
+    let _ = e.value(py).setattr("sent", sent);
+    e
 }
 
 #[pymethods]
@@ -320,6 +344,14 @@ impl PyProducer {
     ) -> PyResult<usize> {
         self.no_claim(py)?;
         let deadline = wait::deadline(timeout)?;
+        if records.is_instance_of::<pyo3::types::PyBytes>()
+            || records.is_instance_of::<pyo3::types::PyByteArray>()
+        {
+            return Err(PyTypeError::new_err(
+                "send_many of one bytes object would send a record per byte: use send(), or \
+                 pass a list of records",
+            ));
+        }
         if records.is_instance_of::<PyList>() || records.is_instance_of::<PyTuple>() {
             let items: Vec<Bound<'_, PyAny>> = records.try_iter()?.collect::<PyResult<_>>()?;
             let mut sent = 0;
@@ -329,7 +361,10 @@ impl PyProducer {
                     .map(|o| Buf::get(o, view::PYBUF_SIMPLE))
                     .collect::<PyResult<Vec<Buf>>>()?;
                 let spans: Vec<_> = bufs.iter().map(Buf::span).collect();
-                sent += self.send_spans(py, &spans, deadline)?;
+                let before = sent;
+                sent += self
+                    .send_spans(py, &spans, deadline)
+                    .map_err(|(k, e)| with_sent(py, e, before + k))?;
             }
             return Ok(sent);
         }
@@ -349,6 +384,7 @@ impl PyProducer {
         let row = len / rows;
         let spans: Vec<_> = (0..rows).map(|i| (base + i * row, row)).collect();
         self.send_spans(py, &spans, deadline)
+            .map_err(|(k, e)| with_sent(py, e, k))
     }
 
     /// Claims ``n`` bytes in a segment and returns them as a writable memoryview, to fill in
@@ -385,7 +421,9 @@ impl PyProducer {
         let (claim, ptr) = got?;
         // SAFETY: the claimed bytes are the producer's alone until the claim is committed or
         // dropped, and every other call is refused meanwhile (`no_claim`); `Keep::Claim`
-        // keeps the producer, and so the mapping, alive while the view lives.
+        // keeps the core alive while the view lives, and the producer stays in it (and the
+        // mapping with it) because `close` and `fail` take it out only after the claim's
+        // views are gone (`fail` otherwise leaves it to the core's drop).
         let (exporter, mv) = unsafe {
             view::new_view(py, ptr as *mut u8, n, false, Keep::Claim(self.core.clone()))?
         };
@@ -401,18 +439,20 @@ impl PyProducer {
     /// claim's memoryview is released; buffers made from it must be released first.
     #[pyo3(signature = (length = None))]
     fn commit(&mut self, py: Python<'_>, length: Option<usize>) -> PyResult<()> {
+        if let (Some(open), Some(len)) = (&self.claim, length) {
+            if len > open.claim.len() {
+                return Err(PyValueError::new_err(format!(
+                    "commit({len}) is more than the {} bytes claimed (the claim stays open)",
+                    open.claim.len()
+                )));
+            }
+        }
         let c = self.end_claim(py)?;
         let len = length.unwrap_or(c.len());
-        if len > c.len() {
-            return Err(PyValueError::new_err(format!(
-                "commit({len}) is more than the {} bytes claimed",
-                c.len()
-            )));
-        }
         let mut g = lock(&self.core);
         let tx = g.as_mut().ok_or_else(|| self.closed(py))?;
         tx.commit_detached(c, len)
-            .map_err(|e| raise(py, "Error", e.to_string()))
+            .map_err(|e| raise(py, "StaleClaim", e.to_string()))
     }
 
     /// Drops the open claim: nothing is sent.
@@ -479,6 +519,59 @@ impl PyProducer {
         r
     }
 
+    /// Sends checkpoint barrier ``id`` with a small ``payload`` (at most
+    /// ``shmflow.MAX_BARRIER_PAYLOAD`` bytes). ``alignment``: ``"aligned"`` (a gate holds each
+    /// channel whose barrier came until it came on all), ``"unaligned"`` (announced ahead of
+    /// the queued records, which it hands back as in-flight data), or a number of seconds
+    /// after which an aligned barrier turns unaligned.
+    #[pyo3(signature = (id, alignment = None, payload = None, timeout = None))]
+    fn send_barrier(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        alignment: Option<&Bound<'_, PyAny>>,
+        payload: Option<&Bound<'_, PyAny>>,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
+        self.no_claim(py)?;
+        let alignment = match alignment {
+            None => Alignment::Aligned,
+            Some(a) => match a.extract::<String>() {
+                Ok(s) if s == "aligned" => Alignment::Aligned,
+                Ok(s) if s == "unaligned" => Alignment::Unaligned,
+                Ok(s) => {
+                    return Err(PyValueError::new_err(format!(
+                        "alignment is \"aligned\", \"unaligned\" or seconds, not {s:?}"
+                    )))
+                }
+                Err(_) => {
+                    let secs: f64 = a.extract()?;
+                    let d = std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
+                        PyValueError::new_err(format!("alignment timeout {secs} is out of range"))
+                    })?;
+                    Alignment::AlignedWithTimeout(d)
+                }
+            },
+        };
+        let buf = payload
+            .map(|p| Buf::get(p, view::PYBUF_SIMPLE))
+            .transpose()?;
+        let span = buf.as_ref().map_or((0, 0), Buf::span);
+        let core = &*self.core;
+        wait::until(py, wait::deadline(timeout)?, &self.name, |end| {
+            let mut g = lock(core);
+            let Some(tx) = g.as_mut() else {
+                return Ok(Step::Closed);
+            };
+            // SAFETY: `buf` holds the export for the call.
+            match tx.send_barrier_deadline(id, alignment, unsafe { bytes(span) }, end) {
+                Ok(()) => Ok(Step::Done(())),
+                Err(SendTimeoutError::Timeout) => Ok(Step::Again),
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
     /// Ends the stream: the consumer reads every record sent, then the end. With ``timeout``
     /// (seconds), waits until the consumer has read everything, raising ``Timeout`` if it
     /// has not by then (the stream is ended either way).
@@ -505,10 +598,15 @@ impl PyProducer {
     /// Ends the stream as failed: the consumer gets ``ProducerFailed`` after the records
     /// sent before.
     fn fail(&mut self, py: Python<'_>) -> PyResult<()> {
-        if self.claim.is_some() {
-            self.abort_claim(py)?;
+        if self.claim.is_some() && self.abort_claim(py).is_err() {
+            // Views of the claim still reach into the segment: the producer (and the
+            // mapping) stays until they go, and fails then.
+            self.claim = None;
+            self.core.fail_on_drop.store(true, Ordering::Relaxed);
+            return Ok(());
         }
-        if let Some(tx) = lock(&self.core).take() {
+        let tx = py.detach(|| lock(&self.core).take());
+        if let Some(tx) = tx {
             tx.fail();
         }
         Ok(())
@@ -516,20 +614,17 @@ impl PyProducer {
 
     /// The channel's counters and Flink's figures, as a dict (see ``shmflow stat``).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let g = lock(&self.core);
-        let tx = g.as_ref().ok_or_else(|| self.closed(py))?;
-        crate::snapshot_dict(py, &tx.metrics())
+        // The lock is waited for without the GIL: a send may hold it while it waits.
+        let snap = py.detach(|| lock(&self.core).as_ref().map(|tx| tx.metrics()));
+        crate::snapshot_dict(py, &snap.ok_or_else(|| self.closed(py))?)
     }
 
     /// Sets how a waiting send waits: ``"block"`` (the default), ``"park"`` or
     /// ``"busy-poll:200us"`` (see ``Consumer.set_wait``).
     fn set_wait(&self, py: Python<'_>, wait: &str) -> PyResult<()> {
         let w = crate::parse_wait(wait)?;
-        let mut g = lock(&self.core);
-        g.as_mut()
-            .ok_or_else(|| self.closed(py))?
-            .set_wait_strategy(w);
-        Ok(())
+        let set = py.detach(|| lock(&self.core).as_mut().map(|tx| tx.set_wait_strategy(w)));
+        set.ok_or_else(|| self.closed(py))
     }
 
     /// The channel's name.
@@ -566,10 +661,10 @@ impl PyProducer {
     }
 
     fn __repr__(&self) -> String {
-        let state = if lock(&self.core).is_some() {
-            "open"
-        } else {
-            "closed"
+        let state = match self.core.tx.try_lock() {
+            Ok(g) if g.is_some() => "open",
+            Ok(_) => "closed",
+            Err(_) => "in use",
         };
         format!("<shmflow.Producer {} ({state})>", self.name)
     }

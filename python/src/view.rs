@@ -116,6 +116,7 @@ unsafe extern "C" fn getbuffer(
             flags,
         ) < 0
         {
+            (*view).obj = ptr::null_mut();
             return -1;
         }
         (*v).exports += 1;
@@ -237,14 +238,19 @@ pub(crate) unsafe fn new_view(
 /// whether it was invalidated; if not, buffers made from the view (slices, arrays) are still
 /// alive, and the exporter keeps the bytes until they go.
 pub(crate) fn retire(py: Python<'_>, exporter: &Py<PyAny>, view: &Py<PyAny>) -> bool {
+    // SAFETY: reads the type of a live object (we hold a reference); GIL held.
+    let tp = unsafe { ffi::Py_TYPE(exporter.as_ptr()) };
+    if tp != VIEW_TYPE.load(Ordering::Acquire) {
+        return false;
+    }
     // A memoryview with buffers exported from it refuses (BufferError): it stays usable and
     // keeps the exporter.
     if view.call_method0(py, "release").is_err() {
         return false;
     }
     let obj = exporter.as_ptr() as *mut ViewObject;
-    // SAFETY: `exporter` is an instance of the exporter type (made by `new_view`), alive
-    // (we hold a reference); GIL held.
+    // SAFETY: `exporter` is an instance of the exporter type (checked above), alive (we hold
+    // a reference); GIL held.
     unsafe {
         if (*obj).exports != 0 {
             return false;

@@ -22,7 +22,8 @@ pub(crate) fn deadline(timeout: Option<f64>) -> PyResult<Deadline> {
         Some(t) if t.is_finite() && t >= 0.0 => {
             let d = Duration::try_from_secs_f64(t)
                 .map_err(|_| PyValueError::new_err(format!("timeout {t} is out of range")))?;
-            Ok(Some(Instant::now() + d))
+            // A timeout past what the clock can hold waits as long as it takes.
+            Ok(Instant::now().checked_add(d))
         }
         Some(t) => Err(PyValueError::new_err(format!(
             "timeout must be a number of seconds >= 0 or None, not {t}"

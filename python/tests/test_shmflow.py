@@ -344,3 +344,109 @@ def test_named_channels_across_processes():
     out, _ = p.communicate(timeout=60)
     assert int(out) == sum(i % 100 for i in range(1000))
     assert not os.path.exists("/dev/shm" + name)
+
+
+def test_events_and_barriers_arrive_in_their_place():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    p = child("""
+        rx = shmflow.Consumer.from_fd(FD)
+        seen = []
+        while True:
+            m = rx.recv_message(timeout=30)
+            if m is None:
+                break
+            if isinstance(m, shmflow.Event):
+                seen.append(("event", m.kind, m.payload, m.priority))
+            elif isinstance(m, shmflow.Barrier):
+                seen.append(("barrier", m.id, m.alignment, m.payload))
+            else:
+                seen.append(("record", bytes(m)))
+        print(repr(seen))
+    """, fd)
+    os.close(fd)
+    tx.send(b"one")
+    tx.send_event(7, b"config")
+    tx.send(b"two")
+    tx.send_barrier(1, payload=b"cp")
+    tx.send(b"three")
+    tx.close()
+    import ast
+    seen = ast.literal_eval(finish(p).strip())
+    assert seen == [
+        ("record", b"one"),
+        ("event", 7, b"config", False),
+        ("record", b"two"),
+        ("barrier", 1, "aligned", b"cp"),
+        ("record", b"three"),
+    ]
+    # A plain receive skips them.
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    tx.send_event(1)
+    tx.send(b"r")
+    tx.send_barrier(2, alignment="unaligned")
+    tx.close()
+    assert [bytes(r) for r in rx] == [b"r"]
+    with pytest.raises(ValueError):
+        shmflow.Producer.create_anonymous()[0].send_barrier(3, alignment="sideways")
+
+
+def test_a_batch_keeps_the_records_before_a_failure():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    for i in range(5):
+        tx.send(bytes([i]) * 10)
+    tx.fail()
+    batch = rx.recv_batch(100, timeout=10)
+    assert [bytes(v)[0] for v in batch] == [0, 1, 2, 3, 4]
+    with pytest.raises(shmflow.ProducerFailed):
+        rx.recv_batch(100, timeout=10)
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    tx.send_many(np.arange(3, dtype="<u8"))
+    tx.send(b"odd")
+    tx.fail()
+    rows = rx.recv_batch(100, timeout=10, rows=8)
+    assert list(np.frombuffer(rows, dtype="<u8")) == [0, 1, 2]
+    with pytest.raises(ValueError):  # the record of another length comes next, by recv
+        rx.recv_batch(100, timeout=10, rows=8)
+    assert bytes(rx.recv(timeout=10)) == b"odd"
+    with pytest.raises(shmflow.ProducerFailed):
+        rx.recv(timeout=10)
+
+
+def test_misuses_of_a_claim_or_a_batch_keep_the_state():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    view = tx.claim(8)
+    view[:] = b"abcdefgh"
+    with pytest.raises(ValueError):
+        tx.commit(9)
+    tx.commit(8)  # the claim was still open
+    assert bytes(rx.recv(timeout=10)) == b"abcdefgh"
+    with pytest.raises(TypeError):
+        tx.send_many(b"abc")
+    # A batch that runs out of time says how many records went.
+    with pytest.raises(shmflow.Timeout) as e:
+        tx.send_many([b"x" * 4000] * 5, timeout=0.2)
+    assert 1 <= e.value.sent < 5
+
+
+def test_failing_with_views_of_a_claim_alive_fails_once_they_go():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    tx.send(b"before")
+    with pytest.raises(RuntimeError):
+        with tx:
+            keep = np.frombuffer(tx.claim(8), dtype=np.uint8)
+            raise RuntimeError("stage crashed")  # not masked by the live view
+    assert bytes(rx.recv(timeout=10)) == b"before"
+    del tx
+    del keep
+    with pytest.raises(shmflow.ProducerFailed):
+        rx.recv(timeout=10)

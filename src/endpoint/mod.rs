@@ -20,3 +20,11 @@ pub(crate) mod producer;
 pub(crate) mod remote;
 #[cfg(any(feature = "tokio", shmflow_loom))]
 pub(crate) mod waiting;
+
+/// A number no other end of this process has had: what a hold or a detached claim names its
+/// end by (an address could be reused by a later end).
+pub(crate) fn next_end_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    // Relaxed: only uniqueness is asked for; nothing is published through it.
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}

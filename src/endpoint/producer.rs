@@ -157,6 +157,8 @@ pub struct Producer {
     data: RingTx,
     ret: RingRx,
     cur: Option<Current>,
+    /// This producer's number among the ends of the process (what a detached claim names).
+    end_id: u64,
     policy: FlushPolicy,
     wait: WaitStrategy,
     /// A spanning record was cut short without a segment to say so in: the next operation

@@ -18,9 +18,9 @@ use crate::error::RecvError;
 #[must_use = "a hold keeps its segment from the producer until it is released"]
 pub struct SegmentHold {
     seg: u32,
-    /// The consumer that gave it (its region's address), so that a hold cannot be released
-    /// by another.
-    owner: usize,
+    /// The consumer that gave it ([`Holds::id`]), so that a hold cannot be released by
+    /// another.
+    owner: u64,
 }
 
 impl SegmentHold {
@@ -40,9 +40,20 @@ struct Held {
 }
 
 /// The consumer's held segments (a short list: one per segment that holds still reach).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Holds {
     list: Vec<Held>,
+    /// This consumer's number among the ends of the process.
+    id: u64,
+}
+
+impl Default for Holds {
+    fn default() -> Holds {
+        Holds {
+            list: Vec::new(),
+            id: crate::endpoint::next_end_id(),
+        }
+    }
 }
 
 impl Record<'_> {
@@ -139,6 +150,8 @@ impl Consumer {
     /// Segments that holds keep out of the pool although the consumer has moved past them.
     /// When it reaches the channel's segment count, the producer cannot get a segment until
     /// a hold is released: a reader that holds views and waits for more would wait forever.
+    /// (With buffer debloating on, held segments count against the producer's cap, so it
+    /// stops earlier.)
     pub fn held_segments(&self) -> usize {
         self.holds
             .list
@@ -158,7 +171,13 @@ impl Consumer {
         }
     }
 
-    fn owner_id(&self) -> usize {
-        crate::sync::Arc::as_ptr(&self.shared) as usize
+    fn owner_id(&self) -> u64 {
+        self.holds.id
+    }
+
+    /// The segment `seg` (just taken from the data ring) is held: a correct producer cannot
+    /// have had it back.
+    pub(super) fn is_held(&self, seg: u32) -> bool {
+        !self.holds.list.is_empty() && self.holds.list.iter().any(|h| h.seg == seg)
     }
 }

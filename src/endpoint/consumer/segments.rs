@@ -132,6 +132,13 @@ impl Consumer {
                 seg as u64,
             ));
         }
+        if self.is_held(seg) {
+            return Err(self.corrupt(
+                "segment index in data ring",
+                "a segment the consumer has not given back (it is held)".to_string(),
+                seg as u64,
+            ));
+        }
         let complete = self.data.ready(&self.shared.data_ring())? > 0;
         self.cur = Some(ReadSeg {
             seg,

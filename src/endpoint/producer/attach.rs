@@ -102,6 +102,7 @@ impl Producer {
         };
         let shared_seg_size = shared.segment_size();
         Ok(Producer {
+            end_id: crate::endpoint::next_end_id(),
             data,
             ret,
             shared,

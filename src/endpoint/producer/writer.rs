@@ -486,8 +486,8 @@ pub struct DetachedClaim {
     at: usize,
     acquired: u64,
     len: usize,
-    /// The producer it came from (its region's address).
-    owner: usize,
+    /// The producer it came from (its number among the process's ends).
+    owner: u64,
 }
 
 impl DetachedClaim {
@@ -502,9 +502,11 @@ impl DetachedClaim {
     }
 }
 
-/// Why [`Producer::commit_detached`] refused a claim: the producer wrote, flushed or handed
-/// its segment over since the claim was detached (the claimed bytes are not where the claim
-/// was any more), or the claim came from another producer. Nothing was sent.
+/// Why [`Producer::commit_detached`] refused a claim: the producer took another segment, or
+/// wrote past the claim's place, since the claim was detached, or the claim came from another
+/// producer. Nothing was sent. (A record writer from [`Producer::stream`] dropped unfinished
+/// leaves the place as it found it, so a claim across one is not refused, but the writer may
+/// have written over the claimed bytes: do not use the producer until the commit.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StaleClaimError {
@@ -599,7 +601,7 @@ impl Producer {
         Ok(())
     }
 
-    fn owner_id(&self) -> usize {
-        crate::sync::Arc::as_ptr(&self.shared) as usize
+    fn owner_id(&self) -> u64 {
+        self.end_id
     }
 }
