@@ -10,8 +10,9 @@ figure is the median of the runs, with the lowest and highest):
 - 64 B records one at a time: records/s at the reader (one Python call per record each side);
 - 64 B records batched: shmflow's ``send_many``/``recv_batch(rows=64)`` from numpy arrays;
 - 64 B round trip (ping-pong between two processes): p50 and p99;
-- 1 MiB numpy arrays: GB/s with the reader touching every page, against a ``memcpy`` of
-  1 MiB (``numpy.copyto``) measured in the same run;
+- 1 MiB numpy arrays (two segments of 1 MiB + 4 KiB): GB/s with the reader touching every
+  page, against a ``memcpy`` of 1 MiB (``numpy.copyto``, then the same touch) measured in the
+  same run;
 - Ctrl-C: from SIGINT to ``KeyboardInterrupt`` in a reader blocked in ``recv``.
 
 The waits are the transports' defaults (shmflow's ``block``); the CPU model is printed.
@@ -320,7 +321,9 @@ def touch(view):
 
 
 def big_shmflow(n):
-    tx, fd = shmflow.Producer.create_anonymous(segment_size=2 * MIB, segment_count=4)
+    # Segments sized for one array each (its 8-byte frame header fits in the extra page),
+    # two of them: one filled while the other is read.
+    tx, fd = shmflow.Producer.create_anonymous(segment_size=MIB + 4096, segment_count=2)
     done = CTX.SimpleQueue()
 
     def reader():
@@ -488,11 +491,16 @@ def main():
     print("\n64 B records, one Python call each side (records/s, median (min-max))")
     for k, s in one_s.items():
         print(f"  {k:10s} {fmt(s)}")
-    anchors = [s["median"] for k, s in one_s.items() if k != "shmflow"]
-    if anchors and "shmflow" in one_s:
-        r = one_s["shmflow"]["median"] / max(anchors)
-        out["one_vs_fastest_anchor"] = r
-        print(f"  shmflow / fastest anchor: {r:.2f}x  (goal >= 2)")
+    # Per run: shmflow over the fastest anchor of the same run.
+    per_run = [
+        res["shmflow"][i] / max(v[i] for k, v in res.items() if k != "shmflow" and len(v) > i)
+        for i in range(len(res.get("shmflow", [])))
+        if any(k != "shmflow" and len(v) > i for k, v in res.items())
+    ]
+    if per_run:
+        out["one_vs_fastest_anchor"] = summary(per_run)
+        print(f"  shmflow / fastest anchor, per run: {fmt(out['one_vs_fastest_anchor'], 'x')}"
+              "  (goal >= 2)")
     print("\n64 B records batched (send_many / recv_batch(rows=64), records/s)")
     print(f"  shmflow    {fmt(out['batched_rps'])}  (goal >= 2e7)")
     print("\n64 B round trip (us)")
@@ -501,10 +509,8 @@ def main():
     print("\n1 MiB numpy arrays, reader touching every page (GB/s)")
     for k, s in out["mib_arrays_gbps"].items():
         print(f"  {k:10s} {fmt(s)}")
-    m = out["mib_arrays_gbps"]
-    r = m["shmflow"]["median"] / m["memcpy"]["median"]
-    out["mib_vs_memcpy"] = r
-    print(f"  shmflow / memcpy: {r:.2f}x  (goal >= 0.8)")
+    out["mib_vs_memcpy"] = summary([a / b for a, b in zip(rb["shmflow"], rb["memcpy"])])
+    print(f"  shmflow / memcpy, per run: {fmt(out['mib_vs_memcpy'], 'x')}  (goal >= 0.8)")
     print("\nCtrl-C: SIGINT to KeyboardInterrupt in a blocked recv (ms)")
     print(f"  shmflow    {fmt(out['ctrl_c_ms'])}  (goal <= 100)")
     if args.json:
