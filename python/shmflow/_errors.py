@@ -69,3 +69,10 @@ class IoError(Error, OSError):
 
 class StaleClaim(Error):
     """``commit()`` found the claim stale: the producer moved on since the claim."""
+
+
+# Shown as ``shmflow.Timeout`` (not ``shmflow._errors.Timeout``) in tracebacks.
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, Error):
+        _cls.__module__ = "shmflow"
+del _cls

@@ -24,3 +24,7 @@ class Barrier(NamedTuple):
     payload: bytes
     priority: bool
     """True for its announcement through the priority lane (unaligned, or with a timeout)."""
+
+
+Event.__module__ = "shmflow"
+Barrier.__module__ = "shmflow"

@@ -160,7 +160,7 @@ fn to_vec(r: Record<'_>) -> Result<Vec<u8>, RecvError> {
 ///
 /// Use it as an iterator (``for record in consumer:``, to the end of the stream) and as a
 /// context manager (``with Consumer.open(name) as consumer:``).
-#[pyclass(module = "shmflow._shmflow", name = "Consumer")]
+#[pyclass(module = "shmflow", name = "Consumer")]
 pub(crate) struct PyConsumer {
     core: Option<Arc<ConsumerCore>>,
     /// The views handed out by the last receive, with their exporters.

@@ -111,7 +111,7 @@ unsafe fn bytes<'a>((ptr, len): (usize, usize)) -> &'a [u8] {
 /// As a context manager it closes the stream on a normal exit (the consumer reads every
 /// record, then the end) and fails it on an exception (the consumer gets
 /// ``ProducerFailed``).
-#[pyclass(module = "shmflow._shmflow", name = "Producer")]
+#[pyclass(module = "shmflow", name = "Producer")]
 pub(crate) struct PyProducer {
     core: Arc<ProducerCore>,
     claim: Option<OpenClaim>,
