@@ -38,6 +38,7 @@ from ._shmflow import (
     MAX_BARRIER_PAYLOAD,
     MAX_EVENT_PAYLOAD,
     Consumer,
+    Gate,
     Producer,
 )
 from ._types import Barrier, Event
@@ -51,6 +52,7 @@ __all__ = [
     "Corrupt",
     "EndOfStream",
     "Event",
+    "Gate",
     "IoError",
     "Error",
     "LAYOUT_VERSION",

@@ -11,6 +11,7 @@ use pyo3::types::PyDict;
 
 mod consumer;
 mod errors;
+mod gate;
 mod producer;
 mod view;
 mod wait;
@@ -129,6 +130,7 @@ fn _shmflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     view::init_type(m.py())?;
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<consumer::PyConsumer>()?;
+    m.add_class::<gate::PyGate>()?;
     m.add("MAX_EVENT_PAYLOAD", shmflow::MAX_EVENT_PAYLOAD)?;
     m.add("MAX_BARRIER_PAYLOAD", shmflow::MAX_BARRIER_PAYLOAD)?;
     m.add("LAYOUT_VERSION", shmflow::LAYOUT_VERSION)?;

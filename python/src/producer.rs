@@ -310,6 +310,16 @@ impl PyProducer {
         Ok(PyProducer::wrap(tx))
     }
 
+    /// Opens channel ``channel`` of the named gate ``name`` (made by ``Gate.create``) as its
+    /// producer.
+    #[staticmethod]
+    fn open_channel(py: Python<'_>, name: &str, channel: u32) -> PyResult<PyProducer> {
+        let tx = py
+            .detach(|| shmflow::Producer::open_channel(name, channel))
+            .map_err(|e| to_py(py, e))?;
+        Ok(PyProducer::wrap(tx))
+    }
+
     /// Sends one record: the bytes of ``data`` (any C-contiguous buffer), copied once into
     /// a segment. Waits up to ``timeout`` seconds (``None``: as long as it takes) for a free
     /// segment while the consumer is behind.

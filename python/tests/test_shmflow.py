@@ -450,3 +450,36 @@ def test_failing_with_views_of_a_claim_alive_fails_once_they_go():
     del keep
     with pytest.raises(shmflow.ProducerFailed):
         rx.recv(timeout=10)
+
+
+def test_a_gate_reads_every_channel_and_reports_a_dead_one():
+    name = "/shmflow-py-gate-%d" % os.getpid()
+    with shmflow.Gate.create(name, channels=3, segment_size=4096) as gate:
+        writers = [subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+            import shmflow, sys, time
+            c = int(sys.argv[2])
+            tx = shmflow.Producer.open_channel(sys.argv[1], c)
+            for i in range(5000):
+                tx.send(b"%d:%d" % (c, i))
+            if c == 2:
+                print("sent", flush=True)
+                time.sleep(600)  # killed here
+            tx.close()
+        """), name, str(c)], stdout=subprocess.PIPE, text=True, cwd="/") for c in range(3)]
+        got = {0: [], 1: [], 2: []}
+        while sum(len(v) for v in got.values()) < 15000:
+            channel, record = gate.recv(timeout=30)
+            c, i = bytes(record).split(b":")
+            assert int(c) == channel
+            got[channel].append(int(i))
+        assert all(got[c] == list(range(5000)) for c in range(3))  # each channel in order
+        assert writers[2].stdout.readline().strip() == "sent"
+        writers[2].kill()
+        writers[2].wait()
+        with pytest.raises(shmflow.PeerDead) as e:
+            gate.recv(timeout=30)
+        assert e.value.channel == 2
+        assert gate.recv(timeout=30) is None  # the other two ended cleanly
+        for w in writers[:2]:
+            assert w.wait(timeout=60) == 0
+    assert not os.path.exists("/dev/shm" + name)  # nothing left behind
