@@ -1,12 +1,17 @@
 //! `shmflow.Consumer`: records as read-only memoryviews of the segments they sit in.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::cell::Cell;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::Poll;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use shmflow::{Alignment, Message, Record, RecvError, RecvTimeoutError, SegmentHold, TryRecvError};
 
+use crate::aio::{self, Bell, Busy, Pending};
 use crate::errors::{raise, to_py};
 use crate::view::{self, Keep};
 use crate::wait::{self, Deadline};
@@ -18,9 +23,21 @@ pub(crate) struct ConsumerCore {
     /// Holds of exporters that went away, released at the consumer's next call (an exporter
     /// can go at any time, in any thread, while a receive waits).
     released: Mutex<Vec<SegmentHold>>,
+    /// An async receive is under way (it holds `rx` between its polls).
+    aio: Arc<AtomicBool>,
+    /// What wakes an async receive's coroutine; made by the first one.
+    bell: OnceLock<Arc<Bell>>,
 }
 
 impl ConsumerCore {
+    fn has_released(&self) -> bool {
+        !self
+            .released
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
     fn lock(&self) -> MutexGuard<'_, shmflow::Consumer> {
         self.rx.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -60,6 +77,14 @@ impl Drop for Pin {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(h);
+        // An async receive waiting meanwhile holds the lock: woken, it gives the segment
+        // back and waits on. Relaxed: a missed flag means no receive holds the lock past
+        // this point but one that starts after, which releases the queue first.
+        if self.core.aio.load(Ordering::Relaxed) {
+            if let Some(b) = self.core.bell.get() {
+                b.ring();
+            }
+        }
     }
 }
 
@@ -182,6 +207,8 @@ impl PyConsumer {
             core: Some(Arc::new(ConsumerCore {
                 rx: Mutex::new(rx),
                 released: Mutex::new(Vec::new()),
+                aio: Arc::new(AtomicBool::new(false)),
+                bell: OnceLock::new(),
             })),
             out: Vec::new(),
             name,
@@ -192,13 +219,15 @@ impl PyConsumer {
     }
 
     fn core(&self, py: Python<'_>) -> PyResult<Arc<ConsumerCore>> {
-        self.core.clone().ok_or_else(|| {
+        let core = self.core.clone().ok_or_else(|| {
             raise(
                 py,
                 "Closed",
                 format!("{}: this consumer was closed", self.name),
             )
-        })
+        })?;
+        aio::check(&core.aio, &self.name)?;
+        Ok(core)
     }
 
     /// Raises the failure a batch met after it had taken records.
@@ -278,33 +307,8 @@ impl PyConsumer {
         messages: bool,
     ) -> PyResult<Option<Got>> {
         let core = self.core(py)?;
-        // Without letting go of the interpreter first: a record that is already there costs
-        // no thread switch.
-        if let Ok(mut rx) = core.rx.try_lock() {
-            core.release_pending(&mut rx).map_err(|e| to_py(py, e))?;
-            let got = if messages {
-                match rx.try_recv_message() {
-                    Ok(Some(m)) => take_message(m, &core, |r| py.detach(move || r.to_vec()))
-                        .map(|g| g.map(Some))
-                        .map_err(shmflow::Error::from),
-                    Ok(None) => Ok(Some(None)),
-                    Err(TryRecvError::Empty) => Ok(None),
-                    Err(e) => Err(shmflow::Error::from(e)),
-                }
-            } else {
-                match rx.try_recv() {
-                    Ok(Some(r)) => take(r, &core, |r| py.detach(move || r.to_vec()))
-                        .map(|g| Some(Some(g)))
-                        .map_err(shmflow::Error::from),
-                    Ok(None) => Ok(Some(None)),
-                    Err(TryRecvError::Empty) => Ok(None),
-                    Err(e) => Err(shmflow::Error::from(e)),
-                }
-            };
-            // `Some(x)`: done with `x` (a record or the end); `None`: wait.
-            if let Some(done) = got.map_err(|e| to_py(py, e))? {
-                return Ok(done);
-            }
+        if let Some(done) = try_now(py, &core, messages)? {
+            return Ok(done);
         }
         let segments = self.segments;
         let got = wait::until(py, deadline, &self.name, |slice_end| {
@@ -577,6 +581,39 @@ impl PyConsumer {
         self.recv(py, None)
     }
 
+    /// ``await consumer.recv_async()``: as ``recv``, waiting in the asyncio event loop
+    /// instead of blocking the thread: other tasks run meanwhile, and no thread waits for
+    /// it (the process's one shmflow waker thread watches every wait). Returns the next
+    /// record as a read-only memoryview, or ``None`` at the end of the stream; ``timeout``
+    /// raises ``Timeout``. Cancelling it (``asyncio.wait_for``, ``task.cancel()``) loses
+    /// nothing: the record it waited for comes with the next receive. While it is under
+    /// way, the consumer's other calls raise ``RuntimeError``.
+    #[pyo3(signature = (timeout = None))]
+    fn recv_async(slf: &Bound<'_, Self>, timeout: Option<f64>) -> PyResult<Py<PyAny>> {
+        PyConsumer::begin_async(slf, timeout, false)
+    }
+
+    /// ``await consumer.recv_message_async()``: as ``recv_message`` (records, ``Event``,
+    /// ``Barrier``), waiting in the event loop as ``recv_async`` does.
+    #[pyo3(signature = (timeout = None))]
+    fn recv_message_async(slf: &Bound<'_, Self>, timeout: Option<f64>) -> PyResult<Py<PyAny>> {
+        PyConsumer::begin_async(slf, timeout, true)
+    }
+
+    fn __aiter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// ``async for record in consumer:`` to the end of the stream.
+    fn __anext__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let next = PyConsumer::begin_async(slf, None, false)?;
+        Ok(py
+            .import("shmflow._aio")?
+            .call_method1("until_end", (next,))?
+            .unbind())
+    }
+
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }
@@ -688,5 +725,181 @@ enum Stop {
 impl From<RecvError> for Stop {
     fn from(e: RecvError) -> Stop {
         Stop::Failed(e)
+    }
+}
+
+/// A record (or, with `messages`, a message) if one is there now, without letting go of the
+/// interpreter first (a record already there costs no thread switch): `Some(Some(g))` a
+/// record, `Some(None)` the end of the stream, `None` nothing yet (or the lock is taken).
+fn try_now(
+    py: Python<'_>,
+    core: &Arc<ConsumerCore>,
+    messages: bool,
+) -> PyResult<Option<Option<Got>>> {
+    let Ok(mut rx) = core.rx.try_lock() else {
+        return Ok(None);
+    };
+    core.release_pending(&mut rx).map_err(|e| to_py(py, e))?;
+    let got = if messages {
+        match rx.try_recv_message() {
+            Ok(Some(m)) => take_message(m, core, |r| py.detach(move || r.to_vec()))
+                .map(|g| g.map(Some))
+                .map_err(shmflow::Error::from),
+            Ok(None) => Ok(Some(None)),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(e) => Err(shmflow::Error::from(e)),
+        }
+    } else {
+        match rx.try_recv() {
+            Ok(Some(r)) => take(r, core, |r| py.detach(move || r.to_vec()))
+                .map(|g| Some(Some(g)))
+                .map_err(shmflow::Error::from),
+            Ok(None) => Ok(Some(None)),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(e) => Err(shmflow::Error::from(e)),
+        }
+    };
+    got.map_err(|e| to_py(py, e))
+}
+
+/// A record as a `Got`, a spanning one copied as its parts come, in the executor.
+async fn take_async(r: Record<'_>, core: &Arc<ConsumerCore>) -> Result<Got, RecvError> {
+    if r.as_bytes().is_some() {
+        return take(r, core, to_vec);
+    }
+    Ok(Got::Copied(r.to_vec_async().await?))
+}
+
+/// The next record (or message) in the executor; `taken` is set once one is under way (a
+/// spanning record being copied), after which the wait must not be dropped.
+async fn next_async(
+    rx: &mut shmflow::Consumer,
+    core: &Arc<ConsumerCore>,
+    messages: bool,
+    taken: &Cell<bool>,
+) -> Result<Option<Got>, RecvError> {
+    loop {
+        if !messages {
+            let Some(r) = rx.recv_async().await? else {
+                return Ok(None);
+            };
+            taken.set(true);
+            return take_async(r, core).await.map(Some);
+        }
+        let Some(m) = rx.recv_message_async().await? else {
+            return Ok(None);
+        };
+        taken.set(true);
+        if let Message::Record(r) = m {
+            return take_async(r, core).await.map(Some);
+        }
+        // (An event or a barrier needs no wait; a latency marker is passed over.)
+        match take_message(m, core, to_vec)? {
+            Some(g) => return Ok(Some(g)),
+            None => taken.set(false),
+        }
+    }
+}
+
+/// The wait of an async receive: holds the consumer until a record (or message) comes.
+/// Views given up meanwhile ring the bell (`Pin::drop`): the wait, if nothing is under way,
+/// is dropped (which withdraws it and loses nothing), their segments go back, and it starts
+/// again. Raises `ViewsHeld` where the sync receive does.
+///
+/// The lock is held across the wait on purpose: the consumer's other calls refuse while
+/// `aio` is set, and a view's release only tries it (`Pin::drop`), so nothing waits for it.
+#[allow(clippy::await_holding_lock)]
+async fn recv_wait(
+    core: &Arc<ConsumerCore>,
+    messages: bool,
+    segments: usize,
+    name: &str,
+) -> PyResult<Option<Got>> {
+    let py_err = |e: RecvError| Python::attach(|py| to_py(py, e));
+    let mut rx = core.lock();
+    loop {
+        core.release_pending(&mut rx).map_err(py_err)?;
+        if rx.held_segments() >= segments {
+            return Err(Python::attach(|py| {
+                raise(
+                    py,
+                    "ViewsHeld",
+                    format!(
+                        "{name}: views of received records (slices, numpy arrays) hold every \
+                         segment of the channel, so the producer can send nothing more; \
+                         release them (del) or copy them (bytes(view))"
+                    ),
+                )
+            }));
+        }
+        let taken = Cell::new(false);
+        let got = {
+            let mut next = std::pin::pin!(next_async(&mut rx, core, messages, &taken));
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(r) = next.as_mut().poll(cx) {
+                    return Poll::Ready(Some(r));
+                }
+                if !taken.get() && core.has_released() {
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        if let Some(r) = got {
+            return r.map_err(py_err);
+        }
+    }
+}
+
+impl PyConsumer {
+    /// `recv_async` and `recv_message_async`: an awaitable of the next record (or message).
+    fn begin_async(
+        slf: &Bound<'_, Self>,
+        timeout: Option<f64>,
+        messages: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let driver = py.import("shmflow._aio")?;
+        let mut this = slf.try_borrow_mut()?;
+        if timeout.is_some_and(|t| !t.is_finite() || t < 0.0) {
+            wait::deadline(timeout)?;
+        }
+        this.retire(py);
+        if let Some(l) = this.leftover.take() {
+            return Ok(driver.call_method1("ready", (l,))?.unbind());
+        }
+        this.raise_pending()?;
+        let core = this.core(py)?;
+        if let Some(done) = try_now(py, &core, messages)? {
+            let v = match done {
+                Some(g) => this.hand_out(py, g)?,
+                None => py.None(),
+            };
+            return Ok(driver.call_method1("ready", (v,))?.unbind());
+        }
+        let busy = Busy::take(&core.aio, &this.name)?;
+        let bell = Bell::of(&core.bell)?;
+        let (segments, name) = (this.segments, this.name.clone());
+        drop(this);
+        let owner: Py<PyConsumer> = slf.clone().unbind();
+        let label = name.clone();
+        let op: aio::Op = Box::pin(async move {
+            let got = recv_wait(&core, messages, segments, &name).await;
+            // The consumer is free again before the record is handed out.
+            drop(busy);
+            Python::attach(|py| {
+                let got = got?;
+                let mut c = owner.bind(py).try_borrow_mut()?;
+                match got {
+                    Some(g) => c.hand_out(py, g),
+                    None => Ok(py.None()),
+                }
+            })
+        });
+        let pending = Pending::new(op, bell);
+        Ok(driver
+            .call_method1("drive", (pending, timeout, label))?
+            .unbind())
     }
 }

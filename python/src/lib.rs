@@ -9,6 +9,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+mod aio;
 mod consumer;
 mod errors;
 mod gate;
@@ -131,6 +132,7 @@ fn _shmflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<consumer::PyConsumer>()?;
     m.add_class::<gate::PyGate>()?;
+    m.add_class::<aio::Pending>()?;
     m.add("MAX_EVENT_PAYLOAD", shmflow::MAX_EVENT_PAYLOAD)?;
     m.add("MAX_BARRIER_PAYLOAD", shmflow::MAX_BARRIER_PAYLOAD)?;
     m.add("LAYOUT_VERSION", shmflow::LAYOUT_VERSION)?;

@@ -2,13 +2,14 @@
 //! claimed part of a segment in place.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use shmflow::{Alignment, DetachedClaim, SendTimeoutError, TrySendError};
 
+use crate::aio::{self, Bell, Busy, Pending};
 use crate::errors::{raise, to_py};
 use crate::view::{self, Keep, RawBuffer};
 use crate::wait::{self, Step};
@@ -26,6 +27,10 @@ pub(crate) struct ProducerCore {
     /// The stream is to end as failed when the last user of the core goes (asked for while
     /// views of a claim kept the producer alive).
     fail_on_drop: AtomicBool,
+    /// An async send is under way (it holds `tx` between its polls).
+    aio: Arc<AtomicBool>,
+    /// What wakes an async send's coroutine; made by the first one.
+    bell: OnceLock<Arc<Bell>>,
 }
 
 impl Drop for ProducerCore {
@@ -131,6 +136,8 @@ impl PyProducer {
             core: Arc::new(ProducerCore {
                 tx: Mutex::new(Some(tx)),
                 fail_on_drop: AtomicBool::new(false),
+                aio: Arc::new(AtomicBool::new(false)),
+                bell: OnceLock::new(),
             }),
             claim: None,
             name,
@@ -146,7 +153,13 @@ impl PyProducer {
         )
     }
 
+    /// Raises while an async send is under way.
+    fn idle(&self) -> PyResult<()> {
+        aio::check(&self.core.aio, &self.name)
+    }
+
     fn no_claim(&self, py: Python<'_>) -> PyResult<()> {
+        self.idle()?;
         if self.claim.is_some() {
             return Err(raise(
                 py,
@@ -168,7 +181,9 @@ impl PyProducer {
         deadline: wait::Deadline,
     ) -> PyResult<()> {
         let core = &*self.core;
-        if span.1 <= COPY_HELD {
+        // (Not for a record that spans segments: `try_send` sends the parts of one larger than
+        // the pool as far as they go, and aborts it where the pool runs dry.)
+        if span.1 <= COPY_HELD.min(self.max_unspanned) {
             if let Ok(mut g) = core.tx.try_lock() {
                 let tx = g.as_mut().ok_or_else(|| self.closed(py))?;
                 // SAFETY: the caller holds the export.
@@ -339,6 +354,83 @@ impl PyProducer {
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyTimeoutError>(py) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// ``await producer.send_async(data)``: as ``send``, waiting for a free segment in the
+    /// asyncio event loop instead of blocking the thread: other tasks run meanwhile, and no
+    /// thread waits for it (the process's one shmflow waker thread watches every wait).
+    /// ``timeout`` raises ``Timeout``. Cancelling it sends nothing, except for a record
+    /// larger than the channel's segments, which goes out part by part: cancelled half-way,
+    /// the consumer is told it was aborted (``RecordAborted``). Keep ``data`` unchanged
+    /// until it is done (it is read when a segment is free). While it is under way, the
+    /// producer's other calls raise ``RuntimeError``.
+    #[pyo3(signature = (data, timeout = None))]
+    fn send_async(
+        slf: &Bound<'_, Self>,
+        data: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let driver = py.import("shmflow._aio")?;
+        let this = slf.try_borrow()?;
+        this.no_claim(py)?;
+        if timeout.is_some_and(|t| !t.is_finite() || t < 0.0) {
+            wait::deadline(timeout)?;
+        }
+        let buf = Buf::get(data, view::PYBUF_SIMPLE)?;
+        let span = buf.span();
+        let core = this.core.clone();
+        // (A record that spans segments goes to `send_async`: see `send_span`.)
+        let fast = span.1 <= this.max_unspanned;
+        if let Some(mut g) = core.tx.try_lock().ok().filter(|_| fast) {
+            let tx = g.as_mut().ok_or_else(|| this.closed(py))?;
+            let sent = if span.1 <= COPY_HELD {
+                // SAFETY: `buf` holds the export.
+                tx.try_send(unsafe { bytes(span) })
+            } else {
+                // SAFETY: `buf` holds the export (past the call).
+                py.detach(|| tx.try_send(unsafe { bytes(span) }))
+            };
+            match sent {
+                Ok(()) => return Ok(driver.call_method1("ready", (py.None(),))?.unbind()),
+                Err(TrySendError::Full) => {}
+                Err(e) => return Err(to_py(py, e)),
+            }
+        }
+        let busy = Busy::take(&core.aio, &this.name)?;
+        let bell = Bell::of(&core.bell)?;
+        let name = this.name.clone();
+        drop(this);
+        // The lock is held across the wait on purpose: the producer's other calls refuse
+        // while `aio` is set, so nothing waits for it.
+        #[allow(clippy::await_holding_lock)]
+        let op: aio::Op = Box::pin(async move {
+            let sent = {
+                let mut g = lock(&core);
+                match g.as_mut() {
+                    None => None,
+                    // SAFETY: `buf`, moved into this future, holds the export for as long
+                    // as the future lives (it is dropped after the send).
+                    Some(tx) => Some(tx.send_async(unsafe { bytes(span) }).await),
+                }
+            };
+            drop(busy);
+            // Dropped here, with the GIL (the future is polled and dropped only with it).
+            drop(buf);
+            Python::attach(|py| match sent {
+                None => Err(raise(
+                    py,
+                    "Closed",
+                    format!("{name}: this producer was closed"),
+                )),
+                Some(r) => r.map(|()| py.None()).map_err(|e| to_py(py, e)),
+            })
+        });
+        let label = slf.try_borrow()?.name.clone();
+        let pending = Pending::new(op, bell);
+        Ok(driver
+            .call_method1("drive", (pending, timeout, label))?
+            .unbind())
     }
 
     /// Sends many records in one call: ``records`` is a list or tuple of buffers (one record
@@ -587,6 +679,7 @@ impl PyProducer {
     /// has not by then (the stream is ended either way).
     #[pyo3(signature = (timeout = None))]
     fn close(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        self.idle()?;
         if self.claim.is_some() {
             self.abort_claim(py)?;
         }
@@ -608,6 +701,7 @@ impl PyProducer {
     /// Ends the stream as failed: the consumer gets ``ProducerFailed`` after the records
     /// sent before.
     fn fail(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.idle()?;
         if self.claim.is_some() && self.abort_claim(py).is_err() {
             // Views of the claim still reach into the segment: the producer (and the
             // mapping) stays until they go, and fails then.
@@ -624,6 +718,7 @@ impl PyProducer {
 
     /// The channel's counters and Flink's figures, as a dict (see ``shmflow stat``).
     fn metrics<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.idle()?;
         // The lock is waited for without the GIL: a send may hold it while it waits.
         let snap = py.detach(|| lock(&self.core).as_ref().map(|tx| tx.metrics()));
         crate::snapshot_dict(py, &snap.ok_or_else(|| self.closed(py))?)
@@ -632,6 +727,7 @@ impl PyProducer {
     /// Sets how a waiting send waits: ``"block"`` (the default), ``"park"`` or
     /// ``"busy-poll:200us"`` (see ``Consumer.set_wait``).
     fn set_wait(&self, py: Python<'_>, wait: &str) -> PyResult<()> {
+        self.idle()?;
         let w = crate::parse_wait(wait)?;
         let set = py.detach(|| lock(&self.core).as_mut().map(|tx| tx.set_wait_strategy(w)));
         set.ok_or_else(|| self.closed(py))

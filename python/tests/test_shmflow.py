@@ -1,6 +1,7 @@
 """shmflow's Python package across real processes: order, backpressure, a killed peer, views
 that outlive their record, numpy without copies, Ctrl-C, threads."""
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -18,10 +19,13 @@ SMALL = dict(segment_size=4096, segment_count=2)
 
 
 def child(code, fd, **kw):
-    """A Python child that gets the descriptor `fd` as FD and runs `code`."""
-    src = "import os, sys, time, numpy as np, shmflow\nFD = %d\n" % fd + textwrap.dedent(code)
+    """A Python child that gets the descriptor `fd` as FD (or a list of them as FDS) and
+    runs `code`."""
+    fds = fd if isinstance(fd, list) else [fd]
+    src = ("import os, sys, time, asyncio, numpy as np, shmflow\nFD = %d\nFDS = %r\n"
+           % (fds[0], fds) + textwrap.dedent(code))
     return subprocess.Popen(
-        [sys.executable, "-c", src], pass_fds=[fd], stdout=subprocess.PIPE,
+        [sys.executable, "-c", src], pass_fds=fds, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, cwd="/", **kw)
 
 
@@ -483,3 +487,228 @@ def test_a_gate_reads_every_channel_and_reports_a_dead_one():
         for w in writers[:2]:
             assert w.wait(timeout=60) == 0
     assert not os.path.exists("/dev/shm" + name)  # nothing left behind
+
+
+
+def os_threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+async def ticking(body):
+    """Awaits `body` while a task ticks every millisecond; returns its result and the ticks
+    (a loop blocked by a wait would not tick)."""
+    ticks = 0
+
+    async def tick():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    t = asyncio.create_task(tick())
+    try:
+        return await body, ticks
+    finally:
+        t.cancel()
+
+
+def test_asyncio_receives_from_another_process_while_the_loop_runs():
+    rx, fd = shmflow.Consumer.create_anonymous(**SMALL)
+    p = child("""
+        tx = shmflow.Producer.from_fd(FD)
+        for burst in range(20):
+            for i in range(1000):
+                n = burst * 1000 + i
+                tx.send(n.to_bytes(8, "little") * (n % 20 + 1))
+            time.sleep(0.01)
+        tx.send(b"x" * 10_000)  # spans segments
+        tx.close()
+    """, fd)
+    os.close(fd)
+
+    async def read():
+        n = 0
+        async for rec in rx:
+            if n == 20_000:
+                assert bytes(rec) == b"x" * 10_000
+            else:
+                assert bytes(rec) == n.to_bytes(8, "little") * (n % 20 + 1), n
+            n += 1
+        return n
+
+    n, ticks = asyncio.run(ticking(read()))
+    finish(p)
+    assert n == 20_001
+    # The loop ran while the receive waited for the child's bursts (20 pauses of 10 ms).
+    assert ticks >= 20
+
+
+def test_asyncio_send_waits_for_a_slow_reader_without_blocking_the_loop():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    p = child("""
+        rx = shmflow.Consumer.from_fd(FD)
+        n = 0
+        for rec in rx:
+            assert bytes(rec) == n.to_bytes(4, "little") * 250, n
+            n += 1
+            if n % 100 == 0:
+                time.sleep(0.01)
+        print(n)
+    """, fd)
+    os.close(fd)
+
+    async def write():
+        for n in range(3000):
+            await tx.send_async(n.to_bytes(4, "little") * 250)
+        return tx.metrics()
+
+    m, ticks = asyncio.run(ticking(write()))
+    tx.close()
+    assert int(finish(p)) == 3000
+    assert m["backpressured_ns"] > 0
+    assert ticks >= 20  # 30 pauses of the reader
+
+
+def test_asyncio_waits_share_one_thread():
+    pairs = [shmflow.Consumer.create_anonymous(**SMALL) for _ in range(40)]
+    fds = [fd for _, fd in pairs]
+    p = child("""
+        txs = [shmflow.Producer.from_fd(fd) for fd in FDS]
+        print("open", flush=True)
+        sys.stdin.readline()
+        for i, tx in enumerate(txs):
+            tx.send(b"%d" % i)
+            tx.close()
+    """, fds, stdin=subprocess.PIPE)
+    for fd in fds:
+        os.close(fd)
+    assert p.stdout.readline().strip() == "open"
+
+    async def main():
+        before = os_threads()
+        tasks = [asyncio.create_task(rx.recv_async(timeout=60)) for rx, _ in pairs]
+        await asyncio.sleep(0.3)  # every task is waiting now
+        assert not any(t.done() for t in tasks)
+        during = os_threads()
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        got = [bytes(await t) for t in tasks]
+        return before, during, got
+
+    before, during, got = asyncio.run(main())
+    finish(p)
+    assert got == [b"%d" % i for i in range(40)]
+    # 40 waits: at most shmflow's one waker thread more than before.
+    assert during - before <= 1, (before, during)
+
+
+def test_asyncio_cancelled_waits_lose_nothing():
+    rx, fd = shmflow.Consumer.create_anonymous(**SMALL)
+    p = child("""
+        tx = shmflow.Producer.from_fd(FD)
+        sys.stdin.readline()
+        for i in range(3):
+            tx.send(bytes([i]) * 3000)
+        tx.close()
+    """, fd, stdin=subprocess.PIPE)
+    os.close(fd)
+
+    async def main():
+        with pytest.raises(shmflow.Timeout):
+            await rx.recv_async(timeout=0.2)
+        t = asyncio.create_task(rx.recv_async())
+        await asyncio.sleep(0.1)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        return [bytes(r) async for r in rx]
+
+    got = asyncio.run(main())
+    finish(p)
+    assert got == [bytes([i]) * 3000 for i in range(3)]
+
+    # A send cancelled while it waits for a segment sends nothing.
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+
+    async def send():
+        await tx.send_async(b"a" * 3000)
+        await tx.send_async(b"b" * 3000)
+        with pytest.raises(shmflow.Timeout):
+            await tx.send_async(b"c" * 3000, timeout=0.2)
+        # The end is usable again at once.
+        tx.close()
+
+    asyncio.run(send())
+    assert [bytes(r) for r in rx] == [b"a" * 3000, b"b" * 3000]
+
+
+def test_asyncio_a_killed_producer_is_reported_as_dead():
+    rx, fd = shmflow.Consumer.create_anonymous(**SMALL)
+    p = child("""
+        tx = shmflow.Producer.from_fd(FD)
+        tx.send(b"last words")
+        print("sent", flush=True)
+        time.sleep(600)
+    """, fd)
+    os.close(fd)
+    assert p.stdout.readline().strip() == "sent"
+
+    async def main():
+        assert bytes(await rx.recv_async(timeout=30)) == b"last words"
+        waiting = asyncio.create_task(rx.recv_async(timeout=30))
+        await asyncio.sleep(0.2)
+        p.send_signal(signal.SIGKILL)
+        with pytest.raises(shmflow.PeerDead):
+            await waiting
+
+    asyncio.run(main())
+    p.wait()
+
+
+def test_asyncio_a_view_dropped_while_a_receive_waits_frees_its_segment():
+    tx, fd = shmflow.Producer.create_anonymous(segment_size=4096, segment_count=3)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+
+    async def main():
+        tx.send(b"\x00" * 3000)  # one record per segment
+        tx.send(b"\x01" * 3000)
+        arr = np.frombuffer(await rx.recv_async(), dtype="u1")  # keeps the first segment
+        assert (await rx.recv_async())[0] == 1
+        reader = asyncio.create_task(rx.recv_async(timeout=30))
+        await asyncio.sleep(0.1)
+        assert tx.metrics()["segments_returned"] == 0
+        with pytest.raises(RuntimeError):  # the consumer is busy with the async receive
+            rx.recv(timeout=0)
+        del arr
+        await asyncio.sleep(0.1)
+        # The array's segment went back to the writer while the receive still waits.
+        assert not reader.done()
+        assert tx.metrics()["segments_returned"] == 1
+        tx.send(b"\x02" * 3000)
+        assert (await reader)[0] == 2
+
+    asyncio.run(main())
+
+
+def test_asyncio_ctrl_c_stops_the_loop():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    p = child("""
+        rx = shmflow.Consumer.from_fd(FD)
+        async def main():
+            print("waiting", flush=True)
+            await rx.recv_async()
+        try:
+            asyncio.run(main())
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+    """, fd)
+    os.close(fd)
+    assert p.stdout.readline().strip() == "waiting"
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    assert finish(p, timeout=30).strip() == "interrupted"
