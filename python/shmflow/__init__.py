@@ -39,6 +39,7 @@ from ._shmflow import (
     MAX_EVENT_PAYLOAD,
     Consumer,
     Gate,
+    Partition,
     Producer,
 )
 from ._types import Barrier, Event
@@ -60,6 +61,7 @@ __all__ = [
     "MAX_EVENT_PAYLOAD",
     "NotFound",
     "OpenError",
+    "Partition",
     "PeerDead",
     "Producer",
     "ProducerFailed",

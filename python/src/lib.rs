@@ -13,6 +13,7 @@ mod aio;
 mod consumer;
 mod errors;
 mod gate;
+mod partition;
 mod producer;
 mod view;
 mod wait;
@@ -132,6 +133,7 @@ fn _shmflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<consumer::PyConsumer>()?;
     m.add_class::<gate::PyGate>()?;
+    m.add_class::<partition::PyPartition>()?;
     m.add_class::<aio::Pending>()?;
     m.add("MAX_EVENT_PAYLOAD", shmflow::MAX_EVENT_PAYLOAD)?;
     m.add("MAX_BARRIER_PAYLOAD", shmflow::MAX_BARRIER_PAYLOAD)?;

@@ -53,10 +53,10 @@ struct OpenClaim {
 
 /// A buffer of a Python object, held for the length of a call (`PyBuffer_Release` on drop).
 /// Boxed: an exporter may point `shape` into the `Py_buffer` itself.
-struct Buf(Box<RawBuffer>);
+pub(crate) struct Buf(Box<RawBuffer>);
 
 impl Buf {
-    fn get(obj: &Bound<'_, PyAny>, flags: std::ffi::c_int) -> PyResult<Buf> {
+    pub(crate) fn get(obj: &Bound<'_, PyAny>, flags: std::ffi::c_int) -> PyResult<Buf> {
         // SAFETY: an all-zero `Py_buffer` is a valid blank for `PyObject_GetBuffer` to fill.
         let mut raw: Box<RawBuffer> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: GIL held (`obj` is bound); `raw` is a writable `Py_buffer`.
@@ -78,7 +78,7 @@ impl Buf {
 
     /// The bytes' address and length (read with the interpreter released: the export keeps
     /// them where they are until the `Buf` is dropped).
-    fn span(&self) -> (usize, usize) {
+    pub(crate) fn span(&self) -> (usize, usize) {
         (self.0.buf as usize, self.0.len as usize)
     }
 }
@@ -95,7 +95,7 @@ impl Drop for Buf {
 ///
 /// # Safety
 /// The `Buf` they came from must be alive.
-unsafe fn bytes<'a>((ptr, len): (usize, usize)) -> &'a [u8] {
+pub(crate) unsafe fn bytes<'a>((ptr, len): (usize, usize)) -> &'a [u8] {
     if len == 0 {
         return &[];
     }
@@ -149,8 +149,18 @@ impl PyProducer {
         raise(
             py,
             "Closed",
-            format!("{}: this producer was closed", self.name),
+            format!(
+                "{}: this producer was closed or given to a Partition",
+                self.name
+            ),
         )
+    }
+
+    /// The producer itself, for a partition: this object is closed from then on.
+    pub(crate) fn take_inner(&mut self, py: Python<'_>) -> PyResult<shmflow::Producer> {
+        self.no_claim(py)?;
+        let tx = py.detach(|| lock(&self.core).take());
+        tx.ok_or_else(|| self.closed(py))
     }
 
     /// Raises while an async send is under way.
@@ -263,6 +273,27 @@ impl PyProducer {
         // Relaxed: read after the last slice, on this thread.
         let sent = next.load(Ordering::Relaxed);
         r.map(|()| sent).map_err(|e| (sent, e))
+    }
+}
+
+/// A barrier's `alignment` argument: `"aligned"` (or `None`), `"unaligned"`, or seconds.
+pub(crate) fn alignment_of(alignment: Option<&Bound<'_, PyAny>>) -> PyResult<Alignment> {
+    let Some(a) = alignment else {
+        return Ok(Alignment::Aligned);
+    };
+    match a.extract::<String>() {
+        Ok(s) if s == "aligned" => Ok(Alignment::Aligned),
+        Ok(s) if s == "unaligned" => Ok(Alignment::Unaligned),
+        Ok(s) => Err(PyValueError::new_err(format!(
+            "alignment is \"aligned\", \"unaligned\" or seconds, not {s:?}"
+        ))),
+        Err(_) => {
+            let secs: f64 = a.extract()?;
+            let d = std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
+                PyValueError::new_err(format!("alignment timeout {secs} is out of range"))
+            })?;
+            Ok(Alignment::AlignedWithTimeout(d))
+        }
     }
 }
 
@@ -636,25 +667,7 @@ impl PyProducer {
         timeout: Option<f64>,
     ) -> PyResult<()> {
         self.no_claim(py)?;
-        let alignment = match alignment {
-            None => Alignment::Aligned,
-            Some(a) => match a.extract::<String>() {
-                Ok(s) if s == "aligned" => Alignment::Aligned,
-                Ok(s) if s == "unaligned" => Alignment::Unaligned,
-                Ok(s) => {
-                    return Err(PyValueError::new_err(format!(
-                        "alignment is \"aligned\", \"unaligned\" or seconds, not {s:?}"
-                    )))
-                }
-                Err(_) => {
-                    let secs: f64 = a.extract()?;
-                    let d = std::time::Duration::try_from_secs_f64(secs).map_err(|_| {
-                        PyValueError::new_err(format!("alignment timeout {secs} is out of range"))
-                    })?;
-                    Alignment::AlignedWithTimeout(d)
-                }
-            },
-        };
+        let alignment = alignment_of(alignment)?;
         let buf = payload
             .map(|p| Buf::get(p, view::PYBUF_SIMPLE))
             .transpose()?;

@@ -712,3 +712,65 @@ def test_asyncio_ctrl_c_stops_the_loop():
     time.sleep(0.2)
     p.send_signal(signal.SIGINT)
     assert finish(p, timeout=30).strip() == "interrupted"
+
+
+def test_a_partition_routes_records_to_readers_in_another_process():
+    pairs = [shmflow.Producer.create_anonymous(**SMALL) for _ in range(3)]
+    fds = [fd for _, fd in pairs]
+    p = child("""
+        import zlib
+        rxs = [shmflow.Consumer.from_fd(fd) for fd in FDS]
+        for i, rx in enumerate(rxs):
+            recs, events, barriers = [], [], []
+            while (m := rx.recv_message(timeout=60)) is not None:
+                if isinstance(m, shmflow.Event):
+                    events.append(m.kind)
+                elif isinstance(m, shmflow.Barrier):
+                    barriers.append(m.id)
+                else:
+                    recs.append(bytes(m).decode())
+            print(i, ",".join(recs), events, barriers)
+    """, fds)
+    for fd in fds:
+        os.close(fd)
+    txs = [tx for tx, _ in pairs]
+    import zlib
+    with shmflow.Partition(txs, partitioner=lambda r: zlib.crc32(bytes(r))) as part:
+        assert part.channels == 3
+        with pytest.raises(shmflow.Closed):  # the producers belong to the partition now
+            txs[0].send(b"x")
+        words = ["apple", "pear", "fig", "plum", "kiwi", "lime", "apple", "fig"]
+        for w in words:
+            part.send(w.encode(), timeout=30)
+        part.send_event(7)
+        part.send_to(1, b"direct")
+        part.send_keyed(5, b"five")  # 5 % 3 == 2
+        part.send_barrier(1)
+        with pytest.raises(IndexError):
+            part.send_to(3, b"nowhere")
+    out = finish(p).splitlines()
+    got = {int(line.split(" ", 1)[0]): line.split(" ", 1)[1] for line in out}
+    import zlib as z
+    for i in range(3):
+        expect = [w for w in words if z.crc32(w.encode()) % 3 == i]
+        if i == 1:
+            expect.append("direct")
+        if i == 2:
+            expect.append("five")
+        assert got[i] == "%s [7] [1]" % ",".join(expect), (i, got[i])
+
+    # Round-robin and broadcast, read in this process.
+    for mode in ("round_robin", "broadcast"):
+        ends = [shmflow.Producer.create_anonymous(**SMALL) for _ in range(2)]
+        rxs = [shmflow.Consumer.from_fd(fd) for _, fd in ends]
+        for _, fd in ends:
+            os.close(fd)
+        part = shmflow.Partition([tx for tx, _ in ends], partitioner=mode)
+        for i in range(4):
+            part.send(b"%d" % i)
+        part.close()
+        seen = [[bytes(r) for r in rx] for rx in rxs]
+        if mode == "round_robin":
+            assert seen == [[b"0", b"2"], [b"1", b"3"]]
+        else:
+            assert seen == [[b"0", b"1", b"2", b"3"]] * 2
