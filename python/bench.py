@@ -9,7 +9,9 @@ figure is the median of the runs, with the lowest and highest):
 
 - 64 B records one at a time: records/s at the reader (one Python call per record each side);
 - 64 B records batched: shmflow's ``send_many``/``recv_batch(rows=64)`` from numpy arrays;
-- 64 B round trip (ping-pong between two processes): p50 and p99;
+- 64 B round trip (ping-pong between two processes): p50 and p99, with blocking calls, and
+  with both processes in asyncio (``send_async``/``recv_async`` against asyncio's streams
+  over a Unix socket pair);
 - 1 MiB numpy arrays (two segments of 1 MiB + 4 KiB): GB/s with the reader touching every
   page, against a ``memcpy`` of 1 MiB (``numpy.copyto``, then the same touch) measured in the
   same run;
@@ -19,10 +21,12 @@ The waits are the transports' defaults (shmflow's ``block``); the CPU model is p
 """
 
 import argparse
+import asyncio
 import json
 import multiprocessing as mp
 import os
 import platform
+import socket
 import statistics
 import sys
 import time
@@ -263,6 +267,80 @@ def rtt_shmflow(n):
     return lat
 
 
+def rtt_shmflow_asyncio(n):
+    ping, fd1 = shmflow.Producer.create_anonymous(segment_size=65536, segment_count=4)
+    pong, fd2 = shmflow.Consumer.create_anonymous(segment_size=65536, segment_count=4)
+
+    def echo():
+        async def run():
+            rx = shmflow.Consumer.from_fd(fd1)
+            tx = shmflow.Producer.from_fd(fd2)
+            async for r in rx:
+                await tx.send_async(r)
+        asyncio.run(run())
+        os._exit(0)
+
+    p = CTX.Process(target=echo)
+    p.start()
+    os.close(fd1)
+    os.close(fd2)
+    rec = b"x" * SMALL
+
+    async def run():
+        lat = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            await ping.send_async(rec)
+            await pong.recv_async()
+            lat.append(time.perf_counter_ns() - t0)
+        return lat
+
+    lat = asyncio.run(run())
+    ping.close()
+    p.join()
+    return lat
+
+
+def rtt_unix_asyncio(n):
+    a, b = socket.socketpair()
+
+    def echo():
+        a.close()
+
+        async def run():
+            r, w = await asyncio.open_unix_connection(sock=b)
+            while True:
+                try:
+                    m = await r.readexactly(SMALL)
+                except asyncio.IncompleteReadError:
+                    break
+                w.write(m)
+                await w.drain()
+        asyncio.run(run())
+        os._exit(0)
+
+    p = CTX.Process(target=echo)
+    p.start()
+    b.close()
+    rec = b"x" * SMALL
+
+    async def run():
+        r, w = await asyncio.open_unix_connection(sock=a)
+        lat = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            w.write(rec)
+            await w.drain()
+            await r.readexactly(SMALL)
+            lat.append(time.perf_counter_ns() - t0)
+        w.close()
+        return lat
+
+    lat = asyncio.run(run())
+    p.join()
+    return lat
+
+
 def rtt_pipe(n):
     a, b = CTX.Pipe()
 
@@ -468,7 +546,8 @@ def main():
     bat = [batch_shmflow(n_batch) for _ in range(runs)]
     out["batched_rps"] = summary(bat)
 
-    rtt = {"shmflow": rtt_shmflow, "Pipe": rtt_pipe, "Queue": rtt_queue}
+    rtt = {"shmflow": rtt_shmflow, "Pipe": rtt_pipe, "Queue": rtt_queue,
+           "shmflow asyncio": rtt_shmflow_asyncio, "asyncio Unix socket": rtt_unix_asyncio}
     rr = {k: [] for k in rtt}
     for _ in range(runs):
         for k, f in rtt.items():
@@ -505,7 +584,7 @@ def main():
     print(f"  shmflow    {fmt(out['batched_rps'])}  (goal >= 2e7)")
     print("\n64 B round trip (us)")
     for k, v in out["rtt_us"].items():
-        print(f"  {k:10s} p50 {fmt(v['p50'])}  p99 {fmt(v['p99'])}")
+        print(f"  {k:20s} p50 {fmt(v['p50'])}  p99 {fmt(v['p99'])}")
     print("\n1 MiB numpy arrays, reader touching every page (GB/s)")
     for k, s in out["mib_arrays_gbps"].items():
         print(f"  {k:10s} {fmt(s)}")

@@ -1417,3 +1417,49 @@ fn a_gate_made_without_descriptors_to_spare_goes_without_doorbells() {
         "gate under a low limit",
     );
 }
+
+/// A child made by `fork` after this process's async waits started the bridge thread
+/// inherits the thread's bookkeeping but not the thread: its own waits still complete (it
+/// starts a bridge of its own).
+#[test]
+fn a_forked_child_waits_through_a_bridge_of_its_own() {
+    // The parent's wait, through the bridge.
+    current_thread().block_on(async {
+        let (mut tx, mut rx) = bell_less_pair(small());
+        let reader = tokio::spawn(async move { rx.recv_async().await.unwrap().is_some() });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        tx.send(b"parent").unwrap();
+        assert!(bounded("parent's reader", reader).await.unwrap());
+    });
+    let (mut tx, mut rx) = bell_less_pair(small());
+    // SAFETY: the child only runs this test's code (a runtime of its own, the two ends made
+    // above) and leaves with `_exit`, never returning into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            current_thread().block_on(async move {
+                let reader = tokio::spawn(async move {
+                    rx.recv_async()
+                        .await
+                        .map(|r| r.and_then(|r| r.to_vec().ok()))
+                });
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                tx.send(b"child").unwrap();
+                matches!(
+                    tokio::time::timeout(BOUND, reader).await,
+                    Ok(Ok(Ok(Some(v)))) if v == b"child"
+                )
+            })
+        }));
+        // SAFETY: ends the child at once (no destructors, no harness).
+        unsafe { libc::_exit(if matches!(ok, Ok(true)) { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child made above; `status` is a valid out-pointer.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child's wait did not complete (status {status:#x})"
+    );
+}

@@ -301,3 +301,56 @@ fn an_interval_holds_when_a_faster_producer_leaves() {
     .unwrap();
     assert!(status.success(), "the child failed: {status}");
 }
+
+/// A child made by `fork` after this process's markers started the ticker thread inherits
+/// the ticker's bookkeeping but not the thread: its own markers still come (it starts a
+/// ticker of its own).
+#[test]
+fn a_forked_child_ticks_with_a_ticker_of_its_own() {
+    // Runs in a child of its own, so that the fork below copies no thread of the harness.
+    if common::role().as_deref() != Some("fork-ticker") {
+        let status = common::spawn(
+            "a_forked_child_ticks_with_a_ticker_of_its_own",
+            "fork-ticker",
+            &[],
+            None,
+        )
+        .wait()
+        .unwrap();
+        assert!(status.success(), "the child failed: {status}");
+        return;
+    }
+    let (mut tx, mut rx) = shmflow::pair(Geometry::default()).unwrap();
+    tx.set_latency_markers(Some(LatencyMarkers::every(MS, "parent")));
+    assert!(send_for(&mut tx, 20) > 0);
+    // SAFETY: this process runs one thread of its own (the ticker's aside); the forked
+    // child runs the code below and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(|| {
+            let (mut tx, mut rx) = shmflow::pair(Geometry::default()).unwrap();
+            tx.set_latency_markers(Some(LatencyMarkers::every(MS, "child")));
+            let _ = send_for(&mut tx, 100);
+            drop(tx);
+            while rx.recv().unwrap().is_some() {}
+            rx.latency().first().map_or(0, |s| s.count)
+        });
+        // About 100; the first marker alone (due at once) comes without a ticker.
+        let code = match ok {
+            Ok(n) if n >= 10 => 0,
+            _ => 1,
+        };
+        // SAFETY: ends the child at once (no destructors, no harness).
+        unsafe { libc::_exit(code) };
+    }
+    drop(tx);
+    while rx.recv().unwrap().is_some() {}
+    let mut status = 0;
+    // SAFETY: waits for the child made above; `status` is a valid out-pointer.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child sent fewer than 10 markers in 100 ms at 1 ms (status {status:#x})"
+    );
+}

@@ -774,3 +774,44 @@ def test_a_partition_routes_records_to_readers_in_another_process():
             assert seen == [[b"0", b"2"], [b"1", b"3"]]
         else:
             assert seen == [[b"0", b"1", b"2", b"3"]] * 2
+
+
+def test_asyncio_in_a_child_forked_after_the_parent_waited():
+    import multiprocessing
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+
+    async def wait_once():
+        t = asyncio.create_task(rx.recv_async(timeout=30))
+        await asyncio.sleep(0.1)  # the receive waits through shmflow's waker thread
+        tx.send(b"parent")
+        return bytes(await t)
+
+    assert asyncio.run(wait_once()) == b"parent"
+    # A child forked now inherits the waker thread's bookkeeping but not the thread.
+    child_tx, child_fd = shmflow.Producer.create_anonymous(**SMALL)
+    got_end, done = multiprocessing.get_context("fork").Pipe(duplex=False)
+
+    def in_child():
+        crx = shmflow.Consumer.from_fd(child_fd)
+
+        async def main():
+            t = asyncio.create_task(crx.recv_async(timeout=20))
+            await asyncio.sleep(0.1)
+            child_tx.send(b"child")
+            return bytes(await t)
+
+        try:
+            done.send(asyncio.run(main()))
+        except BaseException as e:  # reported to the parent, which fails the test
+            done.send(repr(e))
+        os._exit(0)
+
+    p = multiprocessing.get_context("fork").Process(target=in_child)
+    p.start()
+    assert got_end.poll(60), "the child's receive did not finish"
+    got = got_end.recv()
+    p.join(timeout=30)
+    os.close(child_fd)
+    assert got == b"child", got

@@ -162,12 +162,16 @@ struct Ticker {
     /// ends), and whether one runs.
     generation: u64,
     running: bool,
+    /// The process whose thread `running` speaks of: a child made by `fork` inherits the
+    /// flag but not the thread, and starts its own.
+    pid: u32,
 }
 
 static TICKER: Mutex<Ticker> = Mutex::new(Ticker {
     users: Vec::new(),
     generation: 0,
     running: false,
+    pid: 0,
 });
 
 fn ticker() -> std::sync::MutexGuard<'static, Ticker> {
@@ -193,7 +197,7 @@ impl Schedule {
         PERIOD_NS.store(period, Ordering::Relaxed);
         // The clock is current from the first marker on, whether the ticker was asleep or not.
         tick();
-        if !t.running {
+        if !t.running || t.pid != std::process::id() {
             t.generation += 1;
             let generation = t.generation;
             let spawned = std::thread::Builder::new()
@@ -204,6 +208,7 @@ impl Schedule {
                 return None;
             }
             t.running = true;
+            t.pid = std::process::id();
         }
         Some(Schedule {
             interval_ns,

@@ -219,6 +219,11 @@ impl Bridge {
 /// waited on at once.
 pub(crate) struct Bridges {
     list: Mutex<Vec<Arc<Bridge>>>,
+    /// The process that started the bridges in `list`. A child made by `fork` inherits the
+    /// list but not the threads that serve it: its first registration finds another pid and
+    /// starts afresh. Relaxed: read and written under the lock of `list`.
+    #[cfg(not(shmflow_loom))]
+    pid: std::sync::atomic::AtomicU32,
 }
 
 impl Bridges {
@@ -228,6 +233,7 @@ impl Bridges {
         static GLOBAL: std::sync::OnceLock<Bridges> = std::sync::OnceLock::new();
         GLOBAL.get_or_init(|| Bridges {
             list: Mutex::new(Vec::new()),
+            pid: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -261,6 +267,16 @@ impl Bridges {
     ) -> std::io::Result<(Arc<Bridge>, u64)> {
         #[cfg_attr(shmflow_loom, allow(unused_mut))]
         let mut list = lock(&self.list);
+        #[cfg(not(shmflow_loom))]
+        {
+            let me = std::process::id();
+            if self.pid.swap(me, Ordering::Relaxed) != me {
+                // The parent's bridges, if this process was forked with some: no thread serves
+                // them here. Leaked, not dropped: their entries hold the parent's wakers,
+                // whose drop could run the parent's tasks' destructors in this process.
+                std::mem::forget(std::mem::take(&mut *list));
+            }
+        }
         let bridge = match list.iter().find(|b| b.len() < WORDS_PER_BRIDGE) {
             Some(b) => b.clone(),
             None => {
