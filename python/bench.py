@@ -1,7 +1,11 @@
 """shmflow's Python package against Python's own IPC, side by side in one run.
 
     python3 -m venv .venv && .venv/bin/pip install "./python[test]"
-    .venv/bin/pip install iceoryx2        # optional anchor: skipped with a note if missing
+    .venv/bin/pip install iceoryx2        # optional anchors: each skipped with a note if missing
+    # tachyon-ipc (Python >= 3.11) builds from source with GCC >= 14 or Clang >= 17 and LTO; on
+    # Debian 12: apt-get install clang-19 lld-19, then
+    CXX=clang++-19 CC=clang-19 LDFLAGS="-fuse-ld=lld -B/usr/lib/llvm-19/bin -flto" \
+        .venv/bin/pip install tachyon-ipc
     .venv/bin/python python/bench.py      # --quick for a short run, --json FILE for the figures
 
 Cases (each run in a fresh pair of processes, the transports alternating run by run; the
@@ -206,6 +210,77 @@ def one_iceoryx2(n):
     return (k - 1) / secs
 
 
+def tachyon_or_none():
+    try:
+        import tachyon  # noqa: F401
+    except ImportError:
+        return None
+    return sys.modules["tachyon"]
+
+
+def tachyon_path(tag):
+    return "/tmp/shmflow-bench-%s-%d-%d.sock" % (tag, os.getpid(), time.monotonic_ns())
+
+
+def tachyon_connect(path):
+    """Connects to a bus whose other side listens (or is about to)."""
+    tachyon = tachyon_or_none()
+    give_up = time.monotonic() + 30
+    while True:
+        try:
+            return tachyon.Bus.connect(path)
+        except Exception:
+            if time.monotonic() > give_up:
+                raise
+            time.sleep(0.001)
+
+
+def tachyon_send(bus, rec, type_id=0):
+    """Its ``send`` raises when the ring is full (no backpressure): retried until it goes."""
+    tachyon = tachyon_or_none()
+    give_up = None
+    while True:
+        try:
+            return bus.send(rec, type_id=type_id)
+        except tachyon.TachyonError:
+            if give_up is None:
+                give_up = time.monotonic() + 30
+            elif time.monotonic() > give_up:
+                raise
+            time.sleep(0)
+
+
+def one_tachyon(n):
+    tachyon = tachyon_or_none()
+    path = tachyon_path("one")
+    done = CTX.SimpleQueue()
+
+    def reader():
+        with tachyon.Bus.listen(path, 1 << 19) as bus:  # 512 KiB, as shmflow's 8 x 64 KiB
+            it = iter(bus)
+            next(it)
+            t0 = time.perf_counter()
+            k = 1
+            for m in it:
+                k += 1
+                if m.type_id == 1:
+                    break
+            done.put((k, time.perf_counter() - t0))
+        os._exit(0)
+
+    p = CTX.Process(target=reader)
+    p.start()
+    rec = b"x" * SMALL
+    with tachyon_connect(path) as bus:
+        for _ in range(n - 1):
+            tachyon_send(bus, rec)
+        tachyon_send(bus, rec, type_id=1)  # the last
+        k, secs = done.get()
+    p.join()
+    assert k == n, (k, n)
+    return (n - 1) / secs
+
+
 # ---- 64 B batched -------------------------------------------------------------------------
 
 def batch_shmflow(n):
@@ -338,6 +413,34 @@ def rtt_unix_asyncio(n):
 
     lat = asyncio.run(run())
     p.join()
+    return lat
+
+
+def rtt_tachyon(n):
+    tachyon = tachyon_or_none()
+    ping_path, pong_path = tachyon_path("ping"), tachyon_path("pong")
+
+    def echo():
+        with tachyon.Bus.listen(ping_path, 1 << 16) as rx, tachyon_connect(pong_path) as tx:
+            for m in rx:
+                if m.type_id == 1:
+                    break
+                tachyon_send(tx, m.data)
+        os._exit(0)
+
+    p = CTX.Process(target=echo)
+    p.start()
+    rec = b"x" * SMALL
+    lat = []
+    with tachyon_connect(ping_path) as ping, tachyon.Bus.listen(pong_path, 1 << 16) as pong:
+        replies = iter(pong)
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            tachyon_send(ping, rec)
+            next(replies)
+            lat.append(time.perf_counter_ns() - t0)
+        tachyon_send(ping, b"", type_id=1)
+        p.join()
     return lat
 
 
@@ -528,11 +631,15 @@ def main():
           f"{runs} runs per transport, alternating")
     if iox is None:
         print("iceoryx2 is not installed (pip install iceoryx2): its column is left out")
+    if tachyon_or_none() is None:
+        print("tachyon-ipc is not installed (see this file's docstring): its column is left out")
     out = {"cpu": cpu_model(), "python": platform.python_version(), "runs": runs}
 
     one = {"shmflow": one_shmflow, "Pipe": one_pipe, "Queue": one_queue}
     if iox is not None:
         one["iceoryx2"] = one_iceoryx2
+    if tachyon_or_none() is not None:
+        one["tachyon"] = one_tachyon
     res = {k: [] for k in one}
     for _ in range(runs):
         for k, f in one.items():
@@ -548,6 +655,8 @@ def main():
 
     rtt = {"shmflow": rtt_shmflow, "Pipe": rtt_pipe, "Queue": rtt_queue,
            "shmflow asyncio": rtt_shmflow_asyncio, "asyncio Unix socket": rtt_unix_asyncio}
+    if tachyon_or_none() is not None:
+        rtt["tachyon"] = rtt_tachyon
     rr = {k: [] for k in rtt}
     for _ in range(runs):
         for k, f in rtt.items():
