@@ -776,6 +776,8 @@ def test_a_partition_routes_records_to_readers_in_another_process():
             assert seen == [[b"0", b"1", b"2", b"3"]] * 2
 
 
+# Forking a process with threads is the case under test (shmflow's waker thread runs).
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_asyncio_in_a_child_forked_after_the_parent_waited():
     import multiprocessing
     tx, fd = shmflow.Producer.create_anonymous(**SMALL)
