@@ -223,7 +223,7 @@ pub(crate) struct Bridges {
     /// list but not the threads that serve it: its first registration finds another pid and
     /// starts afresh. Relaxed: read and written under the lock of `list`.
     #[cfg(not(shmflow_loom))]
-    pid: std::sync::atomic::AtomicU32,
+    started_in: std::sync::atomic::AtomicU32,
 }
 
 impl Bridges {
@@ -233,7 +233,7 @@ impl Bridges {
         static GLOBAL: std::sync::OnceLock<Bridges> = std::sync::OnceLock::new();
         GLOBAL.get_or_init(|| Bridges {
             list: Mutex::new(Vec::new()),
-            pid: std::sync::atomic::AtomicU32::new(0),
+            started_in: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -270,7 +270,7 @@ impl Bridges {
         #[cfg(not(shmflow_loom))]
         {
             let me = std::process::id();
-            if self.pid.swap(me, Ordering::Relaxed) != me {
+            if self.started_in.swap(me, Ordering::Relaxed) != me {
                 // The parent's bridges, if this process was forked with some: no thread serves
                 // them here. Leaked, not dropped: their entries hold the parent's wakers,
                 // whose drop could run the parent's tasks' destructors in this process.
