@@ -346,9 +346,7 @@ fn a_forked_child_ticks_with_a_ticker_of_its_own() {
     }
     drop(tx);
     while rx.recv().unwrap().is_some() {}
-    let mut status = 0;
-    // SAFETY: waits for the child made above; `status` is a valid out-pointer.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    let status = common::wait_forked(pid, Duration::from_secs(60)).expect("the forked child ended");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "the forked child sent fewer than 10 markers in 100 ms at 1 ms (status {status:#x})"

@@ -1,9 +1,10 @@
 """The coroutines behind ``recv_async`` and ``send_async``.
 
 An operation that has to wait is a native ``Pending`` object: a future of the library that
-sleeps through shmflow's one waker thread per process and, when woken, makes an eventfd
-readable. ``drive`` polls it on the event loop and, between polls, waits for that descriptor
-with ``loop.add_reader``: no thread per wait, and the loop runs other tasks meanwhile.
+sleeps through shmflow's waker thread (one per process for up to 127 waits at once) and, when
+woken, makes an eventfd readable. ``drive`` polls it on the event loop and, between polls,
+waits for that descriptor with ``loop.add_reader``: no thread per wait, and the loop runs
+other tasks meanwhile.
 """
 
 import asyncio
@@ -59,9 +60,13 @@ async def _run(op):
 
 async def drive(op, timeout, name):
     """Runs ``op`` to its end, raising ``shmflow.Timeout`` after ``timeout`` seconds."""
-    if timeout is None:
-        return await _run(op)
     try:
-        return await asyncio.wait_for(_run(op), timeout)
-    except asyncio.TimeoutError:
-        raise Timeout("%s: the wait ran out of time" % name) from None
+        if timeout is None:
+            return await _run(op)
+        try:
+            return await asyncio.wait_for(_run(op), timeout)
+        except asyncio.TimeoutError:
+            raise Timeout("%s: the wait ran out of time" % name) from None
+    finally:
+        # (``wait_for`` may cancel ``_run`` before it starts.)
+        op.cancel()

@@ -1,9 +1,10 @@
 //! asyncio: a receive or send that would wait becomes a [`Pending`] operation, which the
 //! coroutine `shmflow._aio.drive` polls on the event loop's thread. The operation is one of
 //! the library's async futures (`recv_async`, `send_async`, …), which need no particular
-//! executor: where no tokio runtime runs them they sleep through the library's one waker
-//! thread per process, which watches every announced park word at once (`futex_waitv`) and
-//! calls the future's waker. Here the waker writes to an eventfd, [`Bell`], that the event
+//! executor: where no tokio runtime runs them they sleep through the library's waker thread
+//! (one per process for up to 127 waits at once), which watches every announced park word
+//! with one `futex_waitv` and calls the future's waker (also every 40 ms, when the wait looks
+//! at its peer's liveness). Here the waker writes to an eventfd, [`Bell`], that the event
 //! loop watches (`loop.add_reader`), so a wait costs no thread of its own and the loop runs
 //! other tasks meanwhile.
 
@@ -161,6 +162,44 @@ impl Pending {
             waker,
         }
     }
+
+    /// Polls once where the operation is made: its result if it is done at once.
+    pub(crate) fn poll_now(&mut self) -> PyResult<Option<Py<PyAny>>> {
+        match self.poll()? {
+            (DONE, v) => Ok(v),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Raises unless this thread runs an asyncio event loop: an operation is polled on the
+/// thread that made it (the loop's), so `recv_async()` and `send_async()` are called in a
+/// coroutine of the loop that awaits them.
+pub(crate) fn on_loop_thread(py: Python<'_>) -> PyResult<()> {
+    py.import("asyncio")?
+        .call_method0("get_running_loop")
+        .map(|_| ())
+        .map_err(|_| {
+            PyRuntimeError::new_err(
+                "an async call of shmflow is made on the thread of the asyncio event loop that \
+                 awaits it (in a coroutine); from another thread, use the blocking calls",
+            )
+        })
+}
+
+/// Lets the executor run once: the first poll wakes the task and is pending, the second is
+/// ready (the coroutine looks again after one turn of the loop).
+pub(crate) async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    })
+    .await
 }
 
 /// What a poll came to, as `drive` reads it.

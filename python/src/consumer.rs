@@ -27,6 +27,9 @@ pub(crate) struct ConsumerCore {
     aio: Arc<AtomicBool>,
     /// What wakes an async receive's coroutine; made by the first one.
     bell: OnceLock<Arc<Bell>>,
+    /// An async receive was cancelled while it copied a record that spans segments: the rest
+    /// of that record is gone, which the next receive says (`RecordAborted`).
+    lost: AtomicBool,
 }
 
 impl ConsumerCore {
@@ -209,6 +212,7 @@ impl PyConsumer {
                 released: Mutex::new(Vec::new()),
                 aio: Arc::new(AtomicBool::new(false)),
                 bell: OnceLock::new(),
+                lost: AtomicBool::new(false),
             })),
             out: Vec::new(),
             name,
@@ -228,6 +232,32 @@ impl PyConsumer {
         })?;
         aio::check(&core.aio, &self.name)?;
         Ok(core)
+    }
+
+    /// Raises `RecordAborted` once for a record that a cancelled async receive dropped
+    /// half-read.
+    fn raise_lost(&self, py: Python<'_>, core: &ConsumerCore) -> PyResult<()> {
+        // Relaxed: set and taken on the threads that use the consumer, one at a time.
+        if core.lost.swap(false, Ordering::Relaxed) {
+            return Err(raise(
+                py,
+                "RecordAborted",
+                format!(
+                    "{}: a cancelled async receive dropped a record larger than a segment \
+                     half-read; the next receive returns the record after it",
+                    self.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Raises if an async receive is under way (before a call changes anything).
+    fn not_busy(&self) -> PyResult<()> {
+        match &self.core {
+            Some(c) => aio::check(&c.aio, &self.name),
+            None => Ok(()),
+        }
     }
 
     /// Raises the failure a batch met after it had taken records.
@@ -307,6 +337,7 @@ impl PyConsumer {
         messages: bool,
     ) -> PyResult<Option<Got>> {
         let core = self.core(py)?;
+        self.raise_lost(py, &core)?;
         if let Some(done) = try_now(py, &core, messages)? {
             return Ok(done);
         }
@@ -412,6 +443,7 @@ impl PyConsumer {
     /// earlier records hold every segment of the channel (the producer could send nothing).
     #[pyo3(signature = (timeout = None))]
     fn recv(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
+        self.not_busy()?;
         self.retire(py);
         if let Some(l) = self.leftover.take() {
             return Ok(Some(l));
@@ -436,6 +468,7 @@ impl PyConsumer {
         py: Python<'_>,
         timeout: Option<f64>,
     ) -> PyResult<Option<Py<PyAny>>> {
+        self.not_busy()?;
         self.retire(py);
         if let Some(l) = self.leftover.take() {
             return Ok(Some(l));
@@ -478,6 +511,7 @@ impl PyConsumer {
         timeout: Option<f64>,
         rows: Option<usize>,
     ) -> PyResult<Py<PyAny>> {
+        self.not_busy()?;
         self.retire(py);
         if max == 0 {
             return Ok(PyList::empty(py).into_any().unbind());
@@ -521,6 +555,7 @@ impl PyConsumer {
     /// Releases the views of the last receive now (they are released by the next receive
     /// anyway): their segments go back to the producer unless buffers made from them live.
     fn release(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.not_busy()?;
         self.retire(py);
         if let Some(core) = &self.core {
             if let Ok(mut rx) = core.rx.try_lock() {
@@ -532,11 +567,13 @@ impl PyConsumer {
 
     /// Detaches: the producer's next call raises ``Closed``. Views still alive keep the
     /// shared memory mapped, and the consumer attached, until they go.
-    fn close(&mut self, py: Python<'_>) {
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.not_busy()?;
         self.retire(py);
         self.leftover = None;
         self.pending = None;
         self.core = None;
+        Ok(())
     }
 
     /// True once this consumer has read every record and the producer closed the stream.
@@ -583,11 +620,14 @@ impl PyConsumer {
 
     /// ``await consumer.recv_async()``: as ``recv``, waiting in the asyncio event loop
     /// instead of blocking the thread: other tasks run meanwhile, and no thread waits for
-    /// it (the process's one shmflow waker thread watches every wait). Returns the next
-    /// record as a read-only memoryview, or ``None`` at the end of the stream; ``timeout``
-    /// raises ``Timeout``. Cancelling it (``asyncio.wait_for``, ``task.cancel()``) loses
-    /// nothing: the record it waited for comes with the next receive. While it is under
-    /// way, the consumer's other calls raise ``RuntimeError``.
+    /// it (shmflow's waker thread watches up to 127 waits at once). Call it in a coroutine
+    /// of the loop that awaits it. Returns the next record as a read-only memoryview, or
+    /// ``None`` at the end of the stream; ``timeout`` raises ``Timeout``. Cancelling it
+    /// (``asyncio.wait_for``, ``task.cancel()``) while it waits loses nothing: the record
+    /// comes with the next receive. Cancelled while it copies a record larger than a
+    /// segment, as its parts come, it drops that record, and the next receive raises
+    /// ``RecordAborted`` once. While it is under way, the consumer's other calls raise
+    /// ``RuntimeError``.
     #[pyo3(signature = (timeout = None))]
     fn recv_async(slf: &Bound<'_, Self>, timeout: Option<f64>) -> PyResult<Py<PyAny>> {
         PyConsumer::begin_async(slf, timeout, false)
@@ -619,9 +659,13 @@ impl PyConsumer {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&mut self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close(py);
-        false
+    fn __exit__(
+        &mut self,
+        py: Python<'_>,
+        _exc: &Bound<'_, pyo3::types::PyTuple>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 
     fn __repr__(&self) -> String {
@@ -833,6 +877,12 @@ async fn recv_wait(
             }));
         }
         let taken = Cell::new(false);
+        // Dropped with the wait (a cancellation) once a record is under way: marks it lost.
+        let mut guard = LostGuard {
+            core,
+            taken: &taken,
+            armed: true,
+        };
         let got = {
             let mut next = std::pin::pin!(next_async(&mut rx, core, messages, &taken));
             std::future::poll_fn(|cx| {
@@ -846,8 +896,25 @@ async fn recv_wait(
             })
             .await
         };
+        guard.armed = false;
         if let Some(r) = got {
             return r.map_err(py_err);
+        }
+    }
+}
+
+/// Marks the consumer's record lost if dropped armed after the record was taken.
+struct LostGuard<'a> {
+    core: &'a ConsumerCore,
+    taken: &'a Cell<bool>,
+    armed: bool,
+}
+
+impl Drop for LostGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.taken.get() {
+            // Relaxed: read by the next receive, on the thread that polls this one.
+            self.core.lost.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -861,7 +928,9 @@ impl PyConsumer {
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let driver = py.import("shmflow._aio")?;
+        aio::on_loop_thread(py)?;
         let mut this = slf.try_borrow_mut()?;
+        this.not_busy()?;
         if timeout.is_some_and(|t| !t.is_finite() || t < 0.0) {
             wait::deadline(timeout)?;
         }
@@ -871,13 +940,7 @@ impl PyConsumer {
         }
         this.raise_pending()?;
         let core = this.core(py)?;
-        if let Some(done) = try_now(py, &core, messages)? {
-            let v = match done {
-                Some(g) => this.hand_out(py, g)?,
-                None => py.None(),
-            };
-            return Ok(driver.call_method1("ready", (v,))?.unbind());
-        }
+        this.raise_lost(py, &core)?;
         let busy = Busy::take(&core.aio, &this.name)?;
         let bell = Bell::of(&core.bell)?;
         let (segments, name) = (this.segments, this.name.clone());
@@ -897,7 +960,12 @@ impl PyConsumer {
                 }
             })
         });
-        let pending = Pending::new(op, bell);
+        // Polled once now: a record already there (even one that spans segments, copied as
+        // its parts come) is not a wait.
+        let mut pending = Pending::new(op, bell);
+        if let Some(v) = pending.poll_now()? {
+            return Ok(driver.call_method1("ready", (v,))?.unbind());
+        }
         Ok(driver
             .call_method1("drive", (pending, timeout, label))?
             .unbind())

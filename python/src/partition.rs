@@ -37,6 +37,9 @@ pub(crate) struct PyPartition {
     route: Route,
     channels: u32,
     name: String,
+    /// The longest record that fits in one segment of every channel: longer ones are sent
+    /// whole in one wait (a wait cut into slices would abort them at a slice's end).
+    max_unspanned: usize,
 }
 
 fn lock(p: &Mutex<Option<shmflow::Partition>>) -> MutexGuard<'_, Option<shmflow::Partition>> {
@@ -114,13 +117,37 @@ impl PyPartition {
         })
     }
 
-    fn key_of(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    /// The channel of `key` (any Python int): `key % channels`, as Python computes it.
+    fn channel_of_key(&self, key: &Bound<'_, PyAny>) -> PyResult<u32> {
+        key.rem(self.channels)?.extract()
+    }
+
+    /// The channel the key function gives `data`, if the partition is by key.
+    fn key_of(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
         let Route::Key(f) = &self.route else {
             return Ok(None);
         };
-        let k: i128 = f.call1(py, (data,))?.extract(py)?;
-        // A negative or very large key counts by its low 64 bits, as a hash would.
-        Ok(Some(k as u64))
+        let k = f.call1(py, (data,))?;
+        self.channel_of_key(k.bind(py)).map(Some)
+    }
+
+    /// Sends a record longer than a segment whole, without slices (as `Producer.send` does).
+    fn send_whole(&self, py: Python<'_>, b: &[u8], to: Option<u32>) -> PyResult<()> {
+        let channels = self.channels;
+        let broadcast = matches!(self.route, Route::Broadcast);
+        let r = py.detach(|| {
+            let mut g = lock(&self.part);
+            let p = g.as_mut()?;
+            Some(match to {
+                Some(c) => p.send_to(c, b),
+                None if broadcast => (0..channels).try_for_each(|c| p.send_to(c, b)),
+                None => p.send(b),
+            })
+        });
+        match r {
+            None => Err(self.closed(py)),
+            Some(r) => r.map_err(|e| to_py(py, e)),
+        }
     }
 }
 
@@ -153,11 +180,21 @@ impl PyPartition {
             ));
         }
         let name = format!("partition of {} channels", outputs.len());
+        // Every producer is checked before any is taken: a refusal leaves them all as they
+        // were.
+        for o in &outputs {
+            o.check_free(py)?;
+        }
         let mut taken = Vec::with_capacity(outputs.len());
         for mut o in outputs {
             taken.push(o.take_inner(py)?);
         }
         let channels = taken.len() as u32;
+        let max_unspanned = taken
+            .iter()
+            .map(shmflow::Producer::max_unspanned_len)
+            .min()
+            .unwrap_or(0);
         // (Keyed records are routed here, with `send_keyed`.)
         let p = shmflow::Partition::new(
             taken,
@@ -172,6 +209,7 @@ impl PyPartition {
             route,
             channels,
             name,
+            max_unspanned,
         })
     }
 
@@ -187,8 +225,11 @@ impl PyPartition {
         let deadline = wait::deadline(timeout)?;
         // SAFETY: `buf` holds the export for the call.
         let b = unsafe { bytes(span) };
+        if b.len() > self.max_unspanned {
+            return self.send_whole(py, b, key);
+        }
         match (&self.route, key) {
-            (_, Some(k)) => self.to_one(py, deadline, |p, end| p.send_keyed_deadline(k, b, end)),
+            (_, Some(c)) => self.to_one(py, deadline, |p, end| p.send_to_deadline(c, b, end)),
             (Route::Broadcast, _) => {
                 self.to_each(py, deadline, |p, c, end| p.send_to_deadline(c, b, end))
             }
@@ -201,37 +242,38 @@ impl PyPartition {
     fn try_send(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
         let key = self.key_of(py, data)?;
         let buf = Buf::get(data, view::PYBUF_SIMPLE)?;
-        // SAFETY: `buf` holds the export for the call.
-        let b = unsafe { bytes(buf.span()) };
-        let mut g = lock(&self.part);
-        let p = g.as_mut().ok_or_else(|| self.closed(py))?;
-        let r = match key {
-            Some(k) => p.try_send_keyed(k, b),
-            None => p.try_send(b),
-        };
+        let span = buf.span();
+        // The lock is waited for without the GIL (another thread's send may hold it).
+        let r = py.detach(|| {
+            // SAFETY: `buf` holds the export for the call.
+            let b = unsafe { bytes(span) };
+            let mut g = lock(&self.part);
+            let p = g.as_mut()?;
+            Some(match key {
+                Some(c) => p.try_send_to(c, b),
+                None => p.try_send(b),
+            })
+        });
         match r {
-            Ok(()) => Ok(true),
-            Err(TrySendError::Full) => Ok(false),
-            Err(e) => Err(to_py(py, e)),
+            None => Err(self.closed(py)),
+            Some(Ok(())) => Ok(true),
+            Some(Err(TrySendError::Full)) => Ok(false),
+            Some(Err(e)) => Err(to_py(py, e)),
         }
     }
 
-    /// Sends one record to the channel of ``key`` (``key % channels``), whatever the
-    /// partitioner.
+    /// Sends one record to the channel of ``key`` (``key % channels``, any int), whatever
+    /// the partitioner.
     #[pyo3(signature = (key, data, timeout = None))]
     fn send_keyed(
         &self,
         py: Python<'_>,
-        key: u64,
+        key: &Bound<'_, PyAny>,
         data: &Bound<'_, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<()> {
-        let buf = Buf::get(data, view::PYBUF_SIMPLE)?;
-        let span = buf.span();
-        self.to_one(py, wait::deadline(timeout)?, |p, end| {
-            // SAFETY: `buf` holds the export for the call.
-            p.send_keyed_deadline(key, unsafe { bytes(span) }, end)
-        })
+        let c = self.channel_of_key(key)?;
+        self.send_to(py, c, data, timeout)
     }
 
     /// Sends one record to channel ``channel``, whatever the partitioner.
@@ -245,10 +287,13 @@ impl PyPartition {
     ) -> PyResult<()> {
         let c = self.channel(channel)?;
         let buf = Buf::get(data, view::PYBUF_SIMPLE)?;
-        let span = buf.span();
+        // SAFETY: `buf` holds the export for the call.
+        let b = unsafe { bytes(buf.span()) };
+        if b.len() > self.max_unspanned {
+            return self.send_whole(py, b, Some(c));
+        }
         self.to_one(py, wait::deadline(timeout)?, |p, end| {
-            // SAFETY: `buf` holds the export for the call.
-            p.send_to_deadline(c, unsafe { bytes(span) }, end)
+            p.send_to_deadline(c, b, end)
         })
     }
 
@@ -306,7 +351,8 @@ impl PyPartition {
 
     /// Ends every channel's stream: each consumer reads every record sent, then the end.
     fn close(&self, py: Python<'_>) {
-        if let Some(p) = lock(&self.part).take() {
+        let p = py.detach(|| lock(&self.part).take());
+        if let Some(p) = p {
             py.detach(|| {
                 p.into_outputs()
                     .into_iter()
@@ -316,8 +362,9 @@ impl PyPartition {
     }
 
     /// Ends every channel's stream as failed (each consumer gets ``ProducerFailed``).
-    fn fail(&self) {
-        if let Some(p) = lock(&self.part).take() {
+    fn fail(&self, py: Python<'_>) {
+        let p = py.detach(|| lock(&self.part).take());
+        if let Some(p) = p {
             p.fail();
         }
     }
@@ -341,17 +388,17 @@ impl PyPartition {
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> bool {
         match exc_type {
-            Some(t) if !t.is_none() => self.fail(),
+            Some(t) if !t.is_none() => self.fail(py),
             _ => self.close(py),
         }
         false
     }
 
     fn __repr__(&self) -> String {
-        let state = if lock(&self.part).is_some() {
-            "open"
-        } else {
-            "closed"
+        let state = match self.part.try_lock() {
+            Ok(g) if g.is_some() => "open",
+            Ok(_) => "closed",
+            Err(_) => "in use",
         };
         format!("<shmflow.Partition {} channels ({state})>", self.channels)
     }

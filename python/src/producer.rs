@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use shmflow::{Alignment, DetachedClaim, SendTimeoutError, TrySendError};
@@ -154,6 +154,31 @@ impl PyProducer {
                 self.name
             ),
         )
+    }
+
+    /// Raises unless the producer can be given to a partition: open, no claim, no async send,
+    /// not failing once a claim's views go.
+    pub(crate) fn check_free(&self, py: Python<'_>) -> PyResult<()> {
+        self.no_claim(py)?;
+        // Relaxed: set by a thread that had this object, which the caller now has.
+        if self.core.fail_on_drop.load(Ordering::Relaxed) {
+            return Err(raise(
+                py,
+                "Error",
+                format!(
+                    "{}: this producer fails once the views of its claim go",
+                    self.name
+                ),
+            ));
+        }
+        match self.core.tx.try_lock() {
+            Ok(g) if g.is_some() => Ok(()),
+            Ok(_) => Err(self.closed(py)),
+            Err(_) => Err(PyRuntimeError::new_err(format!(
+                "{}: this producer is in use by another thread",
+                self.name
+            ))),
+        }
     }
 
     /// The producer itself, for a partition: this object is closed from then on.
@@ -389,8 +414,8 @@ impl PyProducer {
 
     /// ``await producer.send_async(data)``: as ``send``, waiting for a free segment in the
     /// asyncio event loop instead of blocking the thread: other tasks run meanwhile, and no
-    /// thread waits for it (the process's one shmflow waker thread watches every wait).
-    /// ``timeout`` raises ``Timeout``. Cancelling it sends nothing, except for a record
+    /// thread waits for it (shmflow's waker thread watches up to 127 waits at once). Call it
+    /// in a coroutine of the loop that awaits it. ``timeout`` raises ``Timeout``. Cancelling it sends nothing, except for a record
     /// larger than the channel's segments, which goes out part by part: cancelled half-way,
     /// the consumer is told it was aborted (``RecordAborted``). Keep ``data`` unchanged
     /// until it is done (it is read when a segment is free). While it is under way, the
@@ -403,6 +428,7 @@ impl PyProducer {
     ) -> PyResult<Py<PyAny>> {
         let py = slf.py();
         let driver = py.import("shmflow._aio")?;
+        aio::on_loop_thread(py)?;
         let this = slf.try_borrow()?;
         this.no_claim(py)?;
         if timeout.is_some_and(|t| !t.is_finite() || t < 0.0) {
@@ -433,11 +459,18 @@ impl PyProducer {
         let name = this.name.clone();
         drop(this);
         // The lock is held across the wait on purpose: the producer's other calls refuse
-        // while `aio` is set, so nothing waits for it.
+        // while `aio` is set. It is tried, not waited for: another thread's blocking call may
+        // hold it (a record sent whole), and the loop must not wait for that with the GIL.
         #[allow(clippy::await_holding_lock)]
         let op: aio::Op = Box::pin(async move {
             let sent = {
-                let mut g = lock(&core);
+                let mut g = loop {
+                    match core.tx.try_lock() {
+                        Ok(g) => break g,
+                        Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                        Err(std::sync::TryLockError::WouldBlock) => aio::yield_once().await,
+                    }
+                };
                 match g.as_mut() {
                     None => None,
                     // SAFETY: `buf`, moved into this future, holds the export for as long
@@ -458,7 +491,10 @@ impl PyProducer {
             })
         });
         let label = slf.try_borrow()?.name.clone();
-        let pending = Pending::new(op, bell);
+        let mut pending = Pending::new(op, bell);
+        if let Some(v) = pending.poll_now()? {
+            return Ok(driver.call_method1("ready", (v,))?.unbind());
+        }
         Ok(driver
             .call_method1("drive", (pending, timeout, label))?
             .unbind())

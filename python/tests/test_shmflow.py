@@ -727,6 +727,9 @@ def test_a_partition_routes_records_to_readers_in_another_process():
                     events.append(m.kind)
                 elif isinstance(m, shmflow.Barrier):
                     barriers.append(m.id)
+                elif len(m) == 10_000:
+                    assert bytes(m) == b"y" * 10_000
+                    recs.append("big")
                 else:
                     recs.append(bytes(m).decode())
             print(i, ",".join(recs), events, barriers)
@@ -745,6 +748,8 @@ def test_a_partition_routes_records_to_readers_in_another_process():
         part.send_event(7)
         part.send_to(1, b"direct")
         part.send_keyed(5, b"five")  # 5 % 3 == 2
+        part.send_keyed(-1, b"minus one")  # -1 % 3 == 2, as Python computes it
+        part.send_to(0, b"y" * 10_000)  # longer than a segment: sent whole
         part.send_barrier(1)
         with pytest.raises(IndexError):
             part.send_to(3, b"nowhere")
@@ -753,11 +758,25 @@ def test_a_partition_routes_records_to_readers_in_another_process():
     import zlib as z
     for i in range(3):
         expect = [w for w in words if z.crc32(w.encode()) % 3 == i]
+        if i == 0:
+            expect.append("big")
         if i == 1:
             expect.append("direct")
         if i == 2:
-            expect.append("five")
+            expect += ["five", "minus one"]
         assert got[i] == "%s [7] [1]" % ",".join(expect), (i, got[i])
+
+    # A partition that cannot take every producer takes none.
+    free, fd1 = shmflow.Producer.create_anonymous(**SMALL)
+    busy, fd2 = shmflow.Producer.create_anonymous(**SMALL)
+    rx1 = shmflow.Consumer.from_fd(fd1)
+    os.close(fd1)
+    os.close(fd2)
+    busy.claim(8)
+    with pytest.raises(shmflow.Error):
+        shmflow.Partition([free, busy])
+    free.send(b"still mine")
+    assert bytes(rx1.recv(timeout=5)) == b"still mine"
 
     # Round-robin and broadcast, read in this process.
     for mode in ("round_robin", "broadcast"):
@@ -817,3 +836,32 @@ def test_asyncio_in_a_child_forked_after_the_parent_waited():
     p.join(timeout=30)
     os.close(child_fd)
     assert got == b"child", got
+
+
+def test_asyncio_a_record_larger_than_the_channel_between_two_tasks_of_one_loop():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    big = bytes(range(256)) * 80  # 20 KiB through 8 KiB of segments, part by part
+
+    async def main():
+        writer = asyncio.create_task(tx.send_async(big, timeout=30))
+        await asyncio.sleep(0)  # the writer's first parts are in
+        got = bytes(await rx.recv_async(timeout=30))
+        await writer
+        return got
+
+    assert asyncio.run(main()) == big
+
+
+def test_asyncio_calls_are_refused_off_the_loop_thread():
+    tx, fd = shmflow.Producer.create_anonymous(**SMALL)
+    rx = shmflow.Consumer.from_fd(fd)
+    os.close(fd)
+    with pytest.raises(RuntimeError, match="event loop"):
+        rx.recv_async()
+    with pytest.raises(RuntimeError, match="event loop"):
+        tx.send_async(b"x")
+    # Nothing was taken or held: the ends work as before.
+    tx.send(b"x")
+    assert bytes(rx.recv(timeout=5)) == b"x"

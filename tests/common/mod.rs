@@ -328,3 +328,27 @@ pub(crate) fn require_root(why: &str) {
         "this test needs root ({why}); run it as root, as CI does with --ignored"
     );
 }
+
+/// Waits for the forked child `pid` up to `bound`, killing it if it has not ended by then;
+/// its wait status, or `None` if it had to be killed.
+pub(crate) fn wait_forked(pid: libc::pid_t, bound: Duration) -> Option<i32> {
+    let deadline = Instant::now() + bound;
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer; WNOHANG returns at once.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return Some(status);
+        }
+        assert!(r == 0, "waitpid: {}", std::io::Error::last_os_error());
+        if Instant::now() > deadline {
+            // SAFETY: kills and reaps the child made by the caller.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

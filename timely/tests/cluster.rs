@@ -113,7 +113,7 @@ fn addresses(n: usize, offset: u16) -> Vec<String> {
         .collect()
 }
 
-/// Starts process `p` of `n` with `workers` worker threads each.
+/// Starts process `p` of `n` with `workers` worker threads each, reporting its links.
 fn spawn(
     test: &str,
     hostfile: &std::path::Path,
@@ -122,13 +122,40 @@ fn spawn(
     workers: usize,
     env: &[(&str, &str)],
 ) -> Child {
-    let args = format!("-w {workers} -n {n} -p {p} -h {}", hostfile.display());
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(ROLE, "process")
-        .env(ARGS, args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    spawn_in(None, test, hostfile, n, p, workers, env)
+}
+
+/// As [`spawn`], in network namespace `ns` if given.
+fn spawn_in(
+    ns: Option<&str>,
+    test: &str,
+    hostfile: &std::path::Path,
+    n: usize,
+    p: usize,
+    workers: usize,
+    env: &[(&str, &str)],
+) -> Child {
+    let args = format!("-w {workers} -n {n} -p {p} -r -h {}", hostfile.display());
+    let exe = std::env::current_exe().unwrap();
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    c.args([
+        "--exact",
+        test,
+        "--nocapture",
+        "--test-threads=1",
+        "--include-ignored",
+    ])
+    .env(ROLE, "process")
+    .env(ARGS, args)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     for (k, v) in env {
         c.env(k, v);
     }
@@ -241,4 +268,142 @@ fn a_killed_process_ends_the_others_with_an_error() {
         );
     }
     std::fs::remove_file(&file).unwrap();
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A network namespace joined to this one by a veth pair: this side `10.232.X.1/24`, the
+/// namespace's side `10.232.X.2/24`. Deleted on drop (with the pair).
+struct Netns {
+    name: String,
+    here: String,
+}
+
+impl Netns {
+    fn setup() -> Result<(Netns, String, String), String> {
+        let id = std::process::id();
+        let net = id % 250;
+        let ns = Netns {
+            name: format!("shmflow-timely-{id}"),
+            here: format!("sft{}", id % 100_000),
+        };
+        let there = format!("sfu{}", id % 100_000);
+        ip(&["netns", "add", &ns.name])?;
+        ip(&[
+            "link", "add", &ns.here, "type", "veth", "peer", "name", &there,
+        ])?;
+        ip(&["link", "set", &there, "netns", &ns.name])?;
+        let (a, b) = (format!("10.232.{net}.1"), format!("10.232.{net}.2"));
+        ip(&["addr", "add", &format!("{a}/24"), "dev", &ns.here])?;
+        ip(&["link", "set", &ns.here, "up"])?;
+        let b_net = format!("{b}/24");
+        for args in [
+            ["addr", "add", b_net.as_str(), "dev", there.as_str()].as_slice(),
+            &["link", "set", there.as_str(), "up"],
+            &["link", "set", "lo", "up"],
+        ] {
+            let mut full = vec!["netns", "exec", ns.name.as_str(), "ip"];
+            full.extend_from_slice(args);
+            ip(&full)?;
+        }
+        Ok((ns, a, b))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = ip(&["link", "del", &self.here]);
+        let _ = ip(&["netns", "del", &self.name]);
+    }
+}
+
+#[test]
+#[ignore = "needs root: makes a network namespace and a veth pair"]
+fn a_process_in_another_network_namespace_is_reached_over_tcp() {
+    if std::env::var(ROLE).is_ok() {
+        word_count_process();
+    }
+    let test = "a_process_in_another_network_namespace_is_reached_over_tcp";
+    let (ns, a, b) = match Netns::setup() {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("SKIP: no network namespace here: {e}");
+            return;
+        }
+    };
+    let port = 20_000 + (std::process::id() % 20_000) as u16 + 20;
+    // Processes 0 and 1 share this host's address (shmflow between them); process 2 is in the
+    // namespace (TCP to both).
+    let addrs = [
+        format!("{a}:{port}"),
+        format!("{a}:{}", port + 1),
+        format!("{b}:{}", port + 2),
+    ];
+    let file = hostfile(&addrs, "netns");
+    let children: Vec<Child> = (0..3)
+        .map(|p| {
+            spawn_in(
+                (p == 2).then_some(ns.name.as_str()),
+                test,
+                &file,
+                3,
+                p,
+                1,
+                &[],
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + BOUND;
+    let mut got = BTreeMap::new();
+    let mut links = Vec::new();
+    for (p, c) in children.into_iter().enumerate() {
+        let (ok, out, err) = wait_bounded(c, deadline)
+            .unwrap_or_else(|| panic!("process {p} of 3 did not end within {BOUND:?}"));
+        assert!(ok, "process {p} failed: {err}");
+        links.extend(
+            out.lines()
+                .filter(|l| l.contains("linked to"))
+                .map(String::from),
+        );
+        for l in out
+            .lines()
+            .filter_map(|l| l.split_once("WC ").map(|(_, l)| l))
+        {
+            let (w, c) = l.rsplit_once(' ').unwrap();
+            assert!(
+                got.insert(w.to_string(), c.parse::<u64>().unwrap())
+                    .is_none(),
+                "{w} twice"
+            );
+        }
+    }
+    std::fs::remove_file(&file).unwrap();
+    drop(ns);
+    assert_eq!(got, expected());
+    links.sort();
+    let how: Vec<&str> = links
+        .iter()
+        .map(|l| l.rsplit(' ').next().unwrap())
+        .collect();
+    // 0-1 shmflow both ways; 0-2 and 1-2 TCP both ways.
+    assert_eq!(
+        how.iter().filter(|h| **h == "shmflow").count(),
+        2,
+        "{links:?}"
+    );
+    assert_eq!(how.iter().filter(|h| **h == "tcp").count(), 4, "{links:?}");
 }
