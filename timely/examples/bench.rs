@@ -21,6 +21,17 @@ use timely::dataflow::operators::{
 use timely::dataflow::{InputHandle, ProbeHandle};
 
 const ROLE: &str = "SHMFLOW_TIMELY_BENCH_ROLE";
+
+const USAGE: &str = "usage: bench [--runs N] [--quick]
+
+timely's exchange pattern (2 and 4 processes) and a ping-pong dataflow over shmflow, a Unix
+socket and TCP on loopback, alternating, N runs (default 5; --quick: 2 runs of a tenth of the
+records); then the peak memory of a fast sender and a slow receiver over TCP and shmflow.";
+
+fn usage(why: &str) -> ! {
+    eprintln!("{why}\n{USAGE}");
+    std::process::exit(2)
+}
 const TRANSPORTS: [&str; 3] = ["shm", "unix", "tcp"];
 
 fn main() {
@@ -28,14 +39,24 @@ fn main() {
         process(&case);
         return;
     }
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let runs = args
-        .iter()
-        .position(|a| a == "--runs")
-        .and_then(|i| args.get(i + 1))
-        .map_or(if quick { 2 } else { 5 }, |v| v.parse().expect("--runs N"));
-    drive(runs, quick);
+    let mut quick = false;
+    let mut runs = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--runs" => match args.next().and_then(|v| v.parse::<usize>().ok()) {
+                Some(n) if n > 0 => runs = Some(n),
+                _ => usage("--runs takes a number of runs, at least 1"),
+            },
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return;
+            }
+            other => usage(&format!("unknown argument {other:?}")),
+        }
+    }
+    drive(runs.unwrap_or(if quick { 2 } else { 5 }), quick);
 }
 
 /// What one process reports.
@@ -148,7 +169,7 @@ fn process(case: &str) {
         }
         "backpressure" => {
             // Process 0's worker sends as fast as it can; process 1's worker, which receives
-            // everything, takes a millisecond per batch.
+            // everything, takes 5 ms per batch.
             let (batch, rounds) = (env_u64("BATCH"), env_u64("ROUNDS"));
             shmflow_timely::execute(config, options, move |worker| {
                 let index = worker.index();
@@ -160,7 +181,7 @@ fn process(case: &str) {
                         .exchange(|_: &u64| 1)
                         .inspect_core(|event| {
                             if event.is_ok() {
-                                std::thread::sleep(Duration::from_millis(1));
+                                std::thread::sleep(Duration::from_millis(5));
                             }
                         })
                         .probe()
@@ -354,11 +375,11 @@ fn drive(runs: usize, quick: bool) {
         fmt(median(&ratio))
     );
 
-    println!("\na fast sender facing a slow receiver (1 ms per batch): peak RSS (MiB)");
+    println!("\na fast sender facing a slow receiver (5 ms per batch): peak RSS (MiB)");
     for transport in ["tcp", "shm"] {
         let env = [
             ("BATCH", "10000".to_string()),
-            ("ROUNDS", (2000 / scale).to_string()),
+            ("ROUNDS", (400 / scale).to_string()),
         ];
         let r = run("backpressure", transport, 2, &env, &mut port);
         println!(

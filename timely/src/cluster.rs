@@ -7,7 +7,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
-use shmflow::{Consumer, Geometry, Producer};
+use shmflow::{Consumer, Geometry, Producer, WaitStrategy};
 
 use crate::stream::{Link, ShmStream};
 
@@ -35,11 +35,16 @@ pub struct Options {
     /// How long to keep trying to reach a process that has not started listening yet, and to
     /// wait for the processes that connect to this one.
     pub connect_for: Duration,
+    /// How timely's network threads wait on a shmflow link: the library's default, `Block`
+    /// (looks for up to 50 µs, then sleeps), or `Park` (sleeps at once, as a socket read
+    /// does; each sleep costs a system-wide barrier, which made timely's exchange 30 % slower
+    /// on a 2-vCPU VM).
+    pub wait: WaitStrategy,
 }
 
 impl Default for Options {
     /// shmflow between processes of one host, channels of 16 segments of 256 KiB (4 MiB in
-    /// flight per direction), a minute to connect.
+    /// flight per direction), the default wait, a minute to connect.
     fn default() -> Options {
         Options {
             local: Local::Shm,
@@ -48,18 +53,31 @@ impl Default for Options {
                 segment_count: 16,
             },
             connect_for: Duration::from_secs(60),
+            wait: WaitStrategy::Block,
         }
     }
 }
 
 impl Options {
     /// The defaults, with `SHMFLOW_TIMELY_LOCAL` (`shm`, `unix` or `tcp`) choosing how
-    /// processes of one host are linked.
+    /// processes of one host are linked and `SHMFLOW_TIMELY_WAIT` (`block` or `park`) how a
+    /// shmflow link waits.
     ///
     /// # Errors
     /// A value of `SHMFLOW_TIMELY_LOCAL` that is none of the three.
     pub fn from_env() -> Result<Options, String> {
         let mut o = Options::default();
+        if let Ok(v) = std::env::var("SHMFLOW_TIMELY_WAIT") {
+            o.wait = match v.as_str() {
+                "park" => WaitStrategy::Park,
+                "block" => WaitStrategy::Block,
+                other => {
+                    return Err(format!(
+                        "SHMFLOW_TIMELY_WAIT is park or block, not {other:?}"
+                    ))
+                }
+            };
+        }
         if let Ok(v) = std::env::var("SHMFLOW_TIMELY_LOCAL") {
             o.local = match v.as_str() {
                 "shm" => Local::Shm,
@@ -148,7 +166,7 @@ pub fn connect(
             })?;
             s.write_all(&(me as u64).to_le_bytes())?;
             match options.local {
-                Local::Shm => Link::Shm(receive_channels(&mut s, &addresses[i])?),
+                Local::Shm => Link::Shm(receive_channels(&mut s, &addresses[i], options.wait)?),
                 _ => Link::Unix(s),
             }
         } else {
@@ -184,9 +202,12 @@ pub fn connect(
                     s.set_nonblocking(false)?;
                     let j = peer_index(&mut s, me, n, &links, local)?;
                     links[j] = Some(match options.local {
-                        Local::Shm => {
-                            Link::Shm(send_channels(&mut s, &addresses[j], options.geometry)?)
-                        }
+                        Local::Shm => Link::Shm(send_channels(
+                            &mut s,
+                            &addresses[j],
+                            options.geometry,
+                            options.wait,
+                        )?),
                         _ => Link::Unix(s),
                     });
                     waiting -= 1;
@@ -260,7 +281,12 @@ fn peer_index(
 
 /// The accepting side of a pair on one host: makes the two channels, hands the peer its ends
 /// (the descriptors, over the Unix socket), and waits until it says it has them.
-fn send_channels(s: &mut UnixStream, peer: &str, geometry: Geometry) -> io::Result<ShmStream> {
+fn send_channels(
+    s: &mut UnixStream,
+    peer: &str,
+    geometry: Geometry,
+    wait: WaitStrategy,
+) -> io::Result<ShmStream> {
     let shm = |e: shmflow::Error| io::Error::other(format!("a channel with {peer}: {e}"));
     let (tx, theirs_rx) = Producer::create_anonymous(geometry).map_err(|e| shm(e.into()))?;
     let (rx, theirs_tx) = Consumer::create_anonymous(geometry).map_err(|e| shm(e.into()))?;
@@ -278,12 +304,12 @@ fn send_channels(s: &mut UnixStream, peer: &str, geometry: Geometry) -> io::Resu
     s.read_exact(&mut ack)
         .map_err(|e| io::Error::new(e.kind(), format!("{peer} did not open its channels: {e}")))?;
     drop((theirs_rx, theirs_tx));
-    Ok(ShmStream::new(tx, rx, peer))
+    Ok(ShmStream::new(tx, rx, peer, wait))
 }
 
 /// The connecting side of a pair on one host: takes the two descriptors, opens its ends, says
 /// so.
-fn receive_channels(s: &mut UnixStream, peer: &str) -> io::Result<ShmStream> {
+fn receive_channels(s: &mut UnixStream, peer: &str, wait: WaitStrategy) -> io::Result<ShmStream> {
     let mut byte = [0u8; 1];
     let mut iov = [IoSliceMut::new(&mut byte)];
     let mut space = nix::cmsg_space!([RawFd; 2]);
@@ -318,5 +344,5 @@ fn receive_channels(s: &mut UnixStream, peer: &str) -> io::Result<ShmStream> {
     let rx = Consumer::from_fd(theirs_rx.as_fd()).map_err(shm)?;
     let tx = Producer::from_fd(theirs_tx.as_fd()).map_err(shm)?;
     s.write_all(&[1])?;
-    Ok(ShmStream::new(tx, rx, peer))
+    Ok(ShmStream::new(tx, rx, peer, wait))
 }

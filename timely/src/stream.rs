@@ -6,14 +6,13 @@ use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use shmflow::{Consumer, Producer, RecvError, SendError};
+use shmflow::{Consumer, Producer, RecvError, SendError, WaitStrategy};
 use timely::communication::allocator::zero_copy::stream::Stream;
 
 /// One process's end of a duplex byte stream over two shmflow channels (one each way), as
 /// timely's network threads use a socket: its send thread writes (each `write` is one record
-/// of at most a segment), its receive thread reads. A write waits while the peer has not
-/// handed back a segment: a slow process slows its senders, where a socket's buffers and
-/// timely's unbounded queues would grow instead.
+/// of at most a segment), its receive thread reads (a read takes every record already there
+/// that fits). A write waits while the peer has not handed back a segment.
 ///
 /// Clones share the two ends (`try_clone`, as a socket's clones share the socket); it is
 /// `Send` and `Sync`, each half behind a lock of its own that its one thread takes.
@@ -46,8 +45,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl ShmStream {
     /// A stream that writes with `tx` and reads with `rx`, both connected to the process
-    /// `peer` names (for messages).
-    pub fn new(tx: Producer, rx: Consumer, peer: &str) -> ShmStream {
+    /// `peer` names (for messages), each waiting as `wait` says.
+    pub fn new(mut tx: Producer, mut rx: Consumer, peer: &str, wait: WaitStrategy) -> ShmStream {
+        tx.set_wait_strategy(wait);
+        rx.set_wait_strategy(wait);
         ShmStream {
             tx: Arc::new(Mutex::new(Some(tx))),
             rx: Arc::new(Mutex::new(Reader {
@@ -103,27 +104,57 @@ impl Read for ShmStream {
         let Some(rx) = rx.as_mut() else {
             return Ok(0);
         };
-        let record = match rx.recv() {
-            Ok(Some(r)) => r,
-            Ok(None) => return Ok(0),
-            Err(e) => return Err(recv_error(&self.peer, e)),
-        };
-        let copied;
-        let bytes = match record.as_bytes() {
-            Some(b) => b,
-            None => {
-                copied = record.to_vec().map_err(|e| recv_error(&self.peer, e))?;
-                &copied[..]
+        let n = {
+            let record = match rx.recv() {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(0),
+                Err(e) => return Err(recv_error(&self.peer, e)),
+            };
+            let copied;
+            let bytes = match record.as_bytes() {
+                Some(b) => b,
+                None => {
+                    copied = record.to_vec().map_err(|e| recv_error(&self.peer, e))?;
+                    &copied[..]
+                }
+            };
+            let n = buf.len().min(bytes.len());
+            buf[..n].copy_from_slice(&bytes[..n]);
+            if n < bytes.len() {
+                rest.clear();
+                rest.extend_from_slice(&bytes[n..]);
+                *at = 0;
+                return Ok(n);
             }
+            n
         };
-        let n = buf.len().min(bytes.len());
-        buf[..n].copy_from_slice(&bytes[..n]);
-        if n < bytes.len() {
-            rest.clear();
-            rest.extend_from_slice(&bytes[n..]);
-            *at = 0;
+        // What else is there already goes in the same read, as a socket's read takes every
+        // byte that arrived: fewer, larger reads for timely's receive loop.
+        let mut filled = n;
+        while filled < buf.len() {
+            let record = match rx.try_recv() {
+                Ok(Some(r)) => r,
+                _ => break,
+            };
+            let Some(bytes) = record.as_bytes() else {
+                // (A record that spans segments waits for its next read.)
+                let copied = record.to_vec().map_err(|e| recv_error(&self.peer, e))?;
+                rest.clear();
+                rest.extend_from_slice(&copied);
+                *at = 0;
+                break;
+            };
+            let k = (buf.len() - filled).min(bytes.len());
+            buf[filled..filled + k].copy_from_slice(&bytes[..k]);
+            filled += k;
+            if k < bytes.len() {
+                rest.clear();
+                rest.extend_from_slice(&bytes[k..]);
+                *at = 0;
+                break;
+            }
         }
-        Ok(n)
+        Ok(filled)
     }
 }
 

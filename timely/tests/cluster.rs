@@ -180,6 +180,22 @@ fn wait_bounded(mut child: Child, deadline: Instant) -> Option<(bool, String, St
     }
 }
 
+/// Adds the `WC word count` lines of a process's output to `got`; each word is counted by one
+/// worker only.
+fn add_counts(out: &str, got: &mut BTreeMap<String, u64>) {
+    // (The first may follow the test harness's "test … " on its line.)
+    for l in out
+        .lines()
+        .filter_map(|l| l.split_once("WC ").map(|(_, l)| l))
+    {
+        let (w, c) = l.rsplit_once(' ').unwrap();
+        let fresh = got
+            .insert(w.to_string(), c.parse::<u64>().unwrap())
+            .is_none();
+        assert!(fresh, "{w} counted twice");
+    }
+}
+
 fn hostfile(addresses: &[String], name: &str) -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!("shmflow-timely-{}-{name}", std::process::id()));
     std::fs::write(&path, addresses.join("\n") + "\n").unwrap();
@@ -213,19 +229,7 @@ fn a_word_count_on_one_two_and_four_processes_gives_the_texts_counts() {
             let (ok, out, err) = wait_bounded(c, deadline)
                 .unwrap_or_else(|| panic!("process {p} of {n} did not end within {BOUND:?}"));
             assert!(ok, "process {p} of {n} failed: {err}");
-            // (The first may follow the test harness's "test … " on its line.)
-            for l in out
-                .lines()
-                .filter_map(|l| l.split_once("WC ").map(|(_, l)| l))
-            {
-                let (w, c) = l.rsplit_once(' ').unwrap();
-                // Each word is counted by one worker only.
-                assert!(
-                    got.insert(w.to_string(), c.parse::<u64>().unwrap())
-                        .is_none(),
-                    "{w} twice"
-                );
-            }
+            add_counts(&out, &mut got);
         }
         std::fs::remove_file(&file).unwrap();
         assert_eq!(got, want, "{n} processes of {workers} workers");
@@ -379,17 +383,7 @@ fn a_process_in_another_network_namespace_is_reached_over_tcp() {
                 .filter(|l| l.contains("linked to"))
                 .map(String::from),
         );
-        for l in out
-            .lines()
-            .filter_map(|l| l.split_once("WC ").map(|(_, l)| l))
-        {
-            let (w, c) = l.rsplit_once(' ').unwrap();
-            assert!(
-                got.insert(w.to_string(), c.parse::<u64>().unwrap())
-                    .is_none(),
-                "{w} twice"
-            );
-        }
+        add_counts(&out, &mut got);
     }
     std::fs::remove_file(&file).unwrap();
     drop(ns);
