@@ -242,6 +242,7 @@ fn a_killed_process_ends_the_others_with_an_error() {
         word_count_process();
     }
     let test = "a_killed_process_ends_the_others_with_an_error";
+    let shm_before = dev_shm();
     // Other addresses than the word count's, which may run at the same time.
     let addrs = addresses(3, 10);
     let file = hostfile(&addrs, "kill");
@@ -256,6 +257,17 @@ fn a_killed_process_ends_the_others_with_an_error() {
             other => panic!("the victim ended before it stalled: {other:?}"),
         }
     }
+    // Its links live in anonymous memory (memfd), which a crash cannot leave behind, and in
+    // nothing under /dev/shm.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", victim.id())).unwrap();
+    assert!(
+        maps.lines().any(|l| l.contains("/memfd:shmflow")),
+        "the victim maps no shmflow memfd region:\n{maps}"
+    );
+    assert!(
+        !maps.contains("/dev/shm/"),
+        "the victim maps a file of /dev/shm:\n{maps}"
+    );
     victim.kill().unwrap();
     victim.wait().unwrap();
     let deadline = Instant::now() + BOUND;
@@ -272,6 +284,18 @@ fn a_killed_process_ends_the_others_with_an_error() {
         );
     }
     std::fs::remove_file(&file).unwrap();
+    let left: Vec<_> = dev_shm().difference(&shm_before).cloned().collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}
+
+/// The names in /dev/shm.
+fn dev_shm() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
