@@ -164,7 +164,7 @@ fn spawn_in(
 
 /// Waits for `child` up to the deadline; its exit status and output, or `None` if it did not
 /// end (it is killed then).
-fn wait_bounded(mut child: Child, deadline: Instant) -> Option<(bool, String, String)> {
+fn wait_bounded(child: &mut Child, deadline: Instant) -> Option<(bool, String, String)> {
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             let out = std::io::read_to_string(child.stdout.take().unwrap()).unwrap();
@@ -177,6 +177,21 @@ fn wait_bounded(mut child: Child, deadline: Instant) -> Option<(bool, String, St
             return None;
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The processes of a cluster, killed when dropped, so that a failed assertion leaves none
+/// of them running.
+struct Cluster(Vec<Child>);
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
     }
 }
 
@@ -211,21 +226,23 @@ fn a_word_count_on_one_two_and_four_processes_gives_the_texts_counts() {
     for (n, workers) in [(1, 2), (2, 1), (4, 1), (2, 2)] {
         let addrs = addresses(n, 0);
         let file = hostfile(&addrs, &format!("wc-{n}-{workers}"));
-        let children: Vec<Child> = (0..n)
-            .map(|p| {
-                spawn(
-                    "a_word_count_on_one_two_and_four_processes_gives_the_texts_counts",
-                    &file,
-                    n,
-                    p,
-                    workers,
-                    &[],
-                )
-            })
-            .collect();
+        let mut children = Cluster(
+            (0..n)
+                .map(|p| {
+                    spawn(
+                        "a_word_count_on_one_two_and_four_processes_gives_the_texts_counts",
+                        &file,
+                        n,
+                        p,
+                        workers,
+                        &[],
+                    )
+                })
+                .collect(),
+        );
         let deadline = Instant::now() + BOUND;
         let mut got = BTreeMap::new();
-        for (p, c) in children.into_iter().enumerate() {
+        for (p, c) in children.0.iter_mut().enumerate() {
             let (ok, out, err) = wait_bounded(c, deadline)
                 .unwrap_or_else(|| panic!("process {p} of {n} did not end within {BOUND:?}"));
             assert!(ok, "process {p} of {n} failed: {err}");
@@ -246,8 +263,16 @@ fn a_killed_process_ends_the_others_with_an_error() {
     // Other addresses than the word count's, which may run at the same time.
     let addrs = addresses(3, 10);
     let file = hostfile(&addrs, "kill");
-    let mut victim = spawn(test, &file, 3, 2, 1, &[("SHMFLOW_TIMELY_TEST_STALL", "1")]);
-    let others: Vec<Child> = (0..2).map(|p| spawn(test, &file, 3, p, 1, &[])).collect();
+    let mut stalled = Cluster(vec![spawn(
+        test,
+        &file,
+        3,
+        2,
+        1,
+        &[("SHMFLOW_TIMELY_TEST_STALL", "1")],
+    )]);
+    let victim = &mut stalled.0[0];
+    let mut others = Cluster((0..2).map(|p| spawn(test, &file, 3, p, 1, &[])).collect());
     // Once the victim stands still, the cluster is connected.
     let mut lines = BufReader::new(victim.stdout.take().unwrap()).lines();
     loop {
@@ -271,7 +296,7 @@ fn a_killed_process_ends_the_others_with_an_error() {
     victim.kill().unwrap();
     victim.wait().unwrap();
     let deadline = Instant::now() + BOUND;
-    for (p, c) in others.into_iter().enumerate() {
+    for (p, c) in others.0.iter_mut().enumerate() {
         let (ok, _, err) = wait_bounded(c, deadline)
             .unwrap_or_else(|| panic!("process {p} went on after its peer was killed"));
         assert!(
@@ -382,23 +407,25 @@ fn a_process_in_another_network_namespace_is_reached_over_tcp() {
         format!("{b}:{}", port + 2),
     ];
     let file = hostfile(&addrs, "netns");
-    let children: Vec<Child> = (0..3)
-        .map(|p| {
-            spawn_in(
-                (p == 2).then_some(ns.name.as_str()),
-                test,
-                &file,
-                3,
-                p,
-                1,
-                &[],
-            )
-        })
-        .collect();
+    let mut children = Cluster(
+        (0..3)
+            .map(|p| {
+                spawn_in(
+                    (p == 2).then_some(ns.name.as_str()),
+                    test,
+                    &file,
+                    3,
+                    p,
+                    1,
+                    &[],
+                )
+            })
+            .collect(),
+    );
     let deadline = Instant::now() + BOUND;
     let mut got = BTreeMap::new();
     let mut links = Vec::new();
-    for (p, c) in children.into_iter().enumerate() {
+    for (p, c) in children.0.iter_mut().enumerate() {
         let (ok, out, err) = wait_bounded(c, deadline)
             .unwrap_or_else(|| panic!("process {p} of 3 did not end within {BOUND:?}"));
         assert!(ok, "process {p} failed: {err}");
