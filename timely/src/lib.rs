@@ -34,14 +34,19 @@
 //! copies the workers' serialized batches into the link, a receive thread per link copies them
 //! out into buffers for the workers. Measured (docs/BENCHMARKS.md): the ping-pong round trip
 //! over shmflow is 0.59× TCP's; the exchange pattern moves about as many records as over TCP
-//! or a Unix socket (1.1× on 2 processes, 1.0× on 4), because timely's serialization and its
-//! copies on both sides of the `Stream` cost more than the socket does. Nor does the bounded
+//! or a Unix socket (1.1× on 2 processes, 1.0× on 4). The exchange is CPU-bound, and each
+//! process's worker thread takes about 60 % of its CPU over either link (its serialization,
+//! queues and operators; the send and receive threads take the rest), so even a link that cost
+//! nothing would make it at most about 1.6× faster on two CPUs. Nor does the bounded
 //! pool hold a fast sender back: the receive thread reads every link as soon as bytes arrive,
 //! into an unbounded queue per worker, so a slow worker's backlog grows in its own process
 //! whatever the link. Both need a seam above `Stream`: an allocator whose pushers serialize
 //! straight into a claimed segment and whose pullers read records in place from a held one,
 //! with a worker that waits while its peer's pool is full (timely's allocators are a closed
-//! enum, `AllocatorBuilder`, so this is a change to timely).
+//! enum, `AllocatorBuilder`, and `Worker` takes only that enum, so this is a change to timely).
+//! Such a wait must not stop the worker from receiving: every operator of a dataflow runs on
+//! the one worker thread and an exchange goes both ways, so two workers that each wait for the
+//! other's pool would never free it.
 //!
 //! A process that dies ends the others: their network threads see `PeerDead` (or a closed
 //! socket) and fail with timely's "timely communication error", as over TCP. The channels are
