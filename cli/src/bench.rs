@@ -1,12 +1,14 @@
-//! `shmflow bench`: shmflow against the hardware floor and the OS, in one run, between two
-//! processes every time (this binary re-executes itself as the peer: `__bench-role`, see
+//! `shmflow bench`: shmflow against the hardware floor and the OS, between two processes
+//! every time (this binary re-executes itself as the peer: `__bench-role`, see
 //! `bench/roles.rs`).
 //!
-//! Latencies are exact percentiles of every round trip after warm-up (all samples kept and
-//! sorted: no histogram bucketing error). Throughputs are the best of 3 runs of ≥ 1 s of
-//! steady state (`--quick`: 1 run of 0.3 s, 20k round trips). Ratios are computed within the
-//! run, so a slow host slows both sides of each ratio; `--runs N` repeats every selected group
-//! N times, alternating, and reports the median and the spread of each measure and ratio.
+//! Every ratio is measured as paired, adjacent short trials of its two sides (`bench/paired.rs`):
+//! A then B, then B then A, `--pairs` times (10 by default), the baseline re-measured in
+//! every pair; the report gives the median of the per-pair ratios and their spread, and flags
+//! a baseline that moved more than 2× between pairs. A measure is the median of all its
+//! trials. Latencies are exact percentiles of a trial's round trips after warm-up (all
+//! samples kept and sorted: no histogram bucketing error); throughputs a trial's records over
+//! its steady state (0.3 s; `--quick`: 0.05 s, 2 000 round trips, 2 pairs).
 //!
 //! Modes: `rtt_spin_*` busy-polls on both sides; `rtt_block_*` and `rtt_same_cpu_p50_ns` park
 //! on the futex between messages without spinning (`WaitStrategy::Park`), which is what the
@@ -18,11 +20,11 @@
 //! `--open-loop` measures latency at fixed offered rates instead (see `bench/openloop.rs`);
 //! `--case` measures the user's own case (see `bench/case.rs`).
 //!
-//! The modules: `groups` (which measures each `--only` group takes), `floors` (the raw
-//! shared-memory floors), `local` (shmflow, pipes and Unix sockets between local processes),
-//! `asynch`, `remote` and `netem` (the groups of those names), `openloop`, `report` (the
-//! ratios and the output), `roles` (the peer processes' command line) and `harness` (what
-//! they all share).
+//! The modules: `groups` (the trials of each `--only` group), `paired` (which trials run side
+//! by side, and the per-pair ratios), `floors` (the raw shared-memory floors), `local`
+//! (shmflow, pipes and Unix sockets between local processes), `asynch`, `remote` and `netem`
+//! (the groups of those names), `openloop`, `report` (the ratios and the output), `roles`
+//! (the peer processes' command line) and `harness` (what they all share).
 
 mod asynch;
 mod case;
@@ -32,6 +34,7 @@ mod harness;
 mod local;
 mod netem;
 mod openloop;
+mod paired;
 mod remote;
 mod report;
 mod roles;
@@ -47,20 +50,21 @@ const SPIN: WaitStrategy = WaitStrategy::BusyPoll(Duration::from_secs(1));
 /// Bytes of a bulk record.
 const BULK: usize = 64 * 1024;
 
-/// How long each measure runs.
+/// How long each trial runs, and how many pairs of them.
 struct Cfg {
-    /// Round trips timed.
+    /// Round trips timed per trial.
     rounds: usize,
-    /// Seconds per throughput run.
+    /// Seconds per trial of a stream.
     secs: f64,
-    /// Throughput runs, the best kept.
-    repeats: usize,
+    /// Pairs of trials per ratio.
+    pairs: usize,
 }
 
 /// Arguments of `shmflow bench`.
 #[derive(clap::Args, Debug)]
 pub(crate) struct BenchArgs {
-    /// One short run of each measure (0.3 s, 20k round trips) instead of the best of 3.
+    /// Short: 2 pairs of trials of 0.05 s or 2 000 round trips (a check that everything runs,
+    /// not figures).
     #[arg(long)]
     quick: bool,
     /// One JSON object on stdout instead of the table.
@@ -70,10 +74,11 @@ pub(crate) struct BenchArgs {
     /// between two network namespaces; needs root) runs only when named here.
     #[arg(long, value_parser = ["spin", "block", "same_cpu", "small", "bulk", "pool", "markers", "async", "remote", "netem"])]
     only: Option<String>,
-    /// Repeat the selected groups this many times, alternating, and report the median and
-    /// the spread (min..max) of each measure and of each ratio (computed within each run).
-    #[arg(long, default_value_t = 1)]
-    runs: usize,
+    /// Pairs of adjacent trials per ratio (A B, then B A, ...): the report gives the median
+    /// and the spread (min..max) of the per-pair ratios, and of each measure over its trials
+    /// [default: 10; --quick: 2].
+    #[arg(long)]
+    pairs: Option<usize>,
     /// Latency at fixed offered rates instead (Aeron's load-test method): for every length and
     /// rate, shmflow (default and busy-poll), a Unix socket and a pipe in turn.
     #[arg(long)]
@@ -160,27 +165,24 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
         };
         return openloop::main(&plan, json, args.svg.as_deref());
     }
+    let pairs = args.pairs.unwrap_or(if quick { 2 } else { 10 });
+    if pairs == 0 {
+        return Err("--pairs 0: at least one pair is needed".into());
+    }
     let cfg = if quick {
         Cfg {
-            rounds: 20_000,
-            secs: 0.3,
-            repeats: 1,
+            rounds: 2_000,
+            secs: 0.05,
+            pairs,
         }
     } else {
         Cfg {
-            rounds: 100_000,
-            secs: 1.0,
-            repeats: 3,
+            rounds: 10_000,
+            secs: 0.3,
+            pairs,
         }
     };
-    let runs: Vec<Vec<(&'static str, f64)>> = (0..args.runs.max(1))
-        .map(|i| {
-            if !json && args.runs > 1 {
-                eprintln!("run {} of {}", i + 1, args.runs);
-            }
-            groups::one_run(&cfg, args.only.as_deref(), json)
-        })
-        .collect();
-    report::print(&runs, quick, json);
+    let outcome = paired::run(groups::trials(&cfg, args.only.as_deref()), cfg.pairs, !json);
+    report::print(&outcome, quick, json);
     Ok(())
 }

@@ -285,13 +285,13 @@ fn bench_quick_json_has_every_measure_and_ratio() {
             .unwrap()
             > 0.0
     );
-    assert_eq!(v["runs"].as_u64(), Some(1));
+    assert_eq!(v["pairs"].as_u64(), Some(2));
 }
 
 #[test]
-fn bench_runs_report_a_median_and_a_spread_per_measure() {
+fn bench_pairs_report_a_median_and_a_spread_per_measure_and_ratio() {
     let out = shmflow(&[
-        "bench", "--quick", "--json", "--only", "pool", "--runs", "3",
+        "bench", "--quick", "--json", "--only", "small", "--pairs", "3",
     ]);
     assert!(
         out.status.success(),
@@ -299,14 +299,30 @@ fn bench_runs_report_a_median_and_a_spread_per_measure() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
-    assert_eq!(v["runs"].as_u64(), Some(3));
-    let mid = v["small_tiny_pool_rps"].as_f64().unwrap();
-    let spread = v["spread"]["small_tiny_pool_rps"].as_array().unwrap();
-    let (lo, hi) = (spread[0].as_f64().unwrap(), spread[1].as_f64().unwrap());
-    assert!(lo > 0.0 && lo <= mid && mid <= hi, "{lo} <= {mid} <= {hi}");
-    // Baselines that moved more than 2x between the runs, each with its ratios (none here:
-    // this group has no ratio).
-    assert_eq!(v["moved_baselines"], serde_json::json!([]));
+    assert_eq!(v["pairs"].as_u64(), Some(3));
+    for k in [
+        "small_rps",
+        "ratios/small_vs_floor",
+        "ratios/plain_vs_small",
+    ] {
+        let (mid, key) = match k.strip_prefix("ratios/") {
+            Some(r) => (v["ratios"][r].as_f64().unwrap(), r),
+            None => (v[k].as_f64().unwrap(), k),
+        };
+        let spread = v["spread"][key].as_array().unwrap();
+        let (lo, hi) = (spread[0].as_f64().unwrap(), spread[1].as_f64().unwrap());
+        assert!(
+            lo > 0.0 && lo <= mid && mid <= hi,
+            "{k}: {lo} <= {mid} <= {hi}"
+        );
+    }
+    // Only the group's ratios are measured.
+    assert!(v["ratios"]["bulk_vs_floor"].is_null());
+    // Baselines that moved more than 2x between pairs, each with its ratios.
+    for m in v["moved_baselines"].as_array().unwrap() {
+        assert!(m["moved"].as_f64().unwrap() > 2.0, "{m}");
+        assert!(!m["ratios"].as_array().unwrap().is_empty(), "{m}");
+    }
 }
 
 #[test]

@@ -325,51 +325,46 @@ async fn relay(to: SocketAddr, delay: std::sync::Arc<std::sync::atomic::AtomicU6
     addr
 }
 
+/// The names of [`measure`]'s figures, in its order.
+pub(crate) const MEASURES: [&str; 14] = [
+    "netem1_link_rtt_us",
+    "netem1_tcp_mbs",
+    "netem1_direct_mbs",
+    "netem1_remote_mbs",
+    "netem1_direct_pool4_mbs",
+    "netem1_remote_pool4_mbs",
+    "netem1_pool4_bound_mbs",
+    "netem10_link_rtt_us",
+    "netem10_tcp_mbs",
+    "netem10_direct_mbs",
+    "netem10_remote_mbs",
+    "netem10_direct_pool4_mbs",
+    "netem10_remote_pool4_mbs",
+    "netem10_pool4_bound_mbs",
+];
+
 /// One run's figures.
 pub(crate) fn measure(note: &mut dyn FnMut(&'static str, f64)) {
     let link = Link::setup();
     let mbs = |(bytes, ns): (f64, f64)| bytes / ns * 1e3;
-    for d in DELAYS_MS {
+    for (i, d) in DELAYS_MS.into_iter().enumerate() {
         if let Err(e) = link.set_delay(d) {
             eprintln!("netem: the delay of {d} ms was refused: {e}");
             return;
         }
-        let names = names(d);
+        // This delay's seven figures, in the order of `MEASURES`.
+        let names = &MEASURES[7 * i..7 * i + 7];
         let (rtt_ns, _) = link.measure(Kind::Ping, POOL4, 8);
-        note(names[6], rtt_ns / 1e3);
-        note(names[0], mbs(link.measure(Kind::Tcp, BIG, BULK)));
-        note(names[1], mbs(link.measure(Kind::Direct, BIG, BULK)));
-        note(names[2], mbs(link.measure(Kind::Remote, BIG, BULK)));
+        note(names[0], rtt_ns / 1e3);
+        note(names[1], mbs(link.measure(Kind::Tcp, BIG, BULK)));
+        note(names[2], mbs(link.measure(Kind::Direct, BIG, BULK)));
+        note(names[3], mbs(link.measure(Kind::Remote, BIG, BULK)));
         let one = POOL4.segment_size as usize - 8;
-        note(names[3], mbs(link.measure(Kind::Direct, POOL4, one)));
-        note(names[4], mbs(link.measure(Kind::Remote, POOL4, one)));
+        note(names[4], mbs(link.measure(Kind::Direct, POOL4, one)));
+        note(names[5], mbs(link.measure(Kind::Remote, POOL4, one)));
         // The bound with the round trip measured on the link (a relay's timer adds to it).
         let credit = f64::from(POOL4.segment_size) * f64::from(POOL4.segment_count);
-        note(names[5], credit / rtt_ns * 1e3);
-    }
-}
-
-/// The figures' names for a delay of `d` ms.
-fn names(d: u64) -> [&'static str; 7] {
-    match d {
-        1 => [
-            "netem1_tcp_mbs",
-            "netem1_direct_mbs",
-            "netem1_remote_mbs",
-            "netem1_direct_pool4_mbs",
-            "netem1_remote_pool4_mbs",
-            "netem1_pool4_bound_mbs",
-            "netem1_link_rtt_us",
-        ],
-        _ => [
-            "netem10_tcp_mbs",
-            "netem10_direct_mbs",
-            "netem10_remote_mbs",
-            "netem10_direct_pool4_mbs",
-            "netem10_remote_pool4_mbs",
-            "netem10_pool4_bound_mbs",
-            "netem10_link_rtt_us",
-        ],
+        note(names[6], credit / rtt_ns * 1e3);
     }
 }
 

@@ -1,10 +1,11 @@
 //! The report of `shmflow bench`: the ratios as a table of data ([`RATIOS`]), and the
-//! measures and ratios of the runs as a table on stdout or one JSON object, each the median
-//! and the spread over the runs when there are several.
+//! measures and ratios of the paired trials as a table on stdout or one JSON object, each the
+//! median and the spread over its trials or pairs.
 
 use std::fmt;
 
 use super::harness::machine;
+use super::paired::Outcome;
 use Goal::{AtLeast, AtMost, LowerIsBetter, Reference};
 
 /// What a ratio should be, as the report prints it.
@@ -182,7 +183,7 @@ pub(super) const RATIOS: &[Ratio] = &[
         name: "small_vs_floor",
         num: "small_rps",
         den: "floor_small_rps",
-        goal: AtLeast(0.8),
+        goal: AtLeast(0.9),
     },
     Ratio {
         name: "plain_vs_small",
@@ -307,32 +308,24 @@ pub(super) const RATIOS: &[Ratio] = &[
     },
 ];
 
-/// Each ratio of one run's measures, in [`RATIOS`]' order (NaN where a group was not run).
-fn ratios(r: &[(&'static str, f64)]) -> Vec<f64> {
-    let get = |k: &str| r.iter().find(|x| x.0 == k).map(|x| x.1).unwrap_or(f64::NAN);
-    RATIOS
-        .iter()
-        .map(|ratio| get(ratio.num) / get(ratio.den))
-        .collect()
-}
-
-/// A baseline that moved more than this many times between runs makes its ratios suspect.
+/// A baseline that moved more than this many times between pairs makes its ratios suspect.
 const MOVED_LIMIT: f64 = 2.0;
 
-/// The baselines (the measures below a ratio's line) whose largest value over the runs is more
-/// than [`MOVED_LIMIT`] times their smallest: (baseline, how many times it moved, the ratios
-/// over it). One run moves nothing.
-fn moved_baselines(
-    runs: &[Vec<(&'static str, f64)>],
-) -> Vec<(&'static str, f64, Vec<&'static str>)> {
-    let mut out: Vec<(&'static str, f64, Vec<&'static str>)> = Vec::new();
-    if runs.len() < 2 {
-        return out;
-    }
-    for ratio in RATIOS {
-        let v: Vec<f64> = runs
+/// The baselines (the measures below a ratio's line) whose largest value over their trials is
+/// more than [`MOVED_LIMIT`] times their smallest: (baseline, how many times it moved, the
+/// ratios over it that were measured). One trial moves nothing.
+fn moved_baselines(out: &Outcome) -> Vec<(&'static str, f64, Vec<&'static str>)> {
+    let mut moved: Vec<(&'static str, f64, Vec<&'static str>)> = Vec::new();
+    for (ratio, values) in RATIOS.iter().zip(&out.ratios) {
+        if values.is_empty() {
+            continue;
+        }
+        let Some((_, v)) = out.measures.iter().find(|m| m.0 == ratio.den) else {
+            continue;
+        };
+        let v: Vec<f64> = v
             .iter()
-            .filter_map(|r| r.iter().find(|x| x.0 == ratio.den).map(|x| x.1))
+            .copied()
             .filter(|x| x.is_finite() && *x > 0.0)
             .collect();
         if v.len() < 2 {
@@ -344,12 +337,12 @@ fn moved_baselines(
         if hi / lo <= MOVED_LIMIT {
             continue;
         }
-        match out.iter_mut().find(|m| m.0 == ratio.den) {
+        match moved.iter_mut().find(|m| m.0 == ratio.den) {
             Some(m) => m.2.push(ratio.name),
-            None => out.push((ratio.den, hi / lo, vec![ratio.name])),
+            None => moved.push((ratio.den, hi / lo, vec![ratio.name])),
         }
     }
-    out
+    moved
 }
 
 /// Three decimals, as the figures are reported (a float that is not finite becomes `null`).
@@ -372,28 +365,21 @@ fn summary(values: Vec<f64>) -> (f64, f64, f64) {
     (mid, v[0], v[v.len() - 1])
 }
 
-/// Prints the measures of `runs` (each run's (measure, value) in the same order) and their
-/// ratios: a table, or with `json` one object.
-pub(super) fn print(runs: &[Vec<(&'static str, f64)>], quick: bool, json: bool) {
-    let per_run_ratios: Vec<Vec<f64>> = runs.iter().map(|r| ratios(r)).collect();
-    // Median, min and max over the runs of each measure and ratio.
-    let measures: Vec<(&str, (f64, f64, f64))> = runs[0]
+/// Prints what the trials measured: each measure's median and spread over its trials, each
+/// ratio's over its pairs; a table, or with `json` one object.
+pub(super) fn print(out: &Outcome, quick: bool, json: bool) {
+    let measures: Vec<(&str, (f64, f64, f64))> = out
+        .measures
         .iter()
-        .enumerate()
-        .map(|(i, (k, _))| (*k, summary(runs.iter().map(|r| r[i].1).collect())))
+        .map(|(k, v)| (*k, summary(v.clone())))
         .collect();
-    let ratio_rows: Vec<(&Ratio, (f64, f64, f64))> = RATIOS
+    let ratio_rows: Vec<(&Ratio, (f64, f64, f64), usize)> = RATIOS
         .iter()
-        .enumerate()
-        .map(|(i, ratio)| {
-            (
-                ratio,
-                summary(per_run_ratios.iter().map(|r| r[i]).collect()),
-            )
-        })
+        .zip(&out.ratios)
+        .map(|(ratio, v)| (ratio, summary(v.clone()), v.len()))
         .collect();
-    let n = runs.len();
-    let moved = moved_baselines(runs);
+    let n = out.pairs;
+    let moved = moved_baselines(out);
     let (cpu, cores, kernel) = machine();
     if json {
         let mut obj = serde_json::Map::new();
@@ -402,7 +388,7 @@ pub(super) fn print(runs: &[Vec<(&'static str, f64)>], quick: bool, json: bool) 
             serde_json::json!({ "cpu": cpu, "cores": cores, "kernel": kernel }),
         );
         obj.insert("quick".into(), quick.into());
-        obj.insert("runs".into(), n.into());
+        obj.insert("pairs".into(), n.into());
         let mut spread = serde_json::Map::new();
         for (k, (mid, lo, hi)) in &measures {
             obj.insert((*k).into(), serde_json::json!(round3(*mid)));
@@ -410,9 +396,9 @@ pub(super) fn print(runs: &[Vec<(&'static str, f64)>], quick: bool, json: bool) 
         }
         let ratios: serde_json::Map<String, serde_json::Value> = ratio_rows
             .iter()
-            .map(|(r, (mid, _, _))| (r.name.to_owned(), serde_json::json!(round3(*mid))))
+            .map(|(r, (mid, _, _), _)| (r.name.to_owned(), serde_json::json!(round3(*mid))))
             .collect();
-        for (r, (_, lo, hi)) in &ratio_rows {
+        for (r, (_, lo, hi), _) in &ratio_rows {
             spread.insert(r.name.into(), serde_json::json!([round3(*lo), round3(*hi)]));
         }
         obj.insert("ratios".into(), ratios.into());
@@ -425,35 +411,34 @@ pub(super) fn print(runs: &[Vec<(&'static str, f64)>], quick: bool, json: bool) 
         println!("{}", serde_json::Value::Object(obj));
     } else {
         println!(
-            "machine: {cpu}, {cores} cores, Linux {kernel}{}{}",
+            "machine: {cpu}, {cores} cores, Linux {kernel}{}; median [min..max] over the \
+             trials of each measure and the pairs of each ratio",
             if quick { " (quick run)" } else { "" },
-            if n > 1 {
-                format!("; median [min..max] of {n} alternating runs")
-            } else {
-                String::new()
-            }
         );
         let cell = |(mid, lo, hi): (f64, f64, f64)| {
-            if n > 1 {
+            if lo < hi {
                 format!("{mid:>12.2} [{lo:.2}..{hi:.2}]")
             } else {
                 format!("{mid:>12.2}")
             }
         };
-        println!("{:<34} {:>12}", "measure", "value");
+        println!("{:<40} {:>12}", "measure", "value");
         for (k, v) in &measures {
-            println!("{k:<34} {}", cell(*v));
+            println!("{k:<40} {}", cell(*v));
         }
-        println!("\n{:<34} {:>12}  goal", "ratio (within each run)", "value");
-        for (r, v) in &ratio_rows {
+        println!(
+            "\n{:<40} {:>12}  goal  (pairs)",
+            "ratio (adjacent trials)", "value"
+        );
+        for (r, v, pairs) in &ratio_rows {
             // A ratio of groups that were not run is left out.
-            if v.0.is_finite() {
-                println!("{:<34} {}  {}", r.name, cell(*v), r.goal);
+            if *pairs > 0 {
+                println!("{:<40} {}  {}  ({pairs})", r.name, cell(*v), r.goal);
             }
         }
         for (b, x, rs) in &moved {
             println!(
-                "FLAG: the baseline {b} moved {x:.1}x between runs (more than {MOVED_LIMIT}x): \
+                "FLAG: the baseline {b} moved {x:.1}x between pairs (more than {MOVED_LIMIT}x): \
                  the host was not steady, and {} say as much about it as about shmflow",
                 rs.join(", ")
             );
@@ -485,15 +470,32 @@ mod tests {
         );
     }
 
+    /// An outcome of `pairs` pairs of the small group's tuned stream against its floor.
+    fn small(floors: &[f64]) -> Outcome {
+        let mut ratios = vec![Vec::new(); RATIOS.len()];
+        let i = RATIOS
+            .iter()
+            .position(|r| r.name == "small_vs_floor")
+            .unwrap();
+        ratios[i] = floors.iter().map(|f| 100.0 / f).collect();
+        Outcome {
+            measures: vec![
+                ("small_rps", vec![100.0; floors.len()]),
+                ("floor_small_rps", floors.to_vec()),
+            ],
+            ratios,
+            pairs: floors.len(),
+        }
+    }
+
     #[test]
     fn a_baseline_that_moved_more_than_twice_is_flagged_with_its_ratios() {
-        let run = |floor: f64| vec![("small_rps", 100.0), ("floor_small_rps", floor)];
         assert!(
-            moved_baselines(&[run(100.0)]).is_empty(),
-            "one run moves nothing"
+            moved_baselines(&small(&[100.0])).is_empty(),
+            "one pair moves nothing"
         );
-        assert!(moved_baselines(&[run(100.0), run(190.0)]).is_empty());
-        let moved = moved_baselines(&[run(100.0), run(150.0), run(250.0)]);
+        assert!(moved_baselines(&small(&[100.0, 190.0])).is_empty());
+        let moved = moved_baselines(&small(&[100.0, 150.0, 250.0]));
         assert_eq!(moved.len(), 1);
         assert_eq!(moved[0].0, "floor_small_rps");
         assert!((moved[0].1 - 2.5).abs() < 1e-9);
@@ -501,14 +503,10 @@ mod tests {
     }
 
     #[test]
-    fn ratios_have_distinct_names_and_are_nan_without_their_measures() {
+    fn ratios_have_distinct_names() {
         let mut names: Vec<&str> = RATIOS.iter().map(|r| r.name).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), RATIOS.len());
-        let r = ratios(&[("small_rps", 30.0), ("floor_small_rps", 40.0)]);
-        let at = |name: &str| r[RATIOS.iter().position(|x| x.name == name).unwrap()];
-        assert_eq!(at("small_vs_floor"), 0.75);
-        assert!(at("bulk_vs_floor").is_nan());
     }
 }
