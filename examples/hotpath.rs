@@ -5,13 +5,16 @@
 //! cargo build --release --example hotpath
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 tuned
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 plain
+//! valgrind --tool=callgrind target/release/examples/hotpath 200000 batch
 //! cargo build --release --features tokio --example hotpath
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 async
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 async-send
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 async-recv
 //! ```
 //!
-//! `tuned`: `FlushPolicy::Explicit`, `claim`, one `flush` per batch, `drain`. `plain`: every
+//! `tuned`: `FlushPolicy::Explicit`, `claim`, one `flush` per batch, `drain`. `batch`: as
+//! `tuned`, the records claimed and committed by `claim_batch` (as many as fit the segment in
+//! hand, up to those left of the 400). `plain`: every
 //! setting at its default, `send`, and `recv` record by record. `async`: as `plain`, with
 //! `send_async` and `recv_async` awaited on a current-thread tokio runtime; `async-send` and
 //! `async-recv` await only that side (the other blocking, in the same task), to tell the two
@@ -37,6 +40,8 @@ struct Args {
 enum Mode {
     /// Explicit flushes, claim, drain.
     Tuned,
+    /// As tuned, with claim_batch.
+    Batch,
     /// send and recv with every setting at its default.
     Plain,
     /// As plain, awaited (needs the tokio feature).
@@ -93,10 +98,22 @@ fn main() {
                 sum += r.as_bytes().unwrap()[0] as u64;
             }
         } else {
-            for _ in 0..400 {
-                let mut claim = p.claim(64).unwrap();
-                claim.copy_from_slice(&rec);
-                claim.commit();
+            if mode == Mode::Batch {
+                let mut done = 0;
+                while done < 400 {
+                    let mut batch = p.claim_batch(64, 400 - done).unwrap();
+                    for r in batch.iter_mut() {
+                        r.copy_from_slice(&rec);
+                    }
+                    done += batch.len();
+                    batch.commit();
+                }
+            } else {
+                for _ in 0..400 {
+                    let mut claim = p.claim(64).unwrap();
+                    claim.copy_from_slice(&rec);
+                    claim.commit();
+                }
             }
             p.flush().unwrap();
             c.try_drain(usize::MAX, |r| {

@@ -140,7 +140,7 @@ pub use endpoint::gate::{Gate, GateMessage};
 pub use endpoint::markers::{LatencyMarker, LatencyMarkers};
 pub use endpoint::partition::{KeyFn, Partition, Partitioner};
 pub use endpoint::producer::{
-    Claim, DetachedClaim, FlushPolicy, Producer, RecordWriter, StaleClaimError,
+    Batch, Claim, DetachedClaim, FlushPolicy, Producer, RecordWriter, StaleClaimError,
 };
 #[cfg(feature = "tokio")]
 pub use endpoint::{consumer::RecvAsync, producer::SendAsync};

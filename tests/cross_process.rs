@@ -80,6 +80,75 @@ fn ten_million_records_of_random_length_arrive_in_order_intact() {
     println!("{count} records in {:.1?}", start.elapsed());
 }
 
+/// Batches of 1 to 300 records of 24 bytes (claimed with `claim_batch`, some committed only
+/// in part) from this process, checked one by one by a child: every record arrives once, whole
+/// and in order, across many segments and waits for free ones.
+#[test]
+fn batches_of_records_arrive_in_order_in_another_process() {
+    const RECORDS: u64 = 2_000_000;
+    if role().as_deref() == Some("consumer") {
+        child_main(|| {
+            let mut c = Consumer::from_env(FD_VAR).map_err(|e| e.to_string())?;
+            let mut seq = 0u64;
+            while let Some(r) = c.recv().map_err(|e| e.to_string())? {
+                let b = r.as_bytes().ok_or("a record of 24 bytes spans segments")?;
+                let want = [seq, !seq, seq.wrapping_mul(0x9e37_79b9_7f4a_7c15)];
+                if b != bytemuck::bytes_of(&want) {
+                    return Err(format!("record {seq}: {b:?}"));
+                }
+                seq += 1;
+            }
+            if seq != RECORDS {
+                return Err(format!("got {seq} records, expected {RECORDS}"));
+            }
+            println!("consumer verified {seq} records");
+            Ok(())
+        });
+    }
+    let (mut p, handle) = Producer::create_anonymous(Geometry {
+        segment_size: SEG,
+        segment_count: 4,
+    })
+    .unwrap();
+    p.set_flush_policy(FlushPolicy::Explicit);
+    let child = spawn(
+        "batches_of_records_arrive_in_order_in_another_process",
+        "consumer",
+        &[],
+        Some(&handle),
+    );
+    drop(handle);
+    let mut rng = Rng::new(7);
+    let mut seq = 0u64;
+    while seq < RECORDS {
+        let want = (1 + rng.below(300)).min(RECORDS - seq) as usize;
+        let mut batch = p.claim_batch(24, want).unwrap();
+        assert!(
+            (1..=want).contains(&batch.len()),
+            "{} of {want}",
+            batch.len()
+        );
+        // Now and then only a part is committed; the rest of the room is claimed again.
+        let n = if rng.below(8) == 0 {
+            1 + rng.below(batch.len() as u64) as usize
+        } else {
+            batch.len()
+        };
+        for (i, r) in batch.iter_mut().take(n).enumerate() {
+            let s = seq + i as u64;
+            r.copy_from_slice(bytemuck::bytes_of(&[
+                s,
+                !s,
+                s.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            ]));
+        }
+        batch.commit_first(n);
+        seq += n as u64;
+    }
+    drop(p);
+    expect_success(child, "consumer");
+}
+
 #[test]
 fn producer_blocks_while_the_consumer_holds_every_segment() {
     if role().as_deref() == Some("consumer") {

@@ -171,6 +171,81 @@ fn claim_pod_and_stream_apis() {
 }
 
 #[test]
+fn a_batch_claims_what_fits_the_segment_and_sends_what_is_committed() {
+    let (mut tx, mut rx) = pair(2);
+    tx.set_flush_policy(FlushPolicy::Explicit);
+    // 100-byte records take 112 bytes with their headers: 36 fit a 4 KiB segment.
+    let per_segment = SEG as usize / 112;
+    let mut b = tx.claim_batch(100, 1000).unwrap();
+    assert_eq!(b.len(), per_segment);
+    for (i, r) in b.iter_mut().enumerate() {
+        r.fill(i as u8);
+    }
+    b.record_mut(3).fill(0xEE);
+    b.commit_first(5);
+    // The room of the three records not committed is claimed again, with the rest.
+    let mut b = tx.claim_batch(100, 2).unwrap();
+    assert_eq!(b.len(), 2);
+    b.iter_mut().for_each(|r| r.fill(0x77));
+    drop(b); // sends nothing
+    assert_eq!(
+        tx.claim_batch(100, 0).unwrap().len(),
+        0,
+        "max 0 claims nothing"
+    );
+    let mut b = tx.claim_batch(100, 1).unwrap();
+    b.record_mut(0).fill(0x55);
+    b.commit();
+    tx.flush().unwrap();
+    let mut got = Vec::new();
+    while let Ok(Some(r)) = rx.try_recv() {
+        let b = r.as_bytes().unwrap();
+        assert_eq!(b.len(), 100);
+        assert!(b.iter().all(|&x| x == b[0]), "a record of one byte value");
+        got.push(b[0]);
+    }
+    assert_eq!(got, [0, 1, 2, 0xEE, 4, 0x55]);
+}
+
+#[test]
+fn a_batch_waits_for_a_segment_and_refuses_what_cannot_fit() {
+    let (mut tx, mut rx) = pair(2);
+    tx.set_flush_policy(FlushPolicy::Explicit);
+    assert!(matches!(
+        tx.claim_batch(SEG as usize, 1),
+        Err(SendError::RecordTooLarge(_))
+    ));
+    // Two segments of 32 records of 120 bytes; the third batch finds none free.
+    for _ in 0..2 {
+        let b = tx.claim_batch(120, usize::MAX).unwrap();
+        assert_eq!(b.len(), 32);
+        b.commit();
+    }
+    assert!(matches!(
+        tx.try_claim_batch(120, 1),
+        Err(TrySendError::Full)
+    ));
+    assert!(matches!(
+        tx.claim_batch_timeout(120, 1, Duration::from_millis(20)),
+        Err(SendTimeoutError::Timeout)
+    ));
+    // Once the consumer hands the first segment back, a batch goes on in it.
+    let reader = thread::spawn(move || {
+        let mut n = 0;
+        while let Some(r) = rx.recv().unwrap() {
+            assert_eq!(r.len(), Some(120));
+            n += 1;
+        }
+        n
+    });
+    let b = tx.claim_batch(120, 40).unwrap();
+    assert_eq!(b.len(), 32);
+    b.commit();
+    drop(tx);
+    assert_eq!(reader.join().unwrap(), 96);
+}
+
+#[test]
 fn io_read_and_partial_reads_of_spanning_records() {
     let (mut p, mut c) = pair(3);
     let huge: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();

@@ -16,6 +16,7 @@
 //! default `WaitStrategy::Block` (a look every 5 µs for 50 µs, then park). `small_rps` and
 //! `bulk_gbps` are the tuned best: `FlushPolicy::Explicit`, `claim`, busy-polling on both
 //! sides, `drain`, per-record counters off, like the raw floors, which spin on their atomics.
+//! `small_batch_rps` is the tuned stream with records claimed 64 at a time (`claim_batch`).
 //! `plain_rps` is every setting at its default: `send`, and `while let Some(r) = rx.recv()?`.
 //! `--open-loop` measures latency at fixed offered rates instead (see `bench/openloop.rs`);
 //! `--case` measures the user's own case (see `bench/case.rs`).

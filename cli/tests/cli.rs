@@ -214,6 +214,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "pipe_rtt_p50_ns",
         "rtt_same_cpu_p50_ns",
         "small_rps",
+        "small_batch_rps",
         "plain_rps",
         "floor_small_rps",
         "uds_batched_rps",
@@ -265,7 +266,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
     // Every ratio has its key; those of the delayed-link group, which runs only when named,
     // are null.
     let ratios = v["ratios"].as_object().unwrap();
-    assert_eq!(ratios.len(), 41);
+    assert_eq!(ratios.len(), 42);
     for (k, r) in ratios {
         assert_eq!(r.is_null(), k.starts_with("netem"), "{k}: {r}");
     }

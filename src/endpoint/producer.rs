@@ -57,7 +57,7 @@ use copy::copy_record;
 mod events;
 mod markers;
 mod writer;
-pub use writer::{Claim, DetachedClaim, RecordWriter, StaleClaimError};
+pub use writer::{Batch, Claim, DetachedClaim, RecordWriter, StaleClaimError};
 
 mod attach;
 mod frames;

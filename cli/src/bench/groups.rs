@@ -8,8 +8,8 @@ use shmflow::{FlushPolicy, Geometry, WaitStrategy};
 use super::floors::{floor_futex, floor_spin, floor_stream};
 use super::harness::REC;
 use super::local::{
-    os_stream, plain_stream, plain_stream_for, rtt_shmflow, rtt_stream, shmflow_stream,
-    tuned_stream,
+    batch_stream, os_stream, plain_stream, plain_stream_for, rtt_shmflow, rtt_stream,
+    shmflow_stream, tuned_stream,
 };
 use super::paired::Trial;
 use super::remote::Streamed;
@@ -123,6 +123,9 @@ pub(super) fn trials<'a>(cfg: &'a Cfg, only: Option<&str>) -> Vec<Trial<'a>> {
     if want("small") {
         t.push(rate("small_rps", 1.0, move || {
             shmflow_stream(cfg, pool, REC)
+        }));
+        t.push(rate("small_batch_rps", 1.0, move || {
+            batch_stream(cfg, pool, REC)
         }));
         t.push(rate("plain_rps", 1.0, || plain_stream(cfg)));
         t.push(rate("floor_small_rps", 1.0, move || {

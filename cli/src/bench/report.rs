@@ -183,6 +183,12 @@ pub(super) const RATIOS: &[Ratio] = &[
         name: "small_vs_floor",
         num: "small_rps",
         den: "floor_small_rps",
+        goal: AtLeast(0.8),
+    },
+    Ratio {
+        name: "small_batch_vs_floor",
+        num: "small_batch_rps",
+        den: "floor_small_rps",
         goal: AtLeast(0.9),
     },
     Ratio {

@@ -119,9 +119,16 @@ impl Producer {
 
     #[inline(always)]
     pub(super) fn record_done(&mut self, len: u64) {
+        self.records_done(1, len);
+    }
+
+    /// `n` frames of `bytes` bytes in all ended: count them, publish as the policy says, and
+    /// send a latency marker if one is due — once for them all.
+    #[inline(always)]
+    pub(super) fn records_done(&mut self, n: u64, bytes: u64) {
         if self.metrics {
-            self.counters.records.bump(1);
-            self.counters.bytes.bump(len);
+            self.counters.records.bump(n);
+            self.counters.bytes.bump(bytes);
         }
         self.after_frame_end();
         // A latency marker due: a load of the marker clock's counter (never due when off).

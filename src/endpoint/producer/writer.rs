@@ -109,6 +109,110 @@ impl Producer {
             .map_err(Into::into)
     }
 
+    #[inline]
+    pub(super) fn claim_batch_inner<P: Patience>(
+        &mut self,
+        len: usize,
+        max: usize,
+        patience: P,
+    ) -> Sent<Batch<'_>, P> {
+        if len > self.seg_size - HEADER {
+            return Err(too_large(
+                &self.shared.name,
+                "a record of a batch",
+                len as u64,
+                self.max_unspanned_len() as u64,
+            )
+            .into());
+        }
+        let frame = frame::next_frame(0, len);
+        let room = |p: &Producer| match &p.cur {
+            Some(c) if p.seg_end >= c.wpos => (p.seg_end - c.wpos) / frame,
+            _ => 0,
+        };
+        if max > 0 && room(self) == 0 {
+            self.ensure_room_slow(frame, patience)?;
+        }
+        let count = room(self).min(max);
+        let c = self.cur.as_ref().expect("a segment in hand");
+        let at = c.wpos;
+        self.shared.tracker.write(c.seg as usize, at, count * frame);
+        Ok(Batch {
+            producer: self,
+            at,
+            record_len: len,
+            frame,
+            count,
+        })
+    }
+
+    /// Claims room for up to `max` records of `len` bytes each in the segment in hand (as many
+    /// as fit there, at least one: if none fits it waits for a fresh segment as
+    /// [`Producer::claim`] does), to serialize into in place; [`Batch::commit`] sends them
+    /// all at once. For streams of small records: the per-record work of a claim and its
+    /// commit is done once per batch, and what remains per record is its bytes and its
+    /// header. `len` must be at most [`Producer::max_unspanned_len`]; `max` 0 claims nothing.
+    ///
+    /// # Errors
+    /// [`SendError::RecordTooLarge`] if `len` does not fit in one segment; otherwise as
+    /// [`Producer::send`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let records = vec![[7u8; 64]; 1000];
+    /// let mut rest = &records[..];
+    /// while !rest.is_empty() {
+    ///     let mut batch = tx.claim_batch(64, rest.len())?;
+    ///     let n = batch.len();
+    ///     for (slot, r) in batch.iter_mut().zip(rest) {
+    ///         slot.copy_from_slice(r);
+    ///     }
+    ///     batch.commit();
+    ///     rest = &rest[n..];
+    /// }
+    /// tx.close();
+    /// let mut n = 0;
+    /// while let Some(r) = rx.recv()? {
+    ///     assert_eq!(r.as_bytes(), Some(&[7u8; 64][..]));
+    ///     n += 1;
+    /// }
+    /// assert_eq!(n, 1000);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn claim_batch(&mut self, len: usize, max: usize) -> Result<Batch<'_>, SendError> {
+        self.claim_batch_inner(len, max, Forever)
+            .map_err(Into::into)
+    }
+
+    /// [`Producer::claim_batch`] without waiting ([`TrySendError::Full`] when no record fits
+    /// the segment in hand and no segment is free now).
+    ///
+    /// # Errors
+    /// [`TrySendError::Full`] if no segment is free now; otherwise as
+    /// [`Producer::claim_batch`].
+    pub fn try_claim_batch(&mut self, len: usize, max: usize) -> Result<Batch<'_>, TrySendError> {
+        self.claim_batch_inner(len, max, Immediately)
+            .map_err(Into::into)
+    }
+
+    /// [`Producer::claim_batch`] waiting at most `timeout` for a segment.
+    ///
+    /// # Errors
+    /// [`SendTimeoutError::Timeout`] if no segment comes back in time; otherwise as
+    /// [`Producer::claim_batch`].
+    pub fn claim_batch_timeout(
+        &mut self,
+        len: usize,
+        max: usize,
+        timeout: Duration,
+    ) -> Result<Batch<'_>, SendTimeoutError> {
+        self.claim_batch_inner(len, max, Until::after(timeout))
+            .map_err(Into::into)
+    }
+
     /// Starts a record whose length is not known up front, written through `std::io::Write`
     /// and ended by [`RecordWriter::finish`]. If it outgrows its segment it moves to a fresh
     /// one, and spans segments only if it is larger than a segment. Dropping the writer without
@@ -257,6 +361,119 @@ impl std::ops::DerefMut for Claim<'_> {
         unsafe {
             std::slice::from_raw_parts_mut(self.producer.seg_ptr().add(self.at + HEADER), self.len)
         }
+    }
+}
+
+/// Room for `len()` records of one length, claimed at once in a segment (see
+/// [`Producer::claim_batch`]): fill them in place, then [`Batch::commit`] sends them all (or
+/// [`Batch::commit_first`] the first few); dropping the batch sends nothing.
+#[must_use = "dropping a batch without `commit` sends nothing"]
+pub struct Batch<'a> {
+    producer: &'a mut Producer,
+    /// Where the first record's frame starts; record `i`'s frame is at `at + i * frame`.
+    at: usize,
+    /// Bytes of every record.
+    record_len: usize,
+    /// Bytes of every frame: its header and record, rounded up to 8.
+    frame: usize,
+    /// Records claimed: `at + count * frame` is within the segment's usable end.
+    count: usize,
+}
+
+impl Batch<'_> {
+    /// How many records were claimed.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True if no record was claimed (`max` was 0).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Record `i`'s bytes, to write into.
+    ///
+    /// # Panics
+    /// If `i` is not below [`Batch::len`].
+    #[inline]
+    pub fn record_mut(&mut self, i: usize) -> &mut [u8] {
+        assert!(
+            i < self.count,
+            "record {i} of a batch of {} records",
+            self.count
+        );
+        // SAFETY: `at + count * frame <= seg_end <= segment_size` (checked by `claim_batch`)
+        // and `i < count`, so the record lies inside the segment in hand, past the published
+        // offset (the consumer does not read it); `&mut self` makes this the only view.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.producer
+                    .seg_ptr()
+                    .add(self.at + i * self.frame + HEADER),
+                self.record_len,
+            )
+        }
+    }
+
+    /// Every record's bytes, in order, to write into.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let (mut tx, mut rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut batch = tx.claim_batch(8, 3)?;
+    /// for (i, r) in batch.iter_mut().enumerate() {
+    ///     r.copy_from_slice(&(i as u64).to_le_bytes());
+    /// }
+    /// batch.commit();
+    /// tx.flush()?;
+    /// assert_eq!(rx.recv()?.unwrap().as_pod::<u64>(), Some(&0));
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
+    #[inline]
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut [u8]> + '_ {
+        let (len, frame) = (self.record_len, self.frame);
+        // SAFETY: as in `record_mut`, for the whole span of the claimed frames; headers are
+        // not handed out (each item starts past its header and holds `len` bytes).
+        let span = unsafe {
+            std::slice::from_raw_parts_mut(self.producer.seg_ptr().add(self.at), self.count * frame)
+        };
+        span.chunks_exact_mut(frame)
+            .map(move |f| &mut f[HEADER..HEADER + len])
+    }
+
+    /// Sends every claimed record.
+    #[inline]
+    pub fn commit(self) {
+        let n = self.count;
+        self.commit_first(n);
+    }
+
+    /// Sends the first `n` records only (`n` at most [`Batch::len`]): for a producer that
+    /// had fewer records than it claimed room for.
+    ///
+    /// # Panics
+    /// If `n` is more than [`Batch::len`].
+    #[inline]
+    pub fn commit_first(self, n: usize) {
+        assert!(
+            n <= self.count,
+            "commit_first({n}) of a batch of {} records",
+            self.count
+        );
+        if n == 0 {
+            return;
+        }
+        let p = self.producer;
+        let c = p.cur.as_mut().expect("a batch holds a segment");
+        debug_assert_eq!(c.wpos, self.at);
+        c.wpos = self.at + n * self.frame;
+        for i in 0..n {
+            p.write_header(self.at + i * self.frame, self.record_len as u32, frame::WHOLE);
+        }
+        p.records_done(n as u64, (n * self.record_len) as u64);
     }
 }
 
@@ -458,6 +675,17 @@ impl std::fmt::Debug for Claim<'_> {
             .field("region", &self.producer.shared.name)
             .field("at", &self.at)
             .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Batch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("region", &self.producer.shared.name)
+            .field("at", &self.at)
+            .field("record_len", &self.record_len)
+            .field("count", &self.count)
             .finish()
     }
 }
