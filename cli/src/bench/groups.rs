@@ -193,7 +193,9 @@ pub(super) fn trials<'a>(cfg: &'a Cfg, only: Option<&str>) -> Vec<Trial<'a>> {
             direct_rtt, direct_stream, remote_rtt, remote_stream, tcp_framed_stream, tcp_rtt,
             tcp_rtt_two, tcp_stream, RttWait, Writes,
         };
-        let (r, secs) = (cfg.rounds / 2, cfg.secs);
+        // A stream's CPU figure counts its processes' and connection's set-up too: trials of
+        // 3x the others' length keep that a small part of it.
+        let (r, secs) = (cfg.rounds / 2, 3.0 * cfg.secs);
         t.push(rtt(
             &["remote_rtt_p50_ns", "remote_rtt_p99_ns"],
             move || remote_rtt(r),
