@@ -471,7 +471,11 @@ impl Batch<'_> {
         debug_assert_eq!(c.wpos, self.at);
         c.wpos = self.at + n * self.frame;
         for i in 0..n {
-            p.write_header(self.at + i * self.frame, self.record_len as u32, frame::WHOLE);
+            p.write_header(
+                self.at + i * self.frame,
+                self.record_len as u32,
+                frame::WHOLE,
+            );
         }
         p.records_done(n as u64, (n * self.record_len) as u64);
     }
