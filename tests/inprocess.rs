@@ -173,6 +173,10 @@ fn claim_pod_and_stream_apis() {
 #[test]
 fn a_batch_claims_what_fits_the_segment_and_sends_what_is_committed() {
     let (mut tx, mut rx) = pair(2);
+    // Before any segment is in hand, a batch of none claims nothing and takes no segment.
+    let mut none = tx.claim_batch(100, 0).unwrap();
+    assert!(none.is_empty() && none.iter_mut().next().is_none());
+    none.commit();
     tx.set_flush_policy(FlushPolicy::Explicit);
     // 100-byte records take 112 bytes with their headers: 36 fit a 4 KiB segment.
     let per_segment = SEG as usize / 112;
@@ -229,6 +233,8 @@ fn a_batch_waits_for_a_segment_and_refuses_what_cannot_fit() {
         tx.claim_batch_timeout(120, 1, Duration::from_millis(20)),
         Err(SendTimeoutError::Timeout)
     ));
+    // A batch of none after that finds no segment in hand, and claims nothing.
+    assert_eq!(tx.claim_batch(120, 0).unwrap().len(), 0);
     // Once the consumer hands the first segment back, a batch goes on in it.
     let reader = thread::spawn(move || {
         let mut n = 0;
@@ -243,6 +249,52 @@ fn a_batch_waits_for_a_segment_and_refuses_what_cannot_fit() {
     b.commit();
     drop(tx);
     assert_eq!(reader.join().unwrap(), 96);
+}
+
+#[test]
+fn batches_on_the_default_policy_are_seen_at_once_with_their_counts() {
+    // Every record published as it is committed: each batch at its commit, with no flush.
+    let (mut tx, mut rx) = pair(4);
+    let mut b = tx.claim_batch(8, 4).unwrap();
+    for (i, r) in b.iter_mut().enumerate() {
+        r.copy_from_slice(&(i as u64).to_le_bytes());
+    }
+    b.commit();
+    for i in 0..4u64 {
+        let r = rx
+            .try_recv()
+            .unwrap()
+            .expect("a committed record, without a flush");
+        assert_eq!(r.as_pod::<u64>(), Some(&i));
+    }
+    // 29 batches of 7 records of 8 bytes (16 with the header: 256 to a segment, so no
+    // segment is handed over meanwhile), not read yet: 4 + 7k is never a multiple of 64.
+    let mut sent = 4u64;
+    for _ in 0..29 {
+        let mut b = tx.claim_batch(8, 7).unwrap();
+        assert_eq!(b.len(), 7);
+        for r in b.iter_mut() {
+            r.copy_from_slice(&sent.to_le_bytes());
+            sent += 1;
+        }
+        b.commit();
+    }
+    // The producer's counts go out every 64 records: the batches that stepped over 64, 128
+    // and 192 published them, so the region's count (the consumer has read 4) lags by less
+    // than 64.
+    let m = rx.metrics();
+    assert!(
+        m.records_written <= sent && sent - m.records_written < 64,
+        "{sent} sent, {} counted",
+        m.records_written
+    );
+    for i in 4..sent {
+        let r = rx
+            .try_recv()
+            .unwrap()
+            .expect("a committed record, without a flush");
+        assert_eq!(r.as_pod::<u64>(), Some(&i));
+    }
 }
 
 #[test]

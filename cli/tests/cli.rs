@@ -317,8 +317,17 @@ fn bench_pairs_report_a_median_and_a_spread_per_measure_and_ratio() {
             "{k}: {lo} <= {mid} <= {hi}"
         );
     }
-    // Only the group's ratios are measured.
+    // Each of the group's ratios from 3 pairs of adjacent trials; only the group's ratios.
+    for r in [
+        "small_vs_floor",
+        "small_batch_vs_floor",
+        "plain_vs_small",
+        "small_vs_uds_batched",
+    ] {
+        assert_eq!(v["ratio_pairs"][r].as_u64(), Some(3), "{r}");
+    }
     assert!(v["ratios"]["bulk_vs_floor"].is_null());
+    assert_eq!(v["ratio_pairs"]["bulk_vs_floor"].as_u64(), Some(0));
     // Baselines that moved more than 2x between pairs, each with its ratios.
     for m in v["moved_baselines"].as_array().unwrap() {
         assert!(m["moved"].as_f64().unwrap() > 2.0, "{m}");

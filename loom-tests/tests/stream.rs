@@ -38,10 +38,10 @@ fn a_stream_is_read_in_order_to_its_end() {
     });
 }
 
-/// Records claimed and committed as batches (`claim_batch`) arrive whole and in order, one
-/// batch across the end of a segment: 8-byte records take 16 bytes with their headers, four to
-/// a segment; the first batch claims three, the second finds room for one more in the
-/// segment in hand and the third takes a fresh segment.
+/// Records claimed and committed as batches (`claim_batch`) arrive whole and in order: 8-byte
+/// records take 16 bytes with their headers, four to a segment; the first batch claims three,
+/// the second finds room for only one more in the segment in hand (a batch ends at a
+/// segment's end), and the third takes a fresh segment.
 #[test]
 fn a_batch_is_read_whole_and_in_order() {
     common::check(2, || {

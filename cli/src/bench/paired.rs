@@ -65,7 +65,11 @@ fn plan(trials: &[Trial]) -> Vec<((usize, usize), Vec<usize>)> {
 /// that is the side of no ratio. `progress` prints each pair's start on stderr.
 pub(super) fn run(mut trials: Vec<Trial>, pairs: usize, progress: bool) -> Outcome {
     let plan = plan(&trials);
-    let paired: Vec<usize> = plan.iter().flat_map(|((a, b), _)| [*a, *b]).collect();
+    // The sides of a ratio whose trials both run every pair; a trial that runs once in all
+    // is run once and its measures serve every ratio it is a side of.
+    let each: Vec<bool> = trials.iter().map(|t| t.every_pair).collect();
+    let every_pair = |(a, b): (usize, usize)| each[a] && each[b];
+    let mut once: Vec<Option<Vec<(&'static str, f64)>>> = vec![None; trials.len()];
     let mut out = Outcome {
         measures: Vec::new(),
         ratios: vec![Vec::new(); RATIOS.len()],
@@ -81,34 +85,57 @@ pub(super) fn run(mut trials: Vec<Trial>, pairs: usize, progress: bool) -> Outco
         if progress {
             eprintln!("pair {} of {pairs}", pair + 1);
         }
+        let mut ran = vec![false; trials.len()];
         for ((a, b), ratios) in &plan {
-            if pair > 0 && !(trials[*a].every_pair && trials[*b].every_pair) {
+            let (a, b) = (*a, *b);
+            if !every_pair((a, b)) && pair > 0 {
                 continue;
             }
+            let mut take = |i: usize, out: &mut Outcome| -> Vec<(&'static str, f64)> {
+                ran[i] = true;
+                if trials[i].every_pair {
+                    let v = (trials[i].run)();
+                    out.add(&v);
+                    v
+                } else {
+                    once[i]
+                        .get_or_insert_with(|| {
+                            let v = (trials[i].run)();
+                            out.add(&v);
+                            v
+                        })
+                        .clone()
+                }
+            };
             let (va, vb) = if a == b {
-                let v = (trials[*a].run)();
+                let v = take(a, &mut out);
                 (v.clone(), v)
             } else if pair % 2 == 0 {
-                let va = (trials[*a].run)();
-                (va, (trials[*b].run)())
+                let va = take(a, &mut out);
+                (va, take(b, &mut out))
             } else {
-                let vb = (trials[*b].run)();
-                ((trials[*a].run)(), vb)
+                let vb = take(b, &mut out);
+                (take(a, &mut out), vb)
             };
             for &i in ratios {
                 if let (Some(n), Some(d)) = (get(&va, RATIOS[i].num), get(&vb, RATIOS[i].den)) {
                     out.ratios[i].push(n / d);
                 }
             }
-            out.add(&va);
-            if a != b {
-                out.add(&vb);
-            }
         }
         for (i, t) in trials.iter_mut().enumerate() {
-            if !paired.contains(&i) && (t.every_pair || pair == 0) {
+            // Every trial runs once per pair (or once in all), as a ratio's side or alone.
+            let solo = if t.every_pair {
+                !ran[i]
+            } else {
+                once[i].is_none()
+            };
+            if solo {
                 let v = (t.run)();
                 out.add(&v);
+                if !t.every_pair {
+                    once[i] = Some(v);
+                }
             }
         }
     }
@@ -170,6 +197,32 @@ mod tests {
         assert_eq!(out.measures[0], ("small_rps", vec![90.0, 80.0, 30.0]));
         assert_eq!(out.measures[3], ("bulk_gbps", vec![1.0]));
         assert_eq!(out.pairs, 3);
+    }
+
+    #[test]
+    fn a_trial_that_runs_once_runs_once_and_serves_every_ratio_and_its_partners_every_pair() {
+        let log = RefCell::new(Vec::new());
+        let trials = vec![
+            // Once in all: the floor of two ratios.
+            trial(&log, "floor_small_rps", vec![100.0], false),
+            trial(&log, "small_rps", vec![90.0, 91.0], true),
+            trial(&log, "small_batch_rps", vec![99.0, 98.0], true),
+        ];
+        let out = run(trials, 2, false);
+        assert_eq!(
+            *log.borrow(),
+            [
+                "small_rps",
+                "floor_small_rps",
+                "small_batch_rps",
+                "small_rps",
+                "small_batch_rps",
+            ],
+            "the floor once; its partners in the second pair as trials of their own"
+        );
+        let at = |name: &str| &out.ratios[RATIOS.iter().position(|r| r.name == name).unwrap()];
+        assert_eq!(at("small_vs_floor"), &vec![0.9]);
+        assert_eq!(at("small_batch_vs_floor"), &vec![0.99]);
     }
 
     #[test]

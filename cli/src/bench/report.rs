@@ -319,9 +319,12 @@ const MOVED_LIMIT: f64 = 2.0;
 
 /// The baselines (the measures below a ratio's line) whose largest value over their trials is
 /// more than [`MOVED_LIMIT`] times their smallest: (baseline, how many times it moved, the
-/// ratios over it that were measured). One trial moves nothing.
+/// ratios over it that were measured). One pair moves nothing.
 fn moved_baselines(out: &Outcome) -> Vec<(&'static str, f64, Vec<&'static str>)> {
     let mut moved: Vec<(&'static str, f64, Vec<&'static str>)> = Vec::new();
+    if out.pairs < 2 {
+        return moved;
+    }
     for (ratio, values) in RATIOS.iter().zip(&out.ratios) {
         if values.is_empty() {
             continue;
@@ -408,6 +411,11 @@ pub(super) fn print(out: &Outcome, quick: bool, json: bool) {
             spread.insert(r.name.into(), serde_json::json!([round3(*lo), round3(*hi)]));
         }
         obj.insert("ratios".into(), ratios.into());
+        let counts: serde_json::Map<String, serde_json::Value> = ratio_rows
+            .iter()
+            .map(|(r, _, n)| (r.name.to_owned(), (*n).into()))
+            .collect();
+        obj.insert("ratio_pairs".into(), counts.into());
         obj.insert("spread".into(), spread.into());
         let flags: Vec<serde_json::Value> = moved
             .iter()
@@ -499,6 +507,12 @@ mod tests {
         assert!(
             moved_baselines(&small(&[100.0])).is_empty(),
             "one pair moves nothing"
+        );
+        let mut one = small(&[100.0]);
+        one.measures[1].1.push(300.0);
+        assert!(
+            moved_baselines(&one).is_empty(),
+            "nor two trials of one pair"
         );
         assert!(moved_baselines(&small(&[100.0, 190.0])).is_empty());
         let moved = moved_baselines(&small(&[100.0, 150.0, 250.0]));

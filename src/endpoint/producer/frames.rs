@@ -127,8 +127,19 @@ impl Producer {
     #[inline(always)]
     pub(super) fn records_done(&mut self, n: u64, bytes: u64) {
         if self.metrics {
+            let before = self.counters.records.0;
             self.counters.records.bump(n);
             self.counters.bytes.bump(bytes);
+            // The per-record publishers publish the counts at each multiple of
+            // `COUNTS_EVERY`; a batch can step over one: publish them here then.
+            let now = self.counters.records.0;
+            if n > 1
+                && !matches!(self.per_record, PerRecord::Nothing)
+                && before / COUNTS_EVERY != now / COUNTS_EVERY
+                && now % COUNTS_EVERY != 0
+            {
+                self.publish_counts();
+            }
         }
         self.after_frame_end();
         // A latency marker due: a load of the marker clock's counter (never due when off).

@@ -126,11 +126,21 @@ impl Producer {
             .into());
         }
         let frame = frame::next_frame(0, len);
+        if max == 0 {
+            // Nothing claimed, and no segment needed (there may be none in hand).
+            return Ok(Batch {
+                producer: self,
+                at: 0,
+                record_len: len,
+                frame,
+                count: 0,
+            });
+        }
         let room = |p: &Producer| match &p.cur {
             Some(c) if p.seg_end >= c.wpos => (p.seg_end - c.wpos) / frame,
             _ => 0,
         };
-        if max > 0 && room(self) == 0 {
+        if room(self) == 0 {
             self.ensure_room_slow(frame, patience)?;
         }
         let count = room(self).min(max);
@@ -188,11 +198,11 @@ impl Producer {
     }
 
     /// [`Producer::claim_batch`] without waiting ([`TrySendError::Full`] when no record fits
-    /// the segment in hand and no segment is free now).
+    /// the segment in hand and no segment may be taken now).
     ///
     /// # Errors
-    /// [`TrySendError::Full`] if no segment is free now; otherwise as
-    /// [`Producer::claim_batch`].
+    /// [`TrySendError::Full`] if no segment is free now (or the consumer's debloating cap
+    /// holds the producer back); otherwise as [`Producer::claim_batch`].
     pub fn try_claim_batch(&mut self, len: usize, max: usize) -> Result<Batch<'_>, TrySendError> {
         self.claim_batch_inner(len, max, Immediately)
             .map_err(Into::into)
@@ -210,6 +220,21 @@ impl Producer {
         timeout: Duration,
     ) -> Result<Batch<'_>, SendTimeoutError> {
         self.claim_batch_inner(len, max, Until::after(timeout))
+            .map_err(Into::into)
+    }
+
+    /// [`Producer::claim_batch`] waiting until `deadline` at most for a segment.
+    ///
+    /// # Errors
+    /// [`SendTimeoutError::Timeout`] if no segment comes back by `deadline`; otherwise as
+    /// [`Producer::claim_batch`].
+    pub fn claim_batch_deadline(
+        &mut self,
+        len: usize,
+        max: usize,
+        deadline: Instant,
+    ) -> Result<Batch<'_>, SendTimeoutError> {
+        self.claim_batch_inner(len, max, Until::at(deadline))
             .map_err(Into::into)
     }
 
@@ -404,9 +429,11 @@ impl Batch<'_> {
             "record {i} of a batch of {} records",
             self.count
         );
-        // SAFETY: `at + count * frame <= seg_end <= segment_size` (checked by `claim_batch`)
-        // and `i < count`, so the record lies inside the segment in hand, past the published
-        // offset (the consumer does not read it); `&mut self` makes this the only view.
+        // SAFETY: `claim_batch` computed `count` as the frames that fit between `at` and the
+        // segment's usable end, so `at + count * frame <= seg_end <= segment_size`, and
+        // `i < count` (asserted): the record lies inside the segment in hand, past the
+        // published offset, where the consumer does not read; `&mut self` makes this the only
+        // view of it.
         unsafe {
             std::slice::from_raw_parts_mut(
                 self.producer
@@ -434,14 +461,19 @@ impl Batch<'_> {
     /// ```
     #[inline]
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut [u8]> + '_ {
-        let (len, frame) = (self.record_len, self.frame);
-        // SAFETY: as in `record_mut`, for the whole span of the claimed frames; headers are
-        // not handed out (each item starts past its header and holds `len` bytes).
-        let span = unsafe {
-            std::slice::from_raw_parts_mut(self.producer.seg_ptr().add(self.at), self.count * frame)
+        let (at, len, frame, count) = (self.at, self.record_len, self.frame, self.count);
+        // (No segment is looked at for an empty batch: there may be none in hand.)
+        let base = if count == 0 {
+            std::ptr::null_mut()
+        } else {
+            self.producer.seg_ptr()
         };
-        span.chunks_exact_mut(frame)
-            .map(move |f| &mut f[HEADER..HEADER + len])
+        (0..count).map(move |i| {
+            // SAFETY: as in `record_mut` (`i < count`); the items are the records' bytes
+            // only, each `frame` bytes apart and `len <= frame - HEADER` long, so no two
+            // overlap and none covers a header; they borrow the batch mutably.
+            unsafe { std::slice::from_raw_parts_mut(base.add(at + i * frame + HEADER), len) }
+        })
     }
 
     /// Sends every claimed record.
