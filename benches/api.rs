@@ -10,6 +10,8 @@
 //! - `barrier/{none,every_1000}`: 64 B records with an aligned barrier after every 1000, read
 //!   with `recv_message` (the cost of a barrier is the difference over 1000 records);
 //! - `markers/{off,1ms}`: 64 B records with latency markers off and at one per millisecond;
+//! - `open_or_create/race`: a producer and a consumer on two threads call `open_or_create`
+//!   on one fresh name at once (64 segments of 4 KiB), timed until both have their end;
 //! - `async/{recv,send}` (feature `tokio`): the same stream with `recv_async` on a
 //!   current-thread runtime against a blocking producer, and `send_async` against a blocking
 //!   consumer.
@@ -216,6 +218,49 @@ fn markers(c: &mut Criterion) {
     group.finish();
 }
 
+fn open_or_create(c: &mut Criterion) {
+    let mut group = c.benchmark_group("open_or_create");
+    let geometry = Geometry {
+        segment_size: 4096,
+        segment_count: 64,
+    };
+    let mut round = 0u64;
+    group.bench_function("race", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                round += 1;
+                let name = format!("/shmflow-bench-race-{}-{round}", std::process::id());
+                let go = std::sync::Arc::new(std::sync::Barrier::new(2));
+                let (go2, name2) = (go.clone(), name.clone());
+                let other = std::thread::spawn(move || {
+                    go2.wait();
+                    let start = Instant::now();
+                    let c = Consumer::builder()
+                        .geometry(geometry)
+                        .open_or_create(&name2)
+                        .unwrap();
+                    (start.elapsed(), c)
+                });
+                go.wait();
+                let start = Instant::now();
+                let p = Producer::builder()
+                    .geometry(geometry)
+                    .open_or_create(&name)
+                    .unwrap();
+                let mine = start.elapsed();
+                let (theirs, c) = other.join().unwrap();
+                total += mine.max(theirs);
+                drop((p, c));
+                // Both ends are gone; the last one removes the name (this is a no-op then).
+                let _ = nix::sys::mman::shm_unlink(name.as_str());
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
 #[cfg(feature = "tokio")]
 fn asynch(c: &mut Criterion) {
     let mut group = c.benchmark_group("async");
@@ -270,7 +315,7 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = send_recv, claim_commit, drain, gate, barrier, markers, asynch
+    targets = send_recv, claim_commit, drain, gate, barrier, markers, open_or_create, asynch
 }
 
 fn main() {
