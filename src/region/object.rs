@@ -295,6 +295,10 @@ pub(crate) fn open_fd(
     Ok(chans.swap_remove(0))
 }
 
+/// How often `open` looks again at a region its creator is still setting up: a small region
+/// is made in about 0.1 ms, a large one in milliseconds.
+const SETTLE_LOOK: Duration = Duration::from_micros(200);
+
 /// The object's size and a read-only mapping of its first page, once its creator has written
 /// the magic (waiting up to `grace` for a creator that is still setting it up).
 pub(crate) fn identity(
@@ -311,7 +315,7 @@ pub(crate) fn identity(
     // A creator that is still between shm_open and ftruncate shows size 0: give it a moment.
     let start = Instant::now();
     while size == 0 && start.elapsed() < grace {
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(SETTLE_LOOK);
         size = size_of()?;
     }
     if size < HEADER_SIZE as u64 {
@@ -327,7 +331,7 @@ pub(crate) fn identity(
     let magic_word = unsafe { &*(head.as_ptr() as *const crate::sync::AtomicU64) };
     let mut magic = crate::protocol::abi::load_magic(magic_word);
     while magic == 0 && start.elapsed() < grace {
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(SETTLE_LOOK);
         magic = crate::protocol::abi::load_magic(magic_word);
     }
     Ok((size, magic, head))
