@@ -6,6 +6,7 @@
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 tuned
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 plain
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 batch
+//! valgrind --tool=callgrind target/release/examples/hotpath 200000 gate
 //! cargo build --release --features tokio --example hotpath
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 async
 //! valgrind --tool=callgrind target/release/examples/hotpath 200000 async-send
@@ -14,7 +15,8 @@
 //!
 //! `tuned`: `FlushPolicy::Explicit`, `claim`, one `flush` per batch, `drain`. `batch`: as
 //! `tuned`, the records claimed and committed by `claim_batch` (as many as fit the segment in
-//! hand, up to those left of the 400). `plain`: every
+//! hand, up to those left of the 400). `gate`: as `plain`, read through a gate of one channel
+//! with `Gate::recv`. `plain`: every
 //! setting at its default, `send`, and `recv` record by record. `async`: as `plain`, with
 //! `send_async` and `recv_async` awaited on a current-thread tokio runtime; `async-send` and
 //! `async-recv` await only that side (the other blocking, in the same task), to tell the two
@@ -44,6 +46,8 @@ enum Mode {
     Batch,
     /// send and recv with every setting at its default.
     Plain,
+    /// As plain, read through a gate of one channel.
+    Gate,
     /// As plain, awaited (needs the tokio feature).
     Async,
     /// Only the sending side awaited.
@@ -81,6 +85,10 @@ fn main() {
                 "the async modes need the tokio feature",
             )
             .exit();
+    }
+    if mode == Mode::Gate {
+        println!("{}", through_a_gate(n));
+        return;
     }
     if !plain {
         p.set_flush_policy(FlushPolicy::Explicit);
@@ -125,6 +133,32 @@ fn main() {
         sent += 400;
     }
     println!("{sum}");
+}
+
+/// Sends `n` 64 B records in batches of 400 into a gate's one channel, each batch read back
+/// with `Gate::recv`.
+fn through_a_gate(n: u64) -> u64 {
+    let (mut gate, handles) =
+        shmflow::Gate::create_anonymous(shmflow::GateGeometry::new(1)).unwrap();
+    let mut p = shmflow::Producer::from_handle(handles.into_iter().next().unwrap()).unwrap();
+    let rec = [7u8; 64];
+    let mut sum = 0u64;
+    let mut sent = 0;
+    while sent < n {
+        for _ in 0..400 {
+            p.send(&rec).unwrap();
+        }
+        p.flush().unwrap();
+        let mut got = 0;
+        while got < 400 {
+            if let shmflow::GateMessage::Record { record, .. } = gate.recv().unwrap().unwrap() {
+                sum += record.as_bytes().unwrap()[0] as u64;
+                got += 1;
+            }
+        }
+        sent += 400;
+    }
+    sum
 }
 
 /// Sends and receives `n` 64 B records in batches of 400, awaiting the sends if `SEND` and the

@@ -126,3 +126,55 @@ fn an_unaligned_barrier_hands_back_what_it_overtook() {
         assert!(at < after, "{got:?}");
     });
 }
+
+/// One producer through a gate sends two records, a priority event and a third record while
+/// the gate reads. In every execution: the records come in order, the event once and before
+/// the record sent after it (the gate hands out records of a channel's turn straight from the
+/// segment in hand, and must still look at the lane after each record's header).
+#[test]
+fn a_priority_event_overtakes_queued_records_through_a_gate() {
+    common::check(2, || {
+        let (mut gate, handles) = Gate::builder()
+            .channels(1)
+            .exclusive(2)
+            .floating(0)
+            .segment_size(64)
+            .wait_strategy(WaitStrategy::Park)
+            .create_anonymous()
+            .unwrap();
+        let h = handles.into_iter().next().unwrap();
+        let writer = thread::spawn(move || {
+            let mut tx = Producer::builder()
+                .wait_strategy(WaitStrategy::Park)
+                .from_handle(h)
+                .unwrap();
+            tx.send(&[1; 8]).unwrap();
+            tx.send(&[2; 8]).unwrap();
+            tx.send_priority_event(9, b"urgent").unwrap();
+            tx.send(&[3; 8]).unwrap();
+        });
+        let mut got = Vec::new();
+        while let Some(m) = gate.recv().unwrap() {
+            match m {
+                GateMessage::Record { record, .. } => got.push(record.as_bytes().unwrap()[0]),
+                GateMessage::Event { event, .. } => {
+                    assert!(event.priority);
+                    assert_eq!((event.kind, event.payload), (9, &b"urgent"[..]));
+                    got.push(0);
+                }
+                GateMessage::EndOfPartition { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        writer.join().unwrap();
+        let records: Vec<u8> = got.iter().copied().filter(|&g| g != 0).collect();
+        assert_eq!(records, [1, 2, 3], "{got:?}");
+        assert_eq!(got.iter().filter(|&&g| g == 0).count(), 1, "{got:?}");
+        let event = got.iter().position(|&g| g == 0).unwrap();
+        let third = got.iter().position(|&g| g == 3).unwrap();
+        assert!(
+            event < third,
+            "the event after a record sent after it: {got:?}"
+        );
+    });
+}

@@ -6,7 +6,9 @@
 //! (see `pool.rs` for the protocol). The consumer blocks on one futex word for the whole gate,
 //! which every channel's producer wakes, and reads the channels round-robin, at most
 //! [`QUANTUM`] messages from one before it looks at the next, so a busy channel cannot starve
-//! another. The number of channels is fixed when the gate is created.
+//! another. Within a channel's turn, a record committed whole in its segment in hand is handed
+//! out at once (`fast_pick`); lending, the other channels and the producers' liveness are
+//! looked at between turns. The number of channels is fixed when the gate is created.
 //!
 //! What `recv` returns, per channel, in order: its records and events
 //! ([`GateMessage::Record`], [`GateMessage::Event`]), then exactly one of
@@ -51,6 +53,9 @@ use checkpoints::Checkpoints;
 pub use message::GateMessage;
 
 /// Messages the gate takes from one channel before it moves on to the next that has data.
+/// Between turns the gate also lends floating segments to the channels that ask, takes back
+/// those returned and looks at its producers' liveness: at least once every `QUANTUM + 1`
+/// receives, and at every receive that finds no whole record next in its channel's segment.
 pub const QUANTUM: u32 = 8;
 
 #[derive(Debug)]

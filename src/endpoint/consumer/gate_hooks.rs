@@ -2,7 +2,7 @@
 //! ([`Consumer::ready`]), to take one message now, to lend and take back floating segments,
 //! to report its backlog, and to be abandoned when its producer dies.
 
-use super::{Consumer, Message};
+use super::{Consumer, Message, Record};
 use crate::error::{CorruptError, Halt, Lost, RecvError};
 use crate::protocol::figures;
 use crate::protocol::park::{self, Immediately, Look};
@@ -30,6 +30,36 @@ impl Consumer {
             l.grant(h, seg);
         }
         Ok(())
+    }
+
+    /// Gates, the fast path: the next record, when what comes next is a whole one committed
+    /// in the segment in hand and no priority event waits (not in a span, not skipping): its
+    /// length and place, counted as read. Take it with [`Consumer::record_at`]. `None`
+    /// leaves the channel as it was.
+    #[inline]
+    pub(crate) fn whole_now(&mut self) -> Option<(usize, *const u8)> {
+        let (len, ptr) = self.fast_whole()?;
+        // SYNC POINT (as in `message_inner`): the lane is looked at after the header's
+        // Acquire load in `fast_whole`, which pairs with the producer's Release commit of the
+        // frame; a priority event pushed before the frame is seen here and goes first.
+        #[cfg(not(shmflow_broken = "gate_fast_ignores_lane"))]
+        if self.prio_pending() {
+            self.unread_whole(len);
+            return None;
+        }
+        self.count_record(len as u64);
+        Some((len, ptr))
+    }
+
+    /// Gates: the record [`Consumer::whole_now`] returned, borrowing this end as a record
+    /// does.
+    ///
+    /// # Safety
+    /// `len` and `ptr` are what the last `whole_now` of this end returned, with nothing read
+    /// or released since (the segment is still in hand, the bytes within it).
+    #[inline]
+    pub(crate) unsafe fn record_at(&mut self, len: usize, ptr: *const u8) -> Record<'_> {
+        Record::single(self, ptr, len)
     }
 
     /// Gates: the next message without waiting.
