@@ -8,7 +8,7 @@
 //! [`QUANTUM`] messages from one before it looks at the next, so a busy channel cannot starve
 //! another. Within a channel's turn, a record committed whole in its segment in hand is handed
 //! out at once (`fast_pick`); lending, the other channels and the producers' liveness are
-//! looked at between turns. The number of channels is fixed when the gate is created.
+//! looked at in the full pass, at least once every `QUANTUM + 1` receives. The number of channels is fixed when the gate is created.
 //!
 //! What `recv` returns, per channel, in order: its records and events
 //! ([`GateMessage::Record`], [`GateMessage::Event`]), then exactly one of
@@ -53,9 +53,11 @@ use checkpoints::Checkpoints;
 pub use message::GateMessage;
 
 /// Messages the gate takes from one channel before it moves on to the next that has data.
-/// Between turns the gate also lends floating segments to the channels that ask, takes back
-/// those returned and looks at its producers' liveness: at least once every `QUANTUM + 1`
-/// receives, and at every receive that finds no whole record next in its channel's segment.
+/// Within a turn, a record committed whole next in the channel's segment in hand is handed out
+/// at once; the gate's full pass (taking back the floating segments returned, lending to the
+/// channels that ask, a look at the other channels, and at the producers' liveness when due)
+/// comes at least once every `QUANTUM + 1` receives, and at every receive that finds nothing
+/// whole next.
 pub const QUANTUM: u32 = 8;
 
 #[derive(Debug)]
@@ -104,9 +106,13 @@ pub struct Gate {
     /// Round-robin: the channel read last, and how many messages in a row it gave.
     rr: usize,
     burst: u32,
-    /// Scans since the last liveness look, to look now and then while busy too.
+    /// Full passes (`decide`), counted to look at the producers' liveness now and then while
+    /// busy too.
     scans: u32,
     last_check_ns: u64,
+    /// A channel ended or failed, or in-flight records were counted, since the last
+    /// `retire_finished`: the next receive settles them first (and takes the full path).
+    to_retire: bool,
     /// Async calls since the last look at the executor's budget.
     #[cfg(any(feature = "tokio", shmflow_loom))]
     coop: u8,

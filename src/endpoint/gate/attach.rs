@@ -139,6 +139,7 @@ impl Gate {
             burst: 0,
             scans: 0,
             last_check_ns: 0,
+            to_retire: false,
             #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,
             cp: Checkpoints::new(n_channels),

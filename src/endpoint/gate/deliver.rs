@@ -102,6 +102,7 @@ impl Gate {
                 least,
             } => {
                 self.state[channel] = State::Failed;
+                self.to_retire = true;
                 self.cp.closed(channel);
                 return Err(corrupt(
                     &self.shared.name,
@@ -117,6 +118,7 @@ impl Gate {
     /// Channels that ended or failed on the last call are closed now (the message borrowed
     /// them then).
     pub(super) fn retire_finished(&mut self) {
+        self.to_retire = false;
         self.publish_inflight();
         for c in 0..self.chans.len() {
             match self.state[c] {
@@ -173,6 +175,7 @@ impl Gate {
             Pick::Failed(c, e) => {
                 // A channel that broke the protocol is closed; the others go on.
                 self.state[c] = State::Failed;
+                self.to_retire = true;
                 self.cp.closed(c);
                 return Err(e);
             }
@@ -198,6 +201,7 @@ impl Gate {
                     // as a record of 0 bytes.)
                     let n = &mut self.cp.inflight[c];
                     *n = (n.0 + 1, n.1 + record.len().unwrap_or(0) as u64);
+                    self.to_retire = true;
                     GateMessage::InFlight {
                         channel: c as u32,
                         checkpoint,
@@ -227,12 +231,14 @@ impl Gate {
             Ok(None) => {
                 // Reclaimed at the next call (the borrow of the channel lives until here).
                 self.state[c] = State::Ended;
+                self.to_retire = true;
                 self.cp.closed(c);
                 GateMessage::EndOfPartition { channel: c as u32 }
             }
             // The producer ended the stream as failed (dropped while panicking).
             Err(Halt::Failed(RecvError::ProducerFailed(error))) => {
                 self.state[c] = State::Ended;
+                self.to_retire = true;
                 self.cp.closed(c);
                 GateMessage::ChannelFailed {
                     channel: c as u32,
@@ -244,6 +250,7 @@ impl Gate {
             // nothing now.
             Err(Halt::Expired(_)) => {
                 self.state[c] = State::Failed;
+                self.to_retire = true;
                 self.cp.closed(c);
                 return Err(corrupt(
                     &self.shared.name,
@@ -258,6 +265,7 @@ impl Gate {
             Err(Halt::Failed(e @ RecvError::RecordTooLarge(_))) => return Err(e),
             Err(Halt::Failed(e)) => {
                 self.state[c] = State::Failed;
+                self.to_retire = true;
                 self.cp.closed(c);
                 return Err(e);
             }

@@ -17,17 +17,27 @@ impl Gate {
                 }
             }
         }
-        if self.pool.free() > 0 {
+        // One segment to each channel that asks, round after round, while the pool has some
+        // and someone asks (a round that lends nothing ends it).
+        'rounds: while self.pool.free() > 0 {
+            let mut lent = false;
             for (c, st) in self.chans.iter_mut().zip(&self.state) {
                 if !matches!(st, State::Open) || c.backlog() == 0 {
                     continue;
                 }
-                let Some(seg) = self.pool.take() else { break };
+                let Some(seg) = self.pool.take() else {
+                    break 'rounds;
+                };
                 // A channel that turns out corrupt fails when it is read; lending is best
                 // effort, and a segment that could not be handed over stays in the pool.
                 if c.grant(seg).is_err() {
                     self.pool.put(seg);
+                } else {
+                    lent = true;
                 }
+            }
+            if !lent {
+                break;
             }
         }
         if self.pool.free() != before {
@@ -130,7 +140,9 @@ impl Gate {
     pub(super) fn decide_until<P: Patience>(&mut self, patience: P) -> Result<Pick, P::Expired> {
         self.lend();
         self.scans = self.scans.wrapping_add(1);
-        if self.scans % 1024 == 0
+        // (A full pass comes at least every `QUANTUM + 1` receives: this reads the clock at
+        // most every 128 receives, and at least every 1152 while the gate is busy.)
+        if self.scans % 128 == 0
             && monotonic_ns().saturating_sub(self.last_check_ns)
                 > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
         {
@@ -180,15 +192,17 @@ impl Gate {
 
     /// The fast path of a receive: the next record of the channel whose turn it is, when
     /// nothing else needs the gate: the channel's quantum is not used up, it is open, no
-    /// checkpoint holds it or makes its records in-flight data, no alignment step waits nor
-    /// times out, and a whole record is committed next in its segment in hand (what
-    /// `deliver` would make of it is then a plain `Record`). Anything else takes the full
-    /// path (`decide`, `deliver`), which lends floating segments, scans every channel and
-    /// looks at the producers: it runs at least once every `QUANTUM + 1` messages.
+    /// channel waits to be settled, no checkpoint holds it or makes its records in-flight
+    /// data, no alignment step waits nor times out, and a whole record is committed next in
+    /// its segment in hand (what `deliver` would make of it is then a plain `Record`).
+    /// Anything else takes the full pass (`decide`, `deliver`), which lends floating
+    /// segments, scans every channel and looks at the producers when due: it runs at least
+    /// once every `QUANTUM + 1` receives.
     #[inline]
     fn fast_pick(&mut self) -> Option<(usize, usize, *const u8)> {
         let c = self.rr;
         if self.burst >= QUANTUM
+            || self.to_retire
             || !self.cp.steps.is_empty()
             || !matches!(self.state.get(c), Some(State::Open))
         {
@@ -198,6 +212,9 @@ impl Gate {
         if al.switch_at_ns().is_some() || !al.readable(c) || al.in_flight(c).is_some() {
             return None;
         }
+        // A linked channel's socket is read into its free segments, and credit announced,
+        // on every receive, as in the full pass (nothing for a gate without links).
+        self.fill_link(c);
         let (len, ptr) = self.chans[c].whole_now()?;
         self.burst += 1;
         Some((c, len, ptr))
@@ -207,9 +224,8 @@ impl Gate {
         &mut self,
         patience: P,
     ) -> Result<Option<GateMessage<'_>>, Halt<P::Expired, RecvError>> {
-        // (Before `retire_finished`: a channel that ended, failed or counted in-flight
-        // records on an earlier call is settled by the full path, at most `QUANTUM` records
-        // later; the channel read here is open.)
+        // (A channel that ended or failed, or in-flight records counted, on the last call
+        // are settled first, by the full path.)
         if let Some((c, len, ptr)) = self.fast_pick() {
             // SAFETY: `len` and `ptr` are what `whole_now` of channel `c` just returned, and
             // nothing was read from it since.
