@@ -199,7 +199,7 @@ impl Gate {
     /// segments, scans every channel and looks at the producers when due: it runs at least
     /// once every `QUANTUM + 1` receives.
     #[inline]
-    fn fast_pick(&mut self) -> Option<(usize, usize, *const u8)> {
+    pub(super) fn fast_pick(&mut self) -> Option<(usize, usize, *const u8)> {
         let c = self.rr;
         if self.burst >= QUANTUM
             || self.to_retire
