@@ -407,11 +407,14 @@ fn stat_and_list_show_gates_and_flag_skew() {
     let _cold: Vec<Producer> = (1..3)
         .map(|c| Producer::open_channel(&name, c).unwrap())
         .collect();
-    // The hot channel fills its segments and asks; each `try_recv` lends it a floating
-    // segment (it reads at most one record, which frees nothing), until none is left.
+    // The hot channel fills its segments and asks; the gate lends it a floating segment at
+    // least once every QUANTUM + 1 receives (which read a few records and free nothing),
+    // until none is left.
     for _ in 0..20 {
         while hot.try_send(&[0u8; 100]).is_ok() {}
-        let _ = gate.try_recv();
+        for _ in 0..=shmflow::tuning::QUANTUM {
+            let _ = gate.try_recv();
+        }
         if gate.floating_free() == 0 {
             while hot.try_send(&[0u8; 100]).is_ok() {}
             break;
