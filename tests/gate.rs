@@ -469,6 +469,55 @@ fn a_record_over_the_gates_limit_is_skipped_and_its_channel_goes_on() {
 }
 
 #[test]
+fn a_channel_that_breaks_the_protocol_is_closed_at_the_next_receive_while_another_streams() {
+    let name = unique_name("gate-broken-busy");
+    let mut gate = Gate::create(&name, small(2, 2, 0)).unwrap();
+    let mut busy = Producer::open_channel(&name, 0).unwrap();
+    let mut broken = Producer::open_channel(&name, 1).unwrap();
+    busy.set_flush_policy(shmflow::FlushPolicy::EveryRecord);
+    broken.set_flush_policy(shmflow::FlushPolicy::EveryRecord);
+    for i in 0..30u8 {
+        busy.send(&[i; 16]).unwrap();
+    }
+    let mut rec = [0u8; 64];
+    rec[..16].copy_from_slice(&b"MARKER-0123456789"[..16]);
+    broken.send(&rec).unwrap();
+    let mut map = common::map_region_mut(&name);
+    let at = map
+        .windows(16)
+        .position(|w| w == &b"MARKER-0123456789"[..16])
+        .expect("the marked record is in the region");
+    map[at - 8..at].copy_from_slice(&0x1234_5678_0000_0010u64.to_le_bytes());
+    // Channel 0's records come a turn at a time; channel 1's turn finds the broken frame.
+    let mut read = 0;
+    loop {
+        match gate.try_recv() {
+            Ok(Some(GateMessage::Record { channel: 0, .. })) => read += 1,
+            Err(TryRecvError::Corrupt(_)) => break,
+            other => panic!("after {read} records: {other:?}"),
+        }
+        assert!(read <= shmflow::tuning::QUANTUM, "channel 1's turn came");
+    }
+    // The very next receive, a record of channel 0's new turn, closes channel 1 first: its
+    // producer is told.
+    assert!(matches!(
+        gate.try_recv(),
+        Ok(Some(GateMessage::Record { channel: 0, .. }))
+    ));
+    let mut err = None;
+    for _ in 0..8 {
+        if let Err(e) = broken.send_timeout(&[1u8; 3000], Duration::from_millis(100)) {
+            err = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(err, Some(SendTimeoutError::Closed(_))),
+        "the producer is told: {err:?}"
+    );
+}
+
+#[test]
 fn a_channel_that_breaks_the_protocol_is_closed_and_keeps_its_floating_segments() {
     let name = unique_name("gate-broken");
     let mut gate = Gate::create(&name, small(1, 1, 2)).unwrap();

@@ -140,8 +140,8 @@ impl Gate {
     pub(super) fn decide_until<P: Patience>(&mut self, patience: P) -> Result<Pick, P::Expired> {
         self.lend();
         self.scans = self.scans.wrapping_add(1);
-        // (A full pass comes at least every `QUANTUM + 1` receives: this reads the clock at
-        // most every 128 receives, and at least every 1152 while the gate is busy.)
+        // (A full pass comes at least every `QUANTUM + 1` receives: while the gate is busy,
+        // this reads the clock about every 128 to 1152 receives.)
         if self.scans % 128 == 0
             && monotonic_ns().saturating_sub(self.last_check_ns)
                 > crate::protocol::park::CHECK_INTERVAL.as_nanos() as u64
