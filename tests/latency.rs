@@ -302,6 +302,60 @@ fn an_interval_holds_when_a_faster_producer_leaves() {
     assert!(status.success(), "the child failed: {status}");
 }
 
+/// A producer with markers on, inherited by a child made by `fork`, goes on sending them
+/// there: the child has no copy of the ticker thread, and its first marker check starts one.
+#[test]
+fn an_inherited_producer_goes_on_sending_markers_in_a_forked_child() {
+    // Runs in a child of its own, so that the fork below copies no thread of the harness.
+    if common::role().as_deref() != Some("fork-inherited") {
+        let status = common::spawn(
+            "an_inherited_producer_goes_on_sending_markers_in_a_forked_child",
+            "fork-inherited",
+            &[],
+            None,
+        )
+        .wait()
+        .unwrap();
+        assert!(status.success(), "the child failed: {status}");
+        return;
+    }
+    let (mut tx, mut rx) = shmflow::pair(Geometry::default()).unwrap();
+    tx.set_latency_markers(Some(LatencyMarkers::every(MS, "inherited")));
+    assert!(send_for(&mut tx, 20) > 0);
+    while let Ok(Some(_)) = rx.try_recv() {}
+    let before = rx.latency().first().map_or(0, |s| s.count);
+    assert!(before > 0, "markers before the fork");
+    // SAFETY: this process runs one thread of its own (the ticker's aside); the forked
+    // child runs the code below and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = send_for(&mut tx, 100);
+            drop(tx);
+            while rx.recv().unwrap().is_some() {}
+            rx.latency().first().map_or(0, |s| s.count) - before
+        }));
+        // About 100 at 1 ms; none with the parent's clock, which stands still in the child.
+        let code = match ok {
+            Ok(n) if n >= 10 => 0,
+            Ok(_) => 2,
+            Err(_) => 1,
+        };
+        // SAFETY: ends the child at once (no destructors, no harness).
+        unsafe { libc::_exit(code) };
+    }
+    // Both ends are the child's now.
+    std::mem::forget(tx);
+    std::mem::forget(rx);
+    let status = common::wait_forked(pid, Duration::from_secs(60)).expect("the forked child ended");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child's inherited producer sent fewer than 10 markers in 100 ms at 1 ms \
+         (status {status:#x}; exit code 2: too few, 1: a panic)"
+    );
+}
+
 /// A child made by `fork` after this process's markers started the ticker thread inherits
 /// the ticker's bookkeeping but not the thread: its own markers still come (it starts a
 /// ticker of its own).

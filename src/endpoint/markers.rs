@@ -15,8 +15,9 @@
 //! and go. A marker that finds no room without waiting goes after the next record instead, so
 //! a marker never makes a producer wait.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -174,8 +175,94 @@ static TICKER: Mutex<Ticker> = Mutex::new(Ticker {
     pid: 0,
 });
 
-fn ticker() -> std::sync::MutexGuard<'static, Ticker> {
+fn ticker() -> MutexGuard<'static, Ticker> {
     TICKER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Set in a child made by `fork` (by [`on_fork_child`]), whose copy of the process has no
+/// ticker thread; the coarse clock is then at its end, so that the next marker check of every
+/// producer finds a marker due and comes to [`resume_after_fork`], which starts one.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// The ticker's lock, held by the forking thread across a `fork` ([`on_fork_prepare`]).
+    static HELD_FOR_FORK: RefCell<Option<MutexGuard<'static, Ticker>>> =
+        const { RefCell::new(None) };
+}
+
+/// Before a `fork`: the ticker thread takes the lock once a period, and a fork while it held
+/// it would leave the child a lock that nobody can release. The forking thread holds it
+/// across the fork instead.
+extern "C" fn on_fork_prepare() {
+    let held = ticker();
+    HELD_FOR_FORK.with(|h| *h.borrow_mut() = Some(held));
+}
+
+/// After a `fork`, in the parent: the lock is released.
+extern "C" fn on_fork_parent() {
+    HELD_FOR_FORK.with(|h| drop(h.borrow_mut().take()));
+}
+
+/// After a `fork`, in the child (its only thread): the lock is released, and the clock moved
+/// to its end (see [`FORKED`]). Only atomic stores and the unlock: what a child of a threaded
+/// process may do.
+extern "C" fn on_fork_child() {
+    HELD_FOR_FORK.with(|h| drop(h.borrow_mut().take()));
+    // Relaxed: the child has one thread now; threads it starts later see these through
+    // their spawn.
+    FORKED.store(true, Ordering::Relaxed);
+    TICKS.store(u64::MAX, Ordering::Relaxed);
+}
+
+/// In a child made by `fork`, once: the clock is set to now (under the ticker's lock, held
+/// by the caller).
+fn settle_fork(_t: &mut Ticker) {
+    if FORKED.swap(false, Ordering::Relaxed) {
+        TICKS.store(now_ns(), Ordering::Relaxed);
+    }
+}
+
+/// Starts a ticker thread for this process if none runs here (none was started, or this is a
+/// child made by `fork`, which inherits the bookkeeping but not the thread). `false` if the
+/// system refused the thread.
+fn ensure_running(t: &mut Ticker) -> bool {
+    if t.running && t.pid == std::process::id() {
+        return true;
+    }
+    t.generation += 1;
+    let generation = t.generation;
+    let spawned = std::thread::Builder::new()
+        .name("shmflow-markers".into())
+        .spawn(move || run(generation));
+    if spawned.is_err() {
+        return false;
+    }
+    t.running = true;
+    t.pid = std::process::id();
+    // From the first ticker on, `fork` keeps the lock out of the child's way and restarts the
+    // clock there. A refusal leaves things as they were before (the marker's first check in a
+    // child started one).
+    static AT_FORK: std::sync::Once = std::sync::Once::new();
+    AT_FORK.call_once(|| {
+        let _ = crate::sys::fork::at_fork(on_fork_prepare, on_fork_parent, on_fork_child);
+    });
+    true
+}
+
+/// Called by a producer whose marker check found a marker due: in a child made by `fork`
+/// (the clock at its end), sets the clock to now and starts the child's ticker if producers
+/// here still emit markers. One Relaxed load otherwise.
+#[cold]
+pub(crate) fn resume_after_fork() {
+    if !FORKED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut t = ticker();
+    settle_fork(&mut t);
+    if !t.users.is_empty() {
+        // (Refused: the clock stands still, and markers stop until a thread can be had.)
+        let _ = ensure_running(&mut t);
+    }
 }
 
 /// A producer's (or partition's) registration with the ticker, and when its next marker is
@@ -192,23 +279,15 @@ impl Schedule {
     pub(crate) fn start(m: &LatencyMarkers) -> Option<Schedule> {
         let interval_ns = m.interval.as_nanos().min(u64::MAX as u128) as u64;
         let mut t = ticker();
+        settle_fork(&mut t);
         t.users.push(interval_ns);
         let period = (*t.users.iter().min().expect("a user")).min(MAX_PERIOD_NS);
         PERIOD_NS.store(period, Ordering::Relaxed);
         // The clock is current from the first marker on, whether the ticker was asleep or not.
         tick();
-        if !t.running || t.pid != std::process::id() {
-            t.generation += 1;
-            let generation = t.generation;
-            let spawned = std::thread::Builder::new()
-                .name("shmflow-markers".into())
-                .spawn(move || run(generation));
-            if spawned.is_err() {
-                t.users.pop();
-                return None;
-            }
-            t.running = true;
-            t.pid = std::process::id();
+        if !ensure_running(&mut t) {
+            t.users.pop();
+            return None;
         }
         Some(Schedule {
             interval_ns,

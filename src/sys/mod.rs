@@ -9,6 +9,7 @@
 pub(crate) mod bell;
 pub(crate) mod clock;
 pub(crate) mod fd;
+pub(crate) mod fork;
 pub(crate) mod futex;
 pub(crate) mod lock;
 pub(crate) mod mem;

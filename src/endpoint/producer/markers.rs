@@ -31,6 +31,13 @@ impl Producer {
             self.marker_at = u64::MAX;
             return;
         };
+        // In a child made by `fork`, the clock was at its end: it is set to now (and a
+        // ticker started here), and the marker is due only if it is by that clock.
+        crate::endpoint::markers::resume_after_fork();
+        if crate::endpoint::markers::ticks() < self.marker_at {
+            self.markers = Some(s);
+            return;
+        }
         if self
             .write_marker(
                 crate::sys::clock::realtime_ns(),
@@ -55,7 +62,9 @@ impl Producer {
     /// ([`Message::LatencyMarker`](crate::Message::LatencyMarker)) for a stage to pass on
     /// ([`Producer::forward_latency_marker`]). Its age is measured on the wall clock, exact
     /// between processes of one machine. One thread per process keeps the marker clock while
-    /// any producer emits markers (the hot path reads no clock: it compares a counter).
+    /// any producer emits markers (the hot path reads no clock: it compares a counter). A
+    /// child made by `fork` gets a marker clock of its own at its first marker check, so a
+    /// producer it inherited goes on emitting markers there.
     ///
     /// Not under `--cfg shmflow_loom`: the marker clock is a thread of the system.
     ///
