@@ -193,33 +193,53 @@ thread_local! {
 /// Before a `fork`: the ticker thread takes the lock once a period, and a fork while it held
 /// it would leave the child a lock that nobody can release. The forking thread holds it
 /// across the fork instead.
+/// (A thread whose locals are gone, forking from a destructor, takes no part: the fork goes
+/// on as without the handlers.)
 extern "C" fn on_fork_prepare() {
-    let held = ticker();
-    HELD_FOR_FORK.with(|h| *h.borrow_mut() = Some(held));
+    let _ = HELD_FOR_FORK.try_with(|h| *h.borrow_mut() = Some(ticker()));
 }
 
 /// After a `fork`, in the parent: the lock is released.
 extern "C" fn on_fork_parent() {
-    HELD_FOR_FORK.with(|h| drop(h.borrow_mut().take()));
+    let _ = HELD_FOR_FORK.try_with(|h| drop(h.borrow_mut().take()));
 }
 
 /// After a `fork`, in the child (its only thread): the lock is released, and the clock moved
 /// to its end (see [`FORKED`]). Only atomic stores and the unlock: what a child of a threaded
 /// process may do.
 extern "C" fn on_fork_child() {
-    HELD_FOR_FORK.with(|h| drop(h.borrow_mut().take()));
+    let _ = HELD_FOR_FORK.try_with(|h| drop(h.borrow_mut().take()));
     // Relaxed: the child has one thread now; threads it starts later see these through
-    // their spawn.
+    // their spawn. One short of the end: a producer with markers off waits for `u64::MAX`,
+    // which never comes.
     FORKED.store(true, Ordering::Relaxed);
-    TICKS.store(u64::MAX, Ordering::Relaxed);
+    TICKS.store(FORKED_TICKS, Ordering::Relaxed);
 }
 
-/// In a child made by `fork`, once: the clock is set to now (under the ticker's lock, held
-/// by the caller).
+/// The clock in a child made by `fork` until [`settle_fork`]: beyond every due time a
+/// producer with markers on can hold, short of a producer's "never" (`u64::MAX`).
+const FORKED_TICKS: u64 = u64::MAX - 1;
+
+/// In a child made by `fork`, once: the clock is set to now (the caller holds the ticker's
+/// lock). The clock is stored before the flag is cleared: SYNC POINT, the Release store of
+/// the flag pairs with the Acquire load in [`resume_after_fork`], so a thread that finds the
+/// flag cleared finds the clock set (a marker computed from the end of the clock would make
+/// its producer's next one due never).
 fn settle_fork(_t: &mut Ticker) {
-    if FORKED.swap(false, Ordering::Relaxed) {
+    if FORKED.load(Ordering::Acquire) {
         TICKS.store(now_ns(), Ordering::Relaxed);
+        FORKED.store(false, Ordering::Release);
     }
+}
+
+/// Registers the `fork` handlers, once per process, before the lock is first taken for a
+/// ticker (a fork between the two would copy the lock held). Refused, `fork` goes on as
+/// without them: a child's clock stands still and it may inherit the lock held.
+fn register_fork_handlers() {
+    static AT_FORK: std::sync::Once = std::sync::Once::new();
+    AT_FORK.call_once(|| {
+        let _ = crate::sys::fork::at_fork(on_fork_prepare, on_fork_parent, on_fork_child);
+    });
 }
 
 /// Starts a ticker thread for this process if none runs here (none was started, or this is a
@@ -239,13 +259,6 @@ fn ensure_running(t: &mut Ticker) -> bool {
     }
     t.running = true;
     t.pid = std::process::id();
-    // From the first ticker on, `fork` keeps the lock out of the child's way and restarts the
-    // clock there. A refusal leaves things as they were before (the marker's first check in a
-    // child started one).
-    static AT_FORK: std::sync::Once = std::sync::Once::new();
-    AT_FORK.call_once(|| {
-        let _ = crate::sys::fork::at_fork(on_fork_prepare, on_fork_parent, on_fork_child);
-    });
     true
 }
 
@@ -254,7 +267,8 @@ fn ensure_running(t: &mut Ticker) -> bool {
 /// here still emit markers. One Relaxed load otherwise.
 #[cold]
 pub(crate) fn resume_after_fork() {
-    if !FORKED.load(Ordering::Relaxed) {
+    // Acquire: pairs with the Release in `settle_fork` (the clock is set once it is clear).
+    if !FORKED.load(Ordering::Acquire) {
         return;
     }
     let mut t = ticker();
@@ -278,6 +292,7 @@ impl Schedule {
     /// ticker thread: markers stay off.
     pub(crate) fn start(m: &LatencyMarkers) -> Option<Schedule> {
         let interval_ns = m.interval.as_nanos().min(u64::MAX as u128) as u64;
+        register_fork_handlers();
         let mut t = ticker();
         settle_fork(&mut t);
         t.users.push(interval_ns);

@@ -5,8 +5,8 @@ use std::io;
 
 /// Registers `prepare` (run in the forking thread before the fork), `parent` (in the parent
 /// after it) and `child` (in the child after it, its only thread). They run at every `fork`
-/// of the process from then on, including a language runtime's (Python's `os.fork`); they
-/// cannot be removed. `child` must do only what is safe in a child of a threaded process
+/// of the process from then on, including a language runtime's (Python's `os.fork`), and
+/// cannot be removed; not at `vfork`, `posix_spawn` (Rust's `Command`), `clone` or `_Fork`. `child` must do only what is safe in a child of a threaded process
 /// (atomic stores, unlocking what `prepare` locked).
 pub(crate) fn at_fork(
     prepare: extern "C" fn(),
