@@ -1425,16 +1425,10 @@ fn a_gate_made_without_descriptors_to_spare_goes_without_doorbells() {
 fn a_forked_child_waits_through_a_bridge_of_its_own() {
     // Runs in a child of its own, so that the fork below copies no thread of the harness
     // (which may be inside the bridge's bookkeeping for another test).
-    if role().as_deref() != Some("fork-bridge") {
-        let status = spawn(
-            "a_forked_child_waits_through_a_bridge_of_its_own",
-            "fork-bridge",
-            &[],
-            None,
-        )
-        .wait()
-        .unwrap();
-        assert!(status.success(), "the child failed: {status}");
+    if !in_a_process_of_its_own(
+        "a_forked_child_waits_through_a_bridge_of_its_own",
+        "fork-bridge",
+    ) {
         return;
     }
     // The parent's wait, through the bridge.

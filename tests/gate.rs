@@ -468,6 +468,33 @@ fn a_record_over_the_gates_limit_is_skipped_and_its_channel_goes_on() {
     ));
 }
 
+/// Writes a kind no shmflow writes into the frame header (the 8 bytes before the payload) of
+/// the record that starts with `MARKER-012345678` in region `name`.
+fn scribble_on_the_marked_frame(name: &str) {
+    let mut map = common::map_region_mut(name);
+    let at = map
+        .windows(16)
+        .position(|w| w == &b"MARKER-0123456789"[..16])
+        .expect("the marked record is in the region");
+    map[at - 8..at].copy_from_slice(&0x1234_5678_0000_0010u64.to_le_bytes());
+}
+
+/// The producer of a channel the gate closed is told: a send (which soon needs a segment)
+/// fails with `Closed`.
+fn assert_told_closed(p: &mut Producer) {
+    let mut err = None;
+    for _ in 0..8 {
+        if let Err(e) = p.send_timeout(&[1u8; 3000], Duration::from_millis(100)) {
+            err = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(err, Some(SendTimeoutError::Closed(_))),
+        "the producer is told: {err:?}"
+    );
+}
+
 #[test]
 fn a_channel_that_breaks_the_protocol_is_closed_at_the_next_receive_while_another_streams() {
     let name = unique_name("gate-broken-busy");
@@ -482,12 +509,7 @@ fn a_channel_that_breaks_the_protocol_is_closed_at_the_next_receive_while_anothe
     let mut rec = [0u8; 64];
     rec[..16].copy_from_slice(&b"MARKER-0123456789"[..16]);
     broken.send(&rec).unwrap();
-    let mut map = common::map_region_mut(&name);
-    let at = map
-        .windows(16)
-        .position(|w| w == &b"MARKER-0123456789"[..16])
-        .expect("the marked record is in the region");
-    map[at - 8..at].copy_from_slice(&0x1234_5678_0000_0010u64.to_le_bytes());
+    scribble_on_the_marked_frame(&name);
     // Channel 0's records come a turn at a time; channel 1's turn finds the broken frame.
     let mut read = 0;
     loop {
@@ -504,17 +526,7 @@ fn a_channel_that_breaks_the_protocol_is_closed_at_the_next_receive_while_anothe
         gate.try_recv(),
         Ok(Some(GateMessage::Record { channel: 0, .. }))
     ));
-    let mut err = None;
-    for _ in 0..8 {
-        if let Err(e) = broken.send_timeout(&[1u8; 3000], Duration::from_millis(100)) {
-            err = Some(e);
-            break;
-        }
-    }
-    assert!(
-        matches!(err, Some(SendTimeoutError::Closed(_))),
-        "the producer is told: {err:?}"
-    );
+    assert_told_closed(&mut broken);
 }
 
 #[test]
@@ -536,12 +548,7 @@ fn a_channel_that_breaks_the_protocol_is_closed_and_keeps_its_floating_segments(
     rec[..16].copy_from_slice(b"MARKER-0123456789"[..16].as_ref());
     p.send(&rec).unwrap();
     // Scribble on its frame header (the 8 bytes before the payload): a kind no shmflow writes.
-    let mut map = common::map_region_mut(&name);
-    let at = map
-        .windows(16)
-        .position(|w| w == &b"MARKER-0123456789"[..16])
-        .expect("the marked record is in the region");
-    map[at - 8..at].copy_from_slice(&0x1234_5678_0000_0010u64.to_le_bytes());
+    scribble_on_the_marked_frame(&name);
     assert!(matches!(gate.try_recv(), Err(TryRecvError::Corrupt(_))));
     // The next call closes the channel: its producer may still write the floating segment it
     // holds, so that segment stays out of the pool, and the producer is told to stop.
@@ -555,15 +562,5 @@ fn a_channel_that_breaks_the_protocol_is_closed_and_keeps_its_floating_segments(
         1,
         "the broken channel's loan stays out"
     );
-    let mut err = None;
-    for _ in 0..8 {
-        if let Err(e) = p.send_timeout(&[1u8; 3000], Duration::from_millis(100)) {
-            err = Some(e);
-            break;
-        }
-    }
-    assert!(
-        matches!(err, Some(SendTimeoutError::Closed(_))),
-        "the producer is told: {err:?}"
-    );
+    assert_told_closed(&mut p);
 }

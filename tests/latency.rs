@@ -307,16 +307,10 @@ fn an_interval_holds_when_a_faster_producer_leaves() {
 #[test]
 fn an_inherited_producer_goes_on_sending_markers_in_a_forked_child() {
     // Runs in a child of its own, so that the fork below copies no thread of the harness.
-    if common::role().as_deref() != Some("fork-inherited") {
-        let status = common::spawn(
-            "an_inherited_producer_goes_on_sending_markers_in_a_forked_child",
-            "fork-inherited",
-            &[],
-            None,
-        )
-        .wait()
-        .unwrap();
-        assert!(status.success(), "the child failed: {status}");
+    if !common::in_a_process_of_its_own(
+        "an_inherited_producer_goes_on_sending_markers_in_a_forked_child",
+        "fork-inherited",
+    ) {
         return;
     }
     let (mut tx, mut rx) = shmflow::pair(Geometry::default()).unwrap();
@@ -362,16 +356,10 @@ fn an_inherited_producer_goes_on_sending_markers_in_a_forked_child() {
 #[test]
 fn a_forked_child_ticks_with_a_ticker_of_its_own() {
     // Runs in a child of its own, so that the fork below copies no thread of the harness.
-    if common::role().as_deref() != Some("fork-ticker") {
-        let status = common::spawn(
-            "a_forked_child_ticks_with_a_ticker_of_its_own",
-            "fork-ticker",
-            &[],
-            None,
-        )
-        .wait()
-        .unwrap();
-        assert!(status.success(), "the child failed: {status}");
+    if !common::in_a_process_of_its_own(
+        "a_forked_child_ticks_with_a_ticker_of_its_own",
+        "fork-ticker",
+    ) {
         return;
     }
     let (mut tx, mut rx) = shmflow::pair(Geometry::default()).unwrap();

@@ -27,6 +27,18 @@ pub(crate) fn spawn(
     spawn_with_stdin(test, role, env, handle, Stdio::null())
 }
 
+/// For a test that forks: runs `test` again in a process of its own, as `as_role`, so that
+/// the fork copies no thread of the harness. True in that process (run the test's body);
+/// false in the harness's, once that process succeeded.
+pub(crate) fn in_a_process_of_its_own(test: &str, as_role: &str) -> bool {
+    if role().as_deref() == Some(as_role) {
+        return true;
+    }
+    let status = spawn(test, as_role, &[], None).wait().unwrap();
+    assert!(status.success(), "the child failed: {status}");
+    false
+}
+
 /// As [`spawn`], with the child's stdin given (a pipe lets the parent pace the child).
 pub(crate) fn spawn_with_stdin(
     test: &str,
