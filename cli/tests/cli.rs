@@ -572,6 +572,70 @@ fn every_subcommand_has_help_and_bad_arguments_are_usage_errors() {
     }
 }
 
+/// The processes whose parent is `parent` and whose command line holds `part`.
+fn children_running(parent: u32, part: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let (Ok(stat), Ok(cmd)) = (
+            std::fs::read_to_string(e.path().join("stat")),
+            std::fs::read(e.path().join("cmdline")),
+        ) else {
+            continue;
+        };
+        // The parent is the second field after the command's closing parenthesis.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if ppid == Some(parent) && cmd.contains(part) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn bench_case_reports_a_killed_peer_as_an_error_not_a_panic() {
+    // Each peer of the case killed in its turn: the round trips' echo, then the open loop's
+    // receiver (the round trips at 200/s take ~2 s, so the receiver comes after them).
+    for peer in ["case-echo", "case-sink"] {
+        let bench = Command::new(env!("CARGO_BIN_EXE_shmflow"))
+            .args(["bench", "--case", "--quick", "--rate", "200"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let victim = loop {
+            if let Some(&pid) = children_running(bench.id(), peer).first() {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "no {peer} came");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        // SAFETY: kill on a child of our child, found just now.
+        assert_eq!(unsafe { libc::kill(victim, libc::SIGKILL) }, 0);
+        // Bounded: a bench that waits for its dead peer fails the test instead of hanging it.
+        let mut bench = bench;
+        while bench.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline + std::time::Duration::from_secs(30) {
+                bench.kill().unwrap();
+                panic!("the bench went on waiting after its {peer} was killed");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let out = bench.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{peer}: {err}");
+        assert!(err.starts_with("shmflow: "), "{peer}: {err}");
+        assert!(!err.contains("panicked"), "{peer}: {err}");
+    }
+}
+
 #[test]
 fn clean_removes_a_region_no_live_end_uses_and_keeps_a_live_one() {
     // A stale region: a real region's bytes (its producer recorded as attached) in a named

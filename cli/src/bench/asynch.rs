@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::harness::{child, finish, parse_report, touch, RawFdOf, REC, RTT_G};
+use super::harness::{child, finished, parse_report, touch, RawFdOf, REC, RTT_G};
 use super::roles::{EchoWait, Role};
 
 fn current() -> tokio::runtime::Runtime {
@@ -126,7 +126,7 @@ pub(crate) fn rtt(rounds: usize, how: Rtt) -> Vec<u64> {
     };
     drop(ping);
     while pong.recv().unwrap().is_some() {}
-    finish(c);
+    finished(c);
     v
 }
 
@@ -150,7 +150,7 @@ pub(crate) fn tokio_uds_rtt(rounds: usize) -> Vec<u64> {
         v.sort_unstable();
         v
     });
-    finish(c);
+    finished(c);
     v
 }
 
@@ -175,7 +175,7 @@ pub(crate) fn async_stream(secs: f64, drain: bool) -> (f64, f64) {
             }
         }
     });
-    parse_report(&finish(c))
+    parse_report(&finished(c))
 }
 
 /// The peer of [`async_stream`]: the plain loop, awaited, or (`drain`) `drain_async`.

@@ -184,10 +184,11 @@ fn round_trips(case: &Case) -> Result<(Vec<u64>, Vec<u64>), String> {
     clean.sort_unstable();
     drop(ping);
     while matches!(pong.recv(), Ok(Some(_))) {}
-    finish(c);
+    // A failed send or receive says more than the echo's exit that follows from it.
+    let ended = finish(c);
     match fail {
         Some(e) => Err(e),
-        None => Ok((v, clean)),
+        None => ended.map(|_| (v, clean)),
     }
 }
 
@@ -265,6 +266,7 @@ fn one_way(case: &Case) -> Result<OneWay, String> {
     drop(p);
     let report = finish(c);
     let Paced { sent, lag, last } = sent?;
+    let report = report?;
     let v: Vec<f64> = report
         .split_whitespace()
         .map(|w| w.parse::<f64>().map_err(|e| format!("{w:?}: {e}")))

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::harness::{
-    child, env_fd, finish, parse_report, pin, pin_cpu0, time_rounds, touch, unpin,
+    child, env_fd, finished, parse_report, pin, pin_cpu0, time_rounds, touch, unpin,
 };
 use super::roles::Role;
 use super::Cfg;
@@ -100,7 +100,7 @@ pub(super) fn floor_spin(cfg: &Cfg) -> Vec<u64> {
         }
     });
     w.store(u64::MAX, Ordering::Release);
-    finish(c);
+    finished(c);
     v
 }
 
@@ -146,7 +146,7 @@ pub(super) fn floor_futex(cfg: &Cfg, same_cpu: bool) -> Vec<u64> {
     });
     w.store(3, Ordering::Release);
     futex_wake(w);
-    finish(c);
+    finished(c);
     if same_cpu {
         unpin();
     }
@@ -227,7 +227,7 @@ pub(super) fn floor_stream(cfg: &Cfg, pool: usize, len: usize) -> (f64, f64) {
         }
     }
     done.store(1, Ordering::Release);
-    parse_report(&finish(c))
+    parse_report(&finished(c))
 }
 
 /// The peer of [`floor_stream`]: reads the ring of `slots` slots to its end, touching every

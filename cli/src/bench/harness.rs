@@ -91,10 +91,28 @@ pub(crate) fn env_fd(var: &str) -> OwnedFd {
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
 
-pub(crate) fn finish(c: Child) -> String {
-    let out = c.wait_with_output().expect("bench peer");
-    assert!(out.status.success(), "bench peer failed: {}", out.status);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+/// Waits for a measuring peer and returns its report (its stdout). A peer that failed has
+/// printed its own message on the shared stderr; this says that it failed and how it ended.
+pub(crate) fn finish(c: Child) -> Result<String, String> {
+    let out = c
+        .wait_with_output()
+        .map_err(|e| format!("waiting for the measuring peer process: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "the measuring peer process failed ({}); its own message, if any, is above",
+            out.status
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// [`finish`] for the built-in groups, whose trials have no error path: a failed peer ends
+/// the whole bench with its message and exit code 1.
+pub(crate) fn finished(c: Child) -> String {
+    finish(c).unwrap_or_else(|e| {
+        eprintln!("shmflow bench: {e}");
+        std::process::exit(1)
+    })
 }
 
 /// Times `rounds` round trips after a warm-up of a tenth; returns sorted nanoseconds.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use shmflow::{Consumer, FlushPolicy, Geometry, LatencyMarkers, Producer, WaitStrategy};
 
 use super::harness::{
-    child, env_fd, finish, parse_report, pin, pin_cpu0, pipe_pair, time_rounds, touch,
+    child, env_fd, finished, parse_report, pin, pin_cpu0, pipe_pair, time_rounds, touch,
     uds_echo_child, unpin, RawFdOf, REC, RTT_G,
 };
 use super::roles::{EchoWait, Role};
@@ -53,7 +53,7 @@ pub(super) fn rtt_shmflow(cfg: &Cfg, wait: WaitStrategy, same_cpu: bool) -> Vec<
     });
     drop(ping);
     while pong.recv().unwrap().is_some() {}
-    finish(c);
+    finished(c);
     if same_cpu {
         unpin();
     }
@@ -111,7 +111,7 @@ pub(super) fn rtt_stream(cfg: &Cfg, pipe: bool) -> Vec<u64> {
     });
     // Both: a socket stays open while either clone lives, and the peer waits for EOF.
     drop((tx, rx));
-    finish(c);
+    finished(c);
     v
 }
 
@@ -172,7 +172,7 @@ pub(super) fn tuned_stream(
         }
     }
     drop(p);
-    parse_report(&finish(c))
+    parse_report(&finished(c))
 }
 
 /// [`shmflow_stream`] with records claimed 64 at a time (`claim_batch`, as many as fit the
@@ -199,7 +199,7 @@ pub(super) fn batch_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
         }
     }
     drop(p);
-    parse_report(&finish(c))
+    parse_report(&finished(c))
 }
 
 /// The loop a user writes, on default settings: `send` on one side, and on the other
@@ -222,7 +222,7 @@ pub(super) fn plain_stream_for(secs: f64, markers: Option<Duration>) -> (f64, f6
         }
     }
     drop(p);
-    parse_report(&finish(c))
+    parse_report(&finished(c))
 }
 
 /// 64 B records, length-prefixed, through a pipe or a Unix socket with 64 KiB buffers on both
@@ -250,7 +250,7 @@ pub(super) fn os_stream(cfg: &Cfg, pipe: bool) -> (f64, f64) {
     }
     w.flush().unwrap();
     drop(w);
-    parse_report(&finish(c))
+    parse_report(&finished(c))
 }
 
 // ----- the peers of the streams ----------------------------------------------------------------

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::Geometry;
 
-use super::harness::{child, finish, parse_report};
+use super::harness::{child, finished, parse_report};
 use super::remote::{read_all, tcp_read_all};
 use super::roles::Role;
 
@@ -237,8 +237,8 @@ impl Link {
                 (send, recv)
             }
         };
-        let got = parse_report(&finish(receiver));
-        finish(sender);
+        let got = parse_report(&finished(receiver));
+        finished(sender);
         got
     }
 }

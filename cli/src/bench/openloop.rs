@@ -233,6 +233,7 @@ fn run_one(t: Transport, len: usize, rate: u64, plan: &Plan) -> Result<Outcome, 
         lag,
         last: last_sent,
     } = paced?;
+    let report = report?;
     let mut it = report.split_whitespace();
     let mut next = || -> Result<u64, String> {
         it.next()

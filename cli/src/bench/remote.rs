@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::{Geometry, Producer, WaitStrategy};
 
-use super::harness::{child, finish, parse_report, touch, REC, RTT_G};
+use super::harness::{child, finished, parse_report, touch, REC, RTT_G};
 use super::roles::Role;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -100,7 +100,7 @@ fn remote_stream_inner(secs: f64, len: usize) -> (f64, f64) {
     drop(p);
     let report = rt.block_on(server).unwrap();
     assert!(report.channels[0].result.is_ok(), "{report:?}");
-    parse_report(&finish(kid))
+    parse_report(&finished(kid))
 }
 
 /// Reads every record to the end, touching every byte in place: (records, nanoseconds from
@@ -231,7 +231,7 @@ pub(crate) fn direct_stream(
             }
         }
         p.close_timeout(Duration::from_secs(30)).unwrap();
-        parse_report(&finish(kid))
+        parse_report(&finished(kid))
     })
 }
 
@@ -287,7 +287,7 @@ pub(crate) fn direct_rtt(rounds: usize, wait: RttWait) -> Vec<u64> {
     });
     drop(ping);
     while pong.recv().unwrap().is_some() {}
-    finish(kid);
+    finished(kid);
     v
 }
 
@@ -344,7 +344,7 @@ fn tcp_stream_inner(secs: f64) -> (f64, f64) {
         s.write_all(&buf).unwrap();
     }
     drop(s);
-    parse_report(&finish(kid))
+    parse_report(&finished(kid))
 }
 
 /// The child of [`tcp_stream`]: reads to the end, touching every record of 64 bytes.
@@ -391,7 +391,7 @@ pub(crate) fn tcp_framed_stream(secs: f64) -> Streamed {
         buf[at..].fill(0);
         s.write_all(&buf).unwrap();
         drop(s);
-        parse_report(&finish(kid))
+        parse_report(&finished(kid))
     })
 }
 
@@ -476,7 +476,7 @@ pub(crate) fn remote_rtt(rounds: usize) -> Vec<u64> {
     while pong.recv().unwrap().is_some() {}
     rt.block_on(server).unwrap();
     rt.block_on(client).unwrap();
-    finish(kid);
+    finished(kid);
     v
 }
 
@@ -522,7 +522,7 @@ pub(crate) fn tcp_rtt(rounds: usize) -> Vec<u64> {
         assert_eq!(u64::from_le_bytes(buf), i);
     });
     drop(s);
-    finish(kid);
+    finished(kid);
     v
 }
 
@@ -543,7 +543,7 @@ pub(crate) fn tcp_rtt_two(rounds: usize) -> Vec<u64> {
         assert_eq!(u64::from_le_bytes(buf), i);
     });
     drop(ping);
-    finish(kid);
+    finished(kid);
     v
 }
 
