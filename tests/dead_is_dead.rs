@@ -250,3 +250,160 @@ fn a_gate_reports_a_channel_whose_producer_panicked() {
     seen.sort();
     assert_eq!(seen, ["0:end", "1:before", "1:failed"]);
 }
+
+/// A child that holds the inherited handle without attaching, until it is killed.
+fn holding_child() -> ! {
+    std::thread::sleep(Duration::from_secs(60));
+    std::process::exit(3)
+}
+
+#[test]
+fn a_consumer_whose_producer_is_killed_before_attaching_is_told_it_never_attached() {
+    if role().is_some() {
+        holding_child();
+    }
+    let (mut c, handle) = Consumer::create_anonymous(G).unwrap();
+    let child = spawn(
+        "a_consumer_whose_producer_is_killed_before_attaching_is_told_it_never_attached",
+        "holder",
+        &[],
+        Some(&handle),
+    );
+    drop(handle);
+    // While the child holds the handle, a producer may still come: the consumer waits.
+    assert!(matches!(
+        c.recv_timeout(Duration::from_millis(200)),
+        Err(RecvTimeoutError::Timeout)
+    ));
+    let killed = kill(child);
+    let err = match c.recv() {
+        Err(RecvError::PeerDead(e)) => e,
+        other => panic!("expected PeerDead, got {other:?}"),
+    };
+    println!("noticed after {:?}: {err}", killed.elapsed());
+    assert!(killed.elapsed() < NOTICE, "{:?}", killed.elapsed());
+    assert!(err.never_attached(), "{err}");
+    assert_eq!((err.end(), err.pid()), (End::Producer, 0));
+    assert!(
+        err.to_string().contains("no producer ever attached"),
+        "{err}"
+    );
+    // Every later call says so at once.
+    assert!(matches!(c.try_recv(), Err(TryRecvError::PeerDead(e)) if e.never_attached()));
+}
+
+#[test]
+fn a_producer_whose_consumer_is_killed_before_attaching_stops_waiting_for_room() {
+    if role().is_some() {
+        holding_child();
+    }
+    let (mut p, handle) = Producer::create_anonymous(G).unwrap();
+    p.set_flush_policy(FlushPolicy::EveryRecord);
+    let child = spawn(
+        "a_producer_whose_consumer_is_killed_before_attaching_stops_waiting_for_room",
+        "holder",
+        &[],
+        Some(&handle),
+    );
+    drop(handle);
+    let rec = [1u8; 3000];
+    while p.try_send(&rec).is_ok() {}
+    assert!(matches!(
+        p.send_timeout(&rec, Duration::from_millis(200)),
+        Err(SendTimeoutError::Timeout)
+    ));
+    let killed = kill(child);
+    let err = match p.send(&rec) {
+        Err(SendError::PeerDead(e)) => e,
+        other => panic!("expected PeerDead, got {other:?}"),
+    };
+    assert!(killed.elapsed() < NOTICE, "{:?}", killed.elapsed());
+    assert!(err.never_attached(), "{err}");
+    assert_eq!(err.end(), End::Consumer);
+    assert!(
+        err.to_string().contains("no consumer ever attached"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_handle_dropped_unused_ends_the_wait_and_a_kept_one_does_not() {
+    let (mut c, handle) = Consumer::create_anonymous(G).unwrap();
+    assert!(matches!(
+        c.recv_timeout(Duration::from_millis(100)),
+        Err(RecvTimeoutError::Timeout)
+    ));
+    drop(handle);
+    assert!(matches!(c.recv(), Err(RecvError::PeerDead(e)) if e.never_attached()));
+    // A handle taken by a thread of this process: its producer attaches and ends the stream.
+    let (mut c, handle) = Consumer::create_anonymous(G).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut p = Producer::from_handle(handle).unwrap();
+        p.send(b"late but here").unwrap();
+    });
+    assert_eq!(
+        c.recv().unwrap().unwrap().as_bytes(),
+        Some(&b"late but here"[..])
+    );
+    assert!(c.recv().unwrap().is_none());
+    t.join().unwrap();
+}
+
+#[test]
+fn a_gate_reports_a_channel_whose_handle_is_gone_unused_and_goes_on() {
+    use shmflow::{Gate, GateGeometry, GateMessage};
+    let (mut gate, handles) = Gate::create_anonymous(GateGeometry::new(3)).unwrap();
+    let mut handles = handles.into_iter();
+    let mut p0 = Producer::from_handle(handles.next().unwrap()).unwrap();
+    let unused = handles.next().unwrap();
+    let kept = handles.next().unwrap();
+    p0.send(b"zero").unwrap();
+    p0.flush().unwrap();
+    drop(unused);
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        match gate.recv_timeout(Duration::from_secs(10)).unwrap() {
+            Some(GateMessage::Record { channel, record }) => seen.push(format!(
+                "{channel}:{}",
+                String::from_utf8_lossy(record.as_bytes().unwrap())
+            )),
+            Some(GateMessage::ChannelDead { channel, error }) => {
+                assert!(error.never_attached(), "{error}");
+                seen.push(format!("{channel}:never attached"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["0:zero", "1:never attached"]);
+    // The kept handle's channel is waited for; the channel that ended ends.
+    drop(p0);
+    assert!(matches!(
+        gate.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Some(GateMessage::EndOfPartition { channel: 0 })
+    ));
+    assert!(matches!(
+        gate.recv_timeout(Duration::from_millis(200)),
+        Err(shmflow::RecvTimeoutError::Timeout)
+    ));
+    drop(kept);
+    assert!(matches!(
+        gate.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Some(GateMessage::ChannelDead { channel: 2, .. })
+    ));
+    assert!(gate.recv().unwrap().is_none());
+}
+
+#[test]
+fn close_timeout_stops_waiting_for_a_consumer_whose_handle_is_gone_unused() {
+    let (mut p, handle) = Producer::create_anonymous(G).unwrap();
+    p.send(b"never read").unwrap();
+    drop(handle);
+    let t = Instant::now();
+    match p.close_timeout(Duration::from_secs(30)) {
+        Err(shmflow::CloseError::PeerDead(e)) => assert!(e.never_attached(), "{e}"),
+        other => panic!("expected PeerDead, got {other:?}"),
+    }
+    assert!(t.elapsed() < NOTICE, "{:?}", t.elapsed());
+}

@@ -122,7 +122,8 @@ fn producer_killed_at_random_consumer_gets_a_clean_prefix_then_peer_dead() {
             Some(&handle),
         );
         drop(handle);
-        // A peer that never attached cannot be declared dead: kill only after it attached.
+        // A peer killed before it attached is reported as never attached, not as dead after
+        // a clean prefix: kill only after it attached.
         wait_attached(|| c.metrics().producer_state == shmflow::metrics::EndState::Attached);
         let delay = Duration::from_micros(rng.below(30_000));
         let killer = std::thread::spawn(move || {

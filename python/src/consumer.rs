@@ -413,7 +413,9 @@ impl PyConsumer {
     /// Creates an anonymous channel as its consumer. Returns the consumer and a file
     /// descriptor that a child process opens with ``Producer.from_fd`` (pass it with
     /// ``subprocess.Popen(..., pass_fds=[fd])``, or inherit it through ``fork``); close the
-    /// descriptor in the parent once the child has it.
+    /// descriptor in the parent once the child has it. Once every copy of it is closed and no
+    /// producer attached (the child died first), waits for one raise ``PeerDead`` ("no producer
+    /// ever attached").
     #[staticmethod]
     #[pyo3(signature = (segment_size = 65536, segment_count = 8))]
     fn create_anonymous(

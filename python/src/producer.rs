@@ -361,7 +361,9 @@ impl PyProducer {
     /// Creates an anonymous channel as its producer. Returns the producer and a file
     /// descriptor that a child process opens with ``Consumer.from_fd`` (pass it with
     /// ``subprocess.Popen(..., pass_fds=[fd])``, or inherit it through ``fork``); close the
-    /// descriptor in the parent once the child has it.
+    /// descriptor in the parent once the child has it. Once every copy of it is closed and no
+    /// consumer attached (the child died first), waits for one raise ``PeerDead`` ("no consumer
+    /// ever attached").
     #[staticmethod]
     #[pyo3(signature = (segment_size = 65536, segment_count = 8))]
     fn create_anonymous(

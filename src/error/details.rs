@@ -6,14 +6,19 @@ use std::io;
 
 use super::End;
 
-/// The peer process died without detaching (its liveness lock is gone). A consumer gets this
-/// only after every record the producer committed before dying was delivered.
+/// The peer process died without detaching (its liveness lock is gone), or, for an end made
+/// with `create_anonymous`, no peer ever attached and no process holds the region's
+/// [`PeerHandle`](crate::PeerHandle) any more ([`never_attached`](PeerDeadError::never_attached)).
+/// A consumer gets this only after every record the producer committed before dying was
+/// delivered.
 #[derive(Debug)]
 pub struct PeerDeadError {
     pub(crate) region: String,
     pub(crate) end: End,
     pub(crate) pid: u32,
     pub(crate) remote: bool,
+    /// No peer attached, and every descriptor of its handle is closed: none ever will.
+    pub(crate) never_attached: bool,
     /// What the link's end knows of the loss (a direct network end: the peer's own words,
     /// or what broke).
     pub(crate) cause: Option<String>,
@@ -24,13 +29,19 @@ impl PeerDeadError {
     pub fn region(&self) -> &str {
         &self.region
     }
-    /// The end that died.
+    /// The end that died (or never attached).
     pub fn end(&self) -> End {
         self.end
     }
-    /// The pid it recorded when it attached.
+    /// The pid it recorded when it attached (0 if it [never attached](Self::never_attached)).
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+    /// True if the peer never attached and every descriptor of the region's `PeerHandle` was
+    /// closed: the process it was passed to exited (or crashed) before attaching, or the
+    /// handle was dropped unused. Nothing can attach any more.
+    pub fn never_attached(&self) -> bool {
+        self.never_attached
     }
     /// True if the end is a network bridge (`shmflow::net`) whose peer on the other side of
     /// the connection was lost; `pid` is then the bridge's process, which is alive.
@@ -75,6 +86,19 @@ impl fmt::Display for PeerDeadError {
                     self.region, self.pid
                 ),
             };
+        }
+        if self.never_attached {
+            let (who, what) = match self.end {
+                End::Producer => ("producer", "nothing will come"),
+                End::Consumer => ("consumer", "nothing written would be read"),
+            };
+            return write!(
+                f,
+                "region {}: no {who} ever attached, and every descriptor of its handle is \
+                 closed (the process it was passed to exited before attaching, or the handle \
+                 was dropped unused): {what}",
+                self.region
+            );
         }
         match self.end {
             End::Producer => write!(

@@ -86,8 +86,8 @@ pub use ops::{
 #[cfg(any(feature = "tokio", shmflow_loom))]
 pub(crate) use path::settled;
 pub(crate) use path::{
-    aborted, closed, corrupt, peer_dead, peer_lost, producer_failed, sys, too_large, Expiry, Halt,
-    Lost, NotNow, TimedOut,
+    aborted, closed, corrupt, peer_dead, peer_lost, peer_never_attached, producer_failed, sys,
+    too_large, Expiry, Halt, Lost, NotNow, TimedOut,
 };
 
 // ----- the umbrella --------------------------------------------------------------------------

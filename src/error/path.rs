@@ -165,7 +165,16 @@ pub(crate) fn peer_dead(region: &str, end: End, pid: u32) -> Box<PeerDeadError> 
         end,
         pid,
         remote: false,
+        never_attached: false,
         cause: None,
+    })
+}
+
+/// The peer `end` never attached, and its handle is gone.
+pub(crate) fn peer_never_attached(region: &str, end: End) -> Box<PeerDeadError> {
+    Box::new(PeerDeadError {
+        never_attached: true,
+        ..*peer_dead(region, end, 0)
     })
 }
 
@@ -182,6 +191,7 @@ pub(crate) fn peer_lost(
         end,
         pid,
         remote: true,
+        never_attached: false,
         cause,
     })
 }

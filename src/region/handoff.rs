@@ -6,6 +6,11 @@
 //! number in an environment variable; the child calls `Consumer::from_env(var)` (or
 //! `Producer::from_env`). Drop the handle after spawning: the parent's copy is not needed.
 //!
+//! The handle's descriptor is an open file description of its own that holds a lock (see
+//! `liveness::handle_fd`) for as long as any process has a copy of it: once every copy is
+//! closed and no peer attached (the child died before attaching, or the handle was dropped
+//! unused), the creator's end stops waiting with `PeerDead` (`never_attached`).
+//!
 //! The region's doorbells travel with it: the socket pairs that async waiters of the channel
 //! sleep on (the consumer's word's and the producer's), inherited the same way. A region
 //! opened from a bare descriptor (`from_fd`, `into_fd`) has none in that process: its words
@@ -24,6 +29,14 @@ use crate::region::view::{Bells, Shared};
 /// ([`PeerHandle::pass_to`]) or to a thread of this one (`Producer::from_handle`,
 /// `Consumer::from_handle`).
 ///
+/// While a process holds it (or a copy: the child's inherited descriptor, one in flight in a
+/// socket), the end that made it waits for its peer as long as it takes. Once every copy is
+/// closed and no peer attached, that end's waits fail with
+/// [`PeerDead`](crate::PeerDeadError), whose
+/// [`never_attached`](crate::PeerDeadError::never_attached) is true (a gate reports the
+/// channel as [`ChannelDead`](crate::GateMessage::ChannelDead)): drop the parent's copy once
+/// the child is spawned, so that a child that dies before attaching is noticed.
+///
 /// Under `--cfg shmflow_loom` the region lives on the heap and the handle is for a thread of
 /// the model only: it has no descriptor, so no `pass_to`, `into_fd` or `AsFd`.
 #[derive(Debug)]
@@ -38,15 +51,20 @@ pub struct PeerHandle {
 }
 
 impl PeerHandle {
-    pub(crate) fn new(shared: &Shared) -> Result<PeerHandle> {
+    /// The handle of the region's end `peer` (for a gate, its channel's producer): a
+    /// descriptor of its own whose lock tells the creator that a peer may still come (see
+    /// `liveness::handle_fd`).
+    pub(crate) fn new(shared: &Shared, peer: crate::error::End) -> Result<PeerHandle> {
         let bells = match (shared.consumer_bell(), shared.producer_bell()) {
             (Some(_), Some(_)) => shared.bells().cloned(),
             _ => None,
         };
+        let channel = shared.gate.as_ref().map(|g| g.index);
+        let byte = crate::region::liveness::lock_byte(channel, peer);
         Ok(PeerHandle {
-            fd: crate::region::object::dup_fd(shared)?,
+            fd: crate::region::liveness::handle_fd(shared.fd(), byte, &shared.name)?,
             region: shared.name.clone(),
-            channel: shared.gate.as_ref().map(|g| g.index),
+            channel,
             bells,
         })
     }
@@ -118,6 +136,11 @@ impl PeerHandle {
     /// async waits go through the bridge thread, and it is refused once a peer attached with
     /// the doorbells. A gate's channel can be attached only with its doorbells
     /// ([`PeerHandle::pass_to`]).
+    ///
+    /// The descriptor is the handle: while it or a copy of it (`dup`, one sent with
+    /// `SCM_RIGHTS`, one inherited) is open, the end that made it waits for its peer; once
+    /// all are closed with no peer attached, it is told the peer never attached. A descriptor
+    /// opened anew from `/proc/<pid>/fd/<n>` is not a copy and does not count.
     pub fn into_fd(self) -> OwnedFd {
         self.fd
     }

@@ -59,7 +59,11 @@ impl std::fmt::Debug for PeerHandle {
 }
 
 impl PeerHandle {
-    pub(crate) fn new(shared: &crate::sync::Arc<Shared>) -> Result<PeerHandle, OpenError> {
+    /// (No process can hold a heap region's handle: `peer` is for the mapped form's lock.)
+    pub(crate) fn new(
+        shared: &crate::sync::Arc<Shared>,
+        _peer: crate::error::End,
+    ) -> Result<PeerHandle, OpenError> {
         Ok(PeerHandle {
             shared: shared.clone(),
         })

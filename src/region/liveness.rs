@@ -13,7 +13,7 @@
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
-use crate::error::{peer_dead, sys, End, Lost, OpenError};
+use crate::error::{peer_dead, peer_never_attached, sys, End, Lost, OpenError};
 use crate::protocol::ends::EndState;
 
 pub(crate) use crate::protocol::park::CHECK_INTERVAL;
@@ -25,6 +25,33 @@ pub(crate) fn lock_byte(channel: Option<u32>, end: End) -> i64 {
         (End::Consumer, _) => 1,
         (End::Producer, None) => 0,
         (End::Producer, Some(c)) => 2 + c as i64,
+    }
+}
+
+/// Where the handle of an anonymous region locks for the peer end whose byte is `end_byte`
+/// (far past the end bytes, which run from 0 up to 2 + the gate's channels).
+pub(crate) fn handle_byte(end_byte: i64) -> i64 {
+    (1 << 40) + end_byte
+}
+
+/// A descriptor for a [`PeerHandle`](crate::PeerHandle) of the object behind `fd`: a new open
+/// file description that write-locks [`handle_byte`]`(end_byte)`. The lock lives as long as
+/// some process holds a descriptor of it: the handle, and the copies a child inherits or a
+/// socket carries. The creator's end, whose peer has not attached, looks at it: once it is
+/// gone, no peer can come.
+pub(crate) fn handle_fd(fd: &OwnedFd, end_byte: i64, region: &str) -> Result<OwnedFd, OpenError> {
+    let own = crate::sys::lock::reopen(fd.as_fd())
+        .map_err(|e| OpenError::io(region, "reopening the region for its handle", e))?;
+    match crate::sys::lock::try_lock(own.as_fd(), handle_byte(end_byte)) {
+        Ok(true) => Ok(own),
+        // Each end's handle is made once, by the process that created the region, which
+        // holds nothing else there: another holder would be a second handle of the end.
+        Ok(false) => Err(OpenError::io(
+            region,
+            "locking the handle of a fresh region",
+            std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+        )),
+        Err(e) => Err(OpenError::io(region, "fcntl(F_OFD_SETLK)", e)),
     }
 }
 
@@ -85,6 +112,12 @@ pub(crate) struct Liveness {
     peer_byte: i64,
     /// Set once the peer was found dead: every later call fails at once.
     dead: bool,
+    /// Set once the peer was found never to have attached, its handle gone: every later
+    /// call fails at once.
+    never_attached: bool,
+    /// The creator of an anonymous region: a peer that has not attached can still come only
+    /// while some process holds its handle's lock ([`handle_byte`]).
+    handed: bool,
     /// When the lock was last looked at (monotonic ns).
     last_look_ns: u64,
 }
@@ -100,12 +133,21 @@ impl Liveness {
             peer,
             peer_byte: lock_byte(channel, peer),
             dead: false,
+            never_attached: false,
+            handed: false,
             last_look_ns: 0,
         }
     }
 
-    /// `Err(PeerDead)` if the peer attached and its process is gone without detaching, looking
-    /// at its lock as closely as `look` says (a peer already found dead fails at once).
+    /// This end created its region anonymously and made the handle of its peer: a peer that
+    /// has not attached is gone once the handle's lock is.
+    pub(crate) fn expect_handle(&mut self) {
+        self.handed = true;
+    }
+
+    /// `Err(PeerDead)` if the peer attached and its process is gone without detaching, or (a
+    /// creator that made its handle) never attached and its handle is gone, looking at the
+    /// locks as closely as `look` says (a peer already found gone fails at once).
     pub(crate) fn check(
         &mut self,
         header: &crate::protocol::abi::Header,
@@ -115,6 +157,9 @@ impl Liveness {
         use crate::protocol::park::Look;
 
         let st = header.end(self.peer);
+        if self.never_attached {
+            return Err(Lost::PeerDead(peer_never_attached(region, self.peer)));
+        }
         if !self.dead {
             match look {
                 Look::Quick => return Ok(()),
@@ -140,6 +185,19 @@ impl Liveness {
         if dead {
             self.dead = true;
             return Err(Lost::PeerDead(peer_dead(region, self.peer, st.pid())));
+        }
+        // A peer that never attached: its handle's lock lives in every process that holds a
+        // descriptor of the handle, and the peer attaches (its state Attached, with Release)
+        // before it closes its copy; so a state still Free after the lock was seen gone (the
+        // state re-read after the syscall) means no process can attach any more.
+        if self.handed
+            && st.state() == EndState::Free
+            && !end_locked(self.lock.fd(), handle_byte(self.peer_byte))
+                .map_err(|e| Lost::Io(sys(region, "fcntl(F_OFD_GETLK)", e)))?
+            && st.state() == EndState::Free
+        {
+            self.never_attached = true;
+            return Err(Lost::PeerDead(peer_never_attached(region, self.peer)));
         }
         Ok(())
     }

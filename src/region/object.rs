@@ -396,16 +396,6 @@ fn check_geometry(
     Ok(expected)
 }
 
-/// A duplicate of the region's descriptor, for handing to a child process.
-pub(crate) fn dup_fd(shared: &Shared) -> Result<OwnedFd> {
-    match &shared.backing() {
-        crate::region::view::Backing::Mapped(m) => m
-            .fd()
-            .try_clone()
-            .map_err(|e| OpenError::io(&shared.name, "dup", e)),
-    }
-}
-
 /// `BadMagic` for a region that should be `expected`, naming what `magic` says it is.
 fn bad_magic(region: String, expected: crate::error::RegionKind, magic: u64) -> OpenError {
     let found_kind = match magic {

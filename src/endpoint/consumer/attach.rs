@@ -21,8 +21,10 @@ impl Consumer {
         geometry: Geometry,
     ) -> Result<(Consumer, PeerHandle), OpenError> {
         let (shared, lock) = crate::region::object::create_memfd(geometry, End::Consumer)?;
-        let handle = PeerHandle::new(&shared)?;
-        Ok((Consumer::attach_with(shared, Some(lock))?, handle))
+        let handle = PeerHandle::new(&shared, End::Producer)?;
+        let mut end = Consumer::attach_with(shared, Some(lock))?;
+        end.expect_handle();
+        Ok((end, handle))
     }
 
     #[cfg(not(shmflow_loom))]
@@ -37,7 +39,7 @@ impl Consumer {
         geometry: crate::protocol::abi::Geometry,
     ) -> Result<(Consumer, PeerHandle), OpenError> {
         let shared = crate::region::handoff::channel(geometry)?;
-        let handle = PeerHandle::new(&shared)?;
+        let handle = PeerHandle::new(&shared, End::Producer)?;
         Ok((Consumer::attach(shared)?, handle))
     }
 

@@ -124,6 +124,14 @@ impl Consumer {
         Ok(Ready::Empty)
     }
 
+    /// This end's creator made its producer's handle (`create_anonymous`): a producer that
+    /// never attached is gone once every descriptor of the handle is closed.
+    pub(crate) fn expect_handle(&mut self) {
+        if let Some(l) = &mut self.liveness {
+            l.expect_handle();
+        }
+    }
+
     /// Gates: `Err(PeerDead)` if this channel's producer died (a syscall).
     pub(crate) fn check_producer(&mut self) -> Result<(), Lost> {
         match &mut self.liveness {

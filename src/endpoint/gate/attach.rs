@@ -95,9 +95,13 @@ impl Gate {
         #[allow(clippy::redundant_closure)]
         let handles = chans
             .iter()
-            .map(|s| crate::region::handoff::PeerHandle::new(s))
+            .map(|s| crate::region::handoff::PeerHandle::new(s, crate::error::End::Producer))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((Gate::attach(chans, lock)?, handles))
+        let mut gate = Gate::attach(chans, lock)?;
+        for c in &mut gate.chans {
+            c.expect_handle();
+        }
+        Ok((gate, handles))
     }
 
     pub(crate) fn attach(

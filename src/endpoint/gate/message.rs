@@ -34,7 +34,9 @@ pub enum GateMessage<'a> {
         /// Which producer.
         error: Box<crate::error::ProducerFailedError>,
     },
-    /// `channel`'s producer died; everything it committed was delivered before this.
+    /// `channel`'s producer died (everything it committed was delivered before this), or,
+    /// in a gate made with `create_anonymous`, none attached and every copy of the channel's
+    /// handle is closed (`error.never_attached()`).
     ChannelDead {
         /// The channel whose producer died.
         channel: u32,

@@ -21,11 +21,12 @@ impl Producer {
         geometry: Geometry,
     ) -> Result<(Producer, PeerHandle), OpenError> {
         let (shared, lock) = crate::region::object::create_memfd(geometry, End::Producer)?;
-        let handle = PeerHandle::new(&shared)?;
-        Ok((
-            Producer::attach_with(shared, Some(lock), Supply::Own)?,
-            handle,
-        ))
+        let handle = PeerHandle::new(&shared, End::Consumer)?;
+        let mut end = Producer::attach_with(shared, Some(lock), Supply::Own)?;
+        if let Some(l) = &mut end.liveness {
+            l.expect_handle();
+        }
+        Ok((end, handle))
     }
 
     /// Under loom: a fresh heap region and its consumer's handle.
@@ -34,7 +35,7 @@ impl Producer {
         geometry: Geometry,
     ) -> Result<(Producer, PeerHandle), OpenError> {
         let shared = crate::region::handoff::channel(geometry)?;
-        let handle = PeerHandle::new(&shared)?;
+        let handle = PeerHandle::new(&shared, End::Consumer)?;
         Ok((Producer::attach(shared)?, handle))
     }
 

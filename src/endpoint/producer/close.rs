@@ -143,7 +143,9 @@ impl Producer {
     /// - [`CloseError::NotOpened`]: no consumer attached before the deadline;
     /// - [`CloseError::Timeout`]: the consumer is attached and alive but not done;
     /// - [`CloseError::Closed`]: the consumer detached with records unread;
-    /// - [`CloseError::PeerDead`]: the consumer died before reading everything;
+    /// - [`CloseError::PeerDead`]: the consumer died before reading everything, or (a region
+    ///   made with `create_anonymous`) none attached and every copy of its handle is closed
+    ///   ([`PeerDeadError::never_attached`](crate::PeerDeadError::never_attached));
     /// - [`CloseError::AlreadyClosed`]: a call before this one had already found the consumer
     ///   gone (it returned `Closed`);
     /// - [`CloseError::Corrupt`], [`CloseError::Io`].
@@ -192,7 +194,11 @@ impl Producer {
                 // Acquire (in `state`): pairs with the consumer's `leave`; its counters were
                 // stored before it.
                 match h.consumer_end().state() {
-                    EndState::Free => Ok(None),
+                    // An anonymous region's consumer may come while its handle is held.
+                    EndState::Free => {
+                        self.check_peer(look)?;
+                        Ok(None)
+                    }
                     EndState::Attached => {
                         self.check_peer(look)?;
                         Ok(None)

@@ -386,6 +386,11 @@ pub fn connect_consumer(
 /// everything arrived, `ChannelDead` if the sender died or the link failed, after what
 /// arrived before. Dropping the gate cancels the channel at the sender.
 ///
+/// A gate made with [`Gate::create_anonymous`](crate::Gate::create_anonymous): keep channel
+/// `c`'s [`PeerHandle`](crate::PeerHandle) until this returns. A channel with no producer
+/// whose handle is gone is reported `ChannelDead` (never attached) when the gate next looks,
+/// and an ended channel cannot be linked.
+///
 /// # Examples
 ///
 /// ```no_run
