@@ -1473,3 +1473,74 @@ fn a_forked_child_waits_through_a_bridge_of_its_own() {
     );
     std::process::exit(0);
 }
+
+/// Wakes by unparking the thread that polls.
+struct Unpark(std::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+#[test]
+fn a_wait_under_way_at_fork_completes_in_the_child() {
+    // A process of its own: the fork below copies no thread of the harness.
+    if !in_a_process_of_its_own(
+        "a_wait_under_way_at_fork_completes_in_the_child",
+        "fork-inherited-wait",
+    ) {
+        return;
+    }
+    use std::future::Future;
+    let (mut tx, mut rx) = bell_less_pair(small());
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    // Polled outside any runtime, with nothing sent, until it sleeps through the bridge (the
+    // bridge's thread is started by the first wait registered with it).
+    let mut wait = Box::pin(rx.recv_async());
+    let bridged = || {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .any(|t| {
+                std::fs::read_to_string(t.path().join("comm"))
+                    .is_ok_and(|c| c.trim() == "shmflow-bridge")
+            })
+    };
+    let start = Instant::now();
+    while !bridged() {
+        assert!(wait.as_mut().poll(&mut cx).is_pending());
+        assert!(start.elapsed() < BOUND, "the wait never went to the bridge");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: the child only runs this test's code (the two ends and the future made above)
+    // and leaves with `_exit`, never returning into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // The child's thread is a new one: its own waker.
+            let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+            let mut cx = std::task::Context::from_waker(&waker);
+            tx.send(b"child").unwrap();
+            let start = Instant::now();
+            while start.elapsed() < BOUND {
+                if let std::task::Poll::Ready(r) = wait.as_mut().poll(&mut cx) {
+                    return matches!(r, Ok(Some(r)) if r.as_bytes() == Some(&b"child"[..]));
+                }
+                std::thread::park_timeout(Duration::from_millis(100));
+            }
+            false
+        }));
+        // SAFETY: ends the child at once (no destructors, no harness).
+        unsafe { libc::_exit(if matches!(ok, Ok(true)) { 0 } else { 1 }) };
+    }
+    let status = wait_forked(pid, 2 * BOUND).expect("the forked child ended");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the wait the child inherited did not complete (status {status:#x})"
+    );
+    drop(wait);
+    std::process::exit(0);
+}

@@ -215,6 +215,54 @@ impl Bridge {
     }
 }
 
+/// How many times this process's line of descent went through `fork` (in a child made by
+/// `fork`, one more than in its parent): a [`Sleep`] registered under another count was
+/// registered with a bridge of the parent, which no thread serves here. Relaxed: set in the
+/// child's handler while it has one thread, read by its threads started after.
+#[cfg(not(shmflow_loom))]
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+#[cfg(not(shmflow_loom))]
+fn fork_count() -> u64 {
+    FORKS.load(Ordering::Relaxed)
+}
+
+/// (Loom models do not fork.)
+#[cfg(shmflow_loom)]
+fn fork_count() -> u64 {
+    0
+}
+
+#[cfg(not(shmflow_loom))]
+thread_local! {
+    /// The list of bridges, held by the forking thread across a `fork` ([`on_fork_prepare`]).
+    static HELD_FOR_FORK: std::cell::RefCell<Option<crate::sync::MutexGuard<'static, Vec<Arc<Bridge>>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Before a `fork`: a task of another thread may hold the list while it registers, and a
+/// child that inherited it held would hang at its first async wait. The forking thread holds
+/// it across the fork instead. (A thread whose locals are gone takes no part.)
+#[cfg(not(shmflow_loom))]
+extern "C" fn on_fork_prepare() {
+    let _ = HELD_FOR_FORK.try_with(|h| *h.borrow_mut() = Some(lock(&Bridges::global().list)));
+}
+
+/// After a `fork`, in the parent: the list is released.
+#[cfg(not(shmflow_loom))]
+extern "C" fn on_fork_parent() {
+    let _ = HELD_FOR_FORK.try_with(|h| drop(h.borrow_mut().take()));
+}
+
+/// After a `fork`, in the child (its only thread): the list is released and the count of
+/// forks moved on. Only the unlock and an atomic store: what a child of a threaded process may
+/// do.
+#[cfg(not(shmflow_loom))]
+extern "C" fn on_fork_child() {
+    let _ = HELD_FOR_FORK.try_with(|h| drop(h.borrow_mut().take()));
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// The bridges of a process: a new one (and its thread) for every [`WORDS_PER_BRIDGE`] words
 /// waited on at once.
 pub(crate) struct Bridges {
@@ -231,9 +279,14 @@ impl Bridges {
     #[cfg(not(shmflow_loom))]
     pub(crate) fn global() -> &'static Bridges {
         static GLOBAL: std::sync::OnceLock<Bridges> = std::sync::OnceLock::new();
-        GLOBAL.get_or_init(|| Bridges {
-            list: Mutex::new(Vec::new()),
-            started_in: std::sync::atomic::AtomicU32::new(0),
+        GLOBAL.get_or_init(|| {
+            // Before the list can first be locked (a fork between the two would copy it
+            // held). Refused, `fork` goes on as without them.
+            let _ = crate::sys::fork::at_fork(on_fork_prepare, on_fork_parent, on_fork_child);
+            Bridges {
+                list: Mutex::new(Vec::new()),
+                started_in: std::sync::atomic::AtomicU32::new(0),
+            }
         })
     }
 
@@ -343,8 +396,24 @@ pub(crate) struct Sleep<'a> {
     word: &'a FutexWord,
     expected: u32,
     nap: Duration,
-    /// The bridge and entry, once registered.
-    reg: Option<(Arc<Bridge>, u64)>,
+    /// The bridge and entry, once registered, and [`fork_count`] then.
+    reg: Option<(Arc<Bridge>, u64, u64)>,
+}
+
+impl Sleep<'_> {
+    /// The registration, unless it was made before a `fork` that made this process: then
+    /// its bridge is the parent's, served by no thread here, and the entry is left there
+    /// untouched (its lock may have been copied held; the bridge and the parent's wakers in
+    /// it are never dropped here, see `Bridges::register`).
+    fn registration(&mut self) -> Option<(Arc<Bridge>, u64)> {
+        let (bridge, id, forks) = self.reg.take()?;
+        if forks == fork_count() {
+            Some((bridge, id))
+        } else {
+            std::mem::forget(bridge);
+            None
+        }
+    }
 }
 
 impl Future for Sleep<'_> {
@@ -353,30 +422,33 @@ impl Future for Sleep<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        match &this.reg {
+        match this.registration() {
+            // Not registered yet, or with a bridge of the parent process (a wait inherited
+            // through `fork`): with one of this process.
             None => {
-                let reg = this.bridges.register(
+                let (bridge, id) = this.bridges.register(
                     this.word,
                     this.expected,
                     this.nap,
                     cx.waker().clone(),
                 )?;
-                this.reg = Some(reg);
+                this.reg = Some((bridge, id, fork_count()));
                 Poll::Pending
             }
             Some((bridge, id)) => {
                 let mut st = lock(&bridge.state);
-                match st.entries.iter_mut().find(|e| e.id == *id) {
+                match st.entries.iter_mut().find(|e| e.id == id) {
                     // Gone from the list: the bridge woke us.
                     None => {
                         drop(st);
-                        this.reg = None;
                         Poll::Ready(Ok(()))
                     }
                     Some(e) => {
                         if !e.waker.will_wake(cx.waker()) {
                             e.waker = cx.waker().clone();
                         }
+                        drop(st);
+                        this.reg = Some((bridge, id, fork_count()));
                         Poll::Pending
                     }
                 }
@@ -387,7 +459,7 @@ impl Future for Sleep<'_> {
 
 impl Drop for Sleep<'_> {
     fn drop(&mut self) {
-        if let Some((bridge, id)) = self.reg.take() {
+        if let Some((bridge, id)) = self.registration() {
             let mut st = lock(&bridge.state);
             if let Some(i) = st.entries.iter().position(|e| e.id == id) {
                 // Out of the list before the word's region can go (see the module docs); the
