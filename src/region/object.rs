@@ -295,9 +295,14 @@ pub(crate) fn open_fd(
     Ok(chans.swap_remove(0))
 }
 
-/// How often `open` looks again at a region its creator is still setting up: a small region
-/// is made in about 0.1 ms, a large one in milliseconds.
+/// How soon `open` looks again at a region its creator is still setting up: a small region
+/// is made in about 0.1 ms, a large one in milliseconds. Each wait is twice the one before, up
+/// to [`SETTLE_LOOK_MAX`], so that a creator that died half-way costs ~250 looks over the
+/// grace, not thousands.
 const SETTLE_LOOK: Duration = Duration::from_micros(200);
+
+/// The longest wait between two looks at a region being set up.
+const SETTLE_LOOK_MAX: Duration = Duration::from_millis(2);
 
 /// The object's size and a read-only mapping of its first page, once its creator has written
 /// the magic (waiting up to `grace` for a creator that is still setting it up).
@@ -314,8 +319,13 @@ pub(crate) fn identity(
     let mut size = size_of()?;
     // A creator that is still between shm_open and ftruncate shows size 0: give it a moment.
     let start = Instant::now();
+    let mut nap = SETTLE_LOOK;
+    let mut settle = || {
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(SETTLE_LOOK_MAX);
+    };
     while size == 0 && start.elapsed() < grace {
-        std::thread::sleep(SETTLE_LOOK);
+        settle();
         size = size_of()?;
     }
     if size < HEADER_SIZE as u64 {
@@ -331,7 +341,7 @@ pub(crate) fn identity(
     let magic_word = unsafe { &*(head.as_ptr() as *const crate::sync::AtomicU64) };
     let mut magic = crate::protocol::abi::load_magic(magic_word);
     while magic == 0 && start.elapsed() < grace {
-        std::thread::sleep(SETTLE_LOOK);
+        settle();
         magic = crate::protocol::abi::load_magic(magic_word);
     }
     Ok((size, magic, head))
