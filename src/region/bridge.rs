@@ -272,22 +272,38 @@ pub(crate) struct Bridges {
     /// starts afresh. Relaxed: read and written under the lock of `list`.
     #[cfg(not(shmflow_loom))]
     started_in: std::sync::atomic::AtomicU32,
+    /// [`fork_count`] in the process that started them: a child made by `fork` may get a pid
+    /// that an ended process had, never the count its parent had. Relaxed, under the lock.
+    #[cfg(not(shmflow_loom))]
+    started_forks: std::sync::atomic::AtomicU64,
 }
 
 impl Bridges {
     /// The process's bridges.
     #[cfg(not(shmflow_loom))]
     pub(crate) fn global() -> &'static Bridges {
-        static GLOBAL: std::sync::OnceLock<Bridges> = std::sync::OnceLock::new();
-        GLOBAL.get_or_init(|| {
-            // Before the list can first be locked (a fork between the two would copy it
-            // held). Refused, `fork` goes on as without them.
+        // A plain static, made at compile time: no initialization that a `fork` in another
+        // thread could catch half-way and leave a child waiting on for good.
+        static GLOBAL: Bridges = Bridges {
+            list: Mutex::new(Vec::new()),
+            started_in: std::sync::atomic::AtomicU32::new(0),
+            started_forks: std::sync::atomic::AtomicU64::new(0),
+        };
+        &GLOBAL
+    }
+
+    /// Registers the `fork` handlers, once per process, before the list is first locked for a
+    /// registration. A flag, not a `Once`: a `Once` caught running by a `fork` would leave the
+    /// child waiting on it. (A thread that finds the flag set while another is still
+    /// registering goes on: a fork in that moment goes without the handlers, as does one
+    /// where the system refused them.)
+    #[cfg(not(shmflow_loom))]
+    fn register_fork_handlers() {
+        static REGISTERED: std::sync::atomic::AtomicBool =
+            std::sync::atomic::AtomicBool::new(false);
+        if !REGISTERED.swap(true, Ordering::Relaxed) {
             let _ = crate::sys::fork::at_fork(on_fork_prepare, on_fork_parent, on_fork_child);
-            Bridges {
-                list: Mutex::new(Vec::new()),
-                started_in: std::sync::atomic::AtomicU32::new(0),
-            }
-        })
+        }
     }
 
     /// The model's bridges: one bridge, served by the model in a thread of its own
@@ -318,12 +334,16 @@ impl Bridges {
         nap: Duration,
         waker: Waker,
     ) -> std::io::Result<(Arc<Bridge>, u64)> {
+        #[cfg(not(shmflow_loom))]
+        Bridges::register_fork_handlers();
         #[cfg_attr(shmflow_loom, allow(unused_mut))]
         let mut list = lock(&self.list);
         #[cfg(not(shmflow_loom))]
         {
             let me = std::process::id();
-            if self.started_in.swap(me, Ordering::Relaxed) != me {
+            let forks = fork_count();
+            let pid_moved = self.started_in.swap(me, Ordering::Relaxed) != me;
+            if self.started_forks.swap(forks, Ordering::Relaxed) != forks || pid_moved {
                 // The parent's bridges, if this process was forked with some: no thread serves
                 // them here. Leaked, not dropped: their entries hold the parent's wakers,
                 // whose drop could run the parent's tasks' destructors in this process.
@@ -401,17 +421,15 @@ pub(crate) struct Sleep<'a> {
 }
 
 impl Sleep<'_> {
-    /// The registration, unless it was made before a `fork` that made this process: then
-    /// its bridge is the parent's, served by no thread here, and the entry is left there
-    /// untouched (its lock may have been copied held; the bridge and the parent's wakers in
-    /// it are never dropped here, see `Bridges::register`).
-    fn registration(&mut self) -> Option<(Arc<Bridge>, u64)> {
-        let (bridge, id, forks) = self.reg.take()?;
-        if forks == fork_count() {
-            Some((bridge, id))
-        } else {
-            std::mem::forget(bridge);
-            None
+    /// Forgets a registration made before a `fork` that made this process: its bridge is the
+    /// parent's, served by no thread here, and its entry is left there untouched (its lock
+    /// may have been copied held; the bridge and the parent's wakers in it are never dropped
+    /// here, see `Bridges::register`). A registration of this process stays in place.
+    fn forget_inherited(&mut self) {
+        if self.reg.as_ref().is_some_and(|r| r.2 != fork_count()) {
+            if let Some((bridge, _, _)) = self.reg.take() {
+                std::mem::forget(bridge);
+            }
         }
     }
 }
@@ -422,9 +440,9 @@ impl Future for Sleep<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        match this.registration() {
-            // Not registered yet, or with a bridge of the parent process (a wait inherited
-            // through `fork`): with one of this process.
+        // A wait inherited through `fork` registers again, with a bridge of this process.
+        this.forget_inherited();
+        match &this.reg {
             None => {
                 let (bridge, id) = this.bridges.register(
                     this.word,
@@ -435,20 +453,19 @@ impl Future for Sleep<'_> {
                 this.reg = Some((bridge, id, fork_count()));
                 Poll::Pending
             }
-            Some((bridge, id)) => {
+            Some((bridge, id, _)) => {
                 let mut st = lock(&bridge.state);
-                match st.entries.iter_mut().find(|e| e.id == id) {
+                match st.entries.iter_mut().find(|e| e.id == *id) {
                     // Gone from the list: the bridge woke us.
                     None => {
                         drop(st);
+                        this.reg = None;
                         Poll::Ready(Ok(()))
                     }
                     Some(e) => {
                         if !e.waker.will_wake(cx.waker()) {
                             e.waker = cx.waker().clone();
                         }
-                        drop(st);
-                        this.reg = Some((bridge, id, fork_count()));
                         Poll::Pending
                     }
                 }
@@ -459,7 +476,8 @@ impl Future for Sleep<'_> {
 
 impl Drop for Sleep<'_> {
     fn drop(&mut self) {
-        if let Some((bridge, id)) = self.registration() {
+        self.forget_inherited();
+        if let Some((bridge, id, _)) = self.reg.take() {
             let mut st = lock(&bridge.state);
             if let Some(i) = st.entries.iter().position(|e| e.id == id) {
                 // Out of the list before the word's region can go (see the module docs); the

@@ -321,7 +321,8 @@ pub(crate) fn identity(
     let start = Instant::now();
     let mut nap = SETTLE_LOOK;
     let mut settle = || {
-        std::thread::sleep(nap);
+        // (Never past the grace by more than the look after it.)
+        std::thread::sleep(nap.min(grace.saturating_sub(start.elapsed())));
         nap = (nap * 2).min(SETTLE_LOOK_MAX);
     };
     while size == 0 && start.elapsed() < grace {
