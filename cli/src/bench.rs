@@ -77,7 +77,7 @@ pub(crate) struct BenchArgs {
     only: Option<String>,
     /// Pairs of adjacent trials per ratio (A B, then B A, ...): the report gives the median
     /// and the spread (min..max) of the per-pair ratios, and of each measure over its trials
-    /// [default: 10; --quick: 2].
+    /// [default: 10; --quick: 2; --case: 5, its round trips against the floor's].
     #[arg(long)]
     pairs: Option<usize>,
     /// Latency at fixed offered rates instead (Aeron's load-test method): for every length and
@@ -99,7 +99,8 @@ pub(crate) struct BenchArgs {
     /// Open loop: write the percentile plot (SVG) here.
     #[arg(long)]
     svg: Option<String>,
-    /// Your own case instead: round trips, one-way latency at --rate (open loop) and the
+    /// Your own case instead: round trips at --rate (beside the floor: the same round trips on
+    /// raw shared memory, both sides spinning), one-way latency at --rate (open loop) and the
     /// receiver's idle CPU, for records of --len bytes, each side waiting as --send-wait and
     /// --recv-wait say, over a pool of --pool.
     #[arg(long)]
@@ -126,6 +127,9 @@ pub(crate) struct BenchArgs {
 pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
     let quick = args.quick;
     let json = args.json;
+    if args.pairs == Some(0) {
+        return Err("--pairs 0: at least one pair is needed".into());
+    }
     if args.case {
         let c = case::Case {
             len: args.len,
@@ -140,6 +144,7 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
             rounds: (args.rate as f64 * if quick { 0.3 } else { 3.0 })
                 .clamp(1000.0, if quick { 20_000.0 } else { 100_000.0 })
                 as usize,
+            pairs: args.pairs.unwrap_or(if quick { 2 } else { 5 }),
             warmup: Duration::from_millis(if quick { 100 } else { 500 }),
             measure: Duration::from_millis(if quick { 300 } else { 3000 }),
             quiet: Duration::from_millis(if quick { 300 } else { 1000 }),
@@ -167,9 +172,6 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
         return openloop::main(&plan, json, args.svg.as_deref());
     }
     let pairs = args.pairs.unwrap_or(if quick { 2 } else { 10 });
-    if pairs == 0 {
-        return Err("--pairs 0: at least one pair is needed".into());
-    }
     let cfg = if quick {
         Cfg {
             rounds: 2_000,

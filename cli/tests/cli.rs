@@ -599,12 +599,57 @@ fn children_running(parent: u32, part: &str) -> Vec<i32> {
 }
 
 #[test]
+fn bench_case_sets_its_round_trips_beside_the_floors_in_pairs() {
+    let out = shmflow(&[
+        "bench", "--case", "--quick", "--json", "--len", "100", "--rate", "20000", "--pairs", "3",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    // --quick at 20 000 a second: 6 000 round trips of each side, over 3 pairs of trials.
+    let case = &v["round_trip_ns"];
+    let floor = &v["floor_round_trip_ns"];
+    for (name, t) in [("case", case), ("floor", floor)] {
+        assert_eq!(t["count"].as_u64(), Some(6000), "{name}: {t}");
+        let q: Vec<u64> = ["p50", "p99", "p999", "max"]
+            .iter()
+            .map(|k| t[k].as_u64().unwrap())
+            .collect();
+        assert!(
+            q[0] > 0 && q.windows(2).all(|w| w[0] <= w[1]),
+            "{name}: {t}"
+        );
+    }
+    let clean = v["floor_round_trip_no_pause_seen_ns"]["count"]
+        .as_u64()
+        .unwrap();
+    assert!(clean <= 6000, "{v}");
+    let vs = &v["round_trip_vs_floor"];
+    assert_eq!(vs["pairs"].as_u64(), Some(3));
+    for q in ["p50", "p99"] {
+        let (mid, lo, hi) = (
+            vs[q]["median"].as_f64().unwrap(),
+            vs[q]["min"].as_f64().unwrap(),
+            vs[q]["max"].as_f64().unwrap(),
+        );
+        assert!(lo > 0.0 && lo <= mid && mid <= hi, "{q}: {vs}");
+    }
+    let out = shmflow(&["bench", "--case", "--quick", "--pairs", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--pairs 0"));
+}
+
+#[test]
 fn bench_case_reports_a_killed_peer_as_an_error_not_a_panic() {
-    // Each peer of the case killed in its turn: the round trips' echo, then the open loop's
-    // receiver (the round trips at 200/s take ~2 s, so the receiver comes after them).
-    for peer in ["case-echo", "case-sink"] {
+    // Each peer of the case killed in its turn: the round trips' echo, the floor's, then the
+    // open loop's receiver (the round trips at 500/s take ~4 s, so the receiver comes after
+    // them).
+    for peer in ["case-echo", "case-floor", "case-sink"] {
         let bench = Command::new(env!("CARGO_BIN_EXE_shmflow"))
-            .args(["bench", "--case", "--quick", "--rate", "200"])
+            .args(["bench", "--case", "--quick", "--rate", "500"])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -7,6 +7,10 @@
 //!   timed from its send to its reply, so the host's pauses between round trips do not count,
 //!   and the gap before each is the case's: what a wait strategy that parks after a spin
 //!   window costs shows here. Every round trip after warm-up is kept: exact percentiles.
+//! - **the floor**: the same round trips, at the same rate and length, between two processes on
+//!   raw shared memory, both spinning ([`SpinEcho`]). The case's trials and the floor's run
+//!   in adjacent pairs (the order swapped every pair), and the per-pair ratios of their p50s
+//!   and p99s say how much of a tail is the host's, which the floor shares.
 //! - **one way** (open loop, as `--open-loop` measures it): records of `len` bytes at `--rate`
 //!   a second, each stamped with its scheduled time; the receiver (waiting as `--recv-wait`
 //!   says) counts `now - scheduled` in an HdrHistogram, so a held-up sender shows as latency
@@ -24,8 +28,10 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 
+use super::floors::SpinEcho;
 use super::harness::{child, finish, machine, RawFdOf};
 use super::openloop::{clock_ns, now_ns, Paced, Schedule};
+use super::report::{round3, summary};
 use super::roles::Role;
 
 /// The scheduled time of the record that starts the quiet period (no real schedule is this
@@ -40,7 +46,10 @@ pub(crate) struct Case {
     pub(crate) send_wait: String,
     pub(crate) recv_wait: String,
     pub(crate) pool: Geometry,
+    /// Round trips of each side (the case's, the floor's) in all.
     pub(crate) rounds: usize,
+    /// Adjacent pairs of round-trip trials (the case's, the floor's) they are spread over.
+    pub(crate) pairs: usize,
     pub(crate) warmup: Duration,
     pub(crate) measure: Duration,
     pub(crate) quiet: Duration,
@@ -118,7 +127,81 @@ fn pool_arg(g: Geometry) -> String {
 /// Round trips (sorted nanoseconds): all of them, and those before which this process saw
 /// no pause of the host (no gap of 10 µs or more between two reads of the clock while it
 /// waited for the round trip's time).
-fn round_trips(case: &Case) -> Result<(Vec<u64>, Vec<u64>), String> {
+#[derive(Default)]
+struct Trips {
+    all: Vec<u64>,
+    clean: Vec<u64>,
+}
+
+impl Trips {
+    /// Adds `t`'s round trips, keeping the whole sorted.
+    fn extend(&mut self, t: Trips) {
+        self.all.extend(t.all);
+        self.clean.extend(t.clean);
+        self.all.sort_unstable();
+        self.clean.sort_unstable();
+    }
+}
+
+/// p50, p99, p99.9 and max of sorted `v` (nearest rank: the smallest value with at least a
+/// fraction p of them at or below); zeros for none.
+fn at(v: &[u64]) -> [u64; 4] {
+    if v.is_empty() {
+        return [0; 4];
+    }
+    let pct = |p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1];
+    [pct(0.5), pct(0.99), pct(0.999), v[v.len() - 1]]
+}
+
+/// `rounds` round trips, one every 1/rate (back to back when one takes longer), after a
+/// warm-up back to back (pages, caches, branch predictors); `one(i)` makes round trip `i`.
+fn paced(
+    case: &Case,
+    rounds: usize,
+    mut one: impl FnMut(u64) -> Result<(), String>,
+) -> Result<Trips, String> {
+    // Each reply is waited for after a gap as long as the case's, the gap in which a waiting
+    // end may park.
+    let interval_ns = 1e9 / case.rate as f64;
+    let warm = (rounds / 10).max(1000);
+    let mut t = Trips {
+        all: Vec::with_capacity(rounds),
+        clean: Vec::with_capacity(rounds),
+    };
+    let mut start = 0;
+    for i in 0..warm + rounds {
+        if i == warm {
+            start = now_ns();
+        }
+        let sched = match i.checked_sub(warm) {
+            Some(k) => start + (k as f64 * interval_ns) as u64,
+            None => 0,
+        };
+        let (mut prev, mut paused) = (now_ns(), false);
+        while prev < sched {
+            std::hint::spin_loop();
+            let now = now_ns();
+            paused |= now - prev >= 10_000;
+            prev = now;
+        }
+        let began = now_ns();
+        one(i as u64)?;
+        if i >= warm {
+            let took = now_ns() - began;
+            t.all.push(took);
+            if !paused {
+                t.clean.push(took);
+            }
+        }
+    }
+    t.all.sort_unstable();
+    t.clean.sort_unstable();
+    Ok(t)
+}
+
+/// `rounds` round trips of the case through shmflow: a channel to an echo process and a
+/// second one back, each end waiting as the case says.
+fn shmflow_trips(case: &Case, rounds: usize) -> Result<Trips, String> {
     let wait = parse_wait(&case.send_wait)?;
     let (mut ping, ping_peer) = Producer::create_anonymous(case.pool).map_err(|e| e.to_string())?;
     let (mut pong, pong_peer) = Consumer::create_anonymous(case.pool).map_err(|e| e.to_string())?;
@@ -135,64 +218,77 @@ fn round_trips(case: &Case) -> Result<(Vec<u64>, Vec<u64>), String> {
     let c = child(&echo, &fds, |_| {});
     drop((ping_peer, pong_peer));
     let mut msg = vec![0x5Au8; case.len];
-    // One round trip every 1/rate (back to back when one takes longer): a reply waited for
-    // after a gap as long as the case's, the gap in which a waiting end may park.
-    let interval_ns = 1e9 / case.rate as f64;
-    // The warm-up (pages, caches, branch predictors) back to back, then the paced rounds.
-    let warm = (case.rounds / 10).max(1000);
-    let mut v = Vec::with_capacity(case.rounds);
-    let mut clean = Vec::with_capacity(case.rounds);
-    let mut fail = None;
-    let mut start = 0;
-    for i in 0..warm + case.rounds {
-        if i == warm {
-            start = now_ns();
+    let trips = paced(case, rounds, |i| {
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        ping.send(&msg).map_err(|e| e.to_string())?;
+        match pong.recv().map_err(|e| e.to_string())? {
+            Some(r) if r.len() == Some(msg.len()) => Ok(()),
+            Some(r) => Err(format!("the echo sent {:?} bytes back", r.len())),
+            None => Err("the echo ended early".into()),
         }
-        let sched = match i.checked_sub(warm) {
-            Some(k) => start + (k as f64 * interval_ns) as u64,
-            None => 0,
-        };
-        let (mut prev, mut paused) = (now_ns(), false);
-        while prev < sched {
-            std::hint::spin_loop();
-            let now = now_ns();
-            paused |= now - prev >= 10_000;
-            prev = now;
-        }
-        let t = now_ns();
-        msg[..8].copy_from_slice(&(i as u64).to_le_bytes());
-        let r = ping.send(&msg).map_err(|e| e.to_string()).and_then(|()| {
-            match pong.recv().map_err(|e| e.to_string())? {
-                Some(r) if r.len() == Some(msg.len()) => Ok(()),
-                Some(r) => Err(format!("the echo sent {:?} bytes back", r.len())),
-                None => Err("the echo ended early".into()),
-            }
-        });
-        if let Err(e) = r {
-            fail = Some(e);
-            break;
-        }
-        if i >= warm {
-            let took = now_ns() - t;
-            v.push(took);
-            if !paused {
-                clean.push(took);
-            }
-        }
-    }
-    v.sort_unstable();
-    clean.sort_unstable();
+    });
     drop(ping);
     while matches!(pong.recv(), Ok(Some(_))) {}
     // A failed send or receive says more than the echo's exit that follows from it.
     let ended = finish(c);
-    match fail {
-        Some(e) => Err(e),
-        None => ended.map(|_| (v, clean)),
-    }
+    let trips = trips?;
+    ended.map(|_| trips)
 }
 
-/// The echo of [`round_trips`]: every record from `PING` back into `PONG`, both ends waiting
+/// `rounds` round trips of the case's records on the floor ([`SpinEcho`]): raw shared
+/// memory, both processes spinning.
+fn floor_trips(case: &Case, rounds: usize) -> Result<Trips, String> {
+    let mut echo = SpinEcho::start(case.len);
+    let mut msg = vec![0x5Au8; case.len];
+    let trips = paced(case, rounds, |i| {
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        echo.round(&mut msg)?;
+        if msg[..8] != i.to_le_bytes() {
+            return Err(format!("the floor's peer sent back {:?}", &msg[..8]));
+        }
+        Ok(())
+    });
+    let ended = echo.end();
+    let trips = trips?;
+    ended.map(|_| trips)
+}
+
+/// The case's round trips and the floor's, in `case.pairs` adjacent pairs of trials (the
+/// case's first in even pairs, the floor's in odd ones), `case.rounds` of each in all.
+struct Compared {
+    case: Trips,
+    floor: Trips,
+    /// Per pair: the case's p50 over the floor's, and the same of the p99s.
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+}
+
+fn compared(case: &Case) -> Result<Compared, String> {
+    let per = (case.rounds / case.pairs).max(100);
+    let mut out = Compared {
+        case: Trips::default(),
+        floor: Trips::default(),
+        p50: Vec::new(),
+        p99: Vec::new(),
+    };
+    for k in 0..case.pairs {
+        let (c, f) = if k % 2 == 0 {
+            let c = shmflow_trips(case, per)?;
+            (c, floor_trips(case, per)?)
+        } else {
+            let f = floor_trips(case, per)?;
+            (shmflow_trips(case, per)?, f)
+        };
+        let (ca, fa) = (at(&c.all), at(&f.all));
+        out.p50.push(ca[0] as f64 / fa[0].max(1) as f64);
+        out.p99.push(ca[1] as f64 / fa[1].max(1) as f64);
+        out.case.extend(c);
+        out.floor.extend(f);
+    }
+    Ok(out)
+}
+
+/// The echo of [`shmflow_trips`]: every record from `PING` back into `PONG`, both ends waiting
 /// as `wait` says.
 pub(crate) fn echo(wait: &str) -> Result<(), String> {
     let wait = parse_wait(wait)?;
@@ -365,16 +461,11 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         return Err("--rate 0: at least one record a second".into());
     }
     let pauses = host_pauses(case.quiet);
-    let (rtt, clean) = round_trips(case)?;
-    let at = |v: &[u64]| -> [u64; 4] {
-        if v.is_empty() {
-            return [0; 4];
-        }
-        // Nearest rank: the smallest value with at least a fraction p of them at or below.
-        let pct = |p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1];
-        [pct(0.5), pct(0.99), pct(0.999), v[v.len() - 1]]
-    };
-    let (rtt_at, clean_at) = (at(&rtt), at(&clean));
+    let cmp = compared(case)?;
+    let (rtt, clean) = (&cmp.case.all, &cmp.case.clean);
+    let (rtt_at, clean_at) = (at(rtt), at(clean));
+    let (floor_at, floor_clean_at) = (at(&cmp.floor.all), at(&cmp.floor.clean));
+    let (p50_vs, p99_vs) = (summary(cmp.p50.clone()), summary(cmp.p99.clone()));
     let ow = one_way(case)?;
     let (cpu, cores, kernel) = machine();
     let sustained = ow.lag < Duration::from_millis(1);
@@ -395,6 +486,21 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
             "round_trip_no_pause_seen_ns": {
                 "count": clean.len(), "p50": clean_at[0], "p99": clean_at[1],
                 "p999": clean_at[2], "max": clean_at[3],
+            },
+            "floor_round_trip_ns": {
+                "count": cmp.floor.all.len(), "p50": floor_at[0], "p99": floor_at[1],
+                "p999": floor_at[2], "max": floor_at[3],
+            },
+            "floor_round_trip_no_pause_seen_ns": {
+                "count": cmp.floor.clean.len(), "p50": floor_clean_at[0],
+                "p99": floor_clean_at[1], "p999": floor_clean_at[2], "max": floor_clean_at[3],
+            },
+            "round_trip_vs_floor": {
+                "pairs": case.pairs,
+                "p50": { "median": round3(p50_vs.0), "min": round3(p50_vs.1),
+                         "max": round3(p50_vs.2) },
+                "p99": { "median": round3(p99_vs.0), "min": round3(p99_vs.1),
+                         "max": round3(p99_vs.2) },
             },
             "one_way_ns": {
                 "count": ow.count, "p50": ow.at[0], "p99": ow.at[1], "p999": ow.at[2],
@@ -419,12 +525,12 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         case.pool.segment_size
     );
     println!(
-        "{:<28} {:>10} {:>10} {:>10} {:>10}",
+        "{:<30} {:>10} {:>10} {:>10} {:>10}",
         "", "p50", "p99", "p99.9", "max"
     );
     let row = |name: &str, at: [u64; 4]| {
         println!(
-            "{name:<28} {:>10} {:>10} {:>10} {:>10}",
+            "{name:<30} {:>10} {:>10} {:>10} {:>10}",
             us(at[0]),
             us(at[1]),
             us(at[2]),
@@ -435,6 +541,14 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
     row(
         &format!("  no host pause before ({})", clean.len()),
         clean_at,
+    );
+    row(
+        &format!("floor on raw memory ({})", cmp.floor.all.len()),
+        floor_at,
+    );
+    row(
+        &format!("  no host pause before ({})", cmp.floor.clean.len()),
+        floor_clean_at,
     );
     row(&format!("one way ({} records)", ow.count), ow.at);
     println!(
@@ -448,6 +562,15 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
                 ow.lag.as_secs_f64() * 1e3
             )
         }
+    );
+    println!(
+        "round trip / floor, per pair of trials ({} pairs): p50 {:.2} [{:.2}..{:.2}], \
+         p99 {:.2} [{:.2}..{:.2}]",
+        case.pairs, p50_vs.0, p50_vs.1, p50_vs.2, p99_vs.0, p99_vs.1, p99_vs.2
+    );
+    println!(
+        "  (the floor: the same round trips between two processes on raw shared memory,\n   \
+         both spinning, no protocol: what this machine allows at the rate)"
     );
     println!(
         "receiver idle: {:.1} % of a core over {:.1} s without records",

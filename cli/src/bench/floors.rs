@@ -5,13 +5,14 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::process::Child;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::harness::{
-    child, env_fd, finished, parse_report, pin, pin_cpu0, time_rounds, touch, unpin,
+    child, env_fd, finish, finished, parse_report, pin, pin_cpu0, time_rounds, touch, unpin,
 };
 use super::roles::Role;
 use super::Cfg;
@@ -166,6 +167,122 @@ pub(super) fn futex_floor_peer() {
             }
             3 => break,
             _ => futex_wait(w, x),
+        }
+    }
+}
+
+/// The floor of `bench --case`: its round trip of `len` bytes on raw shared memory between
+/// two processes, both spinning. A shared word (offset 0) says whose turn it is: odd, the
+/// sender has written slot A (offset 64); even again, the peer has copied A out and its copy
+/// back into slot B. No protocol, no checks, no waiting strategy: what the hardware (and the
+/// host) allows a round trip of the case at its rate.
+pub(super) struct SpinEcho {
+    raw: Raw,
+    child: Child,
+    len: usize,
+}
+
+/// Slot A's offset; slot B follows it, line-aligned.
+const ECHO_A: usize = 64;
+
+fn echo_b(len: usize) -> usize {
+    ECHO_A + len.next_multiple_of(64)
+}
+
+fn echo_map_len(len: usize) -> usize {
+    (echo_b(len) + len.next_multiple_of(64)).next_multiple_of(4096)
+}
+
+/// Spins of a waiting side between two looks at whether its peer is still there.
+const LOOK_EVERY: u32 = 1 << 14;
+
+impl SpinEcho {
+    /// The shared memory and the peer process (`Role::CaseFloor`).
+    pub(super) fn start(len: usize) -> SpinEcho {
+        let raw = Raw::new(echo_map_len(len));
+        let child = child(
+            &Role::CaseFloor { len },
+            &[("RAW", raw.fd.as_raw_fd())],
+            |_| {},
+        );
+        SpinEcho { raw, child, len }
+    }
+
+    /// One round trip: `msg` (of the `len` given to `start`) out through slot A, the peer's
+    /// copy back into `msg` from slot B. An error if the peer process ended meanwhile.
+    pub(super) fn round(&mut self, msg: &mut [u8]) -> Result<(), String> {
+        assert_eq!(msg.len(), self.len);
+        let w = self.raw.u64_at(0);
+        // Only this side moves the word from even to odd: it is even here.
+        let x = w.load(Ordering::Relaxed);
+        // SAFETY: slot A lies within the mapping (`echo_map_len`); the peer reads it only
+        // after the Release store below, and has finished reading it before its own Release
+        // store of an even value, which the Acquire load of the last round saw.
+        unsafe {
+            std::ptr::copy_nonoverlapping(msg.as_ptr(), self.raw.ptr().add(ECHO_A), self.len)
+        };
+        // SYNC POINT: pairs with the peer's Acquire load in `case_floor_peer`.
+        w.store(x + 1, Ordering::Release);
+        let mut spins = 0u32;
+        // SYNC POINT: pairs with the peer's Release store of x + 2 after its copy into B.
+        while w.load(Ordering::Acquire) != x + 2 {
+            std::hint::spin_loop();
+            spins += 1;
+            if spins.is_multiple_of(LOOK_EVERY) {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    return Err(format!("the floor's peer process ended ({status})"));
+                }
+            }
+        }
+        // SAFETY: slot B lies within the mapping; the peer wrote it before its Release store
+        // of x + 2 (seen above) and writes it again only after the next odd value.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.raw.ptr().add(echo_b(self.len)),
+                msg.as_mut_ptr(),
+                self.len,
+            )
+        };
+        Ok(())
+    }
+
+    /// Tells the peer to end and waits for it.
+    pub(super) fn end(self) -> Result<(), String> {
+        self.raw.u64_at(0).store(u64::MAX, Ordering::Release);
+        finish(self.child).map(drop)
+    }
+}
+
+/// The peer of [`SpinEcho`]: copies slot A out and back into slot B for each odd value of
+/// the word, spinning; ends on `u64::MAX`, or when the process that started it is gone.
+pub(super) fn case_floor_peer(len: usize) {
+    let raw = Raw::map(env_fd("RAW"), echo_map_len(len));
+    let w = raw.u64_at(0);
+    let parent = std::os::unix::process::parent_id();
+    let mut buf = vec![0u8; len];
+    let mut spins = 0u32;
+    loop {
+        // SYNC POINT: pairs with the sender's Release stores in `SpinEcho::round` and `end`.
+        let x = w.load(Ordering::Acquire);
+        if x == u64::MAX {
+            break;
+        }
+        if x % 2 == 1 {
+            // SAFETY: both slots lie within the mapping; the sender wrote A before its
+            // Release store of x (seen above) and touches neither slot again until it sees
+            // x + 1 stored below.
+            unsafe {
+                std::ptr::copy_nonoverlapping(raw.ptr().add(ECHO_A), buf.as_mut_ptr(), len);
+                std::ptr::copy_nonoverlapping(buf.as_ptr(), raw.ptr().add(echo_b(len)), len);
+            }
+            // SYNC POINT: pairs with the sender's Acquire load in `SpinEcho::round`.
+            w.store(x + 1, Ordering::Release);
+            continue;
+        }
+        std::hint::spin_loop();
+        spins += 1;
+        if spins.is_multiple_of(LOOK_EVERY) && std::os::unix::process::parent_id() != parent {
+            break;
         }
     }
 }

@@ -355,12 +355,12 @@ fn moved_baselines(out: &Outcome) -> Vec<(&'static str, f64, Vec<&'static str>)>
 }
 
 /// Three decimals, as the figures are reported (a float that is not finite becomes `null`).
-fn round3(v: f64) -> Option<f64> {
+pub(super) fn round3(v: f64) -> Option<f64> {
     v.is_finite().then(|| (v * 1000.0).round() / 1000.0)
 }
 
 /// Median, min and max of the finite values (NaN for all three if there is none).
-fn summary(values: Vec<f64>) -> (f64, f64, f64) {
+pub(super) fn summary(values: Vec<f64>) -> (f64, f64, f64) {
     let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return (f64::NAN, f64::NAN, f64::NAN);

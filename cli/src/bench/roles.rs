@@ -57,6 +57,8 @@ pub(crate) enum Role {
     /// `bench --case`: the open loop's receiver on the channel CH, waiting as `wait` says,
     /// counting the records scheduled at `from` on, then its CPU while nothing comes.
     CaseSink { wait: String, from: u64 },
+    /// `bench --case`: the floor's peer, copying records of `len` bytes back on RAW.
+    CaseFloor { len: usize },
     /// Reads the channel CH with `recv_async`.
     AsyncSink,
     /// Reads the channel CH with `drain_async`.
@@ -128,6 +130,7 @@ impl Role {
             } => ("ol-sink", vec![value(*transport), s(len), s(from)]),
             Role::CaseEcho { wait } => ("case-echo", vec![wait.clone()]),
             Role::CaseSink { wait, from } => ("case-sink", vec![wait.clone(), s(from)]),
+            Role::CaseFloor { len } => ("case-floor", vec![s(len)]),
             Role::AsyncSink => ("async-sink", vec![]),
             Role::AsyncDrainSink => ("async-drain-sink", vec![]),
             Role::RemoteSink { port } => ("remote-sink", vec![s(port)]),
@@ -222,6 +225,10 @@ impl Role {
             } => openloop::sink(transport, len, from),
             Role::CaseEcho { wait } => case::echo(&wait),
             Role::CaseSink { wait, from } => case::sink(&wait, from),
+            Role::CaseFloor { len } => {
+                floors::case_floor_peer(len);
+                Ok(())
+            }
             Role::AsyncSink => asynch::async_sink(false),
             Role::AsyncDrainSink => asynch::async_sink(true),
             Role::RemoteSink { port } => remote::remote_sink(port),
@@ -313,6 +320,7 @@ mod tests {
                 wait: "block".into(),
                 from: 42,
             },
+            Role::CaseFloor { len: 256 },
             Role::AsyncSink,
             Role::AsyncDrainSink,
             Role::RemoteSink { port: 1 },
