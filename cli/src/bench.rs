@@ -108,7 +108,8 @@ pub(crate) struct BenchArgs {
     /// Case: bytes per record (at least 8).
     #[arg(long, default_value_t = 64)]
     len: usize,
-    /// Case: records per second offered in the one-way measure.
+    /// Case: records per second: the pace of the round trips (the case's and the floor's)
+    /// and the rate offered in the one-way measure.
     #[arg(long, default_value_t = 100_000)]
     rate: u64,
     /// Case: how the sending process waits (for a free segment, for the reply): block, park,
@@ -140,10 +141,20 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
                 Some(p) => case::parse_pool(p)?,
                 None => shmflow::Geometry::default(),
             },
-            // At most the measured seconds' worth at the rate.
-            rounds: (args.rate as f64 * if quick { 0.3 } else { 3.0 })
-                .clamp(1000.0, if quick { 20_000.0 } else { 100_000.0 })
-                as usize,
+            // The measured seconds' worth at the rate (3 s, 0.3 s with --quick), at least
+            // 1 000 where that takes no more than 20 s (5 s with --quick) of each side.
+            rounds: {
+                let rate = args.rate as f64;
+                let (secs, most, cap) = if quick {
+                    (0.3, 5.0, 20_000.0)
+                } else {
+                    (3.0, 20.0, 100_000.0)
+                };
+                (rate * secs)
+                    .max((rate * most).min(1000.0))
+                    .min(cap)
+                    .max(1.0) as usize
+            },
             pairs: args.pairs.unwrap_or(if quick { 2 } else { 5 }),
             warmup: Duration::from_millis(if quick { 100 } else { 500 }),
             measure: Duration::from_millis(if quick { 300 } else { 3000 }),

@@ -623,10 +623,18 @@ fn bench_case_sets_its_round_trips_beside_the_floors_in_pairs() {
             "{name}: {t}"
         );
     }
-    let clean = v["floor_round_trip_no_pause_seen_ns"]["count"]
-        .as_u64()
-        .unwrap();
-    assert!(clean <= 6000, "{v}");
+    // Those before which no pause was seen are some of them, with percentiles of their own.
+    for (all, clean) in [
+        (case, &v["round_trip_no_pause_seen_ns"]),
+        (floor, &v["floor_round_trip_no_pause_seen_ns"]),
+    ] {
+        let n = clean["count"].as_u64().unwrap();
+        assert!(n > 0 && n <= 6000, "{clean}");
+        assert!(
+            clean["max"].as_u64() <= all["max"].as_u64(),
+            "{clean} {all}"
+        );
+    }
     let vs = &v["round_trip_vs_floor"];
     assert_eq!(vs["pairs"].as_u64(), Some(3));
     for q in ["p50", "p99"] {
@@ -636,10 +644,74 @@ fn bench_case_sets_its_round_trips_beside_the_floors_in_pairs() {
             vs[q]["max"].as_f64().unwrap(),
         );
         assert!(lo > 0.0 && lo <= mid && mid <= hi, "{q}: {vs}");
+        // The per-pair ratios are of the same trials as the pooled figures: the pooled
+        // ratio lies within their spread (allowing for the rounding of percentiles).
+        let pooled = case[q].as_f64().unwrap() / floor[q].as_f64().unwrap();
+        assert!(
+            lo * 0.9 <= pooled && pooled <= hi * 1.1,
+            "{q}: pooled {pooled} outside {vs}"
+        );
     }
-    let out = shmflow(&["bench", "--case", "--quick", "--pairs", "0"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--pairs 0"));
+    for (pairs, says) in [("0", "--pairs 0"), ("7000", "--pairs 7000: at most 6000")] {
+        let out = shmflow(&[
+            "bench", "--case", "--quick", "--rate", "20000", "--pairs", pairs,
+        ]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+    }
+}
+
+#[test]
+fn the_floors_peer_ends_when_the_bench_is_killed() {
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_shmflow"))
+        .args(["bench", "--case", "--quick", "--rate", "500"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let peer = loop {
+        if let Some(&pid) = children_running(bench.id(), "case-floor").first() {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "no case-floor came");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    bench.kill().unwrap();
+    bench.wait().unwrap();
+    // The orphan sees its parent gone within a look (every 16 384 spins) and ends.
+    let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::fs::read_to_string(format!("/proc/{peer}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
+        assert!(
+            std::time::Instant::now() < gone_by,
+            "the floor's peer {peer} still runs 5 s after its bench was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn bench_reports_a_peer_it_cannot_start_as_an_error_not_a_panic() {
+    // The program's file removed once it runs: the peers it starts for each trial (by
+    // re-executing itself) cannot be started any more.
+    let dir = std::env::temp_dir().join(format!("shmflow-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("shmflow");
+    std::fs::copy(env!("CARGO_BIN_EXE_shmflow"), &exe).unwrap();
+    let bench = Command::new(&exe)
+        .args(["bench", "--case", "--quick", "--rate", "500"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = bench.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("could not be started"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
 }
 
 #[test]

@@ -254,7 +254,8 @@ fn floor_trips(case: &Case, rounds: usize) -> Result<Trips, String> {
 }
 
 /// The case's round trips and the floor's, in `case.pairs` adjacent pairs of trials (the
-/// case's first in even pairs, the floor's in odd ones), `case.rounds` of each in all.
+/// case's first in even pairs, the floor's in odd ones), `case.rounds` of each in all
+/// (rounded up to a multiple of the pairs).
 struct Compared {
     case: Trips,
     floor: Trips,
@@ -264,7 +265,7 @@ struct Compared {
 }
 
 fn compared(case: &Case) -> Result<Compared, String> {
-    let per = (case.rounds / case.pairs).max(100);
+    let per = case.rounds.div_ceil(case.pairs);
     let mut out = Compared {
         case: Trips::default(),
         floor: Trips::default(),
@@ -459,6 +460,12 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
     }
     if case.rate == 0 {
         return Err("--rate 0: at least one record a second".into());
+    }
+    if case.pairs > case.rounds {
+        return Err(format!(
+            "--pairs {}: at most {} at --rate {} (one round trip of each side a pair)",
+            case.pairs, case.rounds, case.rate
+        ));
     }
     let pauses = host_pauses(case.quiet);
     let cmp = compared(case)?;

@@ -196,6 +196,14 @@ fn echo_map_len(len: usize) -> usize {
 /// Spins of a waiting side between two looks at whether its peer is still there.
 const LOOK_EVERY: u32 = 1 << 14;
 
+/// How long the sender waits for the floor's peer to answer before it gives up on it (a peer
+/// stopped, or starved of CPU for good).
+const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
+/// The environment variable that tells the floor's peer the process id of the process that
+/// started it (the peer ends when its parent is another: that one is gone).
+const PARENT: &str = "SHMFLOW_BENCH_PARENT";
+
 impl SpinEcho {
     /// The shared memory and the peer process (`Role::CaseFloor`).
     pub(super) fn start(len: usize) -> SpinEcho {
@@ -203,7 +211,9 @@ impl SpinEcho {
         let child = child(
             &Role::CaseFloor { len },
             &[("RAW", raw.fd.as_raw_fd())],
-            |_| {},
+            |cmd| {
+                cmd.env(PARENT, std::process::id().to_string());
+            },
         );
         SpinEcho { raw, child, len }
     }
@@ -224,13 +234,20 @@ impl SpinEcho {
         // SYNC POINT: pairs with the peer's Acquire load in `case_floor_peer`.
         w.store(x + 1, Ordering::Release);
         let mut spins = 0u32;
+        let mut since: Option<Instant> = None;
         // SYNC POINT: pairs with the peer's Release store of x + 2 after its copy into B.
         while w.load(Ordering::Acquire) != x + 2 {
             std::hint::spin_loop();
-            spins += 1;
+            spins = spins.wrapping_add(1);
             if spins.is_multiple_of(LOOK_EVERY) {
                 if let Ok(Some(status)) = self.child.try_wait() {
                     return Err(format!("the floor's peer process ended ({status})"));
+                }
+                if since.get_or_insert_with(Instant::now).elapsed() > ANSWER_WITHIN {
+                    return Err(format!(
+                        "the floor's peer process did not answer within {} s",
+                        ANSWER_WITHIN.as_secs()
+                    ));
                 }
             }
         }
@@ -258,7 +275,9 @@ impl SpinEcho {
 pub(super) fn case_floor_peer(len: usize) {
     let raw = Raw::map(env_fd("RAW"), echo_map_len(len));
     let w = raw.u64_at(0);
-    let parent = std::os::unix::process::parent_id();
+    // The process that started us, as it said (a parent gone before this line would
+    // otherwise leave us the reaper's).
+    let parent: Option<u32> = std::env::var(PARENT).ok().and_then(|p| p.parse().ok());
     let mut buf = vec![0u8; len];
     let mut spins = 0u32;
     loop {
@@ -280,8 +299,8 @@ pub(super) fn case_floor_peer(len: usize) {
             continue;
         }
         std::hint::spin_loop();
-        spins += 1;
-        if spins.is_multiple_of(LOOK_EVERY) && std::os::unix::process::parent_id() != parent {
+        spins = spins.wrapping_add(1);
+        if spins.is_multiple_of(LOOK_EVERY) && Some(std::os::unix::process::parent_id()) != parent {
             break;
         }
     }

@@ -24,8 +24,12 @@ pub(crate) const REC: usize = 64;
 /// Spawns this binary as the peer `role`, its stdout piped (its report), with the descriptors
 /// `fds` left open across exec and named by the environment variables beside them; `setup`
 /// adjusts the command before it is spawned.
+/// A peer that cannot be started ends the bench with the reason and exit code 1, as a peer
+/// that fails does ([`finished`]).
 pub(crate) fn child(role: &Role, fds: &[(&str, RawFd)], setup: impl FnOnce(&mut Command)) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().expect("own path"));
+    let exe = std::env::current_exe()
+        .unwrap_or_else(|e| cannot_start(role, format!("this program's own path is unknown: {e}")));
+    let mut cmd = Command::new(exe);
     cmd.arg("__bench-role")
         .args(role.to_args())
         .stdout(Stdio::piped());
@@ -46,7 +50,16 @@ pub(crate) fn child(role: &Role, fds: &[(&str, RawFd)], setup: impl FnOnce(&mut 
         });
     }
     setup(&mut cmd);
-    cmd.spawn().expect("spawning the bench peer")
+    cmd.spawn()
+        .unwrap_or_else(|e| cannot_start(role, e.to_string()))
+}
+
+fn cannot_start(role: &Role, why: String) -> ! {
+    eprintln!(
+        "shmflow bench: the measuring peer process ({}) could not be started: {why}",
+        role.to_args()[0]
+    );
+    std::process::exit(1)
 }
 
 /// Pins the child to CPU 0 (before it execs), as `pin(0)` pins this thread.
