@@ -40,17 +40,37 @@ pub(crate) fn handle_byte(end_byte: i64) -> i64 {
 /// socket carries. The creator's end, whose peer has not attached, looks at it: once it is
 /// gone, no peer can come.
 pub(crate) fn handle_fd(fd: &OwnedFd, end_byte: i64, region: &str) -> Result<OwnedFd, OpenError> {
-    let own = crate::sys::lock::reopen(fd.as_fd())
-        .map_err(|e| OpenError::io(region, "reopening the region for its handle", e))?;
-    match crate::sys::lock::try_lock(own.as_fd(), handle_byte(end_byte)) {
-        Ok(true) => Ok(own),
+    match reopen_locked(
+        fd,
+        handle_byte(end_byte),
+        "reopening the region for its handle",
+        region,
+    )? {
+        Some(own) => Ok(own),
         // Each end's handle is made once, by the process that created the region, which
         // holds nothing else there: another holder would be a second handle of the end.
-        Ok(false) => Err(OpenError::io(
+        None => Err(OpenError::io(
             region,
             "locking the handle of a fresh region",
             std::io::Error::from(std::io::ErrorKind::AlreadyExists),
         )),
+    }
+}
+
+/// A new open file description of the object behind `fd`, with `byte` write-locked on it
+/// (`None`: another open file description holds the lock). `reopening` names the step in
+/// errors.
+fn reopen_locked(
+    fd: &OwnedFd,
+    byte: i64,
+    reopening: &'static str,
+    region: &str,
+) -> Result<Option<OwnedFd>, OpenError> {
+    let own =
+        crate::sys::lock::reopen(fd.as_fd()).map_err(|e| OpenError::io(region, reopening, e))?;
+    match crate::sys::lock::try_lock(own.as_fd(), byte) {
+        Ok(true) => Ok(Some(own)),
+        Ok(false) => Ok(None),
         Err(e) => Err(OpenError::io(region, "fcntl(F_OFD_SETLK)", e)),
     }
 }
@@ -70,16 +90,18 @@ impl EndLock {
         end: End,
         region: &str,
     ) -> Result<EndLock, OpenError> {
-        let own = crate::sys::lock::reopen(fd.as_fd())
-            .map_err(|e| OpenError::io(region, "reopening the region for its liveness lock", e))?;
-        match crate::sys::lock::try_lock(own.as_fd(), byte) {
-            Ok(true) => Ok(EndLock { fd: own, byte }),
-            Ok(false) => Err(OpenError::AlreadyAttached {
+        match reopen_locked(
+            fd,
+            byte,
+            "reopening the region for its liveness lock",
+            region,
+        )? {
+            Some(own) => Ok(EndLock { fd: own, byte }),
+            None => Err(OpenError::AlreadyAttached {
                 region: region.to_owned(),
                 end,
                 pid: 0,
             }),
-            Err(e) => Err(OpenError::io(region, "fcntl(F_OFD_SETLK)", e)),
         }
     }
 

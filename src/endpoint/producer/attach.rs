@@ -23,10 +23,17 @@ impl Producer {
         let (shared, lock) = crate::region::object::create_memfd(geometry, End::Producer)?;
         let handle = PeerHandle::new(&shared, End::Consumer)?;
         let mut end = Producer::attach_with(shared, Some(lock), Supply::Own)?;
-        if let Some(l) = &mut end.liveness {
+        end.expect_handle();
+        Ok((end, handle))
+    }
+
+    /// This end's creator made its consumer's handle (`create_anonymous`): a consumer that
+    /// never attached is gone once every descriptor of the handle is closed.
+    #[cfg(not(shmflow_loom))]
+    fn expect_handle(&mut self) {
+        if let Some(l) = &mut self.liveness {
             l.expect_handle();
         }
-        Ok((end, handle))
     }
 
     /// Under loom: a fresh heap region and its consumer's handle.
