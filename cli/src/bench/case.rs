@@ -532,12 +532,12 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         case.pool.segment_size
     );
     println!(
-        "{:<30} {:>11} {:>11} {:>11} {:>11}",
+        "{:<30} {:>12} {:>12} {:>12} {:>12}",
         "", "p50", "p99", "p99.9", "max"
     );
     let row = |name: &str, at: [u64; 4]| {
         println!(
-            "{name:<30} {:>11} {:>11} {:>11} {:>11}",
+            "{name:<30} {:>12} {:>12} {:>12} {:>12}",
             us(at[0]),
             us(at[1]),
             us(at[2]),

@@ -243,7 +243,11 @@ impl SpinEcho {
                 if let Ok(Some(status)) = self.child.try_wait() {
                     return Err(format!("the floor's peer process ended ({status})"));
                 }
-                if since.get_or_insert_with(Instant::now).elapsed() > ANSWER_WITHIN {
+                if since.get_or_insert_with(Instant::now).elapsed() > ANSWER_WITHIN
+                    && w.load(Ordering::Acquire) != x + 2
+                {
+                    // Stopped, or starved for good: ended here, so that `end` can wait for it.
+                    let _ = self.child.kill();
                     return Err(format!(
                         "the floor's peer process did not answer within {} s",
                         ANSWER_WITHIN.as_secs()

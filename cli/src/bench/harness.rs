@@ -8,6 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use shmflow::Geometry;
@@ -50,15 +51,76 @@ pub(crate) fn child(role: &Role, fds: &[(&str, RawFd)], setup: impl FnOnce(&mut 
         });
     }
     setup(&mut cmd);
-    cmd.spawn()
-        .unwrap_or_else(|e| cannot_start(role, e.to_string()))
+    let c = cmd
+        .spawn()
+        .unwrap_or_else(|e| cannot_start(role, e.to_string()));
+    left().peers.push(c.id());
+    c
 }
 
 fn cannot_start(role: &Role, why: String) -> ! {
-    eprintln!(
-        "shmflow bench: the measuring peer process ({}) could not be started: {why}",
+    fail(&format!(
+        "the measuring peer process ({}) could not be started: {why}",
         role.to_args()[0]
+    ))
+}
+
+/// What a bench that ends on a failure leaves undone: the measuring peers started and not
+/// waited for yet (their process ids: ours until waited for, so never another process's),
+/// and the commands that undo what the bench set up (the network namespaces of `netem`).
+struct Left {
+    peers: Vec<u32>,
+    undo: Vec<Vec<String>>,
+}
+
+static LEFT: Mutex<Left> = Mutex::new(Left {
+    peers: Vec::new(),
+    undo: Vec::new(),
+});
+
+fn left() -> std::sync::MutexGuard<'static, Left> {
+    LEFT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `cmd` undoes what the bench just set up: [`fail`] runs it if the bench ends on a failure
+/// before [`done_undo`] says it ran.
+pub(crate) fn undo_on_failure(cmd: &[&str]) {
+    left()
+        .undo
+        .push(cmd.iter().map(|s| s.to_string()).collect());
+}
+
+/// `cmd`, given to [`undo_on_failure`], ran.
+pub(crate) fn done_undo(cmd: &[&str]) {
+    let mut l = left();
+    if let Some(i) = l.undo.iter().position(|u| u.iter().eq(cmd.iter())) {
+        l.undo.remove(i);
+    }
+}
+
+/// Ends the bench on a failure (the built-in groups' trials have no error path): prints
+/// `why`, kills the measuring peers still running (a peer that spins or waits on a futex
+/// would not notice this process leave), undoes what was set up, and exits with code 1.
+pub(crate) fn fail(why: &str) -> ! {
+    eprintln!("shmflow bench: {why}");
+    let Left { peers, undo } = std::mem::replace(
+        &mut *left(),
+        Left {
+            peers: Vec::new(),
+            undo: Vec::new(),
+        },
     );
+    for pid in peers {
+        // SAFETY: kill and waitpid on a child of this process that was not waited for (so
+        // its id is still its own, at worst a zombie's).
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0);
+        }
+    }
+    for cmd in undo.iter().rev() {
+        let _ = Command::new(&cmd[0]).args(&cmd[1..]).status();
+    }
     std::process::exit(1)
 }
 
@@ -107,9 +169,10 @@ pub(crate) fn env_fd(var: &str) -> OwnedFd {
 /// Waits for a measuring peer and returns its report (its stdout). A peer that failed has
 /// printed its own message on the shared stderr; this says that it failed and how it ended.
 pub(crate) fn finish(c: Child) -> Result<String, String> {
-    let out = c
-        .wait_with_output()
-        .map_err(|e| format!("waiting for the measuring peer process: {e}"))?;
+    let id = c.id();
+    let out = c.wait_with_output();
+    left().peers.retain(|&p| p != id);
+    let out = out.map_err(|e| format!("waiting for the measuring peer process: {e}"))?;
     if !out.status.success() {
         return Err(format!(
             "the measuring peer process failed ({}); its own message, if any, is above",
@@ -122,10 +185,7 @@ pub(crate) fn finish(c: Child) -> Result<String, String> {
 /// [`finish`] for the built-in groups, whose trials have no error path: a failed peer ends
 /// the whole bench with its message and exit code 1.
 pub(crate) fn finished(c: Child) -> String {
-    finish(c).unwrap_or_else(|e| {
-        eprintln!("shmflow bench: {e}");
-        std::process::exit(1)
-    })
+    finish(c).unwrap_or_else(|e| fail(&e))
 }
 
 /// Times `rounds` round trips after a warm-up of a tenth; returns sorted nanoseconds.

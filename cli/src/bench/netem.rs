@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::Geometry;
 
-use super::harness::{child, finished, parse_report};
+use super::harness::{child, done_undo, finished, parse_report, undo_on_failure};
 use super::remote::{read_all, tcp_read_all};
 use super::roles::Role;
 
@@ -115,8 +115,10 @@ impl Netns {
                 format!("sbb{}", id % 100_000),
             ],
         };
-        run("ip", &["netns", "add", &n.a])?;
-        run("ip", &["netns", "add", &n.b])?;
+        for ns in [&n.a, &n.b] {
+            run("ip", &["netns", "add", ns])?;
+            undo_on_failure(&["ip", "netns", "del", ns]);
+        }
         let [va, vb] = &n.devs;
         run(
             "ip",
@@ -159,8 +161,10 @@ impl Netns {
 impl Drop for Netns {
     fn drop(&mut self) {
         // Deleting a namespace deletes its end of the veth pair, and the pair with it.
-        let _ = run("ip", &["netns", "del", &self.a]);
-        let _ = run("ip", &["netns", "del", &self.b]);
+        for ns in [&self.a, &self.b] {
+            let _ = run("ip", &["netns", "del", ns]);
+            done_undo(&["ip", "netns", "del", ns]);
+        }
     }
 }
 
