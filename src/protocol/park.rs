@@ -126,7 +126,13 @@ pub enum WaitStrategy {
     #[default]
     Block,
     /// Busy-poll for up to this long before parking: the lowest latency while the peer is
-    /// active, one CPU burnt while waiting. Keep it bounded on machines with few cores.
+    /// active, one CPU burnt while waiting. Keep it bounded on machines with few cores. A
+    /// thread that has just woken a sleeping peer (it sent to a consumer that had parked, or
+    /// gave a segment back to a producer that had) yields its CPU every
+    /// [`BLOCK_GAP`](crate::tuning::BLOCK_GAP) (5 µs) during its next busy-poll: the
+    /// scheduler may have queued the woken peer on this very CPU (on a VM, the other one
+    /// often counts as unavailable while it sleeps), and a poll that never yields would keep
+    /// it from running for the whole budget.
     BusyPoll(Duration),
     /// Park at once, no spinning: the least CPU, every wait pays a futex wake-up.
     Park,
@@ -212,6 +218,7 @@ pub(crate) fn take_mark(mark: &AtomicU32) -> bool {
 /// Wakes a waiter that announced `was`: through the doorbell it sleeps on, or the futex.
 #[cold]
 fn wake<O: Os>(word: &FutexWord, was: u32, bell: Option<&O::Bell>) {
+    note_wake();
     // Broken on purpose (loom only): the doorbell bit ignored, the futex woken instead.
     #[cfg(shmflow_broken = "doorbell_unrung")]
     let was = was & !DOORBELL;
@@ -367,7 +374,7 @@ pub(crate) fn spin_phase<O: Os, T, F>(
             if pace != Pace::Stream {
                 // A reply or a sparse record: look continuously for a moment, as a
                 // busy-poller would (nobody is filling lines for us to disturb).
-                if let Some(v) = busy_poll::<O, T, F>(BLOCK_EAGER, poll)? {
+                if let Some(v) = busy_poll::<O, T, F>(BLOCK_EAGER, poll, false)? {
                     return Ok(Some(v));
                 }
             }
@@ -399,25 +406,61 @@ pub(crate) fn spin_phase<O: Os, T, F>(
             }
         }
         WaitStrategy::Park => {}
-        WaitStrategy::BusyPoll(budget) => return busy_poll::<O, T, F>(budget, poll),
+        WaitStrategy::BusyPoll(budget) => {
+            return busy_poll::<O, T, F>(budget, poll, took_wake_note())
+        }
     }
     Ok(None)
 }
 
-/// Polls continuously for `budget`. `None` if nothing turned up.
+// This thread issued a wake-up since its last busy-poll began (see `WaitStrategy::BusyPoll`).
+// Under loom there is no scheduler to queue a peer behind the poller, and no yields.
+#[cfg(not(shmflow_loom))]
+thread_local! {
+    static WOKE_A_PEER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Notes that this thread woke a sleeping peer.
+#[inline]
+fn note_wake() {
+    #[cfg(not(shmflow_loom))]
+    WOKE_A_PEER.with(|w| w.set(true));
+}
+
+/// Whether this thread woke a peer since the last call; clears the note.
+#[inline]
+fn took_wake_note() -> bool {
+    #[cfg(not(shmflow_loom))]
+    let woke = WOKE_A_PEER.with(|w| w.replace(false));
+    #[cfg(shmflow_loom)]
+    let woke = false;
+    woke
+}
+
+/// Polls continuously for `budget`. `None` if nothing turned up. `yields`: the CPU is given
+/// up every [`BLOCK_GAP`] (a peer this thread just woke may be queued on it).
 fn busy_poll<O: Os, T, F>(
     budget: Duration,
     poll: &mut impl FnMut(Look) -> Result<Option<T>, F>,
+    yields: bool,
 ) -> Result<Option<T>, F> {
     let start = O::now();
+    let mut yielded = start;
     let mut i = 0u32;
     loop {
         if let Some(v) = poll(Look::Quick)? {
             return Ok(Some(v));
         }
         i = i.wrapping_add(1);
-        if i % O::POLLS_PER_CLOCK == 0 && O::now().duration_since(start) >= budget {
-            return Ok(None);
+        if i % O::POLLS_PER_CLOCK == 0 {
+            let now = O::now();
+            if now.duration_since(start) >= budget {
+                return Ok(None);
+            }
+            if yields && now.duration_since(yielded) >= BLOCK_GAP {
+                O::yield_cpu();
+                yielded = now;
+            }
         }
         crate::sync::spin_loop();
     }
@@ -629,7 +672,7 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T, F: From<Box<SysError>>>(
             // streaming peer) or throughout it (sparse traffic), up to `BLOCK_SPIN`.
             let start = O::now();
             if pace != Pace::Stream {
-                done!(busy_poll::<O, T, F>(BLOCK_EAGER, &mut poll));
+                done!(busy_poll::<O, T, F>(BLOCK_EAGER, &mut poll, false));
             }
             let mut last = O::now();
             loop {
@@ -688,5 +731,20 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T, F: From<Box<SysError>>>(
         }
         drop(announced);
         done!(poll(Look::Now));
+    }
+}
+
+#[cfg(all(test, not(shmflow_loom)))]
+mod wake_note_tests {
+    use super::{note_wake, took_wake_note};
+
+    #[test]
+    fn a_wake_is_noted_once_for_the_next_busy_poll_of_its_thread() {
+        assert!(!took_wake_note());
+        note_wake();
+        // Another thread's note is its own.
+        assert!(!std::thread::spawn(took_wake_note).join().unwrap());
+        assert!(took_wake_note());
+        assert!(!took_wake_note());
     }
 }
