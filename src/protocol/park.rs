@@ -95,11 +95,12 @@ pub const BLOCK_SPIN: Duration = Duration::from_micros(50);
 /// streaming: a reply or a sparse record that comes within it is seen at once.
 pub const BLOCK_EAGER: Duration = Duration::from_micros(2);
 
-/// The time between two yields of [`WaitStrategy::Block`] after [`BLOCK_EAGER`], and between
-/// two looks when the peer is streaming: long enough that a writer fills many cache lines
-/// undisturbed (a reader that looks more often keeps pulling the line the writer is filling,
-/// and the stream slows several times), short enough to be "at once" for anything that
-/// crosses a process boundary through the OS.
+/// The time between two yields of [`WaitStrategy::Block`] after [`BLOCK_EAGER`] (and of a
+/// [`WaitStrategy::BusyPoll`] after a wake-up), and between two looks when the peer is
+/// streaming: long enough that a writer fills many cache lines undisturbed (a reader that
+/// looks more often keeps pulling the line the writer is filling, and the stream slows
+/// several times), short enough to be "at once" for anything that crosses a process boundary
+/// through the OS.
 pub const BLOCK_GAP: Duration = Duration::from_micros(5);
 
 /// How a blocking call waits before it parks on the futex.
@@ -126,13 +127,14 @@ pub enum WaitStrategy {
     #[default]
     Block,
     /// Busy-poll for up to this long before parking: the lowest latency while the peer is
-    /// active, one CPU burnt while waiting. Keep it bounded on machines with few cores. A
-    /// thread that has just woken a sleeping peer (it sent to a consumer that had parked, or
-    /// gave a segment back to a producer that had) yields its CPU every
-    /// [`BLOCK_GAP`](crate::tuning::BLOCK_GAP) (5 µs) during its next busy-poll: the
-    /// scheduler may have queued the woken peer on this very CPU (on a VM, the other one
-    /// often counts as unavailable while it sleeps), and a poll that never yields would keep
-    /// it from running for the whole budget.
+    /// active, one CPU burnt while waiting. Keep it bounded on machines with few cores. After
+    /// its thread has woken a sleeping end (of any channel: a record, an event or a returned
+    /// segment for an end that had parked), the next busy phase of a blocking call yields
+    /// the thread's CPU every [`BLOCK_GAP`](crate::tuning::BLOCK_GAP) (5 µs): the scheduler
+    /// may have put the woken thread on its waker's CPU (on a VM a sleeping virtual CPU often
+    /// counts as unavailable), and a poll that never yielded would keep it from running for
+    /// the whole budget. Without such a wake-up it polls without a break. The async forms
+    /// yield to their executor instead.
     BusyPoll(Duration),
     /// Park at once, no spinning: the least CPU, every wait pays a futex wake-up.
     Park,
@@ -413,8 +415,10 @@ pub(crate) fn spin_phase<O: Os, T, F>(
     Ok(None)
 }
 
-// This thread issued a wake-up since its last busy-poll began (see `WaitStrategy::BusyPoll`).
-// Under loom there is no scheduler to queue a peer behind the poller, and no yields.
+// This thread woke a sleeping peer since its last `BusyPoll` busy phase: the peer may be
+// queued on this thread's CPU (see `WaitStrategy::BusyPoll`). Not under loom: loom runs every
+// modelled thread on one OS thread, which would share the flag, and the extra yields would
+// add schedule points to the models.
 #[cfg(not(shmflow_loom))]
 thread_local! {
     static WOKE_A_PEER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -438,7 +442,7 @@ fn took_wake_note() -> bool {
 }
 
 /// Polls continuously for `budget`. `None` if nothing turned up. `yields`: the CPU is given
-/// up every [`BLOCK_GAP`] (a peer this thread just woke may be queued on it).
+/// up every [`BLOCK_GAP`] (the peer may be queued on it, see `WaitStrategy::BusyPoll`).
 fn busy_poll<O: Os, T, F>(
     budget: Duration,
     poll: &mut impl FnMut(Look) -> Result<Option<T>, F>,
