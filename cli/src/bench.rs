@@ -18,6 +18,10 @@
 //! sides, `drain`, per-record counters off, like the raw floors, which spin on their atomics.
 //! `small_batch_rps` is the tuned stream with records claimed 64 at a time (`claim_batch`).
 //! `plain_rps` is every setting at its default: `send`, and `while let Some(r) = rx.recv()?`.
+//! Every sending loop of a stream, the raw ring's too, copies its record from the same place
+//! (the start of a cache line, `harness::LineBuf`) and looks at the clock about once per
+//! 512 KiB sent (`harness::records_per_look`), so that neither where the build put a buffer
+//! nor how often a loop reads the clock moves one side of a ratio and not the other.
 //! `--open-loop` measures latency at fixed offered rates instead (see `bench/openloop.rs`);
 //! `--case` measures the user's own case (see `bench/case.rs`).
 //!

@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::harness::{child, finished, parse_report, touch, RawFdOf, REC, RTT_G};
+use super::harness::{
+    child, finished, parse_report, records_per_look, touch, LineRec, RawFdOf, REC, RTT_G,
+};
 use super::roles::{EchoWait, Role};
 
 fn current() -> tokio::runtime::Runtime {
@@ -166,12 +168,12 @@ pub(crate) fn async_stream(secs: f64, drain: bool) -> (f64, f64) {
     let c = child(&sink, &[], |cmd| peer.pass_to(cmd, "CH"));
     drop(peer);
     // As the blocking loop's record: 64 bytes of a length the compiler sees.
-    let rec = [0x5Au8; REC];
+    let rec = LineRec::new();
     current().block_on(async move {
         let end = Instant::now() + Duration::from_secs_f64(secs);
         while Instant::now() < end {
-            for _ in 0..64 {
-                p.send_async(&rec).await.unwrap();
+            for _ in 0..records_per_look(REC) {
+                p.send_async(&rec.0).await.unwrap();
             }
         }
     });

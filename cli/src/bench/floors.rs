@@ -13,6 +13,7 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use super::harness::{
     child, env_fd, finish, finished, parse_report, pin, pin_cpu0, time_rounds, touch, unpin,
+    LineBuf,
 };
 use super::roles::Role;
 use super::Cfg;
@@ -332,7 +333,8 @@ pub(super) fn floor_stream(cfg: &Cfg, pool: usize, len: usize) -> (f64, f64) {
         |_| {},
     );
     let (head, tail, done) = (raw.u64_at(0), raw.u64_at(128), raw.u64_at(256));
-    let buf = vec![0x5Au8; len];
+    let line = LineBuf::new(len);
+    let buf = line.bytes();
     let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
     let mut t = 0u64;
     let frame = (4 + len + 7) & !7;

@@ -238,6 +238,46 @@ pub(crate) fn parse_report(s: &str) -> (f64, f64) {
     (it.next().unwrap(), it.next().unwrap())
 }
 
+/// Records a sending loop writes between two looks at the clock: about 512 KiB of them, as the
+/// raw ring's loop writes between its looks (8 slots of 64 KiB), and at least 64. A look costs
+/// tens of nanoseconds (`clock_gettime`), as much as a few dozen 64 B records take: looking
+/// every 64 records would charge the transport a cost the floor does not pay.
+pub(crate) fn records_per_look(len: usize) -> usize {
+    ((512 * 1024) / len.max(1)).clamp(64, 8192)
+}
+
+/// A 64 B record of 0x5A bytes on a cache line of its own, for the sending loops that copy one
+/// record again and again: where a record's source starts within a line changes what each copy
+/// costs (a load that crosses a line), so every loop, the floor's too, copies from the same
+/// place in a line, whatever the heap or the stack frame of the build put before it.
+#[repr(C, align(64))]
+pub(crate) struct LineRec(pub(crate) [u8; REC]);
+
+impl LineRec {
+    pub(crate) fn new() -> LineRec {
+        LineRec([0x5A; REC])
+    }
+}
+
+/// `len` bytes of 0x5A starting on a cache line (see [`LineRec`]).
+pub(crate) struct LineBuf {
+    buf: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl LineBuf {
+    pub(crate) fn new(len: usize) -> LineBuf {
+        let buf = vec![0x5Au8; len + 63];
+        let at = (64 - buf.as_ptr() as usize % 64) % 64;
+        LineBuf { buf, at, len }
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf[self.at..self.at + self.len]
+    }
+}
+
 pub(crate) fn touch(b: &[u8]) -> u64 {
     let mut s = 0u64;
     let mut chunks = b.chunks_exact(8);

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use shmflow::{Consumer, FlushPolicy, Geometry, LatencyMarkers, Producer, WaitStrategy};
 
 use super::harness::{
-    child, env_fd, finished, parse_report, pin, pin_cpu0, pipe_pair, time_rounds, touch,
-    uds_echo_child, unpin, RawFdOf, REC, RTT_G,
+    child, env_fd, finished, parse_report, pin, pin_cpu0, pipe_pair, records_per_look, time_rounds,
+    touch, uds_echo_child, unpin, LineBuf, LineRec, RawFdOf, REC, RTT_G,
 };
 use super::roles::{EchoWait, Role};
 use super::{Cfg, BULK, SPIN};
@@ -154,17 +154,19 @@ pub(super) fn tuned_stream(
     p.set_latency_markers(markers.map(|m| LatencyMarkers::every(m, "bench")));
     let c = child(&Role::ShmSink, &[("CH", peer.as_fd_raw())], |_| {});
     drop(peer);
-    let buf = vec![0x5Au8; len];
+    let line = LineBuf::new(len);
+    let buf = line.bytes();
     let whole = len <= p.max_unspanned_len();
+    let per_look = records_per_look(len);
     let end = Instant::now() + Duration::from_secs_f64(secs);
     'outer: loop {
-        for _ in 0..64 {
+        for _ in 0..per_look {
             if whole {
                 let mut claim = p.claim(len).unwrap();
-                claim.copy_from_slice(&buf);
+                claim.copy_from_slice(buf);
                 claim.commit();
             } else {
-                p.send(&buf).unwrap();
+                p.send(buf).unwrap();
             }
         }
         if Instant::now() >= end {
@@ -185,14 +187,16 @@ pub(super) fn batch_stream(cfg: &Cfg, g: Geometry, len: usize) -> (f64, f64) {
     p.set_metrics(false);
     let c = child(&Role::ShmSink, &[("CH", peer.as_fd_raw())], |_| {});
     drop(peer);
-    let buf = vec![0x5Au8; len];
+    let line = LineBuf::new(len);
+    let buf = line.bytes();
+    let per_look = records_per_look(len);
     let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
     while Instant::now() < end {
         let mut sent = 0;
-        while sent < 64 {
-            let mut batch = p.claim_batch(len, 64 - sent).unwrap();
+        while sent < per_look {
+            let mut batch = p.claim_batch(len, (per_look - sent).min(64)).unwrap();
             for r in batch.iter_mut() {
-                r.copy_from_slice(&buf);
+                r.copy_from_slice(buf);
             }
             sent += batch.len();
             batch.commit();
@@ -214,11 +218,13 @@ pub(super) fn plain_stream_for(secs: f64, markers: Option<Duration>) -> (f64, f6
     p.set_latency_markers(markers.map(|m| LatencyMarkers::every(m, "bench")));
     let c = child(&Role::PlainSink, &[("CH", peer.as_fd_raw())], |_| {});
     drop(peer);
-    let rec = [0x5Au8; REC];
+    let rec = LineRec::new();
+    let rec = &rec.0;
+    let per_look = records_per_look(REC);
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
-        for _ in 0..64 {
-            p.send(&rec).unwrap();
+        for _ in 0..per_look {
+            p.send(rec).unwrap();
         }
     }
     drop(p);
@@ -240,12 +246,13 @@ pub(super) fn os_stream(cfg: &Cfg, pipe: bool) -> (f64, f64) {
         (Box::new(mine), c)
     };
     let mut w = BufWriter::with_capacity(64 * 1024, w);
-    let rec = [0x5Au8; REC];
+    let rec = LineRec::new();
+    let rec = &rec.0;
     let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
     while Instant::now() < end {
         for _ in 0..1024 {
             w.write_all(&(REC as u32).to_le_bytes()).unwrap();
-            w.write_all(&rec).unwrap();
+            w.write_all(rec).unwrap();
         }
     }
     w.flush().unwrap();

@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::{Geometry, Producer, WaitStrategy};
 
-use super::harness::{child, finished, parse_report, touch, REC, RTT_G};
+use super::harness::{
+    child, finished, parse_report, records_per_look, touch, LineBuf, LineRec, REC, RTT_G,
+};
 use super::roles::Role;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -90,11 +92,12 @@ fn remote_stream_inner(secs: f64, len: usize) -> (f64, f64) {
         (tokio::spawn(s.run()), port)
     });
     let kid = child(&Role::RemoteSink { port }, &[], |_| {});
-    let rec = vec![0x5Au8; len];
+    let line = LineBuf::new(len);
+    let rec = line.bytes();
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
-        for _ in 0..64 {
-            p.send(&rec).unwrap();
+        for _ in 0..records_per_look(len) {
+            p.send(rec).unwrap();
         }
     }
     drop(p);
@@ -220,12 +223,13 @@ pub(crate) fn direct_stream(
         let kid = child(&sink, &[], |_| {});
         let mut p = l.accept_producer("bench", g).unwrap();
         p.set_flush_policy(policy);
-        let rec = vec![0x5Au8; len];
+        let line = LineBuf::new(len);
+        let rec = line.bytes();
         let end = Instant::now() + Duration::from_secs_f64(secs);
         while Instant::now() < end {
-            for _ in 0..64 {
+            for _ in 0..records_per_look(len) {
                 match write {
-                    Writes::Send | Writes::SendWide => p.send(&rec).unwrap(),
+                    Writes::Send | Writes::SendWide => p.send(rec).unwrap(),
                     Writes::InPlace => p.claim(len).unwrap().commit(),
                 }
             }
@@ -338,10 +342,11 @@ fn tcp_stream_inner(secs: f64) -> (f64, f64) {
     let kid = child(&Role::TcpSink { port }, &[], |_| {});
     let (mut s, _) = l.accept().unwrap();
     s.set_nodelay(true).unwrap();
-    let buf = vec![0x5Au8; 64 << 10];
+    let line = LineBuf::new(64 << 10);
+    let buf = line.bytes();
     let end = Instant::now() + Duration::from_secs_f64(secs);
     while Instant::now() < end {
-        s.write_all(&buf).unwrap();
+        s.write_all(buf).unwrap();
     }
     drop(s);
     parse_report(&finished(kid))
@@ -370,13 +375,14 @@ pub(crate) fn tcp_framed_stream(secs: f64) -> Streamed {
         let kid = child(&Role::TcpFramedSink { port }, &[], |_| {});
         let (mut s, _) = l.accept().unwrap();
         s.set_nodelay(true).unwrap();
-        let rec = std::hint::black_box([0x5Au8; REC]);
+        let rec = std::hint::black_box(LineRec::new());
+        let rec = &rec.0;
         let frame = FRAMED_HEADER + REC;
         let mut buf = vec![0u8; FRAMED_BUF];
         let mut at = 0;
         let end = Instant::now() + Duration::from_secs_f64(secs);
         while Instant::now() < end {
-            for _ in 0..64 {
+            for _ in 0..records_per_look(REC) {
                 if at + frame > FRAMED_BUF {
                     // The rest says "no more frames here" (a header of 0), as a seal does.
                     buf[at..].fill(0);
@@ -384,7 +390,7 @@ pub(crate) fn tcp_framed_stream(secs: f64) -> Streamed {
                     at = 0;
                 }
                 buf[at..at + FRAMED_HEADER].copy_from_slice(&(REC as u64).to_le_bytes());
-                buf[at + FRAMED_HEADER..at + frame].copy_from_slice(&rec);
+                buf[at + FRAMED_HEADER..at + frame].copy_from_slice(rec);
                 at += frame;
             }
         }
