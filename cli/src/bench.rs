@@ -26,7 +26,8 @@
 //! `--case` measures the user's own case (see `bench/case.rs`).
 //!
 //! The modules: `groups` (the trials of each `--only` group), `paired` (which trials run side
-//! by side, and the per-pair ratios), `floors` (the raw shared-memory floors), `local`
+//! by side, and the per-pair ratios), `floors` (the raw shared-memory floors; the raw ring's two sides run in a binary of
+//! their own, `src/bin/shmflow-raw-ring.rs`), `local`
 //! (shmflow, pipes and Unix sockets between local processes), `asynch`, `remote` and `netem`
 //! (the groups of those names), `openloop`, `report` (the ratios and the output), `roles`
 //! (the peer processes' command line) and `harness` (what they all share).

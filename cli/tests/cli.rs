@@ -722,6 +722,102 @@ fn the_floors_peer_ends_when_its_parent_was_gone_before_it_looked() {
 }
 
 #[test]
+fn the_raw_ring_counts_its_records_and_refuses_bad_arguments() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shmflow-raw-ring"))
+        .args(["stream", "524288", "64", "0.05"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let nums: Vec<u64> = text
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(nums.len(), 2, "{text:?}");
+    assert!(nums[0] > 1000 && nums[1] > 0, "{text:?}");
+    for bad in [
+        &["stream", "524288", "4", "1"][..],
+        &["stream", "524288", "65537", "1"],
+        &["stream", "524288", "64", "0"],
+        &["stream", "x", "64", "1"],
+        &["stream"],
+        &["sink", "4", "64"],
+        &[],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_shmflow-raw-ring"))
+            .args(bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{bad:?}: {err}");
+        assert!(err.starts_with("shmflow-raw-ring: "), "{bad:?}: {err}");
+    }
+}
+
+#[test]
+fn the_raw_rings_reader_ends_when_its_writer_is_killed() {
+    let mut writer = Command::new(env!("CARGO_BIN_EXE_shmflow-raw-ring"))
+        .args(["stream", "524288", "64", "30"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let reader = loop {
+        if let Some(&pid) = children_running(writer.id(), "sink").first() {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "no reader came");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::fs::read_to_string(format!("/proc/{reader}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    {
+        if std::time::Instant::now() > gone_by {
+            // SAFETY: kill on the orphan found above, so that it does not spin on.
+            unsafe { libc::kill(reader, libc::SIGKILL) };
+            panic!("the raw ring's reader {reader} still ran 5 s after its writer was killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_raw_rings_reader_ends_when_its_writer_was_gone_before_it_looked() {
+    // SAFETY: memfd_create with a valid name; checked.
+    let fd = unsafe { libc::memfd_create(c"ring".as_ptr(), 0) };
+    assert!(fd >= 0);
+    // SAFETY: the fresh descriptor, owned here (and inherited by the child: no CLOEXEC).
+    let f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    f.set_len(4096 + 2 * 65536).unwrap();
+    let mut reader = Command::new(env!("CARGO_BIN_EXE_shmflow-raw-ring"))
+        .args(["sink", "2", "64"])
+        .env("SHMFLOW_RAW_RING_FD", fd.to_string())
+        .env("SHMFLOW_RAW_RING_PARENT", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while reader.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            reader.kill().unwrap();
+            panic!("the raw ring's reader ran on for 5 s with its writer gone");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = reader.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the writer is gone"));
+    drop(f);
+}
+
+#[test]
 fn bench_reports_a_peer_it_cannot_start_as_an_error_not_a_panic() {
     // The program's file removed once it runs: the peers it starts for each trial (by
     // re-executing itself) cannot be started any more.

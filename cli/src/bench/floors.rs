@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::harness::{
-    child, env_fd, finish, finished, parse_report, pin, pin_cpu0, time_rounds, touch, unpin,
-    LineBuf,
+    child, companion, env_fd, finish, finished, parse_report, pin, pin_cpu0, time_rounds, unpin,
+    RAW_RING,
 };
 use super::roles::Role;
 use super::Cfg;
@@ -313,107 +313,17 @@ pub(super) fn case_floor_peer(len: usize) {
 
 // ----- throughput ------------------------------------------------------------------------------
 
-/// Raw ring of 64 KiB slots: a 4 KiB header (`head`, `tail`, `done` on their own lines, then
-/// each slot's used length), then the slots. Small records are packed `[u32 len][payload]`,
-/// 8-aligned; a 64 KiB record fills a slot exactly.
-const SLOT: usize = 64 * 1024;
-const LENS: usize = 512;
-fn raw_ring_len(slots: usize) -> usize {
-    4096 + slots * SLOT
-}
-
-/// Records of `len` bytes through a raw ring of `pool` bytes for `cfg.secs`: (records,
-/// nanoseconds) as the peer counted them.
+/// Records of `len` bytes through the raw ring (`shmflow-raw-ring`, a binary of its own) of
+/// `pool` bytes for `cfg.secs`: (records, nanoseconds) as its reading side counted them.
 pub(super) fn floor_stream(cfg: &Cfg, pool: usize, len: usize) -> (f64, f64) {
-    let slots = (pool / SLOT).max(2);
-    let raw = Raw::new(raw_ring_len(slots));
-    let c = child(
-        &Role::RawSink { slots, len },
-        &[("RAW", raw.fd.as_raw_fd())],
-        |_| {},
+    let c = companion(
+        RAW_RING,
+        &[
+            "stream".to_string(),
+            pool.to_string(),
+            len.to_string(),
+            cfg.secs.to_string(),
+        ],
     );
-    let (head, tail, done) = (raw.u64_at(0), raw.u64_at(128), raw.u64_at(256));
-    let line = LineBuf::new(len);
-    let buf = line.bytes();
-    let end = Instant::now() + Duration::from_secs_f64(cfg.secs);
-    let mut t = 0u64;
-    let frame = (4 + len + 7) & !7;
-    while Instant::now() < end {
-        for _ in 0..8 {
-            while t - head.load(Ordering::Acquire) >= slots as u64 {
-                std::hint::spin_loop();
-            }
-            let slot = (t % slots as u64) as usize;
-            // SAFETY: the slot lies inside the mapping and is ours until we publish `tail`.
-            let base = unsafe { raw.ptr().add(4096 + slot * SLOT) };
-            let used = if len == SLOT {
-                // SAFETY: exactly one slot.
-                unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), base, SLOT) };
-                SLOT
-            } else {
-                let mut off = 0;
-                while off + frame <= SLOT {
-                    // SAFETY: in bounds of the slot (checked by the loop condition).
-                    unsafe {
-                        (base.add(off) as *mut u32).write_unaligned(len as u32);
-                        std::ptr::copy_nonoverlapping(buf.as_ptr(), base.add(off + 4), len);
-                    }
-                    off += frame;
-                }
-                off
-            };
-            raw.u64_at(LENS + slot * 8)
-                .store(used as u64, Ordering::Relaxed);
-            t += 1;
-            tail.store(t, Ordering::Release);
-        }
-    }
-    done.store(1, Ordering::Release);
     parse_report(&finished(c))
-}
-
-/// The peer of [`floor_stream`]: reads the ring of `slots` slots to its end, touching every
-/// record of `len` bytes; prints `records nanoseconds`.
-pub(super) fn raw_sink(slots: usize, len: usize) {
-    let raw = Raw::map(env_fd("RAW"), raw_ring_len(slots));
-    let (head, tail, done) = (raw.u64_at(0), raw.u64_at(128), raw.u64_at(256));
-    let frame = (4 + len + 7) & !7;
-    let (mut h, mut n, mut sum, mut start) = (0u64, 0u64, 0u64, None);
-    loop {
-        let t = tail.load(Ordering::Acquire);
-        if h == t {
-            if done.load(Ordering::Acquire) == 1 && tail.load(Ordering::Acquire) == h {
-                break;
-            }
-            std::hint::spin_loop();
-            continue;
-        }
-        start.get_or_insert_with(Instant::now);
-        while h < t {
-            let slot = (h % slots as u64) as usize;
-            // SAFETY: the slot is published (Acquire on tail) and inside the mapping.
-            let base = unsafe { raw.ptr().add(4096 + slot * SLOT) };
-            let used = (raw.u64_at(LENS + slot * 8).load(Ordering::Relaxed) as usize).min(SLOT);
-            if len == SLOT {
-                // SAFETY: one whole slot.
-                sum = sum.wrapping_add(touch(unsafe { std::slice::from_raw_parts(base, used) }));
-                n += 1;
-            }
-            let mut off = if len == SLOT { used } else { 0 };
-            while off < used {
-                // SAFETY: within the slot.
-                let l = unsafe { (base.add(off) as *const u32).read_unaligned() } as usize;
-                // SAFETY: the record lies within the slot (the producer wrote it so).
-                let payload =
-                    unsafe { std::slice::from_raw_parts(base.add(off + 4), l.min(SLOT - off - 4)) };
-                sum = sum.wrapping_add(touch(payload));
-                n += 1;
-                off += frame;
-            }
-            h += 1;
-            head.store(h, Ordering::Release);
-        }
-    }
-    std::hint::black_box(sum);
-    println!("{n} {}", start.map(|s| s.elapsed().as_nanos()).unwrap_or(1));
 }

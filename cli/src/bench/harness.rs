@@ -58,6 +58,30 @@ pub(crate) fn child(role: &Role, fds: &[(&str, RawFd)], setup: impl FnOnce(&mut 
     c
 }
 
+/// The raw ring's binary, beside this one (see `floors::floor_stream`).
+pub(crate) const RAW_RING: &str = "shmflow-raw-ring";
+
+/// Starts `name`, a binary of this package installed beside this one, with `args`, its
+/// standard output piped: a measuring peer as [`child`] starts them.
+pub(crate) fn companion(name: &str, args: &[String]) -> Child {
+    let exe = std::env::current_exe()
+        .map(|e| e.with_file_name(name))
+        .unwrap_or_else(|e| fail(&format!("this program's own path is unknown: {e}")));
+    let c = Command::new(&exe)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            fail(&format!(
+                "{} could not be started: {e} (it is built and installed with this program: \
+                 `cargo build --release -p shmflow-cli`, `cargo install --path cli`)",
+                exe.display()
+            ))
+        });
+    left().peers.push(c.id());
+    c
+}
+
 fn cannot_start(role: &Role, why: String) -> ! {
     fail(&format!(
         "the measuring peer process ({}) could not be started: {why}",

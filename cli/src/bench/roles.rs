@@ -40,8 +40,6 @@ pub(crate) enum Role {
     ShmSink,
     /// Reads the channel CH with the plain loop, every setting at its default.
     PlainSink,
-    /// Reads the raw ring of RAW, of `slots` slots, records of `len` bytes.
-    RawSink { slots: usize, len: usize },
     /// Reads length-prefixed records from the descriptor IN.
     FdSink,
     /// The open loop's receiver: messages of `len` bytes over `transport` (CH or IN), their
@@ -121,7 +119,6 @@ impl Role {
             Role::EchoFd => ("echo-fd", vec![]),
             Role::ShmSink => ("shm-sink", vec![]),
             Role::PlainSink => ("plain-sink", vec![]),
-            Role::RawSink { slots, len } => ("raw-sink", vec![s(slots), s(len)]),
             Role::FdSink => ("fd-sink", vec![]),
             Role::OlSink {
                 transport,
@@ -210,10 +207,6 @@ impl Role {
             }
             Role::ShmSink => local::shm_sink(),
             Role::PlainSink => local::plain_sink(),
-            Role::RawSink { slots, len } => {
-                floors::raw_sink(slots, len);
-                Ok(())
-            }
             Role::FdSink => {
                 local::fd_sink();
                 Ok(())
@@ -291,7 +284,6 @@ mod tests {
             Role::EchoFd,
             Role::ShmSink,
             Role::PlainSink,
-            Role::RawSink { slots: 4, len: 64 },
             Role::FdSink,
             Role::OlSink {
                 transport: Transport::ShmflowDefault,
