@@ -462,22 +462,29 @@ const PREFETCH_AHEAD: usize = 1024;
 /// each record would pay a whole cross-core cache miss in turn; with it, the misses overlap.
 #[inline(always)]
 fn prefetch_ahead(c: &ReadSeg, seg_size: usize) {
+    prefetch_from(c.base, c.rd, c.complete, seg_size);
+}
+
+/// [`prefetch_ahead`] from the segment at `base` read up to `rd`, `complete` as
+/// [`ReadSeg::complete`].
+#[inline(always)]
+fn prefetch_from(base: *const u8, rd: usize, complete: bool, seg_size: usize) {
     #[cfg(all(target_arch = "x86_64", not(shmflow_loom)))]
     {
-        let ahead = c.rd + PREFETCH_AHEAD;
-        if c.complete && ahead < seg_size {
+        let ahead = rd + PREFETCH_AHEAD;
+        if complete && ahead < seg_size {
             // SAFETY: `ahead < segment_size`: inside the segment in hand. A
             // prefetch never faults and changes no state anyone can see.
             unsafe {
                 std::arch::x86_64::_mm_prefetch(
-                    c.base.add(ahead) as *const i8,
+                    base.add(ahead) as *const i8,
                     std::arch::x86_64::_MM_HINT_T0,
                 )
             };
         }
     }
     #[cfg(not(all(target_arch = "x86_64", not(shmflow_loom))))]
-    let _ = (c.complete, seg_size, PREFETCH_AHEAD);
+    let _ = (base, rd, complete, seg_size, PREFETCH_AHEAD);
 }
 
 // SAFETY: the only non-Send field is the cached segment pointer, which points into the mapping

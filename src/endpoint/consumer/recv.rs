@@ -213,16 +213,46 @@ impl Consumer {
                 // and added once.
                 let (mut k, mut bytes) = (0u64, 0u64);
                 let mut failed = None;
-                while n < max {
-                    let Some((len, ptr)) = self.fast_whole_inner() else {
-                        break;
-                    };
-                    k += 1;
-                    bytes += len as u64;
-                    n += 1;
-                    if let Err(e) = f(Record::single(self, ptr, len)) {
-                        failed = Some(e);
-                        break;
+                if let Some(c) = self.cur.as_ref() {
+                    // The segment in hand and the read position in locals, kept in registers
+                    // across `f`: a `Record` of one segment touches only `span` (a part handed
+                    // out), never `cur`, `seg_size` or `fast_max`, so nothing here is read back
+                    // from `self`. The position is stored before `f` runs (a store only,
+                    // never loaded in this loop), so `self` is as `recv` leaves it if `f`
+                    // panics.
+                    let (base, seg, complete) = (c.base, c.seg, c.complete);
+                    let (seg_size, fast_max) = (self.seg_size, self.fast_max);
+                    let mut rd = c.rd;
+                    while n < max {
+                        // The checks of `fast_whole_inner`, on the locals.
+                        if rd + HEADER > seg_size {
+                            break;
+                        }
+                        // SAFETY: `base` is the segment's start (cached at pop), `rd + 8 <=
+                        // segment_size` (checked above), `rd` 8-aligned (a frame boundary).
+                        // Acquire: as in `poll_frame`.
+                        let word = frame::load(unsafe { self.shared.word_in(base, seg, rd) });
+                        let (len, kind) = frame::decode(word);
+                        let len = len as usize;
+                        // (No overflow: `rd + 8 <= segment_size` was checked above.)
+                        if kind != frame::WHOLE || len > seg_size - rd - HEADER || len > fast_max {
+                            break;
+                        }
+                        let at = rd;
+                        rd = frame::next_frame(at, len);
+                        if let Some(c) = self.cur.as_mut() {
+                            c.rd = rd;
+                        }
+                        prefetch_from(base, rd, complete, seg_size);
+                        k += 1;
+                        bytes += len as u64;
+                        n += 1;
+                        // SAFETY: `at + 8 + len <= segment_size` (checked above).
+                        let ptr = unsafe { base.add(at + HEADER) };
+                        if let Err(e) = f(Record::single(self, ptr, len)) {
+                            failed = Some(e);
+                            break;
+                        }
                     }
                 }
                 if self.metrics && k > 0 {
