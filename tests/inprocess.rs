@@ -779,3 +779,58 @@ fn recv_async_to_vec(c: &mut Consumer) -> Result<Option<Vec<u8>>, shmflow::RecvE
 fn recv_async_to_vec(_: &mut Consumer) -> Result<Option<Vec<u8>>, shmflow::RecvError> {
     unreachable!("the async form needs the tokio feature")
 }
+
+#[test]
+fn what_a_drain_closure_does_with_a_record_leaves_the_records_after_it_whole_and_in_order() {
+    // Each record read in another way inside `try_drain`'s closure: in place, part by part, as
+    // an `io::Read`, and held past its segment; the records after each must come whole and in
+    // order (the drain keeps its place in the segment across the closure).
+    let (mut tx, mut rx) = pair(4);
+    let total = 100u64;
+    let record = |i: u64| {
+        let mut r = vec![i as u8; 100];
+        r[..8].copy_from_slice(&i.to_le_bytes());
+        r
+    };
+    for i in 0..total {
+        tx.send(&record(i)).unwrap();
+    }
+    drop(tx);
+    let (mut next, mut holds) = (0u64, Vec::new());
+    while next < total {
+        let n = rx
+            .try_drain(usize::MAX, |mut r| {
+                let bytes = match next % 4 {
+                    0 => r.as_bytes().unwrap().to_vec(),
+                    1 => {
+                        let b = r.next_part()?.unwrap().to_vec();
+                        assert_eq!(r.next_part()?, None, "a record in one segment has one part");
+                        b
+                    }
+                    2 => {
+                        let mut b = Vec::new();
+                        r.read_to_end(&mut b).unwrap();
+                        b
+                    }
+                    _ => {
+                        let b = r.as_bytes().unwrap().to_vec();
+                        holds.push(r.hold_segment().expect("a record of one segment is held"));
+                        b
+                    }
+                };
+                assert_eq!(bytes, record(next), "record {next}");
+                next += 1;
+                Ok::<_, shmflow::Error>(())
+            })
+            .unwrap();
+        assert!(n > 0 || rx.is_ended(), "nothing drained at record {next}");
+        if n == 0 {
+            break;
+        }
+    }
+    assert_eq!(next, total);
+    for h in holds {
+        rx.release_hold(h).unwrap();
+    }
+    assert!(rx.recv().unwrap().is_none());
+}

@@ -18,17 +18,20 @@
 //! sides, `drain`, per-record counters off, like the raw floors, which spin on their atomics.
 //! `small_batch_rps` is the tuned stream with records claimed 64 at a time (`claim_batch`).
 //! `plain_rps` is every setting at its default: `send`, and `while let Some(r) = rx.recv()?`.
-//! Every sending loop of a stream, the raw ring's too, copies its record from the same place
-//! (the start of a cache line, `harness::LineBuf`) and looks at the clock about once per
-//! 512 KiB sent (`harness::records_per_look`), so that neither where the build put a buffer
-//! nor how often a loop reads the clock moves one side of a ratio and not the other.
+//! The sending loops of the shmflow streams (local, async, bridges, direct ends, and TCP's
+//! framed 64 B baseline) and the raw ring's copy their record from the start of a cache line
+//! (`harness::LineBuf`, `LineRec`) and look at the clock about once per 512 KiB, at least
+//! every 64 records (`harness::records_per_look`; the ring every 8 slots of 64 KiB), so that
+//! neither where the build put a buffer nor how often a loop reads the clock moves one side of
+//! a ratio and not the other. The pipe and Unix socket baselines look every 1 024 records, raw
+//! TCP every 64 KiB write; `netem`'s streams every record (their rates are the link's).
 //! `--open-loop` measures latency at fixed offered rates instead (see `bench/openloop.rs`);
 //! `--case` measures the user's own case (see `bench/case.rs`).
 //!
 //! The modules: `groups` (the trials of each `--only` group), `paired` (which trials run side
-//! by side, and the per-pair ratios), `floors` (the raw shared-memory floors; the raw ring's two sides run in a binary of
-//! their own, `src/bin/shmflow-raw-ring.rs`), `local`
-//! (shmflow, pipes and Unix sockets between local processes), `asynch`, `remote` and `netem`
+//! by side, and the per-pair ratios), `floors` (the raw shared-memory
+//! floors; the raw ring's two sides run in a binary of their own,
+//! `src/bin/shmflow-raw-ring.rs`), `local` (shmflow, pipes and Unix sockets between local processes), `asynch`, `remote` and `netem`
 //! (the groups of those names), `openloop`, `report` (the ratios and the output), `roles`
 //! (the peer processes' command line) and `harness` (what they all share).
 

@@ -743,6 +743,12 @@ fn the_raw_ring_counts_its_records_and_refuses_bad_arguments() {
         &["stream", "524288", "4", "1"][..],
         &["stream", "524288", "65537", "1"],
         &["stream", "524288", "64", "0"],
+        &["stream", "524288", "64", "nan"],
+        &["stream", "524288", "64", "inf"],
+        &["stream", "524288", "64", "-1"],
+        &["stream", "1000000000000000000000000000000", "64", "1"],
+        &["stream", "30000000", "64", "1"],
+        &["stream", "524288", "64.5", "1"],
         &["stream", "x", "64", "1"],
         &["stream"],
         &["sink", "4", "64"],
@@ -785,6 +791,31 @@ fn the_raw_rings_reader_ends_when_its_writer_is_killed() {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+#[test]
+fn the_raw_rings_reader_refuses_memory_smaller_than_its_ring() {
+    // SAFETY: memfd_create with a valid name; checked.
+    let fd = unsafe { libc::memfd_create(c"ring".as_ptr(), 0) };
+    assert!(fd >= 0);
+    // SAFETY: the fresh descriptor, owned here (and inherited by the child: no CLOEXEC).
+    let f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    f.set_len(4096 + 65536).unwrap();
+    for slots in ["4", "1", "449"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_shmflow-raw-ring"))
+            .args(["sink", slots, "64"])
+            .env("SHMFLOW_RAW_RING_FD", fd.to_string())
+            .env("SHMFLOW_RAW_RING_PARENT", std::process::id().to_string())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{slots}: {err}");
+        assert!(
+            err.contains("the ring's memory is") || err.contains("a ring has 2 to 448 slots"),
+            "{slots}: {err}"
+        );
+    }
+    drop(f);
 }
 
 #[test]

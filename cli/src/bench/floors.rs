@@ -1,7 +1,9 @@
 //! The hardware floors `shmflow bench` holds shmflow against, and their peers: a round trip
 //! on one shared word, busy-polled (`floor_spin_*`) or through the futex (`floor_futex_*`),
 //! and a raw ring of 64 KiB slots in shared memory, busy-polled on both sides
-//! (`floor_small_rps`, `floor_bulk_gbps`). No protocol, no checks: what moving the bytes costs.
+//! (`floor_small_rps`, `floor_bulk_gbps`; both its sides run in `shmflow-raw-ring`, a binary
+//! of its own: `src/bin/shmflow-raw-ring.rs`). No protocol, no checks: what moving the bytes
+//! costs.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

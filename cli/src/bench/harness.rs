@@ -1,5 +1,6 @@
 //! What every benchmark group shares: spawning and finishing the measuring child processes
-//! (each a hidden `__bench-role` subcommand of this binary, see `roles`), passing descriptors
+//! (each a hidden `__bench-role` subcommand of this binary, see `roles`, but for the raw ring,
+//! a binary of its own beside this one: `companion`), passing descriptors
 //! to them, pinning to a CPU, timing rounds, reading their reports, and naming the machine.
 //! Every group depends on it; the groups never refer back to `bench`, and only `netem` to
 //! another group (`remote`'s readers).

@@ -25,8 +25,14 @@ use memmap2::{MmapOptions, MmapRaw};
 
 /// Slot size: a 64 KiB record fills one exactly.
 const SLOT: usize = 64 * 1024;
-/// Where each slot's used length is kept (after `head`, `tail`, `done` on lines of their own).
+/// Where each slot's used length is kept (after `head`, `tail`, `done` on lines of their own),
+/// a word a slot to the end of the 4 KiB header.
 const LENS: usize = 512;
+/// Slots the header has room for: 448 (a ring of 28 MiB).
+const MAX_SLOTS: usize = (4096 - LENS) / 8;
+/// A record's length word before its payload: 8 bytes, as a shmflow frame's header, so that
+/// payloads start 8 bytes into their frame in both.
+const LEN_WORD: usize = 8;
 /// Spins of a waiting side between two looks at whether its peer is still there.
 const LOOK_EVERY: u32 = 1 << 14;
 /// The environment variable that names the memfd's descriptor in the peer.
@@ -68,7 +74,21 @@ struct Ring {
 }
 
 impl Ring {
+    /// Maps a ring of `slots` slots from `fd`, which must be that long.
     fn map(fd: &File, slots: usize) -> Result<Ring, String> {
+        if !(2..=MAX_SLOTS).contains(&slots) {
+            return Err(format!("a ring has 2 to {MAX_SLOTS} slots, not {slots}"));
+        }
+        let size = fd
+            .metadata()
+            .map_err(|e| format!("the ring's size: {e}"))?
+            .len();
+        if size < ring_len(slots) as u64 {
+            return Err(format!(
+                "the ring's memory is {size} bytes, not the {} of {slots} slots",
+                ring_len(slots)
+            ));
+        }
         let map = MmapOptions::new()
             .len(ring_len(slots))
             .populate()
@@ -77,9 +97,12 @@ impl Ring {
         Ok(Ring { map, slots })
     }
 
+    /// A header word: `head`, `tail`, `done`, or a slot's used length (below `LENS + 8 *
+    /// MAX_SLOTS = 4096`, so never in a slot).
     fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off + 8 <= self.map.len() && off.is_multiple_of(8));
-        // SAFETY: in bounds, aligned, and only ever accessed atomically by both processes.
+        assert!(off + 8 <= 4096 && off.is_multiple_of(8));
+        // SAFETY: in bounds (the header lies within every mapping `map` accepts), aligned, and
+        // the header's words are only ever accessed atomically by both processes.
         unsafe { &*(self.map.as_mut_ptr().add(off) as *const AtomicU64) }
     }
 
@@ -93,27 +116,37 @@ impl Ring {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let num = |i: usize| -> Result<f64, String> {
-        args.get(i)
-            .ok_or_else(usage)?
-            .parse::<f64>()
+    let arg =
+        |i: usize| -> Result<&str, String> { args.get(i).map(String::as_str).ok_or_else(usage) };
+    let num = |i: usize| -> Result<usize, String> {
+        arg(i)?
+            .parse::<usize>()
             .map_err(|e| format!("argument {i}: {e}\n{}", usage()))
     };
     let run = || -> Result<(), String> {
         match args.first().map(String::as_str) {
             Some("stream") => {
-                let (pool, len, secs) = (num(1)? as usize, num(2)? as usize, num(3)?);
-                if !(8..=SLOT).contains(&len) || secs <= 0.0 {
+                let (pool, len) = (num(1)?, num(2)?);
+                let secs = arg(3)?
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .filter(|d| !d.is_zero());
+                let (Some(secs), true, true) =
+                    (secs, (8..=SLOT).contains(&len), pool <= MAX_SLOTS * SLOT)
+                else {
                     return Err(format!(
-                        "RECORD_LEN must be 8..={SLOT} and SECS above 0\n{}",
+                        "POOL_BYTES must be at most {} MiB, RECORD_LEN 8 to {SLOT}, SECS a \
+                         number of seconds above 0\n{}",
+                        (MAX_SLOTS * SLOT) >> 20,
                         usage()
                     ));
-                }
+                };
                 let (n, ns) = stream((pool / SLOT).max(2), len, secs)?;
                 println!("{n} {ns}");
                 Ok(())
             }
-            Some("sink") => sink(num(1)? as usize, num(2)? as usize),
+            Some("sink") => sink(num(1)?, num(2)?),
             _ => Err(usage()),
         }
     };
@@ -132,7 +165,7 @@ fn usage() -> String {
 
 /// The writing side: starts the sink on a fresh memfd, writes for `secs`, and returns what
 /// the sink counted.
-fn stream(slots: usize, len: usize, secs: f64) -> Result<(String, String), String> {
+fn stream(slots: usize, len: usize, secs: Duration) -> Result<(String, String), String> {
     // SAFETY: memfd_create with a valid name; checked. Without MFD_CLOEXEC: the sink
     // inherits it (this binary starts no other program).
     let fd = unsafe { libc::memfd_create(c"shmflow-raw-ring".as_ptr(), 0) };
@@ -172,13 +205,13 @@ fn stream(slots: usize, len: usize, secs: f64) -> Result<(String, String), Strin
 }
 
 #[inline(never)]
-fn write(ring: &Ring, len: usize, secs: f64, child: &mut Child) -> Result<(), String> {
+fn write(ring: &Ring, len: usize, secs: Duration, child: &mut Child) -> Result<(), String> {
     let slots = ring.slots;
     let (head, tail, done) = (ring.word(0), ring.word(128), ring.word(256));
     let line = LineBuf::new(len);
     let buf = line.bytes();
-    let frame = (4 + len + 7) & !7;
-    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let frame = (LEN_WORD + len + 7) & !7;
+    let end = Instant::now() + secs;
     let mut t = 0u64;
     let mut spins = 0u32;
     while Instant::now() < end {
@@ -205,13 +238,14 @@ fn write(ring: &Ring, len: usize, secs: f64, child: &mut Child) -> Result<(), St
                     // SAFETY: inside the slot (the loop's condition), ours until `tail` is
                     // published.
                     unsafe {
-                        (base.add(off) as *mut u32).write_unaligned(len as u32);
-                        std::ptr::copy_nonoverlapping(buf.as_ptr(), base.add(off + 4), len);
+                        (base.add(off) as *mut u64).write_unaligned(len as u64);
+                        std::ptr::copy_nonoverlapping(buf.as_ptr(), base.add(off + LEN_WORD), len);
                     }
                     off += frame;
                 }
                 off
             };
+            // Relaxed: published by the Release store of `tail` below (SYNC POINT there).
             ring.word(LENS + slot * 8)
                 .store(used as u64, Ordering::Relaxed);
             t += 1;
@@ -231,8 +265,8 @@ fn sink(slots: usize, len: usize) -> Result<(), String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| format!("{FD_VAR} is not set: `sink` is started by `stream`"))?;
-    if !(2..=1 << 16).contains(&slots) || !(8..=SLOT).contains(&len) {
-        return Err(format!("sink: {slots} slots of records of {len} bytes"));
+    if !(8..=SLOT).contains(&len) {
+        return Err(format!("sink: records of {len} bytes (8 to {SLOT})"));
     }
     // SAFETY: the descriptor `stream` passed down, ours from here on.
     let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
@@ -251,14 +285,15 @@ fn sink(slots: usize, len: usize) -> Result<(), String> {
 fn read(ring: &Ring, len: usize, parent: u32) -> Result<(u64, u64, u128), String> {
     let slots = ring.slots;
     let (head, tail, done) = (ring.word(0), ring.word(128), ring.word(256));
-    let frame = (4 + len + 7) & !7;
+    let frame = (LEN_WORD + len + 7) & !7;
     let (mut h, mut n, mut sum, mut start) = (0u64, 0u64, 0u64, None);
     let mut spins = 0u32;
     loop {
         // SYNC POINT: pairs with the writer's Release store of `tail`.
         let t = tail.load(Ordering::Acquire);
         if h == t {
-            // SYNC POINT: pairs with the writer's Release store of `done`.
+            // SYNC POINT: both pair with the writer's Release stores, of `done` (after its
+            // last `tail`) and of `tail`: `done` seen, a `tail` still at `h` is the last.
             if done.load(Ordering::Acquire) == 1 && tail.load(Ordering::Acquire) == h {
                 break;
             }
@@ -273,6 +308,8 @@ fn read(ring: &Ring, len: usize, parent: u32) -> Result<(u64, u64, u128), String
         while h < t {
             let slot = (h % slots as u64) as usize;
             let base = ring.slot(slot);
+            // Relaxed: the Acquire load of `tail` above ordered it after the writer's store
+            // (SYNC POINT there).
             let used = (ring.word(LENS + slot * 8).load(Ordering::Relaxed) as usize).min(SLOT);
             if len == SLOT {
                 // SAFETY: one whole published slot (Acquire on `tail`).
@@ -280,12 +317,16 @@ fn read(ring: &Ring, len: usize, parent: u32) -> Result<(u64, u64, u128), String
                 n += 1;
             }
             let mut off = if len == SLOT { used } else { 0 };
-            while off < used {
+            while off + LEN_WORD <= used {
                 // SAFETY: within the published slot.
-                let l = unsafe { (base.add(off) as *const u32).read_unaligned() } as usize;
+                let l = unsafe { (base.add(off) as *const u64).read_unaligned() } as usize;
                 // SAFETY: the record lies within the slot (the writer wrote it so).
-                let payload =
-                    unsafe { std::slice::from_raw_parts(base.add(off + 4), l.min(SLOT - off - 4)) };
+                let payload = unsafe {
+                    std::slice::from_raw_parts(
+                        base.add(off + LEN_WORD),
+                        l.min(SLOT - off - LEN_WORD),
+                    )
+                };
                 sum = sum.wrapping_add(touch(payload));
                 n += 1;
                 off += frame;

@@ -72,7 +72,9 @@ impl Consumer {
         self.fast_whole_inner()
     }
 
-    /// [`Consumer::fast_whole`] for a caller that knows it is neither in a span nor skipping.
+    /// [`Consumer::fast_whole`] for a caller that knows it is neither in a span nor skipping
+    /// (`recv`'s fast path). `try_drain` runs the same checks on locals of its own, kept in
+    /// registers across its closure: a change to one is a change to both.
     #[inline(always)]
     pub(super) fn fast_whole_inner(&mut self) -> Option<(usize, *const u8)> {
         let (seg_size, max) = (self.seg_size, self.fast_max);

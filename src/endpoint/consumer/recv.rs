@@ -215,11 +215,14 @@ impl Consumer {
                 let mut failed = None;
                 if let Some(c) = self.cur.as_ref() {
                     // The segment in hand and the read position in locals, kept in registers
-                    // across `f`: a `Record` of one segment touches only `span` (a part handed
-                    // out), never `cur`, `seg_size` or `fast_max`, so nothing here is read back
-                    // from `self`. The position is stored before `f` runs (a store only,
-                    // never loaded in this loop), so `self` is as `recv` leaves it if `f`
-                    // panics.
+                    // across `f`. A `Record` of one segment never moves `cur` (its segment, its
+                    // base, its read position), `seg_size`, `fast_max`, `skipping` or
+                    // `in_span`, and never takes or returns a segment: it reads `cur` (`at`,
+                    // `view`), sets `span` to an ended one (`next_part`, `io::Read`) and adds
+                    // to `holds` (`hold_segment`); so the locals stay true after `f`, and the
+                    // segment stays in hand. The position is stored into `cur` before `f`
+                    // runs (the store is not on the loop's chain: only `cur`'s tag is read
+                    // back), so `self` is as `recv` leaves it if `f` panics.
                     let (base, seg, complete) = (c.base, c.seg, c.complete);
                     let (seg_size, fast_max) = (self.seg_size, self.fast_max);
                     let mut rd = c.rd;
@@ -228,9 +231,12 @@ impl Consumer {
                         if rd + HEADER > seg_size {
                             break;
                         }
-                        // SAFETY: `base` is the segment's start (cached at pop), `rd + 8 <=
+                        // SAFETY: `base` is the start of the segment in hand (cached at pop,
+                        // and the segment is still in hand: see above), `rd + 8 <=
                         // segment_size` (checked above), `rd` 8-aligned (a frame boundary).
-                        // Acquire: as in `poll_frame`.
+                        // SYNC POINT: Acquire, pairs with the producer's Release store of the
+                        // first header of what it commits (as in `poll_frame`): the payload
+                        // handed to `f` is written before it.
                         let word = frame::load(unsafe { self.shared.word_in(base, seg, rd) });
                         let (len, kind) = frame::decode(word);
                         let len = len as usize;
