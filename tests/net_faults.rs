@@ -695,10 +695,15 @@ fn a_garbled_client_is_refused_and_the_channel_stays_for_a_real_one() {
         })
         .await
         .unwrap();
-        let got =
-            tokio::task::spawn_blocking(move || rx_b.recv().unwrap().unwrap().to_vec().unwrap())
-                .await
-                .unwrap();
+        let got = tokio::task::spawn_blocking(move || {
+            let got = rx_b.recv().unwrap().unwrap().to_vec().unwrap();
+            // Read on to the end of the stream: dropped before the producer's close came
+            // through both bridges, this consumer would end the channel as "consumer left".
+            assert!(rx_b.recv().unwrap().is_none());
+            got
+        })
+        .await
+        .unwrap();
         assert_eq!(got, b"after the junk");
         let outcomes = client.await.unwrap();
         assert!(
