@@ -20,7 +20,7 @@
 //! `plain_rps` is every setting at its default: `send`, and `while let Some(r) = rx.recv()?`.
 //! The sending loops of the shmflow streams (local, async, bridges, direct ends, and TCP's
 //! framed 64 B baseline) and the raw ring's copy their record from the start of a cache line
-//! (`harness::LineBuf`, `LineRec`) and look at the clock about once per 512 KiB, at least
+//! (`bytes::LineBuf`, `harness::LineRec`) and look at the clock about once per 512 KiB, at least
 //! every 64 records (`harness::records_per_look`; the ring every 8 slots of 64 KiB), so that
 //! neither where the build put a buffer nor how often a loop reads the clock moves one side of
 //! a ratio and not the other. The pipe and Unix socket baselines look every 1 024 records, raw
@@ -33,9 +33,11 @@
 //! floors; the raw ring's two sides run in a binary of their own,
 //! `src/bin/shmflow-raw-ring.rs`), `local` (shmflow, pipes and Unix sockets between local processes), `asynch`, `remote` and `netem`
 //! (the groups of those names), `openloop`, `report` (the ratios and the output), `roles`
-//! (the peer processes' command line) and `harness` (what they all share).
+//! (the peer processes' command line), `harness` (what they all share) and `bytes` (the
+//! record a sending loop copies and the sum a reader takes, shared with the raw ring).
 
 mod asynch;
+mod bytes;
 mod case;
 mod floors;
 mod groups;

@@ -284,36 +284,7 @@ impl LineRec {
     }
 }
 
-/// `len` bytes of 0x5A starting on a cache line (see [`LineRec`]).
-pub(crate) struct LineBuf {
-    buf: Vec<u8>,
-    at: usize,
-    len: usize,
-}
-
-impl LineBuf {
-    pub(crate) fn new(len: usize) -> LineBuf {
-        let buf = vec![0x5Au8; len + 63];
-        let at = (64 - buf.as_ptr() as usize % 64) % 64;
-        LineBuf { buf, at, len }
-    }
-
-    pub(crate) fn bytes(&self) -> &[u8] {
-        &self.buf[self.at..self.at + self.len]
-    }
-}
-
-pub(crate) fn touch(b: &[u8]) -> u64 {
-    let mut s = 0u64;
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        s = s.wrapping_add(u64::from_le_bytes(c.try_into().unwrap()));
-    }
-    for &x in chunks.remainder() {
-        s = s.wrapping_add(x as u64);
-    }
-    s
-}
+pub(crate) use super::bytes::{touch, LineBuf};
 
 pub(crate) fn machine() -> (String, usize, String) {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")

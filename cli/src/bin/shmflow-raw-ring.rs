@@ -23,6 +23,10 @@ use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
 
+#[path = "../bench/bytes.rs"]
+mod bytes;
+use bytes::{touch, LineBuf};
+
 /// Slot size: a 64 KiB record fills one exactly.
 const SLOT: usize = 64 * 1024;
 /// Where each slot's used length is kept (after `head`, `tail`, `done` on lines of their own),
@@ -44,26 +48,6 @@ const PARENT_VAR: &str = "SHMFLOW_RAW_RING_PARENT";
 
 fn ring_len(slots: usize) -> usize {
     4096 + slots * SLOT
-}
-
-/// A `len`-byte record of 0x5A bytes on a cache line of its own (where a copy's source
-/// starts within a line changes what the copy costs).
-struct LineBuf {
-    buf: Vec<u8>,
-    at: usize,
-    len: usize,
-}
-
-impl LineBuf {
-    fn new(len: usize) -> LineBuf {
-        let buf = vec![0x5Au8; len + 63];
-        let at = (64 - buf.as_ptr() as usize % 64) % 64;
-        LineBuf { buf, at, len }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        &self.buf[self.at..self.at + self.len]
-    }
 }
 
 /// The shared mapping, raw (`MmapRaw`: pointers, never references to its bytes, as both
@@ -337,16 +321,4 @@ fn read(ring: &Ring, len: usize, parent: u32) -> Result<(u64, u64, u128), String
         }
     }
     Ok((n, sum, start.map(|s| s.elapsed().as_nanos()).unwrap_or(1)))
-}
-
-fn touch(b: &[u8]) -> u64 {
-    let mut s = 0u64;
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        s = s.wrapping_add(u64::from_le_bytes(c.try_into().unwrap()));
-    }
-    for &x in chunks.remainder() {
-        s = s.wrapping_add(x as u64);
-    }
-    s
 }
