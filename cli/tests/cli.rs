@@ -572,6 +572,20 @@ fn every_subcommand_has_help_and_bad_arguments_are_usage_errors() {
     }
 }
 
+/// Waits up to 5 s for the orphan `pid` (`what`, whose parent `parent` was killed) to end;
+/// kills it and fails if it runs on.
+fn gone_within_5s(pid: i32, what: &str, parent: &str) {
+    let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
+        if std::time::Instant::now() > gone_by {
+            // SAFETY: kill on the orphan named by the caller, so that it does not spin on.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{what} {pid} still ran 5 s after {parent} was killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// The processes whose parent is `parent` and whose command line holds `part`.
 fn children_running(parent: u32, part: &str) -> Vec<i32> {
     let mut found = Vec::new();
@@ -683,15 +697,7 @@ fn the_floors_peer_ends_when_the_bench_is_killed() {
     bench.kill().unwrap();
     bench.wait().unwrap();
     // The orphan sees its parent gone within a look (every 16 384 spins) and ends.
-    let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while std::fs::read_to_string(format!("/proc/{peer}/stat")).is_ok_and(|s| !s.contains(") Z ")) {
-        if std::time::Instant::now() > gone_by {
-            // SAFETY: kill on the orphan found above, so that it does not spin on.
-            unsafe { libc::kill(peer, libc::SIGKILL) };
-            panic!("the floor's peer {peer} still ran 5 s after its bench was killed");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    gone_within_5s(peer, "the floor's peer", "its bench");
 }
 
 #[test]
@@ -781,16 +787,7 @@ fn the_raw_rings_reader_ends_when_its_writer_is_killed() {
     };
     writer.kill().unwrap();
     writer.wait().unwrap();
-    let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while std::fs::read_to_string(format!("/proc/{reader}/stat")).is_ok_and(|s| !s.contains(") Z "))
-    {
-        if std::time::Instant::now() > gone_by {
-            // SAFETY: kill on the orphan found above, so that it does not spin on.
-            unsafe { libc::kill(reader, libc::SIGKILL) };
-            panic!("the raw ring's reader {reader} still ran 5 s after its writer was killed");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    gone_within_5s(reader, "the raw ring's reader", "its writer");
 }
 
 #[test]
