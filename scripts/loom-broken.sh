@@ -91,6 +91,7 @@ check_model align_keep_holding unaligned_barriers_hand_back_what_they_overtook_e
 
 check_user commit_relaxed stream a_stream_is_read_in_order_to_its_end "Causality violation"
 check_user commit_relaxed stream a_batch_is_read_whole_and_in_order "Causality violation"
+check_user batch_header_unheld stream a_batch_is_read_whole_and_in_order "Causality violation"
 check_user no_recheck stream a_producer_blocked_on_a_full_pool_wakes "deadlock;"
 check_user drop_silent stream a_consumer_dropped_while_the_producer_waits_gives_closed "deadlock;"
 check_user close_counts_taken stream close_timeout_returns_once_everything_is_read "close returned before the reader read"

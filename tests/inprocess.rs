@@ -211,6 +211,71 @@ fn a_batch_claims_what_fits_the_segment_and_sends_what_is_committed() {
     assert_eq!(got, [0, 1, 2, 0xEE, 4, 0x55]);
 }
 
+/// What a batch claimed and not committed leaves behind (the frames it claimed room for) is
+/// never read: records of other lengths written over that room end where they end, on either
+/// flush policy, and the reader then finds nothing more.
+#[test]
+fn the_room_of_records_claimed_and_not_committed_is_never_read() {
+    for explicit in [false, true] {
+        let (mut tx, mut rx) = pair(2);
+        if explicit {
+            tx.set_flush_policy(FlushPolicy::Explicit);
+        }
+        let mut sent = Vec::new();
+        for (round, len) in [8usize, 40, 3, 100, 16].into_iter().enumerate() {
+            // Room for 20 records claimed, 0 to 2 of them committed, the rest dropped.
+            let mut b = tx.claim_batch(8, 20).unwrap();
+            b.iter_mut().for_each(|r| r.fill(0xEE));
+            let keep = round % 3;
+            for i in 0..keep {
+                b.record_mut(i).fill(round as u8);
+                sent.push(vec![round as u8; 8]);
+            }
+            b.commit_first(keep);
+            let claimed = tx.claim_batch(8, 20).unwrap();
+            drop(claimed);
+            // Then one record of another length over that room.
+            let r = vec![0x40 + round as u8; len];
+            tx.send(&r).unwrap();
+            sent.push(r);
+            tx.flush().unwrap();
+            for want in sent.drain(..) {
+                let r = rx.try_recv().unwrap().expect("a committed record");
+                assert_eq!(r.as_bytes(), Some(&want[..]), "round {round}");
+            }
+            assert!(
+                matches!(rx.try_recv(), Err(TryRecvError::Empty)),
+                "round {round}: nothing after the last record sent"
+            );
+        }
+    }
+    // A batch whose records were handed out only in part by `iter_mut` (and one by
+    // `record_mut`): the commit frames every record it sends, handed out or not (in a fresh
+    // region, where a header not written is a 0 that would end the stream there).
+    {
+        let (mut tx, mut rx) = pair(2);
+        let mut b = tx.claim_batch(8, 6).unwrap();
+        for r in b.iter_mut().take(2) {
+            r.fill(0x11);
+        }
+        b.record_mut(4).fill(0x44);
+        b.commit_first(5);
+        tx.send(b"after").unwrap();
+        tx.flush().unwrap();
+        let got: Vec<Vec<u8>> = (0..6)
+            .map(|_| rx.try_recv().unwrap().expect("a record").to_vec().unwrap())
+            .collect();
+        assert_eq!(got[..2], [[0x11; 8], [0x11; 8]]);
+        assert!(
+            got[2..4].iter().all(|r| r.len() == 8),
+            "records 2 and 3 framed"
+        );
+        assert_eq!(got[4], [0x44; 8]);
+        assert_eq!(got[5], b"after");
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    }
+}
+
 #[test]
 fn a_batch_waits_for_a_segment_and_refuses_what_cannot_fit() {
     let (mut tx, mut rx) = pair(2);

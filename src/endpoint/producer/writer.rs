@@ -134,6 +134,8 @@ impl Producer {
                 record_len: len,
                 frame,
                 count: 0,
+                held: false,
+                headed: 0,
             });
         }
         let room = |p: &Producer| match &p.cur {
@@ -147,12 +149,15 @@ impl Producer {
         let c = self.cur.as_ref().expect("a segment in hand");
         let at = c.wpos;
         self.shared.tracker.write(c.seg as usize, at, count * frame);
+        let held = c.pending.is_none();
         Ok(Batch {
             producer: self,
             at,
             record_len: len,
             frame,
             count,
+            held,
+            headed: 0,
         })
     }
 
@@ -403,6 +408,17 @@ pub struct Batch<'a> {
     frame: usize,
     /// Records claimed: `at + count * frame` is within the segment's usable end.
     count: usize,
+    /// The first frame is the first unpublished one of the segment: its header slot is the 0
+    /// the consumer stops at, so its header is held back, to be stored by the publication
+    /// that follows the commit.
+    held: bool,
+    /// The headers of frames `0..headed` are written (but the first one's when `held`): each
+    /// is written as [`Batch::iter_mut`] hands out its record, together with the record's
+    /// bytes, and the commit writes those not written yet. A header past what is committed
+    /// stays beyond the 0 that the next publication stores at the write position, where the
+    /// consumer never reads; later frames overwrite it, as they overwrite what an earlier
+    /// use of the segment left there.
+    headed: usize,
 }
 
 impl Batch<'_> {
@@ -463,12 +479,31 @@ impl Batch<'_> {
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut [u8]> + '_ {
         let (at, len, frame, count) = (self.at, self.record_len, self.frame, self.count);
         // (No segment is looked at for an empty batch: there may be none in hand.)
-        let base = if count == 0 {
-            std::ptr::null_mut()
-        } else {
-            self.producer.seg_ptr()
+        let (base, seg) = match &self.producer.cur {
+            Some(c) if count > 0 => (c.base, c.seg),
+            _ => (std::ptr::null_mut(), 0),
         };
+        let word = frame::encode(len as u32, frame::WHOLE);
+        #[cfg(not(shmflow_broken = "batch_header_unheld"))]
+        let skip = usize::from(self.held);
+        #[cfg(shmflow_broken = "batch_header_unheld")]
+        let skip = 0;
+        let shared = &*self.producer.shared;
+        let headed = &mut self.headed;
         (0..count).map(move |i| {
+            // One pass over the segment's lines: each record's header is written as its
+            // bytes are handed out, beside them.
+            if i >= skip {
+                // SAFETY: `i < count`, so `at + i * frame + HEADER <= at + count * frame`,
+                // within the segment in hand, whose start is `base` (see `record_mut`); `at`
+                // and `frame` are multiples of 8, so the header is an aligned word, past the
+                // published frames, that no item covers (items are the records' bytes only).
+                let slot = unsafe { shared.word_in(base, seg, at + i * frame) };
+                // Relaxed: published by the Release store of the first unpublished header,
+                // as the headers `write_header` stores at once.
+                frame::write_unpublished(slot, word);
+            }
+            *headed = i + 1;
             // SAFETY: as in `record_mut` (`i < count`); the items are the records' bytes
             // only, each `frame` bytes apart and `len <= frame - HEADER` long, so no two
             // overlap and none covers a header; they borrow the batch mutably.
@@ -498,16 +533,24 @@ impl Batch<'_> {
         if n == 0 {
             return;
         }
+        let word = frame::encode(self.record_len as u32, frame::WHOLE);
         let p = self.producer;
         let c = p.cur.as_mut().expect("a batch holds a segment");
         debug_assert_eq!(c.wpos, self.at);
+        // The headers `iter_mut` did not write (none if it went through every record).
+        for i in self.headed.max(usize::from(self.held))..n {
+            // SAFETY: `i < n <= count`: the header slot of a claimed frame, inside the
+            // segment in hand whose start is `base` (see `record_mut`), 8-aligned, past the
+            // published frames.
+            let slot = unsafe { p.shared.word_in(c.base, c.seg, self.at + i * self.frame) };
+            // Relaxed: as in `iter_mut`.
+            frame::write_unpublished(slot, word);
+        }
         c.wpos = self.at + n * self.frame;
-        for i in 0..n {
-            p.write_header(
-                self.at + i * self.frame,
-                self.record_len as u32,
-                frame::WHOLE,
-            );
+        if self.held {
+            // The first unpublished frame: the next publication stores its header.
+            debug_assert!(c.pending.is_none());
+            c.pending = Some((self.at, word));
         }
         p.records_done(n as u64, (n * self.record_len) as u64);
     }
