@@ -211,55 +211,19 @@ impl Consumer {
                 // Whole records in the segment in hand: nothing in this loop can start a span
                 // or a skip, so the flags are tested once, and the counts are kept in locals
                 // and added once.
-                let (mut k, mut bytes) = (0u64, 0u64);
-                let mut failed = None;
+                let (mut k, mut bytes, mut failed) = (0u64, 0u64, None);
                 if let Some(c) = self.cur.as_ref() {
-                    // The segment in hand and the read position in locals, kept in registers
-                    // across `f`. A `Record` of one segment never moves `cur` (its segment, its
-                    // base, its read position), `seg_size`, `fast_max`, `skipping` or
-                    // `in_span`, and never takes or returns a segment: it reads `cur` (`at`,
-                    // `view`), sets `span` to an ended one (`next_part`, `io::Read`) and adds
-                    // to `holds` (`hold_segment`); so the locals stay true after `f`, and the
-                    // segment stays in hand. The position is stored into `cur` before `f`
-                    // runs (the store is not on the loop's chain: only `cur`'s tag is read
-                    // back), so `self` is as `recv` leaves it if `f` panics.
-                    let (base, seg, complete) = (c.base, c.seg, c.complete);
-                    let (seg_size, fast_max) = (self.seg_size, self.fast_max);
-                    let mut rd = c.rd;
-                    while n < max {
-                        // The checks of `fast_whole_inner`, on the locals.
-                        if rd + HEADER > seg_size {
-                            break;
-                        }
-                        // SAFETY: `base` is the start of the segment in hand (cached at pop,
-                        // and the segment is still in hand: see above), `rd + 8 <=
-                        // segment_size` (checked above), `rd` 8-aligned (a frame boundary).
-                        // SYNC POINT: Acquire, pairs with the producer's Release store of the
-                        // first header of what it commits (as in `poll_frame`): the payload
-                        // handed to `f` is written before it.
-                        let word = frame::load(unsafe { self.shared.word_in(base, seg, rd) });
-                        let (len, kind) = frame::decode(word);
-                        let len = len as usize;
-                        // (No overflow: `rd + 8 <= segment_size` was checked above.)
-                        if kind != frame::WHOLE || len > seg_size - rd - HEADER || len > fast_max {
-                            break;
-                        }
-                        let at = rd;
-                        rd = frame::next_frame(at, len);
-                        if let Some(c) = self.cur.as_mut() {
-                            c.rd = rd;
-                        }
-                        prefetch_from(base, rd, complete, seg_size);
-                        k += 1;
-                        bytes += len as u64;
-                        n += 1;
-                        // SAFETY: `at + 8 + len <= segment_size` (checked above).
-                        let ptr = unsafe { base.add(at + HEADER) };
-                        if let Err(e) = f(Record::single(self, ptr, len)) {
-                            failed = Some(e);
-                            break;
-                        }
-                    }
+                    // The prefetch ahead is for a segment the producer has left (see
+                    // `ReadSeg::complete`): a loop for each case, so neither tests it per
+                    // record.
+                    let (base, seg, rd) = (c.base, c.seg, c.rd);
+                    let run = if c.complete {
+                        self.whole_run::<true, _, _>(base, seg, rd, max - n, &mut f)
+                    } else {
+                        self.whole_run::<false, _, _>(base, seg, rd, max - n, &mut f)
+                    };
+                    (k, bytes, failed) = run;
+                    n += k as usize;
                 }
                 if self.metrics && k > 0 {
                     self.counters.records.bump(k);
@@ -283,5 +247,66 @@ impl Consumer {
             }
         }
         Ok(n)
+    }
+
+    /// The whole records of the segment in hand, from `rd`, at most `max` of them, each handed
+    /// to `f`: (records, their bytes, `f`'s error if it failed). `base` and `seg` are the
+    /// segment in hand's, `rd` its read position; `COMPLETE` is its `ReadSeg::complete`.
+    ///
+    /// The segment and the read position stay in locals, kept in registers across `f`. A
+    /// `Record` of one segment never moves `cur` (its segment, its base, its read position),
+    /// `seg_size`, `fast_max`, `skipping` or `in_span`, and never takes or returns a segment:
+    /// it reads `cur` (`at`, `view`), sets `span` to an ended one (`next_part`, `io::Read`)
+    /// and adds to `holds` (`hold_segment`); so the locals stay true after `f`, and the
+    /// segment stays in hand. The position is stored into `cur` before `f` runs (the store is
+    /// not on the loop's chain: only `cur`'s tag is read back), so `self` is as `recv` leaves
+    /// it if `f` panics.
+    #[inline(always)]
+    fn whole_run<const COMPLETE: bool, F, E>(
+        &mut self,
+        base: *const u8,
+        seg: u32,
+        mut rd: usize,
+        max: usize,
+        f: &mut F,
+    ) -> (u64, u64, Option<E>)
+    where
+        F: FnMut(Record<'_>) -> Result<(), E>,
+    {
+        let (seg_size, fast_max) = (self.seg_size, self.fast_max);
+        let (mut k, mut bytes) = (0u64, 0u64);
+        while (k as usize) < max {
+            // The checks of `fast_whole_inner`, on the locals.
+            if rd + HEADER > seg_size {
+                break;
+            }
+            // SAFETY: `base` is the start of the segment in hand (cached at pop, and the
+            // segment is still in hand: see above), `rd + 8 <= segment_size` (checked above),
+            // `rd` 8-aligned (a frame boundary).
+            // SYNC POINT: Acquire, pairs with the producer's Release store of the first header
+            // of what it commits (as in `poll_frame`): the payload handed to `f` is written
+            // before it.
+            let word = frame::load(unsafe { self.shared.word_in(base, seg, rd) });
+            let (len, kind) = frame::decode(word);
+            let len = len as usize;
+            // (No overflow: `rd + 8 <= segment_size` was checked above.)
+            if kind != frame::WHOLE || len > seg_size - rd - HEADER || len > fast_max {
+                break;
+            }
+            let at = rd;
+            rd = frame::next_frame(at, len);
+            if let Some(c) = self.cur.as_mut() {
+                c.rd = rd;
+            }
+            prefetch_from(base, rd, COMPLETE, seg_size);
+            k += 1;
+            bytes += len as u64;
+            // SAFETY: `at + 8 + len <= segment_size` (checked above).
+            let ptr = unsafe { base.add(at + HEADER) };
+            if let Err(e) = f(Record::single(self, ptr, len)) {
+                return (k, bytes, Some(e));
+            }
+        }
+        (k, bytes, None)
     }
 }
