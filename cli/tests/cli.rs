@@ -659,6 +659,17 @@ fn bench_case_sets_its_round_trips_beside_the_floors_in_pairs() {
         );
         assert!(lo > 0.0 && lo <= mid && mid <= hi, "{q}: {vs}");
     }
+    // Each trial's own p99 over its own p50: at least 1 in every trial.
+    let tail = &v["p99_over_p50_per_trial"];
+    assert_eq!(tail["trials"].as_u64(), Some(3));
+    for side in ["round_trip", "floor"] {
+        let (mid, lo, hi) = (
+            tail[side]["median"].as_f64().unwrap(),
+            tail[side]["min"].as_f64().unwrap(),
+            tail[side]["max"].as_f64().unwrap(),
+        );
+        assert!(1.0 <= lo && lo <= mid && mid <= hi, "{side}: {tail}");
+    }
     // The per-pair ratios are of the same trials as the pooled figures: the ratio of the
     // pooled p50s (which a few slow round trips hardly move) is near their spread.
     let p50 = &vs["p50"];
