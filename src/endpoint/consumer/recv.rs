@@ -179,6 +179,11 @@ impl Consumer {
     /// A count of 0 means nothing was there yet or the stream has ended:
     /// [`is_ended`](Consumer::is_ended) tells them apart.
     ///
+    /// For small records, keep what `f` adds up in a local declared just before the call (as
+    /// `bytes` below), and fold it into longer-lived state after: a total that outlives the
+    /// loop around the call may be kept in memory, and each record's update then waits on the
+    /// last one's store (64 B records drained about 10 % slower in `shmflow bench`).
+    ///
     /// # Errors
     /// `f`'s error, or what `try_recv` would return other than `Empty` (converted with
     /// `From<RecvError>`).
