@@ -649,25 +649,22 @@ fn bench_case_sets_its_round_trips_beside_the_floors_in_pairs() {
             "{clean} {all}"
         );
     }
+    // A median with its spread: (median, min, max).
+    let spread = |s: &serde_json::Value| {
+        let f = |k: &str| s[k].as_f64().unwrap();
+        (f("median"), f("min"), f("max"))
+    };
     let vs = &v["round_trip_vs_floor"];
     assert_eq!(vs["pairs"].as_u64(), Some(3));
     for q in ["p50", "p99"] {
-        let (mid, lo, hi) = (
-            vs[q]["median"].as_f64().unwrap(),
-            vs[q]["min"].as_f64().unwrap(),
-            vs[q]["max"].as_f64().unwrap(),
-        );
+        let (mid, lo, hi) = spread(&vs[q]);
         assert!(lo > 0.0 && lo <= mid && mid <= hi, "{q}: {vs}");
     }
     // Each trial's own p99 over its own p50: at least 1 in every trial.
     let tail = &v["p99_over_p50_per_trial"];
     assert_eq!(tail["trials"].as_u64(), Some(3));
     for side in ["round_trip", "floor"] {
-        let (mid, lo, hi) = (
-            tail[side]["median"].as_f64().unwrap(),
-            tail[side]["min"].as_f64().unwrap(),
-            tail[side]["max"].as_f64().unwrap(),
-        );
+        let (mid, lo, hi) = spread(&tail[side]);
         assert!(1.0 <= lo && lo <= mid && mid <= hi, "{side}: {tail}");
     }
     // The per-pair ratios are of the same trials as the pooled figures: the ratio of the

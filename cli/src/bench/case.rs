@@ -455,6 +455,11 @@ fn host_pauses(secs: Duration) -> (f64, f64, u64) {
     (n as f64 / wall * 1e9, lost as f64 / wall, longest)
 }
 
+/// A `(median, min, max)` of ratios as JSON.
+fn spread_json((median, min, max): (f64, f64, f64)) -> serde_json::Value {
+    serde_json::json!({ "median": round3(median), "min": round3(min), "max": round3(max) })
+}
+
 /// Runs the case and prints its figures (or one JSON object).
 pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
     // Both spelled right before anything runs.
@@ -520,17 +525,13 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
             },
             "round_trip_vs_floor": {
                 "pairs": case.pairs,
-                "p50": { "median": round3(p50_vs.0), "min": round3(p50_vs.1),
-                         "max": round3(p50_vs.2) },
-                "p99": { "median": round3(p99_vs.0), "min": round3(p99_vs.1),
-                         "max": round3(p99_vs.2) },
+                "p50": spread_json(p50_vs),
+                "p99": spread_json(p99_vs),
             },
             "p99_over_p50_per_trial": {
                 "trials": case.pairs,
-                "round_trip": { "median": round3(case_tail.0), "min": round3(case_tail.1),
-                                "max": round3(case_tail.2) },
-                "floor": { "median": round3(floor_tail.0), "min": round3(floor_tail.1),
-                           "max": round3(floor_tail.2) },
+                "round_trip": spread_json(case_tail),
+                "floor": spread_json(floor_tail),
             },
             "one_way_ns": {
                 "count": ow.count, "p50": ow.at[0], "p99": ow.at[1], "p999": ow.at[2],
