@@ -778,6 +778,44 @@ fn the_raw_ring_counts_its_records_and_refuses_bad_arguments() {
     }
 }
 
+/// `shmflow bench` runs the raw ring only if it was built from the same sources: one left
+/// beside it by an older build is refused, with the command that builds both.
+#[test]
+fn a_raw_ring_built_from_other_sources_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shmflow-raw-ring"))
+        .arg("source")
+        .output()
+        .unwrap();
+    let ours = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        ours.len() == 16 && ours.chars().all(|c| c.is_ascii_hexdigit()),
+        "{ours:?}"
+    );
+    // This program beside a ring that says it was built from other sources.
+    let dir = std::env::temp_dir().join(format!("shmflow-stale-ring-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bench = dir.join("shmflow");
+    std::fs::copy(env!("CARGO_BIN_EXE_shmflow"), &bench).unwrap();
+    let ring = dir.join("shmflow-raw-ring");
+    std::fs::write(&ring, "#!/bin/sh\necho 0123456789abcdef\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&ring, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&bench)
+        .args(["bench", "--quick", "--only", "small", "--pairs", "1"])
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("built from other sources")
+            && err.contains("0123456789abcdef")
+            && err.contains(&ours)
+            && err.contains("cargo build --release -p shmflow-cli"),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_raw_rings_reader_ends_when_its_writer_is_killed() {
     let mut writer = Command::new(env!("CARGO_BIN_EXE_shmflow-raw-ring"))

@@ -36,3 +36,23 @@ pub(crate) fn touch(b: &[u8]) -> u64 {
     }
     s
 }
+
+/// A fingerprint of the raw ring's sources (its binary's file and this one), computed into
+/// both `shmflow` and `shmflow-raw-ring` (which prints it: `shmflow-raw-ring source`), so that
+/// the bench refuses a ring built from other sources — one an older build left beside a newer
+/// `shmflow` — rather than hold its streams against it. (A different compiler is not seen.)
+pub(crate) const RING_SOURCES: u64 = fnv1a(
+    include_bytes!("../bin/shmflow-raw-ring.rs"),
+    fnv1a(include_bytes!("bytes.rs"), 0xcbf2_9ce4_8422_2325),
+);
+
+/// 64-bit FNV-1a of `bytes`, from `hash`.
+const fn fnv1a(bytes: &[u8], mut hash: u64) -> u64 {
+    let mut i = 0;
+    while i < bytes.len() {
+        hash ^= bytes[i] as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    hash
+}

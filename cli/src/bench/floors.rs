@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
 
+use super::bytes::RING_SOURCES;
 use super::harness::{
-    child, companion, env_fd, finish, finished, parse_report, pin, pin_cpu0, time_rounds, unpin,
-    RAW_RING,
+    child, companion, env_fd, fail, finish, finished, parse_report, pin, pin_cpu0, time_rounds,
+    unpin, RAW_RING,
 };
 use super::roles::Role;
 use super::Cfg;
@@ -318,6 +319,19 @@ pub(super) fn case_floor_peer(len: usize) {
 /// Records of `len` bytes through the raw ring (`shmflow-raw-ring`, a binary of its own) of
 /// `pool` bytes for `cfg.secs`: (records, nanoseconds) as its reading side counted them.
 pub(super) fn floor_stream(cfg: &Cfg, pool: usize, len: usize) -> (f64, f64) {
+    static SAME_SOURCES: std::sync::Once = std::sync::Once::new();
+    SAME_SOURCES.call_once(|| {
+        let theirs = finished(companion(RAW_RING, &["source".to_string()]));
+        let ours = format!("{RING_SOURCES:016x}");
+        if theirs.trim() != ours {
+            fail(&format!(
+                "the {RAW_RING} beside this program was built from other sources (its \
+                 fingerprint {:?}, this program's {ours}): build both with `cargo build \
+                 --release -p shmflow-cli`",
+                theirs.trim()
+            ));
+        }
+    });
     let c = companion(
         RAW_RING,
         &[

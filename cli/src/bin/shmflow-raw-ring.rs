@@ -7,12 +7,15 @@
 //!
 //! ```text
 //! shmflow-raw-ring stream POOL_BYTES RECORD_LEN SECS   # prints "records nanoseconds"
+//! shmflow-raw-ring source                              # prints the sources' fingerprint
 //! ```
 //!
 //! `stream` starts its peer (`sink`, this binary again) on a memfd it passes down, writes
 //! records of `RECORD_LEN` bytes for `SECS` seconds and prints the records and nanoseconds
 //! the peer counted from its first record to the last. Either side ends when the other is
-//! gone (no spin without a look at its peer).
+//! gone (no spin without a look at its peer). `source` prints a fingerprint of the sources
+//! the binary was built from, which `shmflow bench` checks against its own before it runs
+//! the ring.
 
 use std::fs::File;
 use std::io::Read;
@@ -25,7 +28,7 @@ use memmap2::{MmapOptions, MmapRaw};
 
 #[path = "../bench/bytes.rs"]
 mod bytes;
-use bytes::{touch, LineBuf};
+use bytes::{touch, LineBuf, RING_SOURCES};
 
 /// Slot size: a 64 KiB record fills one exactly.
 const SLOT: usize = 64 * 1024;
@@ -131,6 +134,10 @@ fn main() -> ExitCode {
                 Ok(())
             }
             Some("sink") => sink(num(1)?, num(2)?),
+            Some("source") => {
+                println!("{RING_SOURCES:016x}");
+                Ok(())
+            }
             _ => Err(usage()),
         }
     };
@@ -144,7 +151,8 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> String {
-    "usage: shmflow-raw-ring stream POOL_BYTES RECORD_LEN SECS".to_string()
+    "usage: shmflow-raw-ring stream POOL_BYTES RECORD_LEN SECS | shmflow-raw-ring source"
+        .to_string()
 }
 
 /// The writing side: starts the sink on a fresh memfd, writes for `secs`, and returns what
