@@ -414,7 +414,8 @@ pub struct Batch<'a> {
     held: bool,
     /// The headers of frames `0..headed` are written (but the first one's when `held`): each
     /// is written as [`Batch::iter_mut`] hands out its record, together with the record's
-    /// bytes, and the commit writes those not written yet. A header past what is committed
+    /// bytes (records are handed out first to last), and the commit writes the headers from
+    /// `headed` on. A header past what is committed
     /// stays beyond the 0 that the next publication stores at the write position, where the
     /// consumer never reads; later frames overwrite it, as they overwrite what an earlier
     /// use of the segment left there.
@@ -460,7 +461,15 @@ impl Batch<'_> {
         }
     }
 
-    /// Every record's bytes, in order, to write into.
+    /// Every record's bytes, in order, to write into. The records come first to last (the
+    /// iterator cannot be reversed):
+    ///
+    /// ```compile_fail
+    /// let (mut tx, _rx) = shmflow::pair(shmflow::Geometry::default())?;
+    /// let mut batch = tx.claim_batch(8, 3)?;
+    /// let last = batch.iter_mut().next_back();
+    /// # Ok::<(), shmflow::Error>(())
+    /// ```
     ///
     /// # Examples
     ///
@@ -503,6 +512,10 @@ impl Batch<'_> {
                 // as the headers `write_header` stores at once.
                 frame::write_unpublished(slot, word);
             }
+            // Every pass hands the records out first to last, none skipped (the iterator
+            // is no `DoubleEndedIterator`, and every `Iterator` method, `nth` and a zip's
+            // included, runs this closure for each index in turn): the headers of `0..=i`
+            // are written.
             *headed = i + 1;
             // SAFETY: as in `record_mut` (`i < count`); the items are the records' bytes
             // only, each `frame` bytes apart and `len <= frame - HEADER` long, so no two
@@ -811,9 +824,10 @@ impl DetachedClaim {
 
 /// Why [`Producer::commit_detached`] refused a claim: the producer took another segment, or
 /// wrote past the claim's place, since the claim was detached, or the claim came from another
-/// producer. Nothing was sent. (A record writer from [`Producer::stream`] dropped unfinished
-/// leaves the place as it found it, so a claim across one is not refused, but the writer may
-/// have written over the claimed bytes: do not use the producer until the commit.)
+/// producer. Nothing was sent. (A record writer from [`Producer::stream`] dropped unfinished,
+/// or a [`Batch`] dropped or committed in part, leaves the place as it found it, so a claim
+/// across one is not refused, but either may have written over the claimed bytes: do not use
+/// the producer until the commit.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StaleClaimError {
