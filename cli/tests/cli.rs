@@ -256,6 +256,12 @@ fn bench_quick_json_has_every_measure_and_ratio() {
         "direct_small_cpu_s_per_gb",
         "direct_small_64k_seg_rps",
         "direct_small_64k_seg_cpu_s_per_gb",
+        "remote_small_batch_rps",
+        "remote_small_batch_cpu_s_per_gb",
+        "direct_small_batch_rps",
+        "direct_small_batch_cpu_s_per_gb",
+        "remote_bulk_send_gbps",
+        "remote_bulk_send_cpu_s_per_gb",
     ] {
         let x = v[k]
             .as_f64()
@@ -266,7 +272,7 @@ fn bench_quick_json_has_every_measure_and_ratio() {
     // Every ratio has its key; those of the delayed-link group, which runs only when named,
     // are null.
     let ratios = v["ratios"].as_object().unwrap();
-    assert_eq!(ratios.len(), 42);
+    assert_eq!(ratios.len(), 50);
     for (k, r) in ratios {
         assert_eq!(r.is_null(), k.starts_with("netem"), "{k}: {r}");
     }

@@ -234,13 +234,25 @@ pub(super) fn trials<'a>(cfg: &'a Cfg, only: Option<&str>) -> Vec<Trial<'a>> {
             ["remote_small_rps", "remote_small_cpu_s_per_gb"],
             REC,
             false,
-            move || remote_stream(secs, REC),
+            move || remote_stream(secs, REC, Writes::Send),
+        ));
+        t.push(streamed(
+            ["remote_small_batch_rps", "remote_small_batch_cpu_s_per_gb"],
+            REC,
+            false,
+            move || remote_stream(secs, REC, Writes::Batch),
         ));
         t.push(streamed(
             ["direct_small_rps", "direct_small_cpu_s_per_gb"],
             REC,
             false,
             move || direct_stream(secs, REC, FlushPolicy::Explicit, Writes::Send),
+        ));
+        t.push(streamed(
+            ["direct_small_batch_rps", "direct_small_batch_cpu_s_per_gb"],
+            REC,
+            false,
+            move || direct_stream(secs, REC, FlushPolicy::Explicit, Writes::Batch),
         ));
         t.push(rate("direct_small_timeout_1ms_rps", 1.0, move || {
             let s = direct_stream(
@@ -259,7 +271,13 @@ pub(super) fn trials<'a>(cfg: &'a Cfg, only: Option<&str>) -> Vec<Trial<'a>> {
             ["remote_bulk_gbps", "remote_bulk_cpu_s_per_gb"],
             BULK,
             true,
-            move || remote_stream(secs, BULK),
+            move || remote_stream(secs, BULK, Writes::InPlace),
+        ));
+        t.push(streamed(
+            ["remote_bulk_send_gbps", "remote_bulk_send_cpu_s_per_gb"],
+            BULK,
+            true,
+            move || remote_stream(secs, BULK, Writes::Send),
         ));
         t.push(streamed(
             ["direct_bulk_gbps", "direct_bulk_cpu_s_per_gb"],

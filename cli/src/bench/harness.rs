@@ -271,6 +271,21 @@ pub(crate) fn records_per_look(len: usize) -> usize {
     ((512 * 1024) / len.max(1)).clamp(64, 8192)
 }
 
+/// Sends `n` copies of `rec` as batches of up to 64 records (`claim_batch`, each record copied
+/// into its place, one commit a batch): the sending loop of the tuned streams of small records.
+#[inline(always)]
+pub(crate) fn send_batched(p: &mut shmflow::Producer, rec: &[u8], n: usize) {
+    let mut sent = 0;
+    while sent < n {
+        let mut batch = p.claim_batch(rec.len(), (n - sent).min(64)).unwrap();
+        for r in batch.iter_mut() {
+            r.copy_from_slice(rec);
+        }
+        sent += batch.len();
+        batch.commit();
+    }
+}
+
 /// A 64 B record of 0x5A bytes on a cache line of its own, for the sending loops that copy one
 /// record again and again: where a record's source starts within a line changes what each copy
 /// costs (a load that crosses a line), so every loop, the floor's too, copies from the same

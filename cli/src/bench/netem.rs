@@ -32,7 +32,7 @@ use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::Geometry;
 
 use super::harness::{child, done_undo, finished, parse_report, undo_on_failure};
-use super::remote::{read_all, tcp_read_all};
+use super::remote::{read_all, tcp_read_all, SinkRead};
 use super::roles::Role;
 
 /// The delays measured, one way, in milliseconds.
@@ -490,13 +490,13 @@ pub(crate) fn recv(kind: Kind, addr: SocketAddr, g: Geometry, len: usize) -> Res
                     Err(e) => retry(e.to_string())?,
                 }
             };
-            let (n, ns) = read_all(&mut rx);
+            let (n, ns) = read_all(&mut rx, SinkRead::Recv)?;
             (n * len as u64, ns)
         }
         Kind::Remote => {
             let rt = runtime();
             let (tx, mut rx) = shmflow::pair(g).map_err(|e| e.to_string())?;
-            let reader = std::thread::spawn(move || read_all(&mut rx));
+            let reader = std::thread::spawn(move || read_all(&mut rx, SinkRead::Recv));
             let outcomes = rt.block_on(async {
                 let mut c = loop {
                     match Client::connect(addr, config()).await {
@@ -510,7 +510,7 @@ pub(crate) fn recv(kind: Kind, addr: SocketAddr, g: Geometry, len: usize) -> Res
             if let Err(e) = &outcomes[0].result {
                 return Err(e.to_string());
             }
-            let (n, ns) = reader.join().map_err(|_| "the reader panicked")?;
+            let (n, ns) = reader.join().map_err(|_| "the reader panicked")??;
             (n * len as u64, ns)
         }
     };

@@ -4,10 +4,14 @@
 //! Throughput: this process writes, a child reads, every figure the median of the repeats.
 //! - `remote_*`: through the bridges (a producer thread into a local channel that a
 //!   `net::Server` forwards; in the child a `net::Client` writing into its local channel, a
-//!   consumer thread reading it), every setting at its default;
+//!   consumer thread reading it), every setting at its default; `remote_small` with `send` and
+//!   `recv`, `remote_small_batch` with the forms for small records (`claim_batch` of 64, and
+//!   `try_drain`); `remote_bulk` written in place as `direct_bulk` is, `remote_bulk_send` with
+//!   `send` from a buffer and the default geometry;
 //! - `direct_*`: direct ends (`net::Listener::accept_producer` here, `net::connect_consumer`
 //!   in the child): no bridge, no runtime. `direct_small_rps` with `FlushPolicy::Explicit`
-//!   (whole segments), `direct_small_timeout_1ms_rps` with a 1 ms buffer timeout,
+//!   (whole segments), `direct_small_batch_*` the same with `claim_batch` and `try_drain`,
+//!   `direct_small_timeout_1ms_rps` with a 1 ms buffer timeout,
 //!   `direct_small_every_record_rps` with the default (a write per record); `direct_bulk` with
 //!   the default policy, records written in place (`claim`, segments of 256 KiB: the record is
 //!   serialized where it is sent from, as the raw TCP loop writes the buffer it would have
@@ -42,7 +46,8 @@ use shmflow::net::{connect_consumer, Client, Config, Listener, Server};
 use shmflow::{Geometry, Producer, WaitStrategy};
 
 use super::harness::{
-    child, finished, parse_report, records_per_look, touch, LineBuf, LineRec, REC, RTT_G,
+    child, finished, parse_report, records_per_look, send_batched, touch, LineBuf, LineRec, REC,
+    RTT_G,
 };
 use super::roles::Role;
 
@@ -76,48 +81,77 @@ async fn connect(addr: SocketAddr) -> Client {
     }
 }
 
-/// Records of `len` bytes for `secs`, over a remote channel: (records, nanoseconds) as the
-/// child counted them.
-pub(crate) fn remote_stream(secs: f64, len: usize) -> Streamed {
-    with_cpu(|| remote_stream_inner(secs, len))
+/// Records of `len` bytes for `secs`, over a remote channel, written as `write` says (and read
+/// by draining for [`Writes::Batch`]): (records, nanoseconds) as the child counted them.
+pub(crate) fn remote_stream(secs: f64, len: usize, write: Writes) -> Streamed {
+    with_cpu(|| remote_stream_inner(secs, len, write))
 }
 
-fn remote_stream_inner(secs: f64, len: usize) -> (f64, f64) {
+fn remote_stream_inner(secs: f64, len: usize, write: Writes) -> (f64, f64) {
     let rt = runtime();
-    let (mut p, c) = shmflow::pair(Geometry::default()).unwrap();
+    let g = write.geometry();
+    let (mut p, c) = shmflow::pair(g).unwrap();
     let (server, port) = rt.block_on(async {
         let mut s = Server::bind(loopback(0), Config::default()).await.unwrap();
         s.export("bench", c).unwrap();
         let port = s.local_addr().unwrap().port();
         (tokio::spawn(s.run()), port)
     });
-    let kid = child(&Role::RemoteSink { port }, &[], |_| {});
-    let line = LineBuf::new(len);
-    let rec = line.bytes();
-    let end = Instant::now() + Duration::from_secs_f64(secs);
-    while Instant::now() < end {
-        for _ in 0..records_per_look(len) {
-            p.send(rec).unwrap();
-        }
-    }
+    let sink = Role::RemoteSink {
+        port,
+        segment_size: g.segment_size,
+        segment_count: g.segment_count,
+        read: write.read(),
+    };
+    let kid = child(&sink, &[], |_| {});
+    write_for(&mut p, secs, len, write);
     drop(p);
     let report = rt.block_on(server).unwrap();
     assert!(report.channels[0].result.is_ok(), "{report:?}");
     parse_report(&finished(kid))
 }
 
-/// Reads every record to the end, touching every byte in place: (records, nanoseconds from
-/// the first).
-pub(crate) fn read_all(rx: &mut shmflow::Consumer) -> (u64, u128) {
+/// The sending loop of the streams: records of `len` bytes for `secs`, written as `write`
+/// says, the clock read once per [`records_per_look`] records.
+fn write_for(p: &mut Producer, secs: f64, len: usize, write: Writes) {
+    let line = LineBuf::new(len);
+    let rec = line.bytes();
+    let per_look = records_per_look(len);
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end {
+        match write {
+            Writes::Send | Writes::SendWide => {
+                for _ in 0..per_look {
+                    p.send(rec).unwrap();
+                }
+            }
+            Writes::InPlace => {
+                for _ in 0..per_look {
+                    p.claim(len).unwrap().commit();
+                }
+            }
+            Writes::Batch => send_batched(p, rec, per_look),
+        }
+    }
+}
+
+/// Reads every record to the end as `read` says, touching every byte in place: (records,
+/// nanoseconds from the first).
+pub(crate) fn read_all(rx: &mut shmflow::Consumer, read: SinkRead) -> Result<(u64, u128), String> {
+    if read == SinkRead::Drain {
+        let (n, sum, start) = super::local::sink_records(rx)?;
+        std::hint::black_box(sum);
+        return Ok((n, start.map(|s| s.elapsed().as_nanos()).unwrap_or(1)));
+    }
     let (mut n, mut sum, mut start) = (0u64, 0u64, None);
-    while let Some(mut r) = rx.recv().unwrap() {
+    while let Some(mut r) = rx.recv().map_err(|e| e.to_string())? {
         start.get_or_insert_with(Instant::now);
         match r.as_bytes() {
             Some(b) => sum = sum.wrapping_add(touch(b)),
             // A record larger than a segment: every part touched in place, as the TCP
             // reader touches what it read.
             None => {
-                while let Some(part) = r.next_part().unwrap() {
+                while let Some(part) = r.next_part().map_err(|e| e.to_string())? {
                     sum = sum.wrapping_add(touch(part));
                 }
             }
@@ -125,7 +159,7 @@ pub(crate) fn read_all(rx: &mut shmflow::Consumer) -> (u64, u128) {
         n += 1;
     }
     std::hint::black_box(sum);
-    (n, start.map(|s| s.elapsed().as_nanos()).unwrap_or(1))
+    Ok((n, start.map(|s| s.elapsed().as_nanos()).unwrap_or(1)))
 }
 
 /// CPU time (user + system) of this process's threads and of its waited-for children, in
@@ -189,6 +223,40 @@ pub(crate) enum Writes {
     /// `send`, from a buffer, into segments of 64 KiB ([`WIDE_G`]): each segment one write
     /// of the raw TCP stream's size.
     SendWide,
+    /// `claim_batch` of up to 64 records, each copied into its place from a buffer, one commit
+    /// a batch, default geometry; the sink drains (`try_drain`): the forms a user of small
+    /// records reaches for, as the local `small_batch` stream has them.
+    Batch,
+}
+
+impl Writes {
+    /// The segments of the stream's channel (both sides).
+    fn geometry(self) -> Geometry {
+        match self {
+            Writes::Send | Writes::Batch => Geometry::default(),
+            Writes::InPlace => IN_PLACE_G,
+            Writes::SendWide => WIDE_G,
+        }
+    }
+
+    /// How the sink reads what this loop writes.
+    fn read(self) -> SinkRead {
+        match self {
+            Writes::Batch => SinkRead::Drain,
+            _ => SinkRead::Recv,
+        }
+    }
+}
+
+/// How a stream's sink reads its records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SinkRead {
+    /// `while let Some(r) = rx.recv()?`, each record in place (part by part if it spans
+    /// segments).
+    Recv,
+    /// `try_drain` of everything there, `recv` only when nothing is (the local tuned sink's
+    /// loop).
+    Drain,
 }
 
 /// Segments of the raw TCP stream's write size ([`Writes::SendWide`]), the default pool's
@@ -210,40 +278,27 @@ pub(crate) fn direct_stream(
     with_cpu(|| {
         let l = Listener::bind(loopback(0), Config::default()).unwrap();
         let port = l.local_addr().unwrap().port();
-        let g = match write {
-            Writes::Send => Geometry::default(),
-            Writes::InPlace => IN_PLACE_G,
-            Writes::SendWide => WIDE_G,
-        };
+        let g = write.geometry();
         let sink = Role::DirectSink {
             port,
             segment_size: g.segment_size,
             segment_count: g.segment_count,
+            read: write.read(),
         };
         let kid = child(&sink, &[], |_| {});
         let mut p = l.accept_producer("bench", g).unwrap();
         p.set_flush_policy(policy);
-        let line = LineBuf::new(len);
-        let rec = line.bytes();
-        let end = Instant::now() + Duration::from_secs_f64(secs);
-        while Instant::now() < end {
-            for _ in 0..records_per_look(len) {
-                match write {
-                    Writes::Send | Writes::SendWide => p.send(rec).unwrap(),
-                    Writes::InPlace => p.claim(len).unwrap().commit(),
-                }
-            }
-        }
+        write_for(&mut p, secs, len, write);
         p.close_timeout(Duration::from_secs(30)).unwrap();
         parse_report(&finished(kid))
     })
 }
 
-/// The child of [`direct_stream`], with the stream's segment geometry.
-pub(crate) fn direct_sink(port: u16, g: Geometry) -> Result<(), String> {
+/// The child of [`direct_stream`], with the stream's segment geometry, reading as `read` says.
+pub(crate) fn direct_sink(port: u16, g: Geometry, read: SinkRead) -> Result<(), String> {
     let mut rx = connect_consumer(loopback(port), "bench", g, Config::default())
         .map_err(|e| e.to_string())?;
-    let (n, ns) = read_all(&mut rx);
+    let (n, ns) = read_all(&mut rx, read)?;
     println!("{n} {ns}");
     Ok(())
 }
@@ -312,11 +367,11 @@ pub(crate) fn direct_echo(port: u16, back: u16, wait: RttWait) -> Result<(), Str
     Ok(())
 }
 
-/// The child of [`remote_stream`].
-pub(crate) fn remote_sink(port: u16) -> Result<(), String> {
+/// The child of [`remote_stream`], with the stream's segment geometry, reading as `read` says.
+pub(crate) fn remote_sink(port: u16, g: Geometry, read: SinkRead) -> Result<(), String> {
     let rt = runtime();
-    let (tx, mut rx) = shmflow::pair(Geometry::default()).map_err(|e| e.to_string())?;
-    let reader = std::thread::spawn(move || read_all(&mut rx));
+    let (tx, mut rx) = shmflow::pair(g).map_err(|e| e.to_string())?;
+    let reader = std::thread::spawn(move || read_all(&mut rx, read));
     let outcomes = rt.block_on(async {
         let mut c = connect(loopback(port)).await;
         c.import("bench", tx).unwrap();
@@ -325,7 +380,7 @@ pub(crate) fn remote_sink(port: u16) -> Result<(), String> {
     if let Err(e) = &outcomes[0].result {
         return Err(e.to_string());
     }
-    let (n, ns) = reader.join().map_err(|_| "reader panicked")?;
+    let (n, ns) = reader.join().map_err(|_| "reader panicked")??;
     println!("{n} {ns}");
     Ok(())
 }

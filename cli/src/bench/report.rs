@@ -68,6 +68,30 @@ pub(super) const RATIOS: &[Ratio] = &[
         goal: Reference,
     },
     Ratio {
+        name: "direct_small_batch_vs_tcp_64k",
+        num: "direct_small_batch_rps",
+        den: "tcp_64k_rps64",
+        goal: AtLeast(0.8),
+    },
+    Ratio {
+        name: "direct_small_batch_cpu_per_gb_vs_tcp",
+        num: "direct_small_batch_cpu_s_per_gb",
+        den: "tcp_64k_cpu_s_per_gb",
+        goal: AtMost(1.3),
+    },
+    Ratio {
+        name: "direct_small_batch_vs_tcp_framed",
+        num: "direct_small_batch_rps",
+        den: "tcp_framed_rps64",
+        goal: Reference,
+    },
+    Ratio {
+        name: "direct_small_batch_cpu_per_gb_vs_tcp_framed",
+        num: "direct_small_batch_cpu_s_per_gb",
+        den: "tcp_framed_cpu_s_per_gb",
+        goal: Reference,
+    },
+    Ratio {
         name: "direct_bulk_vs_tcp_64k",
         num: "direct_bulk_gbps",
         den: "tcp_64k_gbps",
@@ -150,6 +174,30 @@ pub(super) const RATIOS: &[Ratio] = &[
         num: "remote_bulk_gbps",
         den: "tcp_64k_gbps",
         goal: AtLeast(0.8),
+    },
+    Ratio {
+        name: "remote_small_batch_vs_tcp_64k",
+        num: "remote_small_batch_rps",
+        den: "tcp_64k_rps64",
+        goal: AtLeast(0.8),
+    },
+    Ratio {
+        name: "remote_small_batch_cpu_per_gb_vs_tcp",
+        num: "remote_small_batch_cpu_s_per_gb",
+        den: "tcp_64k_cpu_s_per_gb",
+        goal: AtMost(1.3),
+    },
+    Ratio {
+        name: "remote_bulk_send_vs_tcp_64k",
+        num: "remote_bulk_send_gbps",
+        den: "tcp_64k_gbps",
+        goal: Reference,
+    },
+    Ratio {
+        name: "remote_bulk_send_cpu_per_gb_vs_tcp",
+        num: "remote_bulk_send_cpu_s_per_gb",
+        den: "tcp_64k_cpu_s_per_gb",
+        goal: Reference,
     },
     Ratio {
         name: "remote_rtt_vs_tcp_pingpong",

@@ -11,7 +11,7 @@ use shmflow::Geometry;
 
 use super::netem::Kind;
 use super::openloop::Transport;
-use super::remote::RttWait;
+use super::remote::{RttWait, SinkRead};
 use super::{asynch, case, floors, local, netem, openloop, remote};
 
 /// How the echo of the round trips waits for its next number.
@@ -61,8 +61,14 @@ pub(crate) enum Role {
     AsyncSink,
     /// Reads the channel CH with `drain_async`.
     AsyncDrainSink,
-    /// Imports the channel "bench" served on loopback `port` and reads it.
-    RemoteSink { port: u16 },
+    /// Imports the channel "bench" served on loopback `port` into a channel of segments of the
+    /// given shape, and reads it as `read` says.
+    RemoteSink {
+        port: u16,
+        segment_size: u32,
+        segment_count: u32,
+        read: SinkRead,
+    },
     /// Reads a raw TCP stream from loopback `port`.
     TcpSink { port: u16 },
     /// Reads 64 B records framed by hand over a raw TCP stream from loopback `port`.
@@ -73,11 +79,13 @@ pub(crate) enum Role {
     TcpEchoTwo { port: u16 },
     /// Imports "ping" from loopback `port` and echoes it into "pong", served on `back`.
     RemoteEcho { port: u16, back: u16 },
-    /// A direct consumer of "bench" from loopback `port`, with segments of the given shape.
+    /// A direct consumer of "bench" from loopback `port`, with segments of the given shape,
+    /// reading as `read` says.
     DirectSink {
         port: u16,
         segment_size: u32,
         segment_count: u32,
+        read: SinkRead,
     },
     /// Direct ends: "ping" from loopback `port`, echoed into "pong", accepted on `back`.
     DirectEcho { port: u16, back: u16, wait: RttWait },
@@ -130,7 +138,15 @@ impl Role {
             Role::CaseFloor { len } => ("case-floor", vec![s(len)]),
             Role::AsyncSink => ("async-sink", vec![]),
             Role::AsyncDrainSink => ("async-drain-sink", vec![]),
-            Role::RemoteSink { port } => ("remote-sink", vec![s(port)]),
+            Role::RemoteSink {
+                port,
+                segment_size,
+                segment_count,
+                read,
+            } => (
+                "remote-sink",
+                vec![s(port), s(segment_size), s(segment_count), value(*read)],
+            ),
             Role::TcpSink { port } => ("tcp-sink", vec![s(port)]),
             Role::TcpFramedSink { port } => ("tcp-framed-sink", vec![s(port)]),
             Role::TcpEcho { port } => ("tcp-echo", vec![s(port)]),
@@ -140,9 +156,10 @@ impl Role {
                 port,
                 segment_size,
                 segment_count,
+                read,
             } => (
                 "direct-sink",
-                vec![s(port), s(segment_size), s(segment_count)],
+                vec![s(port), s(segment_size), s(segment_count), value(*read)],
             ),
             Role::DirectEcho { port, back, wait } => {
                 ("direct-echo", vec![s(port), s(back), value(*wait)])
@@ -224,7 +241,12 @@ impl Role {
             }
             Role::AsyncSink => asynch::async_sink(false),
             Role::AsyncDrainSink => asynch::async_sink(true),
-            Role::RemoteSink { port } => remote::remote_sink(port),
+            Role::RemoteSink {
+                port,
+                segment_size,
+                segment_count,
+                read,
+            } => remote::remote_sink(port, geometry(segment_size, segment_count), read),
             Role::TcpSink { port } => remote::tcp_sink(port),
             Role::TcpFramedSink { port } => remote::tcp_framed_sink(port),
             Role::TcpEcho { port } => remote::tcp_echo(port),
@@ -234,7 +256,8 @@ impl Role {
                 port,
                 segment_size,
                 segment_count,
-            } => remote::direct_sink(port, geometry(segment_size, segment_count)),
+                read,
+            } => remote::direct_sink(port, geometry(segment_size, segment_count), read),
             Role::DirectEcho { port, back, wait } => remote::direct_echo(port, back, wait),
             Role::NetemSend {
                 kind,
@@ -315,7 +338,12 @@ mod tests {
             Role::CaseFloor { len: 256 },
             Role::AsyncSink,
             Role::AsyncDrainSink,
-            Role::RemoteSink { port: 1 },
+            Role::RemoteSink {
+                port: 1,
+                segment_size: 32 << 10,
+                segment_count: 64,
+                read: SinkRead::Drain,
+            },
             Role::TcpSink { port: 2 },
             Role::TcpFramedSink { port: 3 },
             Role::TcpEcho { port: 4 },
@@ -328,6 +356,7 @@ mod tests {
                 port: 7,
                 segment_size: 256 << 10,
                 segment_count: 8,
+                read: SinkRead::Recv,
             },
             Role::DirectEcho {
                 port: 8,
