@@ -308,6 +308,50 @@ fn consumer_exit_makes_the_blocked_producer_fail_with_closed() {
 }
 
 #[test]
+fn a_streaming_producer_finds_its_consumer_process_gone_within_a_segment() {
+    const RECORDS: usize = 1000;
+    if role().as_deref() == Some("consumer") {
+        child_main(|| {
+            let mut c = Consumer::from_env(FD_VAR).map_err(|e| e.to_string())?;
+            for _ in 0..RECORDS {
+                if c.recv().map_err(|e| e.to_string())?.is_none() {
+                    return Err("the stream ended early".into());
+                }
+            }
+            Ok(()) // exit: the consumer detaches, with most of the pool free
+        });
+    }
+    let test = "a_streaming_producer_finds_its_consumer_process_gone_within_a_segment";
+    let (mut p, handle) = Producer::create_anonymous(Geometry {
+        segment_size: SEG,
+        segment_count: 64,
+    })
+    .unwrap();
+    let mut child = spawn(test, "consumer", &[], Some(&handle));
+    drop(handle);
+    let rec = [3u8; 64];
+    for _ in 0..RECORDS {
+        p.send(&rec).unwrap();
+    }
+    assert!(child.wait().unwrap().success(), "the consumer failed");
+    // The consumer's process is gone and the pool has free segments: what the producer
+    // accepts now is at most what the segment in hand holds.
+    let per_segment = SEG as usize / 72;
+    let mut sent = 0;
+    let err = loop {
+        match p.send(&rec) {
+            Ok(()) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(
+            sent <= per_segment,
+            "{sent} records accepted after the consumer's process exited"
+        );
+    };
+    assert!(matches!(err, SendError::Closed(_)), "got {err}");
+}
+
+#[test]
 fn buffer_timeout_publishes_a_lone_record_without_flush() {
     if let Some(r) = role() {
         child_main(|| {

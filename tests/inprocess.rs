@@ -494,6 +494,95 @@ fn dropping_the_consumer_unblocks_the_producer_with_closed() {
     assert!(matches!(t.join().unwrap(), Err(SendError::Closed(_))));
 }
 
+/// 64 B records written with `form` until the producer fails: how many were accepted, and
+/// whether it failed with `Closed` (else what it failed with).
+fn send_until_refused(p: &mut Producer, form: &str) -> (usize, Result<(), String>) {
+    let rec = [7u8; 64];
+    let closed = |e: SendError| match e {
+        SendError::Closed(_) => Ok(()),
+        e => Err(e.to_string()),
+    };
+    let mut sent = 0;
+    loop {
+        let r = match form {
+            "send" => p.send(&rec).map_err(closed),
+            "claim" => p
+                .claim(64)
+                .map(|mut c| {
+                    c.copy_from_slice(&rec);
+                    c.commit()
+                })
+                .map_err(closed),
+            "batch" => p
+                .claim_batch(64, 4)
+                .map(|mut b| {
+                    for r in b.iter_mut() {
+                        r.copy_from_slice(&rec);
+                    }
+                    b.commit()
+                })
+                .map_err(closed),
+            "stream" => match p.stream() {
+                Ok(mut w) => match w.write_all(&rec) {
+                    // (A record that moves to a fresh segment takes it in the write.)
+                    Err(e) => Err(match e.get_ref().map(|e| e.to_string()) {
+                        Some(m) if m.contains("consumer has detached") => Ok(()),
+                        _ => Err(e.to_string()),
+                    }),
+                    Ok(()) => w.finish().map_err(|e| match e {
+                        shmflow::WriteError::Closed(_) => Ok(()),
+                        e => Err(e.to_string()),
+                    }),
+                },
+                Err(e) => Err(closed(e)),
+            },
+            _ => unreachable!(),
+        };
+        match r {
+            Ok(()) => sent += if form == "batch" { 4 } else { 1 },
+            Err(e) => return (sent, e),
+        }
+        assert!(
+            sent < 1_000_000,
+            "{form}: the producer never noticed the consumer left"
+        );
+    }
+}
+
+#[test]
+fn a_producer_finds_its_consumer_gone_within_a_segment_with_free_segments_left() {
+    // 64 free segments: the producer never waits, so only the look at each segment taken
+    // can find that the consumer left.
+    let per_segment = SEG as usize / 72;
+    for policy in [FlushPolicy::EveryRecord, FlushPolicy::Explicit] {
+        for form in ["send", "claim", "batch", "stream"] {
+            // The consumer leaves before anything is sent, and after a few segments.
+            for before in [0, 3 * per_segment] {
+                let (mut p, mut c) = pair(64);
+                p.set_flush_policy(policy);
+                for _ in 0..before {
+                    p.send(&[1u8; 64]).unwrap();
+                }
+                p.flush().unwrap();
+                for _ in 0..before {
+                    c.recv()
+                        .unwrap()
+                        .expect("a record sent before the consumer left");
+                }
+                drop(c);
+                let (sent, err) = send_until_refused(&mut p, form);
+                assert_eq!(err, Ok(()), "{form}, {policy:?}: not Closed");
+                assert!(
+                    sent <= per_segment,
+                    "{form}, {policy:?}: {sent} records accepted after the consumer left, \
+                     more than a segment holds ({per_segment})"
+                );
+                assert!(matches!(p.send(b"x"), Err(SendError::Closed(_))));
+            }
+        }
+    }
+}
+
 #[test]
 fn buffer_timeout_makes_a_lone_record_visible() {
     let (mut p, mut c) = pair(4);

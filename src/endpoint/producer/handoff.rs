@@ -64,15 +64,18 @@ impl Producer {
     /// the cap never cuts a record.
     pub(super) fn take<P: Patience>(&mut self, patience: P, bound: Bound) -> Sent<(), P> {
         debug_assert!(self.cur.is_none());
+        // A consumer that left is noticed at every segment taken (a load per segment), not
+        // only once the free segments run out: at most the segment in hand of what is sent
+        // after it left is accepted (and lost with the channel).
+        if self.consumer_detached() {
+            return Err(self.closed_error().into());
+        }
         let capped = bound == Bound::Capped && self.capped();
         if !capped {
             if let Some(c) = self.try_take()? {
                 self.cur = Some(c);
                 return Ok(());
             }
-        }
-        if self.consumer_detached() {
-            return Err(self.closed_error().into());
         }
         if !capped {
             self.ask_for_segment();

@@ -115,7 +115,10 @@ impl Producer {
     ///
     /// # Errors
     /// [`SendError::Closed`] if the consumer has detached, [`SendError::PeerDead`] if its
-    /// process died, [`SendError::Corrupt`] if it broke the protocol.
+    /// process died, [`SendError::Corrupt`] if it broke the protocol. A record that fits the
+    /// segment in hand is written without a look at the consumer: its leaving is found when the
+    /// producer takes its next segment (or flushes, or closes), so at most a segment of records
+    /// sent after it left are accepted, and lost with the channel.
     ///
     /// # Examples
     ///
