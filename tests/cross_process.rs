@@ -308,7 +308,7 @@ fn consumer_exit_makes_the_blocked_producer_fail_with_closed() {
 }
 
 #[test]
-fn a_streaming_producer_finds_its_consumer_process_gone_within_a_segment() {
+fn a_streaming_producer_finds_its_consumer_process_gone_at_the_next_segment() {
     const RECORDS: usize = 1000;
     if role().as_deref() == Some("consumer") {
         child_main(|| {
@@ -321,7 +321,7 @@ fn a_streaming_producer_finds_its_consumer_process_gone_within_a_segment() {
             Ok(()) // exit: the consumer detaches, with most of the pool free
         });
     }
-    let test = "a_streaming_producer_finds_its_consumer_process_gone_within_a_segment";
+    let test = "a_streaming_producer_finds_its_consumer_process_gone_at_the_next_segment";
     let (mut p, handle) = Producer::create_anonymous(Geometry {
         segment_size: SEG,
         segment_count: 64,
@@ -335,8 +335,9 @@ fn a_streaming_producer_finds_its_consumer_process_gone_within_a_segment() {
     }
     assert!(child.wait().unwrap().success(), "the consumer failed");
     // The consumer's process is gone and the pool has free segments: what the producer
-    // accepts now is at most what the segment in hand holds.
+    // accepts now is what the segment in hand has room for.
     let per_segment = SEG as usize / 72;
+    let room = per_segment - RECORDS % per_segment;
     let mut sent = 0;
     let err = loop {
         match p.send(&rec) {
@@ -344,11 +345,15 @@ fn a_streaming_producer_finds_its_consumer_process_gone_within_a_segment() {
             Err(e) => break e,
         }
         assert!(
-            sent <= per_segment,
+            sent <= room,
             "{sent} records accepted after the consumer's process exited"
         );
     };
     assert!(matches!(err, SendError::Closed(_)), "got {err}");
+    assert_eq!(
+        sent, room,
+        "records accepted after the consumer's process exited"
+    );
 }
 
 #[test]

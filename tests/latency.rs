@@ -231,6 +231,29 @@ fn a_marker_never_holds_a_send() {
 /// A producer process emits markers into a named channel; this process reads it, and a
 /// monitor (what `shmflow stat` uses) sees the same figures as the consumer.
 #[test]
+fn a_marker_that_finds_the_consumer_gone_leaves_the_answer_to_the_producers_own_calls() {
+    // A segment of 4 KiB: after the second record only 8 bytes are left, too few for the
+    // marker that is due after it, which takes a fresh segment and finds the consumer gone.
+    let (mut tx, mut rx) = shmflow::pair(Geometry {
+        segment_size: 4096,
+        segment_count: 8,
+    })
+    .unwrap();
+    tx.send(&[1u8; 8]).unwrap();
+    assert!(rx.recv().unwrap().is_some());
+    drop(rx);
+    tx.set_latency_markers(Some(LatencyMarkers::every(MS, "gone")));
+    // The record fits the segment in hand: accepted, as a send is until it takes a segment.
+    tx.send(&[2u8; 4096 - 16 - 8 - 8]).unwrap();
+    // The consumer left with that record unread: `Closed`, the consumer's answer; not
+    // `AlreadyClosed`, which says that an earlier call of the producer's had returned it.
+    match tx.close_timeout(Duration::from_secs(5)) {
+        Err(shmflow::CloseError::Closed { .. }) => {}
+        other => panic!("expected CloseError::Closed, got {other:?}"),
+    }
+}
+
+#[test]
 fn a_monitor_reads_the_figures_of_another_process() {
     if common::role().as_deref() == Some("marker-producer") {
         let name = std::env::var("NAME").unwrap();

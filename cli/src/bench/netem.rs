@@ -507,10 +507,12 @@ pub(crate) fn recv(kind: Kind, addr: SocketAddr, g: Geometry, len: usize) -> Res
                 c.import("bench", tx).map_err(|e| e.to_string())?;
                 Ok::<_, String>(c.run().await)
             })?;
+            // (The reader's own error first, as in `remote::remote_sink`.)
+            let read = reader.join().map_err(|_| "the reader panicked")?;
             if let Err(e) = &outcomes[0].result {
-                return Err(e.to_string());
+                return Err(read.err().unwrap_or_else(|| e.to_string()));
             }
-            let (n, ns) = reader.join().map_err(|_| "the reader panicked")??;
+            let (n, ns) = read?;
             (n * len as u64, ns)
         }
     };

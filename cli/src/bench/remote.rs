@@ -254,8 +254,8 @@ pub(crate) enum SinkRead {
     /// `while let Some(r) = rx.recv()?`, each record in place (part by part if it spans
     /// segments).
     Recv,
-    /// `try_drain` of everything there, `recv` only when nothing is (the local tuned sink's
-    /// loop).
+    /// `try_drain` of everything there, `recv` only when nothing is (the loop of the local
+    /// tuned sink; the consumer keeps its default wait strategy and counters).
     Drain,
 }
 
@@ -377,10 +377,13 @@ pub(crate) fn remote_sink(port: u16, g: Geometry, read: SinkRead) -> Result<(), 
         c.import("bench", tx).unwrap();
         c.run().await
     });
+    // (The reader's own error first: a reader that failed drops its consumer, and the
+    // bridge then fails for want of one.)
+    let read = reader.join().map_err(|_| "reader panicked")?;
     if let Err(e) = &outcomes[0].result {
-        return Err(e.to_string());
+        return Err(read.err().unwrap_or_else(|| e.to_string()));
     }
-    let (n, ns) = reader.join().map_err(|_| "reader panicked")??;
+    let (n, ns) = read?;
     println!("{n} {ns}");
     Ok(())
 }

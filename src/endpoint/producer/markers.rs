@@ -38,15 +38,21 @@ impl Producer {
             self.markers = Some(s);
             return;
         }
-        if self
-            .write_marker(
-                crate::sys::clock::realtime_ns(),
-                s.label(),
-                crate::protocol::park::Immediately,
-            )
-            .is_ok()
-        {
-            self.marker_at = s.next_due();
+        let gone = self.gone;
+        let wrote = self.write_marker(
+            crate::sys::clock::realtime_ns(),
+            s.label(),
+            crate::protocol::park::Immediately,
+        );
+        match wrote {
+            Ok(()) => self.marker_at = s.next_due(),
+            // A marker that took a fresh segment and found the consumer gone: that answers
+            // nothing the user asked (the consumer may have read every record before it
+            // left, which `close_timeout` then reports as a clean end), so the producer is
+            // not marked gone by it; the user's next call that takes a segment, flushes or
+            // closes finds the consumer gone itself.
+            Err(_) if !gone => self.gone = false,
+            Err(_) => {}
         }
         self.markers = Some(s);
     }

@@ -116,9 +116,11 @@ impl Producer {
     /// # Errors
     /// [`SendError::Closed`] if the consumer has detached, [`SendError::PeerDead`] if its
     /// process died, [`SendError::Corrupt`] if it broke the protocol. A record that fits the
-    /// segment in hand is written without a look at the consumer: its leaving is found when the
-    /// producer takes its next segment (or flushes, or closes), so at most a segment of records
-    /// sent after it left are accepted, and lost with the channel.
+    /// segment in hand is written without a look at the consumer: a consumer that detached is
+    /// found when the producer takes its next segment (or flushes, or closes), so at most the
+    /// room of the segment in hand is accepted after it left, and lost with the channel; one
+    /// whose process died without detaching, when the producer waits for a segment, flushes
+    /// or closes.
     ///
     /// # Examples
     ///

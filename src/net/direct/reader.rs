@@ -323,9 +323,10 @@ impl Reader {
                 Ok(n) if n <= want => {
                     *at += n;
                     *heard = Instant::now();
-                    // `dst` filled to its end with room behind it left empty: the socket held
-                    // no more than this (a read now would find nothing).
-                    self.short = n == want && behind > 0 && !sock.is_tls();
+                    // A read that offered room behind `dst` and left it empty: the socket held
+                    // no more than this (a read now would find nothing). (A read that waits for
+                    // nothing asks for `dst`'s rest only, and says nothing of what is left.)
+                    self.short = n == want && !now && !sock.is_tls();
                 }
                 Ok(n) => {
                     // `dst` is full; the rest went into the buffer (the socket had no more
