@@ -127,13 +127,25 @@ pub enum WaitStrategy {
     #[default]
     Block,
     /// Busy-poll for up to this long before parking: the lowest latency while the peer is
-    /// active, one CPU burnt while waiting. Keep it bounded on machines with few cores. After
-    /// its thread has woken a sleeping end (of any channel: a record, an event or a returned
-    /// segment for an end that had parked), the next busy phase of a blocking call yields
-    /// the thread's CPU every [`BLOCK_GAP`](crate::tuning::BLOCK_GAP) (5 µs): the scheduler
-    /// may have put the woken thread on its waker's CPU (on a VM a sleeping virtual CPU often
-    /// counts as unavailable), and a poll that never yielded would keep it from running for
-    /// the whole budget. Without such a wake-up it polls without a break. The async forms
+    /// active, one CPU burnt while waiting. Keep it bounded on machines with few cores.
+    ///
+    /// When the peer may be queued on this thread's CPU, the next busy phase of a blocking
+    /// call yields the CPU after [`BLOCK_EAGER`](crate::tuning::BLOCK_EAGER) (2 µs) and then
+    /// every [`BLOCK_GAP`](crate::tuning::BLOCK_GAP) (5 µs), since a poll that never yielded
+    /// would keep the peer from running for the whole budget. That is after its thread has
+    /// - woken a sleeping end (of any channel: a record, an event or a returned segment for
+    ///   an end that had parked): the scheduler may have put the woken thread on its waker's
+    ///   CPU (on a VM a sleeping virtual CPU often counts as unavailable);
+    /// - slept in a wait itself: while it slept its CPU was idle, and an idle CPU takes
+    ///   over a runnable thread from a busy one, such as a peer that another program had
+    ///   displaced, which then stays beside it.
+    ///
+    /// Otherwise it polls without a break. A yield with nothing else to run costs a system
+    /// call (about 0.4 µs). A yield that gets the CPU back only after something else ran
+    /// (2 µs or more) shows the CPU shared: the busy phase ends, and the thread's next wait
+    /// parks without one. The peer then runs, and the wake-up it sends lets the scheduler
+    /// move this thread to an idle CPU, where yields alone would leave both on one CPU for
+    /// as long as the scheduler's balancing takes (tens of milliseconds). The async forms
     /// yield to their executor instead.
     BusyPoll(Duration),
     /// Park at once, no spinning: the least CPU, every wait pays a futex wake-up.
@@ -220,7 +232,7 @@ pub(crate) fn take_mark(mark: &AtomicU32) -> bool {
 /// Wakes a waiter that announced `was`: through the doorbell it sleeps on, or the futex.
 #[cold]
 fn wake<O: Os>(word: &FutexWord, was: u32, bell: Option<&O::Bell>) {
-    note_wake();
+    note_cpu_share(CpuShare::Maybe);
     // Broken on purpose (loom only): the doorbell bit ignored, the futex woken instead.
     #[cfg(shmflow_broken = "doorbell_unrung")]
     let was = was & !DOORBELL;
@@ -409,47 +421,68 @@ pub(crate) fn spin_phase<O: Os, T, F>(
         }
         WaitStrategy::Park => {}
         WaitStrategy::BusyPoll(budget) => {
-            return busy_poll::<O, T, F>(budget, poll, took_wake_note())
+            return match took_cpu_share_note() {
+                CpuShare::Unknown => busy_poll::<O, T, F>(budget, poll, false),
+                CpuShare::Maybe => busy_poll::<O, T, F>(budget, poll, true),
+                CpuShare::Shared => Ok(None),
+            };
         }
     }
     Ok(None)
 }
 
-// This thread woke a sleeping peer since its last `BusyPoll` busy phase: the peer may be
-// queued on this thread's CPU (see `WaitStrategy::BusyPoll`). Not under loom: loom runs every
-// modelled thread on one OS thread, which would share the flag, and the extra yields would
-// add schedule points to the models.
+/// What this thread knows of its CPU's sharing since its last `BusyPoll` busy phase (see
+/// `WaitStrategy::BusyPoll`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum CpuShare {
+    /// Nothing: poll without a break.
+    Unknown,
+    /// The peer may be queued on it: the thread woke a sleeping peer, or slept itself. Yield
+    /// now and then.
+    Maybe,
+    /// It is shared: a yield of the last busy phase got the CPU back only after something
+    /// else ran. Park at once.
+    Shared,
+}
+
+// Not under loom: loom runs every modelled thread on one OS thread, which would share the
+// note, and the yields would add schedule points to the models.
 #[cfg(not(shmflow_loom))]
 thread_local! {
-    static WOKE_A_PEER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static CPU_SHARE: std::cell::Cell<CpuShare> = const { std::cell::Cell::new(CpuShare::Unknown) };
 }
 
-/// Notes that this thread woke a sleeping peer.
+/// Notes what this thread learnt of its CPU's sharing (the stronger note stays).
 #[inline]
-fn note_wake() {
+fn note_cpu_share(share: CpuShare) {
     #[cfg(not(shmflow_loom))]
-    WOKE_A_PEER.with(|w| w.set(true));
-}
-
-/// Whether this thread woke a peer since the last call; clears the note.
-#[inline]
-fn took_wake_note() -> bool {
-    #[cfg(not(shmflow_loom))]
-    let woke = WOKE_A_PEER.with(|w| w.replace(false));
+    CPU_SHARE.with(|w| w.set(w.get().max(share)));
     #[cfg(shmflow_loom)]
-    let woke = false;
-    woke
+    let _ = share;
+}
+
+/// What this thread has noted of its CPU's sharing since the last call; clears the note.
+#[inline]
+fn took_cpu_share_note() -> CpuShare {
+    #[cfg(not(shmflow_loom))]
+    let share = CPU_SHARE.with(|w| w.replace(CpuShare::Unknown));
+    #[cfg(shmflow_loom)]
+    let share = CpuShare::Unknown;
+    share
 }
 
 /// Polls continuously for `budget`. `None` if nothing turned up. `yields`: the CPU is given
-/// up every [`BLOCK_GAP`] (the peer may be queued on it, see `WaitStrategy::BusyPoll`).
+/// up after [`BLOCK_EAGER`] and then every [`BLOCK_GAP`] (the peer may be queued on it, see
+/// `WaitStrategy::BusyPoll`); a yield that gets the CPU back only after [`BLOCK_EAGER`] or
+/// more (something else ran on it) ends the phase and notes the CPU shared.
 fn busy_poll<O: Os, T, F>(
     budget: Duration,
     poll: &mut impl FnMut(Look) -> Result<Option<T>, F>,
     yields: bool,
 ) -> Result<Option<T>, F> {
     let start = O::now();
-    let mut yielded = start;
+    // The time since `start` at which to yield next.
+    let mut yield_at = BLOCK_EAGER;
     let mut i = 0u32;
     loop {
         if let Some(v) = poll(Look::Quick)? {
@@ -458,12 +491,22 @@ fn busy_poll<O: Os, T, F>(
         i = i.wrapping_add(1);
         if i % O::POLLS_PER_CLOCK == 0 {
             let now = O::now();
-            if now.duration_since(start) >= budget {
+            let waited = now.duration_since(start);
+            if waited >= budget {
                 return Ok(None);
             }
-            if yields && now.duration_since(yielded) >= BLOCK_GAP {
+            if yields && waited >= yield_at {
                 O::yield_cpu();
-                yielded = now;
+                let back = O::now();
+                if back.duration_since(now) >= BLOCK_EAGER {
+                    // Something else ran here meanwhile: the CPU is shared. The next wait
+                    // parks at once (this one re-checks first): the peer runs, and the
+                    // wake-up it sends lets the scheduler place this thread on an idle
+                    // CPU, where yields alone would keep both where they are.
+                    note_cpu_share(CpuShare::Shared);
+                    return Ok(None);
+                }
+                yield_at = back.duration_since(start) + BLOCK_GAP;
             }
         }
         crate::sync::spin_loop();
@@ -561,6 +604,8 @@ pub(crate) fn wait_for<O: Os, T, P: Patience, F>(
         O::futex_wait(word, now, Some(nap), timeout.is_some());
         // An RMW, not a store: keeps every write to P in the notifier's release sequence.
         p.fetch_and(!PARKED, Ordering::AcqRel);
+        // This CPU was idle meanwhile and may have taken over the peer (see `BusyPoll`).
+        note_cpu_share(CpuShare::Maybe);
         if let Some(v) = poll(Look::Now)? {
             return Ok(v);
         }
@@ -739,14 +784,150 @@ pub(crate) async unsafe fn wait_async<O: AsyncOs, T, F: From<Box<SysError>>>(
 }
 
 #[cfg(all(test, not(shmflow_loom)))]
-mod wake_note_tests {
-    use super::{note_wake, took_wake_note};
+mod cpu_shared_note_tests {
+    //! When a `BusyPoll` busy phase yields its CPU, driven by a scripted OS whose clock moves
+    //! only when the code under test polls, yields or sleeps.
+    use super::*;
+    use std::cell::Cell;
+    use std::sync::OnceLock;
+    use std::time::Instant;
+
+    thread_local! {
+        static CLOCK: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+        static YIELD_TAKES: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+        static YIELDS: Cell<u32> = const { Cell::new(0) };
+        static SLEEPS: Cell<u32> = const { Cell::new(0) };
+    }
+
+    fn advance(d: Duration) {
+        CLOCK.with(|c| c.set(c.get() + d));
+    }
+
+    /// A yield that gets the CPU back after `d`: 0.4 µs is a system call with nothing else
+    /// to run, 30 µs a peer that ran meanwhile.
+    fn yields_take(d: Duration) {
+        YIELD_TAKES.with(|y| y.set(d));
+    }
+
+    fn yields() -> u32 {
+        YIELDS.with(|y| y.replace(0))
+    }
+
+    struct Scripted;
+
+    impl Os for Scripted {
+        type Bell = ();
+        fn futex_wait(_: &FutexWord, _: u32, _: Option<Duration>, _: bool) {
+            SLEEPS.with(|s| s.set(s.get() + 1));
+            advance(Duration::from_millis(1));
+        }
+        fn futex_wake(_: &FutexWord) {}
+        fn ring(_: &()) {}
+        fn waiter_fence() -> bool {
+            true
+        }
+        fn light_notify_available() -> bool {
+            false
+        }
+        fn yield_cpu() {
+            YIELDS.with(|y| y.set(y.get() + 1));
+            advance(YIELD_TAKES.with(Cell::get));
+        }
+        fn now() -> Instant {
+            static BASE: OnceLock<Instant> = OnceLock::new();
+            *BASE.get_or_init(Instant::now) + CLOCK.with(Cell::get)
+        }
+        const POLLS_PER_CLOCK: u32 = 1;
+    }
+
+    /// One busy phase of `BusyPoll(100 µs)` in which nothing turns up (each look 0.1 µs).
+    fn empty_busy_phase() {
+        let mut poll = |_: Look| -> Result<Option<()>, ()> {
+            advance(Duration::from_nanos(100));
+            Ok(None)
+        };
+        let strategy = WaitStrategy::BusyPoll(Duration::from_micros(100));
+        assert_eq!(
+            spin_phase::<Scripted, (), ()>(strategy, Pace::Sparse, &mut poll),
+            Ok(None)
+        );
+    }
+
+    fn fresh() {
+        took_cpu_share_note();
+        yields();
+        yields_take(Duration::from_nanos(400));
+    }
 
     #[test]
-    fn a_wake_is_noted_once_for_the_next_busy_poll_of_its_thread() {
-        assert!(!took_wake_note());
-        note_wake();
-        assert!(took_wake_note());
-        assert!(!took_wake_note());
+    fn a_busy_phase_polls_without_a_break_unless_its_cpu_may_be_shared() {
+        fresh();
+        empty_busy_phase();
+        assert_eq!(yields(), 0);
+        yields_take(Duration::from_micros(30));
+        empty_busy_phase();
+        assert_eq!(yields(), 0);
+    }
+
+    #[test]
+    fn waking_a_sleeping_peer_makes_the_next_busy_phase_yield_every_gap() {
+        fresh();
+        let word = FutexWord(AtomicU32::new(PARKED));
+        assert!(notify::<Scripted>(&word, None));
+        empty_busy_phase();
+        // 100 µs of looks at 0.1 µs each, a yield of 0.4 µs after 2 µs and then after every 5
+        // µs of looks: 19.
+        assert_eq!(yields(), 19);
+        // Each yield came back at once: nothing else wanted the CPU, so the next phase
+        // polls without a break again.
+        empty_busy_phase();
+        assert_eq!(yields(), 0);
+    }
+
+    #[test]
+    fn a_yield_that_gave_the_cpu_away_ends_the_busy_phase() {
+        fresh();
+        let word = FutexWord(AtomicU32::new(PARKED));
+        notify::<Scripted>(&word, None);
+        yields_take(Duration::from_micros(30));
+        let began = Scripted::now();
+        empty_busy_phase();
+        assert_eq!(yields(), 1);
+        // 2 µs of looks, then the yield: the phase ended long before its 100 µs.
+        assert_eq!(Scripted::now() - began, Duration::from_micros(32));
+        // The CPU is shared: the next wait parks without a busy phase.
+        let began = Scripted::now();
+        empty_busy_phase();
+        assert_eq!((yields(), Scripted::now()), (0, began));
+        // Nothing noted since: the one after polls without a break.
+        empty_busy_phase();
+        assert_eq!(
+            (yields(), Scripted::now() - began),
+            (0, Duration::from_micros(100))
+        );
+    }
+
+    #[test]
+    fn a_sleep_in_a_wait_makes_the_next_busy_phase_yield() {
+        fresh();
+        let word = FutexWord(AtomicU32::new(0));
+        SLEEPS.with(|s| s.set(0));
+        let got = wait_for::<Scripted, u32, _, ()>(
+            &word,
+            WaitStrategy::BusyPoll(Duration::from_micros(50)),
+            Forever,
+            Notifier::Rmw,
+            Pace::Sparse,
+            |_| {
+                advance(Duration::from_nanos(100));
+                Ok(SLEEPS.with(Cell::get).checked_sub(1).map(|_| 7))
+            },
+        );
+        assert!(matches!(got, Ok(7)));
+        assert_eq!(SLEEPS.with(Cell::get), 1);
+        // The wait's own busy phase had no reason to yield.
+        assert_eq!(yields(), 0);
+        empty_busy_phase();
+        assert_eq!(yields(), 19);
     }
 }
