@@ -92,11 +92,13 @@ pub(crate) const CHECK_INTERVAL: Duration = Duration::from_millis(40);
 pub const BLOCK_SPIN: Duration = Duration::from_micros(50);
 
 /// How long [`WaitStrategy::Block`] looks without yielding its CPU, unless the peer was
-/// streaming: a reply or a sparse record that comes within it is seen at once.
+/// streaming: a reply or a sparse record that comes within it is seen at once. Also how long
+/// a [`WaitStrategy::BusyPoll`] whose peer may share its CPU looks before its first yield,
+/// and how late a yield must give the CPU back for the CPU to count as shared.
 pub const BLOCK_EAGER: Duration = Duration::from_micros(2);
 
 /// The time between two yields of [`WaitStrategy::Block`] after [`BLOCK_EAGER`] (and of a
-/// [`WaitStrategy::BusyPoll`] after a wake-up), and between two looks when the peer is
+/// [`WaitStrategy::BusyPoll`] after a wake-up or a sleep), and between two looks when the peer is
 /// streaming: long enough that a writer fills many cache lines undisturbed (a reader that
 /// looks more often keeps pulling the line the writer is filling, and the stream slows
 /// several times), short enough to be "at once" for anything that crosses a process boundary
@@ -136,8 +138,9 @@ pub enum WaitStrategy {
     /// - woken a sleeping end (of any channel: a record, an event or a returned segment for
     ///   an end that had parked): the scheduler may have put the woken thread on its waker's
     ///   CPU (on a VM a sleeping virtual CPU often counts as unavailable);
-    /// - slept in a wait itself: while it slept its CPU was idle, and an idle CPU takes
-    ///   over a runnable thread from a busy one, such as a peer that another program had
+    /// - slept in a wait of a local end itself (a direct network end's blocking read of its
+    ///   socket does not count): while it slept its CPU was idle, and an idle CPU takes over
+    ///   a runnable thread from a busy one, such as a peer that another program had
     ///   displaced, which then stays beside it.
     ///
     /// Otherwise it polls without a break. A yield with nothing else to run costs a system
@@ -145,8 +148,11 @@ pub enum WaitStrategy {
     /// (2 µs or more) shows the CPU shared: the busy phase ends, and the thread's next wait
     /// parks without one. The peer then runs, and the wake-up it sends lets the scheduler
     /// move this thread to an idle CPU, where yields alone would leave both on one CPU for
-    /// as long as the scheduler's balancing takes (tens of milliseconds). The async forms
-    /// yield to their executor instead.
+    /// as long as the scheduler's balancing takes (tens of milliseconds). On a CPU that
+    /// other programs keep busy this makes a busy-poll after a sleep behave much like
+    /// [`WaitStrategy::Park`]. The note is one per thread: a thread that waits on several
+    /// ends takes it in whichever wait comes next. The async forms yield to their executor
+    /// instead.
     BusyPoll(Duration),
     /// Park at once, no spinning: the least CPU, every wait pays a futex wake-up.
     Park,
@@ -797,6 +803,7 @@ mod cpu_shared_note_tests {
         static YIELD_TAKES: Cell<Duration> = const { Cell::new(Duration::ZERO) };
         static YIELDS: Cell<u32> = const { Cell::new(0) };
         static SLEEPS: Cell<u32> = const { Cell::new(0) };
+        static YIELDED_AT: std::cell::RefCell<Vec<Duration>> = const { std::cell::RefCell::new(Vec::new()) };
     }
 
     fn advance(d: Duration) {
@@ -831,6 +838,7 @@ mod cpu_shared_note_tests {
         }
         fn yield_cpu() {
             YIELDS.with(|y| y.set(y.get() + 1));
+            YIELDED_AT.with(|v| v.borrow_mut().push(CLOCK.with(Cell::get)));
             advance(YIELD_TAKES.with(Cell::get));
         }
         fn now() -> Instant {
@@ -862,11 +870,12 @@ mod cpu_shared_note_tests {
     #[test]
     fn a_busy_phase_polls_without_a_break_unless_its_cpu_may_be_shared() {
         fresh();
+        let began = Scripted::now();
         empty_busy_phase();
-        assert_eq!(yields(), 0);
-        yields_take(Duration::from_micros(30));
-        empty_busy_phase();
-        assert_eq!(yields(), 0);
+        assert_eq!(
+            (yields(), Scripted::now() - began),
+            (0, Duration::from_micros(100))
+        );
     }
 
     #[test]
@@ -874,10 +883,17 @@ mod cpu_shared_note_tests {
         fresh();
         let word = FutexWord(AtomicU32::new(PARKED));
         assert!(notify::<Scripted>(&word, None));
+        YIELDED_AT.with(|v| v.borrow_mut().clear());
+        let began = CLOCK.with(Cell::get);
         empty_busy_phase();
         // 100 µs of looks at 0.1 µs each, a yield of 0.4 µs after 2 µs and then after every 5
         // µs of looks: 19.
         assert_eq!(yields(), 19);
+        let at: Vec<Duration> =
+            YIELDED_AT.with(|v| v.borrow().iter().map(|t| *t - began).collect());
+        assert_eq!(at[0], Duration::from_micros(2));
+        assert_eq!(at[1], Duration::from_nanos(7_400));
+        assert_eq!(at[18], Duration::from_nanos(99_200));
         // Each yield came back at once: nothing else wanted the CPU, so the next phase
         // polls without a break again.
         empty_busy_phase();
