@@ -655,6 +655,17 @@ fn bench_case_sets_its_round_trips_beside_the_floors_in_pairs() {
             "{clean} {all}"
         );
     }
+    // Counted from the time it was due, each round trip is at least as long as from its
+    // send, so every quantile is too.
+    for (all, due) in [
+        (case, &v["round_trip_from_schedule_ns"]),
+        (floor, &v["floor_round_trip_from_schedule_ns"]),
+    ] {
+        assert_eq!(due["count"].as_u64(), Some(6000), "{due}");
+        for q in ["p50", "p99", "p999", "max"] {
+            assert!(due[q].as_u64() >= all[q].as_u64(), "{q}: {due} {all}");
+        }
+    }
     // A median with its spread: (median, min, max).
     let spread = |s: &serde_json::Value| {
         let f = |k: &str| s[k].as_f64().unwrap();
@@ -669,7 +680,12 @@ fn bench_case_sets_its_round_trips_beside_the_floors_in_pairs() {
     // Each trial's own p99 over its own p50: at least 1 in every trial.
     let tail = &v["p99_over_p50_per_trial"];
     assert_eq!(tail["trials"].as_u64(), Some(3));
-    for side in ["round_trip", "floor"] {
+    for side in [
+        "round_trip",
+        "floor",
+        "round_trip_from_schedule",
+        "floor_from_schedule",
+    ] {
         let (mid, lo, hi) = spread(&tail[side]);
         assert!(1.0 <= lo && lo <= mid && mid <= hi, "{side}: {tail}");
     }

@@ -7,6 +7,8 @@
 //!   timed from its send to its reply, so the host's pauses between round trips do not count,
 //!   and the gap before each is the case's: what a wait strategy that parks after a spin
 //!   window costs shows here. Every round trip after warm-up is kept: exact percentiles.
+//!   Each is also counted from the time it was due, so that a stall charges the round trips
+//!   it delayed (a closed loop otherwise leaves them out).
 //! - **the floor**: the same round trips, at the same rate and length, between two processes on
 //!   raw shared memory, both spinning ([`SpinEcho`]). The case's trials and the floor's run
 //!   in adjacent pairs (the order swapped every pair), and the per-pair ratios of their p50s
@@ -128,11 +130,14 @@ fn pool_arg(g: Geometry) -> String {
 
 /// Round trips (sorted nanoseconds): all of them, and those before which this process saw
 /// no pause of the host (no gap of 10 µs or more between two reads of the clock while it
-/// waited for the round trip's time).
+/// waited for the round trip's time); and each round trip counted from the time it was due
+/// rather than from its send, so that one that held up the next ones is charged for their
+/// wait too (a closed loop otherwise leaves out the round trips a stall delayed).
 #[derive(Default)]
 struct Trips {
     all: Vec<u64>,
     clean: Vec<u64>,
+    from_schedule: Vec<u64>,
 }
 
 impl Trips {
@@ -140,8 +145,10 @@ impl Trips {
     fn extend(&mut self, t: Trips) {
         self.all.extend(t.all);
         self.clean.extend(t.clean);
+        self.from_schedule.extend(t.from_schedule);
         self.all.sort_unstable();
         self.clean.sort_unstable();
+        self.from_schedule.sort_unstable();
     }
 }
 
@@ -169,6 +176,7 @@ fn paced(
     let mut t = Trips {
         all: Vec::with_capacity(rounds),
         clean: Vec::with_capacity(rounds),
+        from_schedule: Vec::with_capacity(rounds),
     };
     let mut start = 0;
     for i in 0..warm + rounds {
@@ -189,8 +197,10 @@ fn paced(
         let began = now_ns();
         one(i as u64)?;
         if i >= warm {
-            let took = now_ns() - began;
+            let end = now_ns();
+            let took = end - began;
             t.all.push(took);
+            t.from_schedule.push(end - sched.min(began));
             if !paused {
                 t.clean.push(took);
             }
@@ -198,6 +208,7 @@ fn paced(
     }
     t.all.sort_unstable();
     t.clean.sort_unstable();
+    t.from_schedule.sort_unstable();
     Ok(t)
 }
 
@@ -270,6 +281,9 @@ struct Compared {
     /// ones as their p99: this is the tail under one placement.
     case_tail: Vec<f64>,
     floor_tail: Vec<f64>,
+    /// The same, of the round trips counted from the time they were due.
+    case_sched_tail: Vec<f64>,
+    floor_sched_tail: Vec<f64>,
 }
 
 fn compared(case: &Case) -> Result<Compared, String> {
@@ -281,6 +295,8 @@ fn compared(case: &Case) -> Result<Compared, String> {
         p99: Vec::new(),
         case_tail: Vec::new(),
         floor_tail: Vec::new(),
+        case_sched_tail: Vec::new(),
+        floor_sched_tail: Vec::new(),
     };
     for k in 0..case.pairs {
         let (c, f) = if k % 2 == 0 {
@@ -295,6 +311,10 @@ fn compared(case: &Case) -> Result<Compared, String> {
         out.p99.push(ca[1] as f64 / fa[1].max(1) as f64);
         out.case_tail.push(ca[1] as f64 / ca[0].max(1) as f64);
         out.floor_tail.push(fa[1] as f64 / fa[0].max(1) as f64);
+        let (cs, fs) = (at(&c.from_schedule), at(&f.from_schedule));
+        out.case_sched_tail.push(cs[1] as f64 / cs[0].max(1) as f64);
+        out.floor_sched_tail
+            .push(fs[1] as f64 / fs[0].max(1) as f64);
         out.case.extend(c);
         out.floor.extend(f);
     }
@@ -494,6 +514,11 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         summary(cmp.case_tail.clone()),
         summary(cmp.floor_tail.clone()),
     );
+    let (case_sched_tail, floor_sched_tail) = (
+        summary(cmp.case_sched_tail.clone()),
+        summary(cmp.floor_sched_tail.clone()),
+    );
+    let (sched_at, floor_sched_at) = (at(&cmp.case.from_schedule), at(&cmp.floor.from_schedule));
     let ow = one_way(case)?;
     let (cpu, cores, kernel) = machine();
     let sustained = ow.lag < Duration::from_millis(1);
@@ -515,6 +540,10 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
                 "count": clean.len(), "p50": clean_at[0], "p99": clean_at[1],
                 "p999": clean_at[2], "max": clean_at[3],
             },
+            "round_trip_from_schedule_ns": {
+                "count": cmp.case.from_schedule.len(), "p50": sched_at[0], "p99": sched_at[1],
+                "p999": sched_at[2], "max": sched_at[3],
+            },
             "floor_round_trip_ns": {
                 "count": cmp.floor.all.len(), "p50": floor_at[0], "p99": floor_at[1],
                 "p999": floor_at[2], "max": floor_at[3],
@@ -522,6 +551,10 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
             "floor_round_trip_no_pause_seen_ns": {
                 "count": cmp.floor.clean.len(), "p50": floor_clean_at[0],
                 "p99": floor_clean_at[1], "p999": floor_clean_at[2], "max": floor_clean_at[3],
+            },
+            "floor_round_trip_from_schedule_ns": {
+                "count": cmp.floor.from_schedule.len(), "p50": floor_sched_at[0],
+                "p99": floor_sched_at[1], "p999": floor_sched_at[2], "max": floor_sched_at[3],
             },
             "round_trip_vs_floor": {
                 "pairs": case.pairs,
@@ -532,6 +565,8 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
                 "trials": case.pairs,
                 "round_trip": spread_json(case_tail),
                 "floor": spread_json(floor_tail),
+                "round_trip_from_schedule": spread_json(case_sched_tail),
+                "floor_from_schedule": spread_json(floor_sched_tail),
             },
             "one_way_ns": {
                 "count": ow.count, "p50": ow.at[0], "p99": ow.at[1], "p999": ow.at[2],
@@ -573,6 +608,7 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         &format!("  no host pause before ({})", clean.len()),
         clean_at,
     );
+    row("  from the time it was due", sched_at);
     row(
         &format!("floor on raw memory ({})", cmp.floor.all.len()),
         floor_at,
@@ -581,6 +617,7 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         &format!("  no host pause before ({})", cmp.floor.clean.len()),
         floor_clean_at,
     );
+    row("  from the time it was due", floor_sched_at);
     row(&format!("one way ({} records)", ow.count), ow.at);
     println!(
         "one way: {:.0} records/s achieved{}",
@@ -609,8 +646,18 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         case.pairs, case_tail.0, case_tail.1, case_tail.2, floor_tail.0, floor_tail.1, floor_tail.2
     );
     println!(
+        "  from the time it was due: round trip {:.2} [{:.2}..{:.2}], floor {:.2} [{:.2}..{:.2}]",
+        case_sched_tail.0,
+        case_sched_tail.1,
+        case_sched_tail.2,
+        floor_sched_tail.0,
+        floor_sched_tail.1,
+        floor_sched_tail.2
+    );
+    println!(
         "  (the host may place the two vCPUs differently from one trial to the next; the\n   \
-         pooled percentiles above then mix placements)"
+         pooled percentiles above then mix placements. From the time it was due: a round\n   \
+         trip that held up the next ones charges them their wait too)"
     );
     println!(
         "receiver idle: {:.1} % of a core over {:.1} s without records",
