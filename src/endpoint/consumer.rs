@@ -112,8 +112,9 @@ pub struct Consumer {
     skipping: bool,
     wait: WaitStrategy,
     max_record_len: u64,
-    /// `max_record_len` as a `usize` (saturating), for the fast path.
-    fast_max: usize,
+    /// `max_record_len` as a `u32` (saturating: a frame's length is a `u32`), for the fast
+    /// path.
+    fast_max: u32,
     /// The segment size (fixed for the region's life; kept here so the hot path does not
     /// follow the `Arc`).
     seg_size: usize,
@@ -248,7 +249,7 @@ impl Consumer {
     /// is not trusted to bound it.
     pub fn set_max_record_len(&mut self, max: u64) {
         self.max_record_len = max;
-        self.fast_max = usize::try_from(max).unwrap_or(usize::MAX);
+        self.fast_max = u32::try_from(max).unwrap_or(u32::MAX);
     }
 
     fn producer_detached(&self) -> bool {

@@ -61,6 +61,40 @@ pub(crate) const fn next_frame(at: usize, len: usize) -> usize {
     align8(at + HEADER + len)
 }
 
+/// The readers' fast check of the frame at `at` of a segment of `seg_size` bytes, whose header
+/// word is `word`: `Some((len, next))` if it is a `WHOLE` frame of at most `max` payload bytes
+/// that ends within the segment (`next`, just past it, is at most `seg_size`). Anything else is
+/// `None`, for the full check (`parse`), which names what is wrong.
+///
+/// Needs `at` 8-aligned with `at + 8 <= seg_size`, and `seg_size` a multiple of 8 (a
+/// `Geometry` is validated as a multiple of 64).
+///
+/// One subtraction tests the kind and the length together: the kind is the word's upper half,
+/// so a word of any other kind lands at `2^32` or beyond (a larger kind) or wraps past `2^63`
+/// (a smaller one), above every `max`; for a `WHOLE` word it leaves the length. And with both
+/// `at + 8` and `seg_size` multiples of 8, `align8(at + 8 + len) <= seg_size` exactly when
+/// `at + 8 + len <= seg_size`: the frame's end is tested on the next frame's offset, which the
+/// reader needs anyway.
+#[inline(always)]
+pub(crate) fn whole_fast(
+    word: u64,
+    at: usize,
+    seg_size: usize,
+    max: u32,
+) -> Option<(usize, usize)> {
+    debug_assert!(at % 8 == 0 && at + HEADER <= seg_size && seg_size % 8 == 0);
+    let len = word.wrapping_sub((WHOLE as u64) << 32);
+    if len > max as u64 {
+        return None;
+    }
+    // (No overflow: `at < seg_size <= u32::MAX` and `len <= u32::MAX`.)
+    let next = next_frame(at, len as usize);
+    if next > seg_size {
+        return None;
+    }
+    Some((len as usize, next))
+}
+
 /// A published frame header, checked against its place in the segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Checked {
@@ -292,6 +326,71 @@ mod tests {
                 payload: 18
             }
         );
+    }
+
+    /// The check `whole_fast` stands for, term by term: a `WHOLE` kind, a length within
+    /// `max`, a frame that ends within the segment.
+    fn whole_by_terms(word: u64, at: usize, seg_size: usize, max: u32) -> Option<(usize, usize)> {
+        let (len, kind) = decode(word);
+        let len = len as usize;
+        if kind != WHOLE || len > seg_size - at - HEADER || len > max as usize {
+            return None;
+        }
+        Some((len, next_frame(at, len)))
+    }
+
+    #[test]
+    fn the_fast_whole_check_accepts_exactly_what_its_terms_accept() {
+        let kinds = [
+            0,
+            1,
+            WHOLE - 1,
+            WHOLE,
+            WHOLE + 1,
+            FIRST,
+            MIDDLE,
+            LAST,
+            ABORT,
+            EVENT,
+            SEAL,
+            0x8000_0000,
+            u32::MAX,
+        ];
+        let mut accepted = 0;
+        for seg_size in [64usize, 128, 4096] {
+            for at in (0..=seg_size - HEADER).step_by(8) {
+                let room = (seg_size - at - HEADER) as u32;
+                let lens = [
+                    0,
+                    1,
+                    7,
+                    8,
+                    room.saturating_sub(1),
+                    room,
+                    room + 1,
+                    room + 8,
+                    0x7fff_ffff,
+                    u32::MAX - 7,
+                    u32::MAX,
+                ];
+                for max in [0u32, 1, 8, room, room + 1, 1 << 20, u32::MAX] {
+                    for kind in kinds {
+                        for len in lens {
+                            let word = encode(len, kind);
+                            let fast = whole_fast(word, at, seg_size, max);
+                            assert_eq!(
+                                fast,
+                                whole_by_terms(word, at, seg_size, max),
+                                "kind {kind:#x} len {len} at {at} of {seg_size}, max {max}"
+                            );
+                            accepted += fast.is_some() as usize;
+                        }
+                    }
+                }
+            }
+        }
+        // (Not a vacuous match: many words pass.)
+        assert!(accepted > 1000, "{accepted}");
     }
 
     #[test]

@@ -123,7 +123,7 @@ impl Consumer {
             span: Span::default(),
             holds: Default::default(),
             seg_size: shared_seg_size,
-            fast_max: usize::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(usize::MAX),
+            fast_max: u32::try_from(DEFAULT_MAX_RECORD_LEN).unwrap_or(u32::MAX),
             wait_mark: None,
             #[cfg(any(feature = "tokio", shmflow_loom))]
             coop: 0,

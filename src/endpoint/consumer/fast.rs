@@ -73,8 +73,8 @@ impl Consumer {
     }
 
     /// [`Consumer::fast_whole`] for a caller that knows it is neither in a span nor skipping
-    /// (`recv`'s fast path). `try_drain` runs the same checks on locals of its own, kept in
-    /// registers across its closure: a change to one is a change to both.
+    /// (`recv`'s fast path). `try_drain` runs the same checks (`frame::whole_fast`) on locals
+    /// of its own, kept in registers across its closure.
     #[inline(always)]
     pub(super) fn fast_whole_inner(&mut self) -> Option<(usize, *const u8)> {
         let (seg_size, max) = (self.seg_size, self.fast_max);
@@ -86,15 +86,10 @@ impl Consumer {
         // SAFETY: `base` is the segment's start (cached at pop), `at + 8 <= segment_size`
         // (checked above), `at` 8-aligned (a frame boundary). Acquire: as in `poll_frame`.
         let word = frame::load(unsafe { self.shared.word_in(c.base, c.seg, at) });
-        let (len, kind) = frame::decode(word);
-        let len = len as usize;
-        // (No overflow: `at + 8 <= segment_size` was checked above.)
-        if kind != frame::WHOLE || len > seg_size - at - HEADER || len > max {
-            return None;
-        }
-        c.rd = frame::next_frame(at, len);
+        let (len, next) = frame::whole_fast(word, at, seg_size, max)?;
+        c.rd = next;
         prefetch_ahead(c, seg_size);
-        // SAFETY: `at + 8 + len <= segment_size` (checked above).
+        // SAFETY: `at + 8 + len <= segment_size` (`whole_fast`).
         Some((len, unsafe { c.base.add(at + HEADER) }))
     }
 

@@ -296,21 +296,18 @@ impl Consumer {
             // of what it commits (as in `poll_frame`): the payload handed to `f` is written
             // before it.
             let word = frame::load(unsafe { self.shared.word_in(base, seg, rd) });
-            let (len, kind) = frame::decode(word);
-            let len = len as usize;
-            // (No overflow: `rd + 8 <= segment_size` was checked above.)
-            if kind != frame::WHOLE || len > seg_size - rd - HEADER || len > fast_max {
+            let Some((len, next)) = frame::whole_fast(word, rd, seg_size, fast_max) else {
                 break;
-            }
+            };
             let at = rd;
-            rd = frame::next_frame(at, len);
+            rd = next;
             if let Some(c) = self.cur.as_mut() {
                 c.rd = rd;
             }
             prefetch_from(base, rd, COMPLETE, seg_size);
             k += 1;
             bytes += len as u64;
-            // SAFETY: `at + 8 + len <= segment_size` (checked above).
+            // SAFETY: `at + 8 + len <= segment_size` (`whole_fast`).
             let ptr = unsafe { base.add(at + HEADER) };
             if let Err(e) = f(Record::single(self, ptr, len)) {
                 return (k, bytes, Some(e));
