@@ -25,6 +25,9 @@ struct Args {
     /// Segment size [default: the default geometry's].
     #[arg(long, value_name = "BYTES")]
     segment: Option<u32>,
+    /// Segments in the pool [default: the default geometry's].
+    #[arg(long, value_name = "N", conflicts_with = "gate")]
+    segments: Option<u32>,
     /// How long to send.
     #[arg(long, value_name = "S", default_value_t = 3.0)]
     secs: f64,
@@ -78,9 +81,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ..Geometry::default()
         }
     } else {
+        let d = Geometry::default();
         Geometry {
-            segment_size: a.segment.unwrap_or(Geometry::default().segment_size),
-            ..Geometry::default()
+            segment_size: a.segment.unwrap_or(d.segment_size),
+            segment_count: a.segments.unwrap_or(d.segment_count),
         }
     };
     if let Some(at) = a.sink_at {
@@ -98,6 +102,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut cmd = std::process::Command::new(std::env::current_exe()?);
         cmd.args(["--sink-at", &addr.to_string()])
             .args(["--segment", &g.segment_size.to_string()])
+            .args(["--segments", &g.segment_count.to_string()])
             .stdout(std::process::Stdio::piped());
         Some(cmd.spawn()?)
     } else {

@@ -44,6 +44,11 @@ pub(crate) const fn align8(x: usize) -> usize {
     (x + 7) & !7
 }
 
+#[inline(always)]
+const fn align8_u64(x: u64) -> u64 {
+    (x + 7) & !7
+}
+
 #[inline]
 pub(crate) fn encode(len: u32, kind: u32) -> u64 {
     ((kind as u64) << 32) | len as u64
@@ -87,12 +92,13 @@ pub(crate) fn whole_fast(
     if len > max as u64 {
         return None;
     }
-    // (No overflow: `at < seg_size <= u32::MAX` and `len <= u32::MAX`.)
-    let next = next_frame(at, len as usize);
-    if next > seg_size {
+    // In `u64`, whatever `usize` is: no sum wraps (`at` < 2^30, `len` <= u32::MAX).
+    let next = align8_u64(at as u64 + HEADER as u64 + len);
+    if next > seg_size as u64 {
         return None;
     }
-    Some((len as usize, next))
+    // (Both within the segment now, so they fit a `usize`.)
+    Some((len as usize, next as usize))
 }
 
 /// A published frame header, checked against its place in the segment.

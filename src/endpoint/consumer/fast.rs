@@ -89,7 +89,7 @@ impl Consumer {
         let (len, next) = frame::whole_fast(word, at, seg_size, max)?;
         c.rd = next;
         prefetch_ahead(c, seg_size);
-        // SAFETY: `at + 8 + len <= segment_size` (`whole_fast`).
+        // SAFETY: `at + 8 + len <= next <= segment_size` (`whole_fast`).
         Some((len, unsafe { c.base.add(at + HEADER) }))
     }
 

@@ -307,7 +307,7 @@ impl Consumer {
             prefetch_from(base, rd, COMPLETE, seg_size);
             k += 1;
             bytes += len as u64;
-            // SAFETY: `at + 8 + len <= segment_size` (`whole_fast`).
+            // SAFETY: `at + 8 + len <= next <= segment_size` (`whole_fast`).
             let ptr = unsafe { base.add(at + HEADER) };
             if let Err(e) = f(Record::single(self, ptr, len)) {
                 return (k, bytes, Some(e));
