@@ -141,6 +141,7 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
     if args.pairs == Some(0) {
         return Err("--pairs 0: at least one pair is needed".into());
     }
+    harness::fail_on_panic();
     if args.case {
         let c = case::Case {
             len: args.len,

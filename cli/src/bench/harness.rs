@@ -149,6 +149,17 @@ pub(crate) fn fail(why: &str) -> ! {
     std::process::exit(1)
 }
 
+/// Makes a panic anywhere in this process (a trial's `unwrap`, in any thread) end the bench
+/// as [`fail`] does, after the panic's own report: the measuring peers are killed and the set-up
+/// is undone, where unwinding would leave peers spinning and namespaces behind.
+pub(crate) fn fail_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        fail("a trial panicked (above); its peers are stopped");
+    }));
+}
+
 /// Pins the child to CPU 0 (before it execs), as `pin(0)` pins this thread.
 pub(crate) fn pin_cpu0() -> impl FnOnce(&mut Command) {
     |cmd: &mut Command| {
