@@ -132,6 +132,11 @@ pub(crate) struct BenchArgs {
     /// Case: the pool, SEGMENT_SIZE:COUNT (e.g. 32KiB:16) [default: the default geometry].
     #[arg(long)]
     pool: Option<String>,
+    /// Case: pin the sending process to one CPU and the receiving one to another,
+    /// SENDER,RECEIVER (e.g. 0,1), the floor's processes alike [default: wherever the
+    /// scheduler puts them].
+    #[arg(long)]
+    pin: Option<String>,
 }
 
 /// Runs the selected groups (or the open loop) and prints the report.
@@ -152,6 +157,7 @@ pub(crate) fn main(args: &BenchArgs) -> Result<(), String> {
                 Some(p) => case::parse_pool(p)?,
                 None => shmflow::Geometry::default(),
             },
+            pin: args.pin.as_deref().map(case::parse_pin).transpose()?,
             // The measured seconds' worth at the rate (3 s, 0.3 s with --quick), at least
             // 1 000 where that takes no more than 20 s (5 s with --quick) of each side.
             rounds: {

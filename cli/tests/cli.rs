@@ -689,6 +689,21 @@ fn bench_case_sets_its_round_trips_beside_the_floors_in_pairs() {
         let (mid, lo, hi) = spread(&tail[side]);
         assert!(1.0 <= lo && lo <= mid && mid <= hi, "{side}: {tail}");
     }
+    // And each trial's, whose spread that is.
+    for (side, each) in [("round_trip", "round_trip_each"), ("floor", "floor_each")] {
+        let each: Vec<f64> = tail[each]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_f64().unwrap())
+            .collect();
+        assert_eq!(each.len(), 3, "{tail}");
+        let (_, lo, hi) = spread(&tail[side]);
+        let (min, max) = each
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(a, b), &r| (a.min(r), b.max(r)));
+        assert!(min == lo && max == hi, "{side}: {tail}");
+    }
     // The per-pair ratios are of the same trials as the pooled figures: the ratio of the
     // pooled p50s (which a few slow round trips hardly move) is near their spread.
     let p50 = &vs["p50"];
@@ -728,6 +743,58 @@ fn the_floors_peer_ends_when_the_bench_is_killed() {
     bench.wait().unwrap();
     // The orphan sees its parent gone within a look (every 16 384 spins) and ends.
     gone_within_5s(peer, "the floor's peer", "its bench");
+}
+
+/// `Cpus_allowed_list` of process (or thread) `pid`, as /proc gives it (`0-1`, `3`).
+fn cpus_allowed(pid: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn bench_case_pins_the_sender_and_each_receiving_process_where_told() {
+    // Two CPUs this test may run on (the same one twice on a machine of one).
+    let mine = cpus_allowed("self");
+    let first = mine.split([',', '-']).next().unwrap().to_string();
+    let last = mine.rsplit([',', '-']).next().unwrap().to_string();
+    let pin = format!("{first},{last}");
+    let mut bench = Command::new(env!("CARGO_BIN_EXE_shmflow"))
+        .args(["bench", "--case", "--quick", "--rate", "500", "--pin", &pin])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // The case's echo, then the floor's peer: each started on the receiver's CPU.
+    for role in ["case-echo", "case-floor"] {
+        let peer = loop {
+            if let Some(&pid) = children_running(bench.id(), role).first() {
+                break pid;
+            }
+            assert!(std::time::Instant::now() < deadline, "no {role} came");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        assert_eq!(cpus_allowed(&peer.to_string()), last, "{role}");
+    }
+    // The thread that runs the trials, the bench's main one, on the sender's.
+    assert_eq!(cpus_allowed(&bench.id().to_string()), first);
+    bench.kill().unwrap();
+    bench.wait().unwrap();
+    for (pin, says) in [
+        ("0", "SENDER,RECEIVER"),
+        ("0,x", "\"x\" is not a CPU number"),
+        ("0,1023", "may not run on CPU 1023"),
+    ] {
+        let out = shmflow(&["bench", "--case", "--quick", "--pin", pin]);
+        assert_eq!(out.status.code(), Some(1), "{pin}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{pin}: {err}");
+    }
 }
 
 #[test]

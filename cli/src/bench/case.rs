@@ -50,6 +50,8 @@ pub(crate) struct Case {
     pub(crate) send_wait: String,
     pub(crate) recv_wait: String,
     pub(crate) pool: Geometry,
+    /// The CPUs of the sending and of the receiving process, if pinned.
+    pub(crate) pin: Option<(usize, usize)>,
     /// Round trips of each side (the case's, the floor's) in all.
     pub(crate) rounds: usize,
     /// Adjacent pairs of round-trip trials (the case's, the floor's) they are spread over.
@@ -121,6 +123,86 @@ pub(crate) fn parse_pool(s: &str) -> Result<Geometry, String> {
     g.validate("the pool")
         .map_err(|e| format!("pool {s:?}: {e}"))?;
     Ok(g)
+}
+
+/// `SENDER,RECEIVER`: the CPUs of `--pin`.
+pub(crate) fn parse_pin(s: &str) -> Result<(usize, usize), String> {
+    let cpu = |c: &str| {
+        c.trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&c| c < libc::CPU_SETSIZE as usize)
+            .ok_or_else(|| format!("pin {s:?}: {c:?} is not a CPU number"))
+    };
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("pin {s:?}: SENDER,RECEIVER, two CPU numbers such as 0,1"))?;
+    Ok((cpu(a)?, cpu(b)?))
+}
+
+/// The set of the one CPU `cpu` (below `CPU_SETSIZE`, as [`parse_pin`] checks).
+fn one_cpu(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: `cpu_set_t` is a plain bit array: all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` < CPU_SETSIZE, the set's number of bits.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    set
+}
+
+/// The CPUs the calling thread may run on.
+fn allowed_cpus() -> Result<Vec<usize>, String> {
+    // SAFETY: all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable `cpu_set_t` of the size given.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return Err(format!(
+            "--pin: the CPUs this process may run on are unknown: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` < CPU_SETSIZE, the set's number of bits.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_this_thread(cpu: usize) -> Result<(), String> {
+    let set = one_cpu(cpu);
+    // SAFETY: `set` is a valid `cpu_set_t` of the size given; 0 is the calling thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(format!(
+            "--pin: this process cannot run on CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Makes a child process start pinned to `cpu` (before it runs any of its own code).
+pub(super) fn pin_child(cmd: &mut std::process::Command, cpu: usize) {
+    use std::os::unix::process::CommandExt;
+    let set = one_cpu(cpu);
+    // SAFETY: only sched_setaffinity between fork and exec (a plain system call,
+    // async-signal-safe); `set` is moved into the closure.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Pins a child as `pin` says (its receiving side's CPU), if at all.
+fn pinned(pin: Option<(usize, usize)>) -> impl FnOnce(&mut std::process::Command) {
+    move |cmd| {
+        if let Some((_, receiver)) = pin {
+            pin_child(cmd, receiver);
+        }
+    }
 }
 
 /// `segment_size:count` as [`parse_pool`] reads it.
@@ -228,7 +310,7 @@ fn shmflow_trips(case: &Case, rounds: usize) -> Result<Trips, String> {
         ("PING", ping_peer.as_fd_raw()),
         ("PONG", pong_peer.as_fd_raw()),
     ];
-    let c = child(&echo, &fds, |_| {});
+    let c = child(&echo, &fds, pinned(case.pin));
     drop((ping_peer, pong_peer));
     let mut msg = vec![0x5Au8; case.len];
     let trips = paced(case, rounds, |i| {
@@ -251,7 +333,7 @@ fn shmflow_trips(case: &Case, rounds: usize) -> Result<Trips, String> {
 /// `rounds` round trips of the case's records on the floor ([`SpinEcho`]): raw shared
 /// memory, both processes spinning.
 fn floor_trips(case: &Case, rounds: usize) -> Result<Trips, String> {
-    let mut echo = SpinEcho::start(case.len);
+    let mut echo = SpinEcho::start(case.len, pinned(case.pin));
     let mut msg = vec![0x5Au8; case.len];
     let trips = paced(case, rounds, |i| {
         msg[..8].copy_from_slice(&i.to_le_bytes());
@@ -370,7 +452,7 @@ fn one_way(case: &Case) -> Result<OneWay, String> {
         wait: case.recv_wait.clone(),
         from,
     };
-    let c: Child = child(&sink, &[("CH", peer.as_fd_raw())], |_| {});
+    let c: Child = child(&sink, &[("CH", peer.as_fd_raw())], pinned(case.pin));
     drop(peer);
     let mut msg = vec![0x5Au8; case.len];
     // The sends, then the quiet period; the receiver is waited for whatever they return.
@@ -504,6 +586,20 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
             case.pairs, case.rounds, case.rate
         ));
     }
+    // Before the pin, which narrows what this thread sees of the machine.
+    let (cpu, cores, kernel) = machine();
+    if let Some((sender, receiver)) = case.pin {
+        let allowed = allowed_cpus()?;
+        for cpu in [sender, receiver] {
+            if !allowed.contains(&cpu) {
+                return Err(format!(
+                    "--pin {sender},{receiver}: this process may not run on CPU {cpu} (it may on {allowed:?})"
+                ));
+            }
+        }
+        // The trials run on this thread, and the children start here before their own pin.
+        pin_this_thread(sender)?;
+    }
     let pauses = host_pauses(case.quiet);
     let cmp = compared(case)?;
     let (rtt, clean) = (&cmp.case.all, &cmp.case.clean);
@@ -520,7 +616,6 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
     );
     let (sched_at, floor_sched_at) = (at(&cmp.case.from_schedule), at(&cmp.floor.from_schedule));
     let ow = one_way(case)?;
-    let (cpu, cores, kernel) = machine();
     let sustained = ow.lag < Duration::from_millis(1);
     if json {
         let v = serde_json::json!({
@@ -531,6 +626,7 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
                 "send_wait": case.send_wait,
                 "recv_wait": case.recv_wait,
                 "pool": pool_arg(case.pool),
+                "pin": case.pin.map(|(s, r)| [s, r]),
             },
             "round_trip_ns": {
                 "count": rtt.len(), "p50": rtt_at[0], "p99": rtt_at[1], "p999": rtt_at[2],
@@ -565,6 +661,8 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
                 "trials": case.pairs,
                 "round_trip": spread_json(case_tail),
                 "floor": spread_json(floor_tail),
+                "round_trip_each": cmp.case_tail.iter().map(|&r| round3(r)).collect::<Vec<_>>(),
+                "floor_each": cmp.floor_tail.iter().map(|&r| round3(r)).collect::<Vec<_>>(),
                 "round_trip_from_schedule": spread_json(case_sched_tail),
                 "floor_from_schedule": spread_json(floor_sched_tail),
             },
@@ -590,6 +688,9 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         case.pool.segment_count,
         case.pool.segment_size
     );
+    if let Some((sender, receiver)) = case.pin {
+        println!("pinned: the sending process to CPU {sender}, the receiving one to CPU {receiver} (the floor's alike)");
+    }
     println!(
         "{:<30} {:>12} {:>12} {:>12} {:>12}",
         "", "p50", "p99", "p99.9", "max"

@@ -209,14 +209,16 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 const PARENT: &str = "SHMFLOW_BENCH_PARENT";
 
 impl SpinEcho {
-    /// The shared memory and the peer process (`Role::CaseFloor`).
-    pub(super) fn start(len: usize) -> SpinEcho {
+    /// The shared memory and the peer process (`Role::CaseFloor`); `setup` adds to the
+    /// peer's command (a pin to a CPU).
+    pub(super) fn start(len: usize, setup: impl FnOnce(&mut std::process::Command)) -> SpinEcho {
         let raw = Raw::new(echo_map_len(len));
         let child = child(
             &Role::CaseFloor { len },
             &[("RAW", raw.fd.as_raw_fd())],
             |cmd| {
                 cmd.env(PARENT, std::process::id().to_string());
+                setup(cmd);
             },
         );
         SpinEcho { raw, child, len }
