@@ -132,7 +132,12 @@ pub(crate) fn parse_pin(s: &str) -> Result<(usize, usize), String> {
             .parse::<usize>()
             .ok()
             .filter(|&c| c < libc::CPU_SETSIZE as usize)
-            .ok_or_else(|| format!("pin {s:?}: {c:?} is not a CPU number"))
+            .ok_or_else(|| {
+                format!(
+                    "pin {s:?}: {c:?} is not a CPU number (0 to {})",
+                    libc::CPU_SETSIZE - 1
+                )
+            })
     };
     let (a, b) = s
         .split_once(',')
@@ -167,6 +172,25 @@ fn allowed_cpus() -> Result<Vec<usize>, String> {
         .collect())
 }
 
+/// Sorted CPU numbers as ranges, the way /proc lists them: `0-3,6`.
+fn cpu_list(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
 /// Pins the calling thread to `cpu`.
 fn pin_this_thread(cpu: usize) -> Result<(), String> {
     let set = one_cpu(cpu);
@@ -181,7 +205,7 @@ fn pin_this_thread(cpu: usize) -> Result<(), String> {
 }
 
 /// Makes a child process start pinned to `cpu` (before it runs any of its own code).
-pub(super) fn pin_child(cmd: &mut std::process::Command, cpu: usize) {
+fn pin_child(cmd: &mut std::process::Command, cpu: usize) {
     use std::os::unix::process::CommandExt;
     let set = one_cpu(cpu);
     // SAFETY: only sched_setaffinity between fork and exec (a plain system call,
@@ -593,7 +617,8 @@ pub(crate) fn main(case: &Case, json: bool) -> Result<(), String> {
         for cpu in [sender, receiver] {
             if !allowed.contains(&cpu) {
                 return Err(format!(
-                    "--pin {sender},{receiver}: this process may not run on CPU {cpu} (it may on {allowed:?})"
+                    "--pin {sender},{receiver}: this process may not run on CPU {cpu} (it may on {})",
+                    cpu_list(&allowed)
                 ));
             }
         }
@@ -808,5 +833,17 @@ mod tests {
             .unwrap_err()
             .contains("SEGMENT_SIZE:COUNT"));
         assert!(parse_pool("100:2").is_err(), "not a valid geometry");
+    }
+
+    #[test]
+    fn pins_parse_as_two_cpu_numbers_and_cpu_sets_print_as_proc_lists_them() {
+        assert_eq!(parse_pin("0,1"), Ok((0, 1)));
+        assert_eq!(parse_pin(" 3, 3"), Ok((3, 3)));
+        assert!(parse_pin("0").unwrap_err().contains("SENDER,RECEIVER"));
+        assert!(parse_pin("0,x").unwrap_err().contains("not a CPU number"));
+        assert!(parse_pin("0,1024").unwrap_err().contains("0 to 1023"));
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+        assert_eq!(cpu_list(&[5]), "5");
+        assert_eq!(cpu_list(&[]), "");
     }
 }
