@@ -145,11 +145,17 @@ pub enum WaitStrategy {
     ///
     /// Otherwise it polls without a break. A yield with nothing else to run costs a system
     /// call (about 0.4 µs). A yield that gets the CPU back only after something else ran
-    /// (2 µs or more) shows the CPU shared: the busy phase ends, and the thread's next wait
-    /// parks without one. The peer then runs, and the wake-up it sends lets the scheduler
-    /// move this thread to an idle CPU, where yields alone would leave both on one CPU for
-    /// as long as the scheduler's balancing takes (tens of milliseconds). On a CPU that
-    /// other programs keep busy this makes a busy-poll after a sleep behave much like
+    /// (2 µs or more) shows the CPU shared, and the thread yields once more: back at once,
+    /// whatever ran has gone, and polling goes on. Still shared, the thread moves itself to
+    /// another CPU it may run on and polls on there: its affinity is narrowed to leave this
+    /// CPU and put back as it was at once (an affinity that another thread sets for it in
+    /// between is undone), at most once a millisecond. On a VM the scheduler seldom makes
+    /// that move by itself: its wake-ups land on the waker's CPU, and two ends that wake
+    /// each other have stayed on one CPU for 8 ms while the other one idled, each round trip
+    /// paying two wake-ups (about 6 µs). A thread
+    /// that cannot move (it may run on this CPU only, or it moved less than a millisecond
+    /// ago) ends the busy phase, and its next wait parks without one. On a CPU that other
+    /// programs keep busy this makes a busy-poll after a sleep behave much like
     /// [`WaitStrategy::Park`]. The note is one per thread: a thread that waits on several
     /// ends takes it in whichever wait comes next. The async forms yield to their executor
     /// instead.
@@ -480,7 +486,9 @@ fn took_cpu_share_note() -> CpuShare {
 /// Polls continuously for `budget`. `None` if nothing turned up. `yields`: the CPU is given
 /// up after [`BLOCK_EAGER`] and then every [`BLOCK_GAP`] (the peer may be queued on it, see
 /// `WaitStrategy::BusyPoll`); a yield that gets the CPU back only after [`BLOCK_EAGER`] or
-/// more (something else ran on it) ends the phase and notes the CPU shared.
+/// more (something else ran on it) is followed by a second one, and if that one too comes
+/// back late, the thread leaves the CPU or, if it cannot, ends the phase and notes the CPU
+/// shared.
 fn busy_poll<O: Os, T, F>(
     budget: Duration,
     poll: &mut impl FnMut(Look) -> Result<Option<T>, F>,
@@ -505,10 +513,23 @@ fn busy_poll<O: Os, T, F>(
                 O::yield_cpu();
                 let back = O::now();
                 if back.duration_since(now) >= BLOCK_EAGER {
-                    // Something else ran here meanwhile: the CPU is shared. The next wait
-                    // parks at once (this one re-checks first): the peer runs, and the
-                    // wake-up it sends lets the scheduler place this thread on an idle
-                    // CPU, where yields alone would keep both where they are.
+                    // Something else ran here meanwhile. A thread that may move elsewhere
+                    // yields once more, to tell whether that still wants this CPU: back at
+                    // once, it has gone (of two peers that find their CPU shared at once, the
+                    // one that yields second sees the first gone) and polling goes on; still
+                    // shared, the thread moves to another CPU and polls on there.
+                    if may_leave_cpu::<O>(back) {
+                        O::yield_cpu();
+                        let again = O::now();
+                        if again.duration_since(back) < BLOCK_EAGER || leave_cpu::<O>(again) {
+                            yield_at = O::now().duration_since(start) + BLOCK_GAP;
+                            continue;
+                        }
+                    }
+                    // Shared, and this thread stays (it may run here only, or it moved less
+                    // than `LEAVE_GAP` ago). The next wait parks at once (this one re-checks
+                    // first): the peer runs, and the wake-up it sends may let the scheduler
+                    // place this thread on an idle CPU.
                     note_cpu_share(CpuShare::Shared);
                     return Ok(None);
                 }
@@ -517,6 +538,43 @@ fn busy_poll<O: Os, T, F>(
         }
         crate::sync::spin_loop();
     }
+}
+
+/// How soon after leaving a shared CPU a busy phase that finds its CPU shared again parks
+/// instead of leaving again: where every CPU is busy, a thread that kept leaving would only
+/// trade one shared CPU for another, each move costing a migration.
+const LEAVE_GAP: Duration = Duration::from_millis(1);
+
+// Not under loom (see `CPU_SHARE`).
+#[cfg(not(shmflow_loom))]
+thread_local! {
+    /// When this thread last tried to leave its CPU.
+    static LEFT_AT: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether this thread, finding its CPU shared, may move to another: it may run on another
+/// CPU, and it did not try to move less than [`LEAVE_GAP`] ago.
+fn may_leave_cpu<O: Os>(now: std::time::Instant) -> bool {
+    #[cfg(not(shmflow_loom))]
+    {
+        LEFT_AT.with(|l| l.get().is_none_or(|t| now.duration_since(t) >= LEAVE_GAP))
+            && O::other_cpus()
+    }
+    #[cfg(shmflow_loom)]
+    {
+        let _ = now;
+        false
+    }
+}
+
+/// Moves this thread off its CPU (`Os::leave_cpu`), noting when it tried. False if it did
+/// not move.
+fn leave_cpu<O: Os>(now: std::time::Instant) -> bool {
+    #[cfg(not(shmflow_loom))]
+    LEFT_AT.with(|l| l.set(Some(now)));
+    #[cfg(shmflow_loom)]
+    let _ = now;
+    O::leave_cpu()
 }
 
 /// Announces on `word` that the waiter sleeps (an RMW, so that it synchronizes with the
@@ -804,6 +862,10 @@ mod cpu_shared_note_tests {
         static YIELDS: Cell<u32> = const { Cell::new(0) };
         static SLEEPS: Cell<u32> = const { Cell::new(0) };
         static YIELDED_AT: std::cell::RefCell<Vec<Duration>> = const { std::cell::RefCell::new(Vec::new()) };
+        /// How long the next yields take, before `YIELD_TAKES` again.
+        static YIELD_SCRIPT: std::cell::RefCell<Vec<Duration>> = const { std::cell::RefCell::new(Vec::new()) };
+        static CAN_LEAVE: Cell<bool> = const { Cell::new(false) };
+        static LEAVES: Cell<u32> = const { Cell::new(0) };
     }
 
     fn advance(d: Duration) {
@@ -839,7 +901,18 @@ mod cpu_shared_note_tests {
         fn yield_cpu() {
             YIELDS.with(|y| y.set(y.get() + 1));
             YIELDED_AT.with(|v| v.borrow_mut().push(CLOCK.with(Cell::get)));
-            advance(YIELD_TAKES.with(Cell::get));
+            let scripted = YIELD_SCRIPT.with(|v| {
+                let mut v = v.borrow_mut();
+                (!v.is_empty()).then(|| v.remove(0))
+            });
+            advance(scripted.unwrap_or_else(|| YIELD_TAKES.with(Cell::get)));
+        }
+        fn other_cpus() -> bool {
+            CAN_LEAVE.with(Cell::get)
+        }
+        fn leave_cpu() -> bool {
+            LEAVES.with(|l| l.set(l.get() + 1));
+            CAN_LEAVE.with(Cell::get)
         }
         fn now() -> Instant {
             static BASE: OnceLock<Instant> = OnceLock::new();
@@ -865,6 +938,19 @@ mod cpu_shared_note_tests {
         took_cpu_share_note();
         yields();
         yields_take(Duration::from_nanos(400));
+        LEFT_AT.with(|l| l.set(None));
+        CAN_LEAVE.with(|c| c.set(false));
+        LEAVES.with(|l| l.set(0));
+    }
+
+    fn leaves() -> u32 {
+        LEAVES.with(|l| l.replace(0))
+    }
+
+    /// Notes that the thread woke a sleeping peer: the next busy phase yields.
+    fn woke_a_peer() {
+        let word = FutexWord(AtomicU32::new(PARKED));
+        assert!(notify::<Scripted>(&word, None));
     }
 
     #[test]
@@ -901,14 +987,13 @@ mod cpu_shared_note_tests {
     }
 
     #[test]
-    fn a_yield_that_gave_the_cpu_away_ends_the_busy_phase() {
+    fn a_yield_that_gave_the_cpu_away_ends_the_busy_phase_of_a_thread_that_cannot_leave() {
         fresh();
-        let word = FutexWord(AtomicU32::new(PARKED));
-        notify::<Scripted>(&word, None);
+        woke_a_peer();
         yields_take(Duration::from_micros(30));
         let began = Scripted::now();
         empty_busy_phase();
-        assert_eq!(yields(), 1);
+        assert_eq!((yields(), leaves()), (1, 0));
         // 2 µs of looks, then the yield: the phase ended long before its 100 µs.
         assert_eq!(Scripted::now() - began, Duration::from_micros(32));
         // The CPU is shared: the next wait parks without a busy phase.
@@ -921,6 +1006,46 @@ mod cpu_shared_note_tests {
             (yields(), Scripted::now() - began),
             (0, Duration::from_micros(100))
         );
+    }
+
+    #[test]
+    fn a_cpu_shared_for_one_yield_only_keeps_the_busy_phase_going() {
+        fresh();
+        CAN_LEAVE.with(|c| c.set(true));
+        woke_a_peer();
+        // The first yield comes back late, the second at once: what ran has gone.
+        YIELD_SCRIPT.with(|v| *v.borrow_mut() = vec![Duration::from_micros(30)]);
+        let began = Scripted::now();
+        empty_busy_phase();
+        assert_eq!(leaves(), 0);
+        assert!(Scripted::now() - began >= Duration::from_micros(100));
+        // Nothing noted: the next phase polls without a break.
+        yields();
+        empty_busy_phase();
+        assert_eq!(yields(), 0);
+    }
+
+    #[test]
+    fn a_thread_whose_cpu_stays_shared_leaves_it_once_a_millisecond() {
+        fresh();
+        CAN_LEAVE.with(|c| c.set(true));
+        woke_a_peer();
+        yields_take(Duration::from_micros(30));
+        let began = Scripted::now();
+        empty_busy_phase();
+        // Shared at 2 µs (two late yields): it leaves and polls on; shared again a gap later
+        // (a late yield at 67 µs), less than a millisecond after leaving: the phase ends.
+        assert_eq!((yields(), leaves()), (3, 1));
+        assert_eq!(Scripted::now() - began, Duration::from_micros(97));
+        // The next wait parks without a busy phase.
+        let began = Scripted::now();
+        empty_busy_phase();
+        assert_eq!((yields(), Scripted::now()), (0, began));
+        // A millisecond after it left, a thread that finds its CPU shared leaves again.
+        advance(Duration::from_millis(1));
+        woke_a_peer();
+        empty_busy_phase();
+        assert_eq!(leaves(), 1);
     }
 
     #[test]

@@ -62,6 +62,14 @@ impl Os for Kernel {
         std::thread::yield_now();
     }
 
+    fn other_cpus() -> bool {
+        crate::sys::cpu::other_cpus_allowed()
+    }
+
+    fn leave_cpu() -> bool {
+        crate::sys::cpu::leave_this_cpu()
+    }
+
     #[inline]
     fn now() -> std::time::Instant {
         std::time::Instant::now()

@@ -60,6 +60,11 @@ pub(crate) trait Os {
     fn light_notify_available() -> bool;
     /// Lets another thread run on this CPU (a spinning waiter's peer may need it).
     fn yield_cpu();
+    /// Whether the calling thread may run on a CPU other than the one it runs on.
+    fn other_cpus() -> bool;
+    /// Moves the calling thread to another CPU it may run on, leaving its affinity as it was.
+    /// False if it may run on this CPU only, or the move failed.
+    fn leave_cpu() -> bool;
     /// The monotonic clock that bounds the spin phases.
     fn now() -> std::time::Instant;
     /// Polls between two looks at the clock in a busy phase (a look costs about 25 ns).

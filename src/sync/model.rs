@@ -216,6 +216,15 @@ impl super::Os for Modelled {
         loom::thread::yield_now();
     }
 
+    /// Loom runs every modelled thread on one OS thread: there is no other CPU.
+    fn other_cpus() -> bool {
+        false
+    }
+
+    fn leave_cpu() -> bool {
+        false
+    }
+
     /// The modelled clock (`sys::clock`): one step per look.
     fn now() -> std::time::Instant {
         crate::sys::clock::now()

@@ -8,6 +8,7 @@
 
 pub(crate) mod bell;
 pub(crate) mod clock;
+pub(crate) mod cpu;
 pub(crate) mod fd;
 pub(crate) mod fork;
 pub(crate) mod futex;
