@@ -145,20 +145,23 @@ pub enum WaitStrategy {
     ///
     /// Otherwise it polls without a break. A yield with nothing else to run costs a system
     /// call (about 0.4 µs). A yield that gets the CPU back only after something else ran
-    /// (2 µs or more) shows the CPU shared, and the thread yields once more: back at once,
-    /// whatever ran has gone, and polling goes on. Still shared, the thread moves itself to
-    /// another CPU it may run on and polls on there: its affinity is narrowed to leave this
-    /// CPU and put back as it was at once (an affinity that another thread sets for it in
-    /// between is undone), at most once a millisecond. On a VM the scheduler seldom makes
-    /// that move by itself: its wake-ups land on the waker's CPU, and two ends that wake
-    /// each other have stayed on one CPU for 8 ms while the other one idled, each round trip
-    /// paying two wake-ups (about 6 µs). A thread
-    /// that cannot move (it may run on this CPU only, or it moved less than a millisecond
-    /// ago) ends the busy phase, and its next wait parks without one. On a CPU that other
-    /// programs keep busy this makes a busy-poll after a sleep behave much like
-    /// [`WaitStrategy::Park`]. The note is one per thread: a thread that waits on several
-    /// ends takes it in whichever wait comes next. The async forms yield to their executor
-    /// instead.
+    /// (2 µs or more) shows the CPU shared. The thread looks once more, and then, if it may
+    /// run on another CPU and did not do so in the last millisecond, yields once more: back
+    /// at once, what ran has gone (or has used its time slice), and polling goes on; still
+    /// shared, the thread moves itself to another CPU it may run on (the kernel chooses
+    /// which) and polls on there. The move narrows the thread's affinity to leave this CPU
+    /// and widens it again at once: a thread that may run on every online CPU gets them all
+    /// back, any other the CPUs in effect before the move (so that a later widening of its
+    /// cpuset no longer reaches it), and an affinity that another thread sets for it in
+    /// between is undone. On a VM the scheduler seldom makes that move by itself: its
+    /// wake-ups land on the waker's CPU, and two ends that wake each other have stayed on one
+    /// CPU for 8 ms while the other one idled, each round trip paying two wake-ups (about
+    /// 6 µs). A thread that stays (it may run on this CPU only, its move failed, or it tried
+    /// less than a millisecond ago) ends the busy phase, and its next wait parks without one.
+    /// On a CPU that other programs keep busy this makes a busy-poll after a sleep behave
+    /// much like [`WaitStrategy::Park`], but for one busy phase a millisecond. The note is
+    /// one per thread: a thread that waits on several ends takes it in whichever wait comes
+    /// next. The async forms yield to their executor instead.
     BusyPoll(Duration),
     /// Park at once, no spinning: the least CPU, every wait pays a futex wake-up.
     Park,
@@ -513,23 +516,32 @@ fn busy_poll<O: Os, T, F>(
                 O::yield_cpu();
                 let back = O::now();
                 if back.duration_since(now) >= BLOCK_EAGER {
-                    // Something else ran here meanwhile. A thread that may move elsewhere
-                    // yields once more, to tell whether that still wants this CPU: back at
-                    // once, it has gone (of two peers that find their CPU shared at once, the
-                    // one that yields second sees the first gone) and polling goes on; still
-                    // shared, the thread moves to another CPU and polls on there.
-                    if may_leave_cpu::<O>(back) {
+                    // Something else ran here meanwhile: the peer may have written what
+                    // this wait is for.
+                    if let Some(v) = poll(Look::Quick)? {
+                        return Ok(Some(v));
+                    }
+                    // A thread that may move elsewhere, with budget left, yields once more
+                    // to tell whether that still wants this CPU: back at once, it has gone (of
+                    // two peers that find their CPU shared at once, the one that yields second
+                    // sees the first gone) and polling goes on; still shared, the thread moves
+                    // to another CPU and polls on there. Either at most once a `LEAVE_GAP`: a
+                    // program that has just used its time slice also gives a second yield
+                    // back at once.
+                    if back.duration_since(start) < budget && may_leave_cpu::<O>(back) {
                         O::yield_cpu();
                         let again = O::now();
-                        if again.duration_since(back) < BLOCK_EAGER || leave_cpu::<O>(again) {
-                            yield_at = O::now().duration_since(start) + BLOCK_GAP;
+                        if again.duration_since(back) < BLOCK_EAGER || O::leave_cpu() {
+                            // The CPU may be shared still: the next busy phase yields too.
+                            note_cpu_share(CpuShare::Maybe);
+                            yield_at = again.duration_since(start) + BLOCK_GAP;
                             continue;
                         }
                     }
-                    // Shared, and this thread stays (it may run here only, or it moved less
-                    // than `LEAVE_GAP` ago). The next wait parks at once (this one re-checks
-                    // first): the peer runs, and the wake-up it sends may let the scheduler
-                    // place this thread on an idle CPU.
+                    // Shared, and this thread stays (it may run here only, its move failed,
+                    // or it tried less than `LEAVE_GAP` ago). The next wait parks at once
+                    // (this one re-checks first): the peer runs, and the wake-up it sends may
+                    // let the scheduler place this thread on an idle CPU.
                     note_cpu_share(CpuShare::Shared);
                     return Ok(None);
                 }
@@ -540,41 +552,38 @@ fn busy_poll<O: Os, T, F>(
     }
 }
 
-/// How soon after leaving a shared CPU a busy phase that finds its CPU shared again parks
-/// instead of leaving again: where every CPU is busy, a thread that kept leaving would only
-/// trade one shared CPU for another, each move costing a migration.
+/// How soon after a busy phase found its CPU shared and yielded a second time (and perhaps
+/// moved) a busy phase that finds its CPU shared parks instead: where every CPU is busy, a
+/// thread that kept moving would only trade one shared CPU for another, each move costing a
+/// migration, and one that kept polling beside a program that gives a second yield back at
+/// once would keep its CPU from that program.
 const LEAVE_GAP: Duration = Duration::from_millis(1);
 
 // Not under loom (see `CPU_SHARE`).
 #[cfg(not(shmflow_loom))]
 thread_local! {
-    /// When this thread last tried to leave its CPU.
+    /// When this thread last yielded a second time on a CPU found shared.
     static LEFT_AT: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether this thread, finding its CPU shared, may move to another: it may run on another
-/// CPU, and it did not try to move less than [`LEAVE_GAP`] ago.
+/// Whether this thread, finding its CPU shared at `now`, yields a second time and may move
+/// to another: it may run on another CPU, and it did not less than [`LEAVE_GAP`] ago (noted
+/// now if it does).
 fn may_leave_cpu<O: Os>(now: std::time::Instant) -> bool {
     #[cfg(not(shmflow_loom))]
     {
-        LEFT_AT.with(|l| l.get().is_none_or(|t| now.duration_since(t) >= LEAVE_GAP))
-            && O::other_cpus()
+        let due = LEFT_AT.with(|l| l.get().is_none_or(|t| now.duration_since(t) >= LEAVE_GAP));
+        if due && O::other_cpus() {
+            LEFT_AT.with(|l| l.set(Some(now)));
+            return true;
+        }
+        false
     }
     #[cfg(shmflow_loom)]
     {
         let _ = now;
         false
     }
-}
-
-/// Moves this thread off its CPU (`Os::leave_cpu`), noting when it tried. False if it did
-/// not move.
-fn leave_cpu<O: Os>(now: std::time::Instant) -> bool {
-    #[cfg(not(shmflow_loom))]
-    LEFT_AT.with(|l| l.set(Some(now)));
-    #[cfg(shmflow_loom)]
-    let _ = now;
-    O::leave_cpu()
 }
 
 /// Announces on `word` that the waiter sleeps (an RMW, so that it synchronizes with the
@@ -865,6 +874,7 @@ mod cpu_shared_note_tests {
         /// How long the next yields take, before `YIELD_TAKES` again.
         static YIELD_SCRIPT: std::cell::RefCell<Vec<Duration>> = const { std::cell::RefCell::new(Vec::new()) };
         static CAN_LEAVE: Cell<bool> = const { Cell::new(false) };
+        static MOVE_FAILS: Cell<bool> = const { Cell::new(false) };
         static LEAVES: Cell<u32> = const { Cell::new(0) };
     }
 
@@ -912,7 +922,7 @@ mod cpu_shared_note_tests {
         }
         fn leave_cpu() -> bool {
             LEAVES.with(|l| l.set(l.get() + 1));
-            CAN_LEAVE.with(Cell::get)
+            CAN_LEAVE.with(Cell::get) && !MOVE_FAILS.with(Cell::get)
         }
         fn now() -> Instant {
             static BASE: OnceLock<Instant> = OnceLock::new();
@@ -940,7 +950,9 @@ mod cpu_shared_note_tests {
         yields_take(Duration::from_nanos(400));
         LEFT_AT.with(|l| l.set(None));
         CAN_LEAVE.with(|c| c.set(false));
+        MOVE_FAILS.with(|m| m.set(false));
         LEAVES.with(|l| l.set(0));
+        YIELD_SCRIPT.with(|v| v.borrow_mut().clear());
     }
 
     fn leaves() -> u32 {
@@ -994,8 +1006,8 @@ mod cpu_shared_note_tests {
         let began = Scripted::now();
         empty_busy_phase();
         assert_eq!((yields(), leaves()), (1, 0));
-        // 2 µs of looks, then the yield: the phase ended long before its 100 µs.
-        assert_eq!(Scripted::now() - began, Duration::from_micros(32));
+        // 2 µs of looks, the yield, one more look: the phase ended long before its 100 µs.
+        assert_eq!(Scripted::now() - began, Duration::from_nanos(32_100));
         // The CPU is shared: the next wait parks without a busy phase.
         let began = Scripted::now();
         empty_busy_phase();
@@ -1019,10 +1031,66 @@ mod cpu_shared_note_tests {
         empty_busy_phase();
         assert_eq!(leaves(), 0);
         assert!(Scripted::now() - began >= Duration::from_micros(100));
-        // Nothing noted: the next phase polls without a break.
+        // The CPU may be shared still: the next phase yields every gap.
         yields();
         empty_busy_phase();
-        assert_eq!(yields(), 0);
+        assert_eq!(yields(), 19);
+    }
+
+    #[test]
+    fn a_second_yield_back_at_once_excuses_a_shared_cpu_once_a_millisecond() {
+        fresh();
+        CAN_LEAVE.with(|c| c.set(true));
+        woke_a_peer();
+        // Late, at once (excused: polling goes on), then late again within the millisecond:
+        // as a program that has used its time slice gives the second yield back at once.
+        yields_take(Duration::from_micros(30));
+        YIELD_SCRIPT
+            .with(|v| *v.borrow_mut() = vec![Duration::from_micros(30), Duration::from_nanos(400)]);
+        let began = Scripted::now();
+        empty_busy_phase();
+        assert_eq!((yields(), leaves()), (3, 0));
+        assert!(Scripted::now() - began < Duration::from_micros(100));
+        // The phase ended: the next wait parks without one.
+        let began = Scripted::now();
+        empty_busy_phase();
+        assert_eq!((yields(), Scripted::now()), (0, began));
+    }
+
+    #[test]
+    fn a_reply_written_while_the_cpu_was_away_ends_the_wait_at_once() {
+        fresh();
+        CAN_LEAVE.with(|c| c.set(true));
+        woke_a_peer();
+        yields_take(Duration::from_micros(30));
+        // The peer writes the reply in the time the first yield gave it.
+        let mut poll = |_: Look| -> Result<Option<()>, ()> {
+            advance(Duration::from_nanos(100));
+            Ok((YIELDS.with(Cell::get) > 0).then_some(()))
+        };
+        let strategy = WaitStrategy::BusyPoll(Duration::from_micros(100));
+        assert_eq!(
+            spin_phase::<Scripted, (), ()>(strategy, Pace::Sparse, &mut poll),
+            Ok(Some(()))
+        );
+        // No second yield, no move.
+        assert_eq!((yields(), leaves()), (1, 0));
+    }
+
+    #[test]
+    fn a_move_that_fails_ends_the_busy_phase() {
+        fresh();
+        CAN_LEAVE.with(|c| c.set(true));
+        MOVE_FAILS.with(|m| m.set(true));
+        woke_a_peer();
+        yields_take(Duration::from_micros(30));
+        let began = Scripted::now();
+        empty_busy_phase();
+        assert_eq!((yields(), leaves()), (2, 1));
+        assert!(Scripted::now() - began < Duration::from_micros(100));
+        let began = Scripted::now();
+        empty_busy_phase();
+        assert_eq!((yields(), Scripted::now()), (0, began));
     }
 
     #[test]
@@ -1036,7 +1104,7 @@ mod cpu_shared_note_tests {
         // Shared at 2 µs (two late yields): it leaves and polls on; shared again a gap later
         // (a late yield at 67 µs), less than a millisecond after leaving: the phase ends.
         assert_eq!((yields(), leaves()), (3, 1));
-        assert_eq!(Scripted::now() - began, Duration::from_micros(97));
+        assert_eq!(Scripted::now() - began, Duration::from_nanos(97_200));
         // The next wait parks without a busy phase.
         let began = Scripted::now();
         empty_busy_phase();

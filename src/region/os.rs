@@ -20,7 +20,8 @@ pub(crate) type Host = crate::sync::Modelled;
 pub(crate) type Bell = <Host as Os>::Bell;
 
 /// Linux: `FUTEX_WAIT`/`FUTEX_WAKE` on the word in the mapping, a datagram on the doorbell,
-/// `membarrier(GLOBAL_EXPEDITED)`, `sched_yield`, `CLOCK_MONOTONIC` (`sys`).
+/// `membarrier(GLOBAL_EXPEDITED)`, `sched_yield`, `sched_setaffinity` (a move off a shared
+/// CPU), `CLOCK_MONOTONIC` (`sys`).
 #[cfg(not(shmflow_loom))]
 #[derive(Debug)]
 pub(crate) struct Kernel;

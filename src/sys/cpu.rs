@@ -12,10 +12,13 @@ pub(crate) fn other_cpus_allowed() -> bool {
     (0..CpuSet::count()).any(|c| c != here && allowed.is_set(c).unwrap_or(false))
 }
 
-/// Moves the calling thread off the CPU it runs on, to another CPU it may run on, and leaves
-/// it free to run anywhere it could before: its affinity is narrowed to exclude this CPU (the
-/// kernel migrates it at once) and then put back as it was. False, and nothing changed, if
-/// the thread may run on this CPU only or a call failed.
+/// Moves the calling thread off the CPU it runs on, to another CPU it may run on (the kernel
+/// chooses which), and leaves it free to run anywhere it could before: its affinity is
+/// narrowed to exclude this CPU (the kernel migrates it at once) and then widened again. A
+/// thread that may run on every online CPU gets every CPU back, those brought online later
+/// too; any other gets back the CPUs in effect before the move (those its own affinity and
+/// its cpuset allow), so that a later widening of its cpuset no longer reaches it. False, and
+/// nothing changed, if the thread may run on this CPU only or a call failed.
 ///
 /// Between the two calls the thread's affinity is not the one its owner set: a change made by
 /// another thread in that window is undone.
@@ -40,14 +43,46 @@ pub(crate) fn leave_this_cpu() -> bool {
         return false;
     }
     // Put back: the thread stays where the kernel moved it until the scheduler moves it
-    // again. This cannot fail where the narrowing did (the set is the one the kernel gave
-    // and holds the CPU the thread now runs on); should it, the thread keeps the narrower
-    // set, which still holds every CPU it may run on but one.
-    let _ = sched_setaffinity(me, &allowed);
+    // again. This cannot fail where the narrowing did (the set is the one the kernel gave,
+    // or every CPU, and holds the CPU the thread now runs on) unless the CPUs change
+    // meanwhile: it is tried twice; should both fail, the thread keeps the narrower set,
+    // which still holds every CPU it may run on but one.
+    let back = if cpus_in(&allowed) == online_cpus() {
+        every_cpu()
+    } else {
+        allowed
+    };
+    if sched_setaffinity(me, &back).is_err() {
+        let _ = sched_setaffinity(me, &back);
+    }
     true
 }
 
-#[cfg(test)]
+/// How many CPUs `set` holds.
+fn cpus_in(set: &CpuSet) -> usize {
+    (0..CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .count()
+}
+
+/// How many CPUs are online (0 if that cannot be told).
+fn online_cpus() -> usize {
+    // SAFETY: sysconf reads a system variable; no pointer is involved.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(0)
+}
+
+/// The set of every CPU number a `CpuSet` can hold.
+fn every_cpu() -> CpuSet {
+    let mut all = CpuSet::new();
+    for c in 0..CpuSet::count() {
+        // Every `c` is below `CpuSet::count()`: never an error.
+        let _ = all.set(c);
+    }
+    all
+}
+
+#[cfg(all(test, not(shmflow_loom)))]
 mod tests {
     use super::*;
 
@@ -75,6 +110,7 @@ mod tests {
             let moved = (0..3).any(|_| {
                 let before = sched_getcpu().unwrap();
                 assert!(leave_this_cpu());
+                // Every CPU it had, online ones all or the same set.
                 assert_eq!(cpus(&affinity()), cpus(&allowed));
                 sched_getcpu().unwrap() != before
             });
