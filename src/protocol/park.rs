@@ -516,19 +516,27 @@ fn busy_poll<O: Os, T, F>(
                 O::yield_cpu();
                 let back = O::now();
                 if back.duration_since(now) >= BLOCK_EAGER {
-                    // Something else ran here meanwhile: the peer may have written what
-                    // this wait is for.
+                    // Something else ran here meanwhile. A thread that may move elsewhere
+                    // (at most once a `LEAVE_GAP`) and has budget left does, or tests first.
+                    let may = back.duration_since(start) < budget && may_leave_cpu::<O>(back);
                     if let Some(v) = poll(Look::Quick)? {
+                        // The peer wrote it meanwhile: it ran on this CPU, and will be waited
+                        // for here again. The thread moves if it may; if not, the next wait
+                        // parks at once, which lets the peer run.
+                        let moved = may && O::leave_cpu();
+                        note_cpu_share(if moved {
+                            CpuShare::Maybe
+                        } else {
+                            CpuShare::Shared
+                        });
                         return Ok(Some(v));
                     }
-                    // A thread that may move elsewhere, with budget left, yields once more
-                    // to tell whether that still wants this CPU: back at once, it has gone (of
-                    // two peers that find their CPU shared at once, the one that yields second
-                    // sees the first gone) and polling goes on; still shared, the thread moves
-                    // to another CPU and polls on there. Either at most once a `LEAVE_GAP`: a
-                    // program that has just used its time slice also gives a second yield
-                    // back at once.
-                    if back.duration_since(start) < budget && may_leave_cpu::<O>(back) {
+                    // Nothing came: it yields once more to tell whether what ran still wants
+                    // this CPU. Back at once, it has gone (of two peers that find their CPU
+                    // shared at once, the one that yields second sees the first gone) or has
+                    // used its time slice, and polling goes on; still shared, the thread
+                    // moves to another CPU and polls on there.
+                    if may {
                         O::yield_cpu();
                         let again = O::now();
                         if again.duration_since(back) < BLOCK_EAGER || O::leave_cpu() {
@@ -1063,7 +1071,18 @@ mod cpu_shared_note_tests {
         CAN_LEAVE.with(|c| c.set(true));
         woke_a_peer();
         yields_take(Duration::from_micros(30));
-        // The peer writes the reply in the time the first yield gave it.
+        reply_while_away();
+        // No second yield: the peer ran here, the thread moves at once, and its next busy
+        // phase yields.
+        assert_eq!((yields(), leaves()), (1, 1));
+        yields_take(Duration::from_nanos(400));
+        empty_busy_phase();
+        assert_eq!(yields(), 19);
+    }
+
+    /// A busy phase in which the reply is written during the first yield (which the peer,
+    /// on this CPU, took): the phase returns it.
+    fn reply_while_away() {
         let mut poll = |_: Look| -> Result<Option<()>, ()> {
             advance(Duration::from_nanos(100));
             Ok((YIELDS.with(Cell::get) > 0).then_some(()))
@@ -1073,8 +1092,20 @@ mod cpu_shared_note_tests {
             spin_phase::<Scripted, (), ()>(strategy, Pace::Sparse, &mut poll),
             Ok(Some(()))
         );
-        // No second yield, no move.
+    }
+
+    #[test]
+    fn a_reply_written_while_the_cpu_was_away_on_a_thread_that_cannot_move_makes_the_next_wait_park(
+    ) {
+        fresh();
+        woke_a_peer();
+        yields_take(Duration::from_micros(30));
+        reply_while_away();
         assert_eq!((yields(), leaves()), (1, 0));
+        // The peer shares this CPU: the next wait parks without a busy phase.
+        let began = Scripted::now();
+        empty_busy_phase();
+        assert_eq!((yields(), Scripted::now()), (0, began));
     }
 
     #[test]
