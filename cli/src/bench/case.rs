@@ -33,7 +33,7 @@ use hdrhistogram::Histogram;
 use shmflow::{Consumer, FlushPolicy, Geometry, Producer, WaitStrategy};
 
 use super::floors::SpinEcho;
-use super::harness::{child, finish, machine, RawFdOf};
+use super::harness::{child, finish, machine, one_cpu, set_affinity, RawFdOf};
 use super::openloop::{clock_ns, now_ns, Paced, Schedule};
 use super::report::{round3, summary};
 use super::roles::Role;
@@ -145,15 +145,6 @@ pub(crate) fn parse_pin(s: &str) -> Result<(usize, usize), String> {
     Ok((cpu(a)?, cpu(b)?))
 }
 
-/// The set of the one CPU `cpu` (below `CPU_SETSIZE`, as [`parse_pin`] checks).
-fn one_cpu(cpu: usize) -> libc::cpu_set_t {
-    // SAFETY: `cpu_set_t` is a plain bit array: all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` < CPU_SETSIZE, the set's number of bits.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    set
-}
-
 /// The CPUs the calling thread may run on.
 fn allowed_cpus() -> Result<Vec<usize>, String> {
     // SAFETY: all zeros is the empty set.
@@ -193,15 +184,8 @@ fn cpu_list(cpus: &[usize]) -> String {
 
 /// Pins the calling thread to `cpu`.
 fn pin_this_thread(cpu: usize) -> Result<(), String> {
-    let set = one_cpu(cpu);
-    // SAFETY: `set` is a valid `cpu_set_t` of the size given; 0 is the calling thread.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(format!(
-            "--pin: this process cannot run on CPU {cpu}: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    set_affinity(&one_cpu(cpu))
+        .map_err(|e| format!("--pin: this process cannot run on CPU {cpu}: {e}"))
 }
 
 /// Makes a child process start pinned to `cpu` (before it runs any of its own code).
@@ -211,12 +195,7 @@ fn pin_child(cmd: &mut std::process::Command, cpu: usize) {
     // SAFETY: only sched_setaffinity between fork and exec (a plain system call,
     // async-signal-safe); `set` is moved into the closure.
     unsafe {
-        cmd.pre_exec(move || {
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || set_affinity(&set));
     }
 }
 

@@ -163,24 +163,40 @@ pub(crate) fn fail_on_panic() {
 /// Pins the child to CPU 0 (before it execs), as `pin(0)` pins this thread.
 pub(crate) fn pin_cpu0() -> impl FnOnce(&mut Command) {
     |cmd: &mut Command| {
-        // SAFETY: sched_setaffinity in the child between fork and exec.
+        let set = one_cpu(0);
+        // SAFETY: only sched_setaffinity between fork and exec (a plain system call,
+        // async-signal-safe); `set` is moved into the closure.
         unsafe {
-            cmd.pre_exec(|| {
-                pin(0);
+            cmd.pre_exec(move || {
+                let _ = set_affinity(&set);
                 Ok(())
             });
         }
     }
 }
 
-/// Pins the calling thread to `cpu`.
+/// Pins the calling thread to `cpu` (below `CPU_SETSIZE`), if it may run there.
 pub(crate) fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is valid; sched_setaffinity on the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    let _ = set_affinity(&one_cpu(cpu));
+}
+
+/// The set of the one CPU `cpu` (below `CPU_SETSIZE`).
+pub(crate) fn one_cpu(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: `cpu_set_t` is a plain bit array: all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller keeps `cpu` below CPU_SETSIZE, the set's number of bits.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    set
+}
+
+/// Sets the calling thread's affinity to `set` (a plain system call: callable between fork
+/// and exec).
+pub(crate) fn set_affinity(set: &libc::cpu_set_t) -> std::io::Result<()> {
+    // SAFETY: `set` is a valid `cpu_set_t` of the size given; 0 is the calling thread.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    Ok(())
 }
 
 /// Lets the calling thread run on every CPU again.
