@@ -146,7 +146,7 @@ pub enum WaitStrategy {
     /// Otherwise it polls without a break. A yield with nothing else to run costs a system
     /// call (about 0.4 µs). A yield that gets the CPU back only after something else ran
     /// (2 µs or more) shows the CPU shared. The thread looks once more, and then, if it may
-    /// run on another CPU and did not do so in the last millisecond, yields once more: back
+    /// run on another CPU and its gap since it last did so has passed, yields once more: back
     /// at once, what ran has gone (or has used its time slice), and polling goes on; still
     /// shared, the thread moves itself to another CPU it may run on (the kernel chooses
     /// which) and polls on there. The move narrows the thread's affinity to leave this CPU
@@ -156,10 +156,14 @@ pub enum WaitStrategy {
     /// between is undone. On a VM the scheduler seldom makes that move by itself: its
     /// wake-ups land on the waker's CPU, and two ends that wake each other have stayed on one
     /// CPU for 8 ms while the other one idled, each round trip paying two wake-ups (about
-    /// 6 µs). A thread that stays (it may run on this CPU only, its move failed, or it tried
-    /// less than a millisecond ago) ends the busy phase, and its next wait parks without one.
-    /// On a CPU that other programs keep busy this makes a busy-poll after a sleep behave
-    /// much like [`WaitStrategy::Park`], but for one busy phase a millisecond. The note is
+    /// 6 µs). The gap is 1 ms; a thread that finds its CPU shared again within four gaps of
+    /// its last try doubles it, up to 64 ms, and four gaps without a try bring it back to 1
+    /// ms: where busy-polling threads outnumber the CPUs, each would otherwise move a thousand
+    /// times a second and, moved, poll on beside another busy thread for the rest of its time
+    /// slice. A thread that stays (it may run on this CPU only, its move failed, or its gap
+    /// has not passed) ends the busy phase, and its next wait parks without one. On a CPU
+    /// that other programs keep busy this makes a busy-poll after a sleep behave much like
+    /// [`WaitStrategy::Park`], but for one busy phase a gap. The note is
     /// one per thread: a thread that waits on several ends takes it in whichever wait comes
     /// next. The async forms yield to their executor instead.
     BusyPoll(Duration),
@@ -517,7 +521,8 @@ fn busy_poll<O: Os, T, F>(
                 let back = O::now();
                 if back.duration_since(now) >= BLOCK_EAGER {
                     // Something else ran here meanwhile. A thread that may move elsewhere
-                    // (at most once a `LEAVE_GAP`) and has budget left does, or tests first.
+                    // (at most once a gap, see `may_leave_cpu`) and has budget left does, or
+                    // tests first.
                     let may = back.duration_since(start) < budget && may_leave_cpu::<O>(back);
                     if let Some(v) = poll(Look::Quick)? {
                         // The peer wrote it meanwhile: it ran on this CPU, and will be waited
@@ -547,7 +552,7 @@ fn busy_poll<O: Os, T, F>(
                         }
                     }
                     // Shared, and this thread stays (it may run here only, its move failed,
-                    // or it tried less than `LEAVE_GAP` ago). The next wait parks at once
+                    // or it tried less than its gap ago). The next wait parks at once
                     // (this one re-checks first): the peer runs, and the wake-up it sends may
                     // let the scheduler place this thread on an idle CPU.
                     note_cpu_share(CpuShare::Shared);
@@ -561,28 +566,53 @@ fn busy_poll<O: Os, T, F>(
 }
 
 /// How soon after a busy phase found its CPU shared and yielded a second time (and perhaps
-/// moved) a busy phase that finds its CPU shared parks instead: where every CPU is busy, a
-/// thread that kept moving would only trade one shared CPU for another, each move costing a
-/// migration, and one that kept polling beside a program that gives a second yield back at
-/// once would keep its CPU from that program.
+/// moved) a busy phase that finds its CPU shared parks instead, at first: where every CPU is
+/// busy, a thread that kept moving would only trade one shared CPU for another, each move
+/// costing a migration, and one that kept polling beside a program that gives a second yield
+/// back at once would keep its CPU from that program.
 const LEAVE_GAP: Duration = Duration::from_millis(1);
+
+/// The longest gap between two such second yields: a thread that finds its CPU shared again
+/// and again (within [`LEAVE_QUIET`] gaps of its last try each time) doubles its gap up to
+/// this, so that many busy-polling threads on a machine with fewer CPUs than they need do
+/// not each move a thousand times a second.
+const LEAVE_GAP_MAX: Duration = Duration::from_millis(64);
+
+/// How many gaps without a try bring the gap back to [`LEAVE_GAP`]: the machine had a CPU to
+/// spare for that long.
+const LEAVE_QUIET: u32 = 4;
 
 // Not under loom (see `CPU_SHARE`).
 #[cfg(not(shmflow_loom))]
 thread_local! {
-    /// When this thread last yielded a second time on a CPU found shared.
-    static LEFT_AT: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+    /// When this thread last yielded a second time on a CPU found shared, and the gap before
+    /// it may do so again.
+    static LEFT_AT: std::cell::Cell<Option<(std::time::Instant, Duration)>> = const { std::cell::Cell::new(None) };
 }
 
 /// Whether this thread, finding its CPU shared at `now`, yields a second time and may move
-/// to another: it may run on another CPU, and it did not less than [`LEAVE_GAP`] ago (noted
-/// now if it does).
+/// to another: it may run on another CPU, and its last try was at least its gap ago (noted
+/// now if it does, with the gap before the next: twice the last, up to [`LEAVE_GAP_MAX`], if
+/// the last try was less than [`LEAVE_QUIET`] gaps ago, else [`LEAVE_GAP`]).
 fn may_leave_cpu<O: Os>(now: std::time::Instant) -> bool {
     #[cfg(not(shmflow_loom))]
     {
-        let due = LEFT_AT.with(|l| l.get().is_none_or(|t| now.duration_since(t) >= LEAVE_GAP));
-        if due && O::other_cpus() {
-            LEFT_AT.with(|l| l.set(Some(now)));
+        let gap = match LEFT_AT.with(std::cell::Cell::get) {
+            None => LEAVE_GAP,
+            Some((at, gap)) => {
+                let since = now.duration_since(at);
+                if since < gap {
+                    return false;
+                }
+                if since < gap * LEAVE_QUIET {
+                    (gap * 2).min(LEAVE_GAP_MAX)
+                } else {
+                    LEAVE_GAP
+                }
+            }
+        };
+        if O::other_cpus() {
+            LEFT_AT.with(|l| l.set(Some((now, gap))));
             return true;
         }
         false
@@ -884,6 +914,7 @@ mod cpu_shared_note_tests {
         static CAN_LEAVE: Cell<bool> = const { Cell::new(false) };
         static MOVE_FAILS: Cell<bool> = const { Cell::new(false) };
         static LEAVES: Cell<u32> = const { Cell::new(0) };
+        static LEFT_WHEN: std::cell::RefCell<Vec<Duration>> = const { std::cell::RefCell::new(Vec::new()) };
     }
 
     fn advance(d: Duration) {
@@ -930,6 +961,7 @@ mod cpu_shared_note_tests {
         }
         fn leave_cpu() -> bool {
             LEAVES.with(|l| l.set(l.get() + 1));
+            LEFT_WHEN.with(|v| v.borrow_mut().push(CLOCK.with(Cell::get)));
             CAN_LEAVE.with(Cell::get) && !MOVE_FAILS.with(Cell::get)
         }
         fn now() -> Instant {
@@ -960,6 +992,7 @@ mod cpu_shared_note_tests {
         CAN_LEAVE.with(|c| c.set(false));
         MOVE_FAILS.with(|m| m.set(false));
         LEAVES.with(|l| l.set(0));
+        LEFT_WHEN.with(|v| v.borrow_mut().clear());
         YIELD_SCRIPT.with(|v| v.borrow_mut().clear());
     }
 
@@ -1145,6 +1178,48 @@ mod cpu_shared_note_tests {
         woke_a_peer();
         empty_busy_phase();
         assert_eq!(leaves(), 1);
+    }
+
+    #[test]
+    fn a_thread_whose_cpu_stays_shared_tries_to_leave_less_often_until_a_cpu_is_spared() {
+        fresh();
+        CAN_LEAVE.with(|c| c.set(true));
+        yields_take(Duration::from_micros(30));
+        // A busy phase that finds its CPU shared every millisecond or so (as on a machine with
+        // more busy-polling threads than CPUs), for half a second.
+        let shared_phase = || {
+            took_cpu_share_note();
+            woke_a_peer();
+            empty_busy_phase();
+            advance(Duration::from_millis(1));
+        };
+        let began = CLOCK.with(Cell::get);
+        while CLOCK.with(Cell::get) - began < Duration::from_millis(500) {
+            shared_phase();
+        }
+        let when = LEFT_WHEN.with(|v| std::mem::take(&mut *v.borrow_mut()));
+        let gaps: Vec<Duration> = when.windows(2).map(|w| w[1] - w[0]).collect();
+        // Each try comes at least twice the last gap after it (the first 1 ms), at most 64 ms,
+        // and within the phase after that (1.1 ms apart).
+        let mut least = LEAVE_GAP;
+        for g in &gaps {
+            assert!(
+                *g >= least && *g < least + Duration::from_micros(1_200),
+                "{gaps:?}"
+            );
+            least = (least * 2).min(LEAVE_GAP_MAX);
+        }
+        // 1, 2, 4, 8, 16, 32 ms, then 64 ms apart (each a little more): 13 tries in half a
+        // second, against some 450 with a fixed gap.
+        assert_eq!(when.len(), 13, "{gaps:?}");
+        // Four gaps of 64 ms without a try: the next finding of a shared CPU tries at once,
+        // and the gap is a millisecond again.
+        advance(LEAVE_GAP_MAX * LEAVE_QUIET);
+        shared_phase();
+        shared_phase();
+        let when = LEFT_WHEN.with(|v| std::mem::take(&mut *v.borrow_mut()));
+        assert_eq!(when.len(), 2);
+        assert!(when[1] - when[0] < Duration::from_millis(2));
     }
 
     #[test]
