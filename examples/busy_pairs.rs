@@ -24,7 +24,7 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     pairs: usize,
     /// How long each pair runs.
-    #[arg(long, value_name = "S", default_value_t = 3.0)]
+    #[arg(long, value_name = "S", default_value_t = 3.0, value_parser = seconds)]
     secs: f64,
     /// Time from one round trip's start to the next (the sender sleeps in between).
     #[arg(long, value_name = "US", default_value_t = 100)]
@@ -34,8 +34,16 @@ struct Args {
     busy_poll_us: u64,
 }
 
+/// A positive, finite number of seconds.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
+    }
+}
+
 /// Round trips of one pair, in nanoseconds, sorted.
-fn pair(args: &Args) -> Vec<u64> {
+fn run_pair(args: &Args) -> Vec<u64> {
     let wait = WaitStrategy::BusyPoll(Duration::from_micros(args.busy_poll_us));
     let (mut there, mut arrives) = shmflow::pair(Geometry::default()).expect("a channel");
     let (mut back, mut returns) = shmflow::pair(Geometry::default()).expect("a channel");
@@ -79,13 +87,19 @@ fn at(sorted: &[u64], q: f64) -> f64 {
 fn main() {
     let args = Args::parse();
     let took: Vec<Vec<u64>> = std::thread::scope(|s| {
-        let pairs: Vec<_> = (0..args.pairs).map(|_| s.spawn(|| pair(&args))).collect();
+        let pairs: Vec<_> = (0..args.pairs)
+            .map(|_| s.spawn(|| run_pair(&args)))
+            .collect();
         pairs
             .into_iter()
             .map(|p| p.join().expect("a pair"))
             .collect()
     });
     for (i, t) in took.iter().enumerate() {
+        if t.is_empty() {
+            println!("pair {i}: no round trip in the time given");
+            continue;
+        }
         println!(
             "pair {i}: {} round trips, p50 {:.2} µs, p99 {:.2} µs, p99.9 {:.2} µs",
             t.len(),

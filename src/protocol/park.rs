@@ -156,11 +156,12 @@ pub enum WaitStrategy {
     /// between is undone. On a VM the scheduler seldom makes that move by itself: its
     /// wake-ups land on the waker's CPU, and two ends that wake each other have stayed on one
     /// CPU for 8 ms while the other one idled, each round trip paying two wake-ups (about
-    /// 6 µs). The gap is 1 ms; a thread that finds its CPU shared again within four gaps of
-    /// its last try doubles it, up to 64 ms, and four gaps without a try bring it back to 1
-    /// ms: where busy-polling threads outnumber the CPUs, each would otherwise move a thousand
-    /// times a second and, moved, poll on beside another busy thread for the rest of its time
-    /// slice. A thread that stays (it may run on this CPU only, its move failed, or its gap
+    /// 6 µs). Such a try (the second yield, and the move if that one comes back late too)
+    /// comes at most once a gap: 1 ms at first, doubled (up to 64 ms) by each try that comes
+    /// less than four gaps after the one before, and 1 ms again for a try that comes later.
+    /// Where busy-polling threads outnumber the CPUs, each would otherwise move a thousand
+    /// times a second and, moved, poll on beside another busy thread for the rest of its
+    /// time slice. A thread that stays (it may run on this CPU only, its move failed, or its gap
     /// has not passed) ends the busy phase, and its next wait parks without one. On a CPU
     /// that other programs keep busy this makes a busy-poll after a sleep behave much like
     /// [`WaitStrategy::Park`], but for one busy phase a gap. The note is
@@ -578,8 +579,8 @@ const LEAVE_GAP: Duration = Duration::from_millis(1);
 /// not each move a thousand times a second.
 const LEAVE_GAP_MAX: Duration = Duration::from_millis(64);
 
-/// How many gaps without a try bring the gap back to [`LEAVE_GAP`]: the machine had a CPU to
-/// spare for that long.
+/// A try that comes this many gaps or more after the last one sets the gap back to
+/// [`LEAVE_GAP`]: the thread found no shared CPU worth a try for that long.
 const LEAVE_QUIET: u32 = 4;
 
 // Not under loom (see `CPU_SHARE`).
@@ -1079,11 +1080,11 @@ mod cpu_shared_note_tests {
     }
 
     #[test]
-    fn a_second_yield_back_at_once_excuses_a_shared_cpu_once_a_millisecond() {
+    fn a_second_yield_back_at_once_excuses_a_shared_cpu_at_most_once_a_gap() {
         fresh();
         CAN_LEAVE.with(|c| c.set(true));
         woke_a_peer();
-        // Late, at once (excused: polling goes on), then late again within the millisecond:
+        // Late, at once (excused: polling goes on), then late again within the first gap (1 ms):
         // as a program that has used its time slice gives the second yield back at once.
         yields_take(Duration::from_micros(30));
         YIELD_SCRIPT
@@ -1158,7 +1159,7 @@ mod cpu_shared_note_tests {
     }
 
     #[test]
-    fn a_thread_whose_cpu_stays_shared_leaves_it_once_a_millisecond() {
+    fn a_thread_whose_cpu_stays_shared_leaves_it_at_most_once_a_gap() {
         fresh();
         CAN_LEAVE.with(|c| c.set(true));
         woke_a_peer();
@@ -1173,11 +1174,46 @@ mod cpu_shared_note_tests {
         let began = Scripted::now();
         empty_busy_phase();
         assert_eq!((yields(), Scripted::now()), (0, began));
-        // A millisecond after it left, a thread that finds its CPU shared leaves again.
+        // A first gap (1 ms) after it left, a thread that finds its CPU shared leaves again.
         advance(Duration::from_millis(1));
         woke_a_peer();
         empty_busy_phase();
         assert_eq!(leaves(), 1);
+    }
+
+    #[test]
+    fn a_try_less_than_four_gaps_after_the_last_doubles_the_gap_and_a_later_one_resets_it() {
+        fresh();
+        CAN_LEAVE.with(|c| c.set(true));
+        advance(Duration::from_secs(1));
+        let now = Scripted::now();
+        let g = Duration::from_millis(8);
+        let last_try = |since: Duration| LEFT_AT.with(|l| l.set(Some((now - since, g))));
+        let noted = || LEFT_AT.with(Cell::get);
+        // Within the gap: no try, nothing noted.
+        last_try(g - Duration::from_nanos(1));
+        assert!(!may_leave_cpu::<Scripted>(now));
+        assert_eq!(noted(), Some((now - g + Duration::from_nanos(1), g)));
+        // A gap after: a try, and the gap doubles; so it does just under four gaps after.
+        last_try(g);
+        assert!(may_leave_cpu::<Scripted>(now));
+        assert_eq!(noted(), Some((now, g * 2)));
+        last_try(g * LEAVE_QUIET - Duration::from_nanos(1));
+        assert!(may_leave_cpu::<Scripted>(now));
+        assert_eq!(noted(), Some((now, g * 2)));
+        // Four gaps after: a try, and the gap is the first one again.
+        last_try(g * LEAVE_QUIET);
+        assert!(may_leave_cpu::<Scripted>(now));
+        assert_eq!(noted(), Some((now, LEAVE_GAP)));
+        // The gap stops doubling at its longest.
+        LEFT_AT.with(|l| l.set(Some((now - LEAVE_GAP_MAX, LEAVE_GAP_MAX))));
+        assert!(may_leave_cpu::<Scripted>(now));
+        assert_eq!(noted(), Some((now, LEAVE_GAP_MAX)));
+        // A thread that may run on this CPU only makes no try, and nothing is noted.
+        CAN_LEAVE.with(|c| c.set(false));
+        last_try(g * 2);
+        assert!(!may_leave_cpu::<Scripted>(now));
+        assert_eq!(noted(), Some((now - g * 2, g)));
     }
 
     #[test]
@@ -1212,8 +1248,8 @@ mod cpu_shared_note_tests {
         // 1, 2, 4, 8, 16, 32 ms, then 64 ms apart (each a little more): 13 tries in half a
         // second, against some 450 with a fixed gap.
         assert_eq!(when.len(), 13, "{gaps:?}");
-        // Four gaps of 64 ms without a try: the next finding of a shared CPU tries at once,
-        // and the gap is a millisecond again.
+        // Four gaps of 64 ms (and the time since the last try) without a try: the next
+        // finding of a shared CPU tries at once, and the gap is a millisecond again.
         advance(LEAVE_GAP_MAX * LEAVE_QUIET);
         shared_phase();
         shared_phase();

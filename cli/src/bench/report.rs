@@ -113,7 +113,7 @@ pub(super) const RATIOS: &[Ratio] = &[
         name: "direct_rtt_vs_tcp_pingpong",
         num: "direct_rtt_p50_ns",
         den: "tcp_pingpong_rtt_p50_ns",
-        goal: AtMost(1.3),
+        goal: AtMost(0.3),
     },
     Ratio {
         name: "direct_rtt_park_vs_tcp_pingpong",
