@@ -825,6 +825,66 @@ fn bench_case_pins_the_sender_and_each_receiving_process_where_told() {
 }
 
 #[test]
+fn a_bench_whose_measuring_peer_is_killed_says_so_and_leaves_no_process_behind() {
+    // The small group's pipe and socket baselines stream into a sink process; killed from
+    // outside, its writer fails in the trial's loop.
+    let mut bench = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_shmflow"))
+            .args(["bench", "--only", "small", "--pairs", "50"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = bench.0.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = std::collections::BTreeSet::new();
+    let sink = loop {
+        seen.extend(children_running(pid, ""));
+        if let Some(&sink) = children_running(pid, "fd-sink").first() {
+            break sink;
+        }
+        if let Some(status) = bench.0.try_wait().unwrap() {
+            panic!("the bench ended ({status}) before its sink came");
+        }
+        assert!(std::time::Instant::now() < deadline, "no sink came");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    seen.extend(children_running(pid, ""));
+    // SAFETY: kill on a child of the bench, which the bench has not waited for (it is
+    // reading or writing its pipe).
+    assert_eq!(unsafe { libc::kill(sink, libc::SIGKILL) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = bench.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the bench ran on for 30 s after its sink was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut bench.0.stderr.take().unwrap(), &mut err).unwrap();
+    // The kill came as the sink's trial began, while the bench writes for 0.3 s: its write
+    // fails, the trial panics, and the bench ends as on any failure of its own (exit 1, its
+    // message), not with a panic's unwinding (101) that would leave peers running.
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("shmflow bench: a trial panicked (above); its peers are stopped"),
+        "{err}"
+    );
+    // Every measuring process it started is gone (waited for: not even a zombie is left).
+    for child in seen {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{child}")).exists(),
+            "process {child} of the bench is still there: {err}"
+        );
+    }
+}
+
+#[test]
 fn the_floors_peer_ends_when_its_parent_was_gone_before_it_looked() {
     // The peer started by hand, told a parent that is not its own (as if the bench that
     // started it had died before the peer first looked): it ends at its first look.
