@@ -21,8 +21,8 @@ use shmflow::{Geometry, WaitStrategy};
 #[command(name = "busy_pairs", args_override_self = true)]
 struct Args {
     /// Pairs of threads (each pair's echo polls after every record it sends back).
-    #[arg(long, default_value_t = 4)]
-    pairs: usize,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pairs: u32,
     /// How long each pair runs.
     #[arg(long, value_name = "S", default_value_t = 3.0, value_parser = seconds)]
     secs: f64,

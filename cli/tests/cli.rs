@@ -827,33 +827,39 @@ fn bench_case_pins_the_sender_and_each_receiving_process_where_told() {
 #[test]
 fn a_bench_whose_measuring_peer_is_killed_says_so_and_leaves_no_process_behind() {
     // The small group's pipe and socket baselines stream into a sink process; killed from
-    // outside, its writer fails in the trial's loop.
+    // outside, its writer fails in the trial's loop (or, killed as the loop ended, the bench
+    // finds it dead when it waits for its report).
+    let stderr = std::env::temp_dir().join(format!("shmflow-killed-peer-{}", std::process::id()));
     let mut bench = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_shmflow"))
             .args(["bench", "--only", "small", "--pairs", "50"])
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
             .spawn()
             .unwrap(),
     );
     let pid = bench.0.id();
+    let read_err = || std::fs::read_to_string(&stderr).unwrap_or_default();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut seen = std::collections::BTreeSet::new();
-    let sink = loop {
-        seen.extend(children_running(pid, ""));
+    // The bench's processes when the sink was killed.
+    let alive = loop {
         if let Some(&sink) = children_running(pid, "fd-sink").first() {
-            break sink;
+            let alive = children_running(pid, "");
+            // SAFETY: kill on a child of the bench; should it have ended meanwhile (ESRCH),
+            // the next trial's sink is waited for.
+            if unsafe { libc::kill(sink, libc::SIGKILL) } == 0 {
+                break alive;
+            }
         }
         if let Some(status) = bench.0.try_wait().unwrap() {
-            panic!("the bench ended ({status}) before its sink came");
+            panic!(
+                "the bench ended ({status}) before its sink came: {}",
+                read_err()
+            );
         }
         assert!(std::time::Instant::now() < deadline, "no sink came");
         std::thread::sleep(std::time::Duration::from_millis(5));
     };
-    seen.extend(children_running(pid, ""));
-    // SAFETY: kill on a child of the bench, which the bench has not waited for (it is
-    // reading or writing its pipe).
-    assert_eq!(unsafe { libc::kill(sink, libc::SIGKILL) }, 0);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let status = loop {
         if let Some(status) = bench.0.try_wait().unwrap() {
@@ -865,23 +871,24 @@ fn a_bench_whose_measuring_peer_is_killed_says_so_and_leaves_no_process_behind()
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut bench.0.stderr.take().unwrap(), &mut err).unwrap();
-    // The kill came as the sink's trial began, while the bench writes for 0.3 s: its write
-    // fails, the trial panics, and the bench ends as on any failure of its own (exit 1, its
-    // message), not with a panic's unwinding (101) that would leave peers running.
-    assert_eq!(status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("shmflow bench: a trial panicked (above); its peers are stopped"),
-        "{err}"
-    );
-    // Every measuring process it started is gone (waited for: not even a zombie is left).
-    for child in seen {
+    // Every measuring process it had is gone (it waited for them).
+    for child in alive {
         assert!(
             !std::path::Path::new(&format!("/proc/{child}")).exists(),
-            "process {child} of the bench is still there: {err}"
+            "process {child} of the bench is still there: {}",
+            read_err()
         );
     }
+    let err = read_err();
+    let _ = std::fs::remove_file(&stderr);
+    // The bench ends as on any failure of its own (exit 1, its message), not with a panic's
+    // unwinding (101) that would leave peers running.
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("shmflow bench: a trial panicked (above); its peers are stopped")
+            || err.contains("shmflow bench: the measuring peer process failed (signal: 9"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -156,8 +156,9 @@ pub enum WaitStrategy {
     /// between is undone. On a VM the scheduler seldom makes that move by itself: its
     /// wake-ups land on the waker's CPU, and two ends that wake each other have stayed on one
     /// CPU for 8 ms while the other one idled, each round trip paying two wake-ups (about
-    /// 6 µs). Such a try (the second yield, and the move if that one comes back late too)
-    /// comes at most once a gap: 1 ms at first, doubled (up to 64 ms) by each try that comes
+    /// 6 µs). Such a try (the second yield, and the move if that one comes back late too;
+    /// or the move alone, when the reply came during the first yield) comes at most once a
+    /// gap: 1 ms at first, doubled (up to 64 ms) by each try that comes
     /// less than four gaps after the one before, and 1 ms again for a try that comes later.
     /// Where busy-polling threads outnumber the CPUs, each would otherwise move a thousand
     /// times a second and, moved, poll on beside another busy thread for the rest of its
